@@ -1,0 +1,25 @@
+# The two commands of the README quickstart. Each creates .venv with only
+# Python 3.11 + pip and installs what it needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test bench clean
+
+$(BIN)/activate: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(BIN)/activate
+
+demo: $(BIN)/activate
+	$(BIN)/dpgate demo
+
+test: $(BIN)/activate
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: $(BIN)/activate
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,79 @@
+"""dpgate: differentially private answers to SQL and pandas counting queries.
+
+Before spending any privacy budget dpgate runs Bayesian inference over every
+answer it has already released; when history already meets the analyst's
+accuracy requirement the answer is free, otherwise it charges the smallest
+budget that does.  Every answer carries an honest interval.
+"""
+
+from __future__ import annotations
+
+from dpgate.errors import (
+    BudgetExhausted,
+    DatabaseError,
+    DataError,
+    DPGateInternalError,
+    Error,
+    IntegrityError,
+    InterfaceError,
+    InternalError,
+    InvalidRequirement,
+    LedgerError,
+    NotEstimable,
+    NotSupportedError,
+    OperationalError,
+    ProgrammingError,
+    QuerySyntaxError,
+    SchemaError,
+    UnsupportedQuery,
+    Warning,
+)
+
+from dpgate import accessor as _accessor  # noqa: F401  (registers DataFrame.dp)
+from dpgate import dbapi, inference
+from dpgate.compile import compile_sql
+from dpgate.dbapi import apilevel, connect, paramstyle, threadsafety
+from dpgate.gateway import POLICIES, Gateway
+from dpgate.ledger import Ledger
+from dpgate.query import LinearQuery
+from dpgate.result import Answer, Result
+from dpgate.schema import Column, Schema, Table
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Answer",
+    "BudgetExhausted",
+    "Column",
+    "DataError",
+    "DatabaseError",
+    "DPGateInternalError",
+    "Error",
+    "Gateway",
+    "IntegrityError",
+    "InterfaceError",
+    "InternalError",
+    "InvalidRequirement",
+    "Ledger",
+    "LedgerError",
+    "LinearQuery",
+    "NotEstimable",
+    "NotSupportedError",
+    "OperationalError",
+    "POLICIES",
+    "ProgrammingError",
+    "QuerySyntaxError",
+    "Result",
+    "Schema",
+    "SchemaError",
+    "Table",
+    "UnsupportedQuery",
+    "Warning",
+    "apilevel",
+    "compile_sql",
+    "connect",
+    "dbapi",
+    "inference",
+    "paramstyle",
+    "threadsafety",
+]

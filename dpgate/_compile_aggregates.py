@@ -1,0 +1,270 @@
+"""SELECT items → linear combinations of aggregates; GROUP BY columns; weights per group (private).
+
+Used by :mod:`dpgate.compile`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+import numpy as np
+from sqlglot import exp
+
+from dpgate._compile_cells import walk
+from dpgate._compile_eval import NULL, Evaluator, constant
+from dpgate.errors import UnsupportedQuery
+from dpgate.query import LinearQuery
+from dpgate.schema import Column, Table
+
+_AGG_ADVICE = {
+    "Avg": "AVG is not a linear query; ask for SUM(x) and COUNT(x) as two output columns and divide the "
+    "released values (post-processing is free)",
+    "Min": "MIN / MAX are not supported (one row can move them arbitrarily); ask for counts per value with "
+    "GROUP BY, or COUNT(*) FILTER (WHERE x >= t) for a threshold",
+    "Median": "medians and quantiles are not linear; ask for counts per value or per bin with GROUP BY and "
+    "read the quantile off the released histogram",
+    "Stddev": "variances are not linear; ask for SUM(x*x), SUM(x) and COUNT(x) and combine the released values",
+    "Distinct": "distinct counts are not linear (one row can change them by more than any weight); count rows "
+    "per value with GROUP BY instead",
+}
+for _k in ("Max",):
+    _AGG_ADVICE[_k] = _AGG_ADVICE["Min"]
+for _k in ("Quantile", "PercentileCont", "PercentileDisc", "ApproxQuantile", "Mode"):
+    _AGG_ADVICE[_k] = _AGG_ADVICE["Median"]
+for _k in ("StddevPop", "StddevSamp", "Variance", "VariancePop"):
+    _AGG_ADVICE[_k] = _AGG_ADVICE["Stddev"]
+for _k in ("ApproxDistinct", "CountDistinct"):
+    _AGG_ADVICE[_k] = _AGG_ADVICE["Distinct"]
+
+
+def _unparen(node: exp.Expression) -> exp.Expression:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _no_aggregates(node: exp.Expression, clause: str) -> None:
+    for sub in walk(node):
+        if isinstance(sub, (exp.AggFunc, exp.Filter)):
+            raise UnsupportedQuery(
+                f"{clause} cannot use the aggregate {sub.sql()!r}; filter rows in WHERE and groups in HAVING."
+            )
+
+
+# -- aggregates ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Agg:
+    kind: Literal["count", "sum"]
+    arg: exp.Expression | None  # None: COUNT(*)
+    cond: exp.Expression | None  # FILTER (WHERE …)
+    node: exp.Expression
+
+
+def _linear(node: exp.Expression) -> tuple[list[tuple[Fraction, _Agg]], Fraction]:
+    """Split a SELECT item into Σ coef·aggregate + offset, or refuse."""
+    node = _unparen(node)
+    c = constant(node)
+    if c is not None:
+        return [], c
+    if isinstance(node, exp.Neg):
+        terms, off = _linear(node.this)
+        return [(-k, a) for k, a in terms], -off
+    if isinstance(node, (exp.Add, exp.Sub)):
+        t1, o1 = _linear(node.this)
+        t2, o2 = _linear(node.expression)
+        s = 1 if isinstance(node, exp.Add) else -1
+        return t1 + [(s * k, a) for k, a in t2], o1 + s * o2
+    if isinstance(node, (exp.Mul, exp.Div)):
+        left, right = constant(node.this), constant(node.expression)
+        if isinstance(node, exp.Div):
+            if right is None:
+                raise UnsupportedQuery(
+                    f"{node.sql()!r} divides by a non-constant; ratios of aggregates are not linear — ask for "
+                    "numerator and denominator as two outputs and divide the released values."
+                )
+            if right == 0:
+                raise UnsupportedQuery(f"{node.sql()!r} divides by zero.")
+            terms, off = _linear(node.this)
+            return [(k / right, a) for k, a in terms], off / right
+        if left is None and right is None:
+            raise UnsupportedQuery(
+                f"{node.sql()!r} multiplies two non-constant terms; outputs must be linear combinations of "
+                "aggregates with numeric constants (e.g. 2*COUNT(*) - 10)."
+            )
+        k0, sub = (left, node.expression) if left is not None else (right, node.this)
+        terms, off = _linear(sub)
+        return [(k0 * k, a) for k, a in terms], k0 * off
+    if isinstance(node, exp.Filter):
+        inner = _unparen(node.this)
+        cond = node.expression.this if isinstance(node.expression, exp.Where) else node.expression
+        _no_aggregates(cond, "FILTER")
+        ((k, agg),), _ = _linear_agg(inner)
+        if agg.cond is not None:
+            cond = exp.and_(agg.cond.copy(), cond.copy())
+        return [(k, _Agg(agg.kind, agg.arg, cond, node))], Fraction(0)
+    return _linear_agg(node)
+
+
+def _linear_agg(node: exp.Expression) -> tuple[list[tuple[Fraction, _Agg]], Fraction]:
+    if isinstance(node, exp.Count):
+        arg = node.this
+        if isinstance(arg, exp.Distinct) or node.args.get("distinct"):
+            raise UnsupportedQuery(f"{node.sql()!r}: {_AGG_ADVICE['Distinct']}.")
+        if arg is None or isinstance(arg, exp.Star):
+            return [(Fraction(1), _Agg("count", None, None, node))], Fraction(0)
+        _no_aggregates(arg, "COUNT's argument")
+        return [(Fraction(1), _Agg("count", arg, None, node))], Fraction(0)
+    if isinstance(node, exp.CountIf):
+        _no_aggregates(node.this, "COUNT_IF")
+        return [(Fraction(1), _Agg("count", None, node.this, node))], Fraction(0)
+    if isinstance(node, exp.Sum):
+        arg = node.this
+        if isinstance(arg, exp.Distinct):
+            raise UnsupportedQuery(f"{node.sql()!r}: {_AGG_ADVICE['Distinct']}.")
+        if isinstance(arg, exp.Star) or arg is None:
+            raise UnsupportedQuery(f"{node.sql()!r}: SUM needs an expression, e.g. SUM(age).")
+        _no_aggregates(arg, "SUM's argument")
+        return [(Fraction(1), _Agg("sum", arg, None, node))], Fraction(0)
+    if isinstance(node, exp.Column):
+        raise UnsupportedQuery(
+            f"the column {node.sql()!r} appears outside an aggregate in an arithmetic output; use SUM({node.sql()}) "
+            "or GROUP BY it and select it on its own."
+        )
+    if isinstance(node, exp.Window):
+        raise UnsupportedQuery(f"window functions (OVER …) are not supported ({node.sql()!r}).")
+    name = type(node).__name__
+    if isinstance(node, exp.AggFunc) or name in _AGG_ADVICE:
+        advice = _AGG_ADVICE.get(name, "only COUNT and SUM (and linear combinations of them) are supported")
+        raise UnsupportedQuery(f"{node.sql()!r}: {advice}.")
+    if isinstance(node, exp.Anonymous):
+        raise UnsupportedQuery(
+            f"function {node.name.upper()} is not supported in {node.sql()!r}; outputs must be linear "
+            "combinations of COUNT and SUM."
+        )
+    raise UnsupportedQuery(
+        f"the output {node.sql()!r} is not a linear combination of COUNT(...) and SUM(...) aggregates "
+        "with numeric constants."
+    )
+
+
+# -- GROUP BY ----------------------------------------------------------------------------------------
+def _group_columns(
+    select: exp.Select, items: list[exp.Expression], kinds: list[tuple[str, Any]], ev: Evaluator
+) -> list[Column]:
+    group = select.args.get("group")
+    if group is None:
+        return []
+    for key in ("rollup", "cube", "grouping_sets", "totals"):
+        if group.args.get(key):
+            raise UnsupportedQuery(
+                f"GROUP BY {key.upper().replace('_', ' ')} is not supported; group by declared columns."
+            )
+    cols: list[Column] = []
+    if group.args.get("all"):
+        cols = [what for kind, what in kinds if kind == "column"]
+    aliases = {
+        item.alias.lower(): what
+        for item, (kind, what) in zip(items, kinds)
+        if isinstance(item, exp.Alias) and kind == "column"
+    }
+    for e in group.expressions:
+        e = _unparen(e)
+        if isinstance(e, exp.Literal) and not e.is_string:
+            k = constant(e)
+            if k is None or k.denominator != 1 or not 1 <= k <= len(items):
+                raise UnsupportedQuery(f"GROUP BY {e.sql()} is not a position in the SELECT list (1..{len(items)}).")
+            kind, what = kinds[int(k) - 1]
+            if kind != "column":
+                raise UnsupportedQuery(
+                    f"GROUP BY {e.sql()} refers to an aggregate ({items[int(k) - 1].sql()!r}); group by columns."
+                )
+            cols.append(what)
+        elif isinstance(e, exp.Column) and not isinstance(e.this, exp.Star):
+            if not e.table and not ev.table.has_column(e.name) and e.name.lower() in aliases:
+                cols.append(aliases[e.name.lower()])
+            else:
+                cols.append(ev.column(e))
+        elif isinstance(e, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+            raise UnsupportedQuery(f"GROUP BY {e.sql()} is not supported; group by declared columns.")
+        else:
+            raise UnsupportedQuery(
+                f"GROUP BY expression {e.sql()!r} is not supported; group by declared columns (declare bins in "
+                "the schema for coarser groups), or use CASE WHEN inside COUNT/SUM FILTERs."
+            )
+    out: list[Column] = []
+    for c in cols:
+        if c.name not in [o.name for o in out]:
+            out.append(c)
+    return out
+
+
+# -- weights -------------------------------------------------------------------------------------------
+def _weights(
+    ev: Evaluator,
+    where: exp.Expression | None,
+    terms: list[tuple[Fraction, _Agg]],
+    offset: Fraction,
+    group_cols: list[Column],
+    table: Table,
+    label: str,
+) -> list[LinearQuery]:
+    """The LinearQuery of every group key for one aggregate output."""
+    used: set[str] = {c.name for c in group_cols}
+    for part in [where, *[p for _, a in terms for p in (a.arg, a.cond)]]:
+        if part is not None:
+            used |= ev.columns_in(part)
+    cols, bps = ev.set_grid(sorted(used))
+    shape = ev.shape
+    base = ev.truth(where)
+    w = np.zeros(shape)
+    for coef, agg in terms:
+        mask = np.logical_and(base, ev.truth(agg.cond))
+        if agg.arg is None:
+            contrib: Any = 1.0
+        elif agg.kind == "count":
+            val = ev.ev(agg.arg)
+            _finite_where(val, mask, agg.node)
+            contrib = np.logical_not(val.null).astype(float)
+        else:
+            val = ev.as_num(ev.ev(agg.arg), agg.arg, agg.node)
+            if val.kind == NULL:
+                continue
+            _finite_where(val, mask, agg.node)
+            contrib = np.where(val.null, 0.0, val.v)
+        w = w + float(coef) * np.where(mask, contrib, 0.0)
+    w = np.broadcast_to(w, shape)
+    if not group_cols:
+        return [LinearQuery.from_grid(table, cols, bps, w, offset, label=label)]
+    gax = [cols.index(c.name) for c in group_cols]
+    out = []
+    for key in itertools.product(*[range(c.n_cells) for c in group_cols]):
+        index: list[Any] = [slice(None)] * len(cols)
+        new_bps = list(bps)
+        new_shape = list(shape)
+        for ax, k, c in zip(gax, key, group_cols):
+            small = sorted({0, k, k + 1} - {c.n_cells})
+            new_bps[ax] = np.array(small)
+            new_shape[ax] = len(small)
+            index[ax] = small.index(k)
+        sel: list[Any] = [slice(None)] * len(cols)
+        for ax, k in zip(gax, key):
+            sel[ax] = slice(k, k + 1)
+        weights = np.zeros(new_shape)
+        weights[tuple(slice(i, i + 1) if isinstance(i, int) else i for i in index)] = w[tuple(sel)]
+        group = tuple((c.name, c.labels()[k]) for c, k in zip(group_cols, key))
+        out.append(LinearQuery.from_grid(table, cols, new_bps, weights, offset, label=label, group=group))
+    return out
+
+
+def _finite_where(val: Any, mask: Any, node: exp.Expression) -> None:
+    if val.kind != "number":
+        return
+    bad = np.logical_and(np.logical_and(mask, np.logical_not(val.null)), ~np.isfinite(val.v))
+    if np.any(bad):
+        raise UnsupportedQuery(
+            f"{node.sql()!r} is not a finite number for some rows (division by a value that can be 0, or an "
+            "overflow); guard it, e.g. CASE WHEN x <> 0 THEN … / x ELSE 0 END, or FILTER (WHERE x <> 0)."
+        )

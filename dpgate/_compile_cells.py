@@ -1,0 +1,256 @@
+"""Cell-level building blocks of the compiler (private): values, constants, bins, candidate cells.
+
+Used by :mod:`dpgate._compile_eval`.  A :class:`Val` is a row-level value over a
+grid (numpy arrays that broadcast) or a constant (scalars), with SQL's NULL as a
+separate mask.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from sqlglot import exp
+
+from dpgate.errors import UnsupportedQuery
+from dpgate.schema import Column
+
+NUM, BOOL, CAT, BIN, STR, NULL = "number", "boolean", "categorical", "binned", "string", "null"
+
+_CMP: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
+    exp.EQ: ("=", operator.eq),
+    exp.NEQ: ("<>", operator.ne),
+    exp.LT: ("<", operator.lt),
+    exp.LTE: ("<=", operator.le),
+    exp.GT: (">", operator.gt),
+    exp.GTE: (">=", operator.ge),
+}
+_FLIP = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_OPS = {"=": operator.eq, "<>": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+
+
+@dataclass
+class Val:
+    """A value of a row-level expression on a grid (arrays broadcast) or a constant (scalars).
+
+    ``kind`` is one of number, boolean, categorical, binned, string, null.  For
+    categorical and binned values ``v`` holds cell indices of ``col``.  Where
+    ``null`` is true ``v`` is meaningless (for booleans it is kept false).
+    """
+
+    kind: str
+    v: Any
+    null: Any
+    col: Column | None = None
+    text: str | None = None  # SQL text of a literal (categorical comparisons)
+
+
+#: Base class of sqlglot nodes (``Expr`` in recent sqlglot, ``Expression`` in older releases).
+_NODE: type = getattr(exp, "Expr", exp.Expression)
+
+
+def children(node: exp.Expression) -> list[exp.Expression]:
+    """The child nodes of ``node``, in ``node.iter_expressions()`` order (without its generator overhead)."""
+    out: list[exp.Expression] = []
+    for v in node.args.values():
+        if isinstance(v, list):
+            out.extend(x for x in v if isinstance(x, _NODE))
+        elif isinstance(v, _NODE):
+            out.append(v)
+    return out
+
+
+def walk(node: exp.Expression) -> list[exp.Expression]:
+    """``node`` and all its descendants in breadth-first order, like ``list(node.walk())`` but faster."""
+    out = [node]
+    i = 0
+    while i < len(out):
+        for v in out[i].args.values():
+            if isinstance(v, list):
+                out.extend(x for x in v if isinstance(x, _NODE))
+            elif isinstance(v, _NODE):
+                out.append(v)
+        i += 1
+    return out
+
+
+def _bool(v: Any, null: Any) -> Val:
+    return Val(BOOL, np.logical_and(v, np.logical_not(null)), null)
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_number(text: str) -> Fraction:
+    """Exact value of a SQL numeric literal (cached: a pure function of the text; Fractions are immutable)."""
+    try:
+        value = Fraction(text.replace("_", ""))
+    except (ValueError, ZeroDivisionError):
+        try:
+            f = float(text)
+        except ValueError:
+            raise UnsupportedQuery(f"cannot read the number {text!r}; write it as a decimal constant.") from None
+        if not math.isfinite(f):
+            raise UnsupportedQuery(f"the constant {text!r} is not finite.") from None
+        return Fraction(f)
+    if abs(value) > _LARGEST_CONSTANT:
+        raise UnsupportedQuery(
+            f"the constant {text!r} is outside the floating-point range (|x| ≤ 1e300); use a smaller number."
+        )
+    return value
+
+
+_LARGEST_CONSTANT = Fraction(10) ** 300
+
+
+def constant(node: exp.Expression) -> Fraction | None:
+    """Exact value of a constant numeric expression (literals, + − × ÷, parentheses), else None."""
+    if isinstance(node, exp.Paren):
+        return constant(node.this)
+    if isinstance(node, exp.Literal) and not node.is_string:
+        return parse_number(node.this)
+    if isinstance(node, exp.Neg):
+        c = constant(node.this)
+        return None if c is None else -c
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        a, b = constant(node.this), constant(node.expression)
+        if a is None or b is None:
+            return None
+        if isinstance(node, exp.Add):
+            return a + b
+        if isinstance(node, exp.Sub):
+            return a - b
+        if isinstance(node, exp.Mul):
+            return a * b
+        if b == 0:
+            raise UnsupportedQuery(f"division by zero in {node.sql()!r}.")
+        return a / b
+    return None
+
+
+def _like_regex(pattern: str, escape: str | None, ci: bool) -> re.Pattern[str]:
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if escape and ch == escape and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        out.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+        i += 1
+    return re.compile("".join(out), re.DOTALL | (re.IGNORECASE if ci else 0))
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def _base(col: Column, cells: np.ndarray | None = None) -> Val:
+    """The 1-D value of a bare column reference: one entry per cell (or per listed cell)."""
+    idx = np.arange(col.n_cells) if cells is None else cells
+    null = idx == col.null_cell
+    if col.kind == "integer":
+        return Val(NUM, np.where(null, 0.0, (col.min + idx).astype(float)), null, col)  # type: ignore[operator]
+    if col.kind == "boolean":
+        return Val(BOOL, idx == 1, null, col)
+    return Val(CAT if col.kind == "categorical" else BIN, idx, null, col)
+
+
+#: Integer columns with more cells than this are evaluated only at candidate cells
+#: (around the constants they are compared with) when comparisons are all they appear in.
+_SPARSE_MIN_CELLS = 256
+
+
+def _candidate_cells(node: exp.Expression, col: Column) -> np.ndarray | None:
+    """Cells where a single-column expression on a large integer column can change, or None.
+
+    ``v op c`` on integers changes only between ``floor(c)``, ``ceil(c)`` and the next
+    integer, so when the column appears only as an operand of comparisons, BETWEEN and
+    IN against constants (and IS NULL), evaluating at those cells (plus 0 and NULL) is
+    exact, and a 500 001-cell income column costs a handful of evaluations.
+    """
+    if col.kind != "integer" or col.n_cells <= _SPARSE_MIN_CELLS:
+        return None
+    consts: list[Fraction] = []
+    for ref in walk(node):
+        if not isinstance(ref, exp.Column):
+            continue
+        child, parent = ref, ref.parent
+        while isinstance(parent, exp.Paren):
+            child, parent = parent, parent.parent
+        try:
+            if type(parent) in _CMP:
+                other = parent.expression if parent.this is child else parent.this
+                found = [constant(other)]
+            elif isinstance(parent, exp.Between) and parent.this is child:
+                found = [constant(parent.args["low"]), constant(parent.args["high"])]
+            elif isinstance(parent, exp.In) and parent.this is child and not parent.args.get("query"):
+                found = [constant(e) for e in parent.expressions]
+            elif isinstance(parent, exp.Is) and parent.this is child:
+                found = []
+            else:
+                return None
+        except UnsupportedQuery:
+            return None
+        if any(c is None for c in found):
+            return None
+        consts.extend(found)  # type: ignore[arg-type]
+    cand = {0, col.null_cell}
+    for c in consts:
+        for v in (math.floor(c), math.ceil(c), math.floor(c) + 1, math.ceil(c) + 1):
+            cell = v - col.min  # type: ignore[operator]
+            if 0 <= cell < col.null_cell:
+                cand.add(cell)
+    return np.array(sorted(cand), dtype=np.int64)
+
+
+def _changes(val: Val) -> np.ndarray:
+    """Cell indices where a 1-D value (or its NULL-ness) changes."""
+    v, null = val.v, val.null
+    if val.kind in (CAT, BIN, STR):
+        return np.arange(1, len(v))
+    vv = np.where(null, 0, v)
+    diff = (vv[1:] != vv[:-1]) | (null[1:] != null[:-1])
+    return np.flatnonzero(diff) + 1
+
+
+def _bin_truth(col: Column, sym: str, lo: float, hi: float, c: float, node: exp.Expression) -> bool:
+    """Truth of ``value sym c`` for every value of the bin [lo, hi), or refuse when it splits the bin.
+
+    Integer-valued binned columns (declared with ``min``/``max``) hold integers, so
+    the bin is the integers ``ceil(lo) .. ceil(hi) - 1``; other bins are real intervals.
+    """
+    op = _OPS[sym]
+    if col.min is not None:  # integer bins
+        a, b = math.ceil(lo), math.ceil(hi) - 1
+        if a > b:
+            return False
+        if sym in ("=", "<>"):
+            if not (a <= c <= b and float(c).is_integer()):
+                return sym == "<>"
+            if a == b:
+                return sym == "="
+        else:
+            at_a, at_b = bool(op(a, c)), bool(op(b, c))
+            if at_a == at_b:
+                return at_a
+    else:
+        if sym in ("=", "<>"):
+            if not (lo <= c < hi):
+                return sym == "<>"
+        else:
+            at_a = bool(op(lo, c))
+            # value just below hi: x < c ⟺ hi <= c ... evaluated on the open end
+            at_b = {"<": hi <= c, "<=": hi <= c, ">": hi > c, ">=": hi > c}[sym]
+            if at_a == at_b:
+                return at_a
+    raise UnsupportedQuery(
+        f"{node.sql()!r} splits bin [{_fmt(lo)}, {_fmt(hi)}) of column {col.name!r} "
+        f"(declared edges: {', '.join(_fmt(e) for e in col.edges)}); compare against a bin edge instead, "
+        f"e.g. {col.name} < {_fmt(lo)} or {col.name} < {_fmt(hi)}."
+    )

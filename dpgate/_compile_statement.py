@@ -1,0 +1,300 @@
+"""Statement-level handling for the compiler (private): tokens, hints, SET, parameters.
+
+Everything here works on sqlglot's tokens and trees; nothing is executed.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import Token, TokenType
+
+from dpgate.errors import InvalidRequirement, ProgrammingError, QuerySyntaxError, UnsupportedQuery
+
+#: Keys accepted in a ``/*+ dpgate key=value … */`` hint comment.
+HINT_KEYS = ("accuracy", "confidence", "method", "allow_partial")
+#: Options accepted by ``SET dpgate.<option> = <value>``.
+SET_OPTIONS = ("accuracy", "confidence", "intervals", "method", "allow_partial")
+
+_TRUE = {"on", "true", "1", "yes"}
+_FALSE = {"off", "false", "0", "no"}
+
+
+@dataclass(frozen=True)
+class SetOption:
+    """A ``SET dpgate.<name> = <value>`` statement: a session option, not a query.
+
+    ``value`` is a float for accuracy and confidence, a bool for intervals and
+    allow_partial, and a string for method.
+    """
+
+    name: str
+    value: str | float | bool
+
+
+def dialect_of(dialect: str) -> Dialect:
+    try:
+        return Dialect.get_or_raise(dialect)
+    except (ValueError, KeyError) as exc:
+        raise ProgrammingError(f"unknown SQL dialect {dialect!r}: {exc}") from None
+
+
+def tokenize(sql: str, dialect: Dialect) -> list[Token]:
+    """sqlglot's tokens of ``sql``; a tokenizer failure is a QuerySyntaxError."""
+    try:
+        return list(dialect.tokenize(sql))
+    except TokenError as exc:
+        raise QuerySyntaxError(f"the SQL text cannot be tokenized: {exc}") from None
+
+
+def split_check(tokens: list[Token]) -> None:
+    """Refuse several statements, and statements that are not SELECT / SET, from the tokens alone."""
+    statements: list[list[Token]] = [[]]
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            statements.append([])
+        else:
+            statements[-1].append(tok)
+    statements = [s for s in statements if s]
+    if not statements:
+        raise UnsupportedQuery("the SQL text is empty (only comments or semicolons); send one SELECT statement.")
+    if len(statements) > 1:
+        starts = ", ".join(s[0].text.upper() for s in statements)
+        raise UnsupportedQuery(
+            f"the SQL text holds {len(statements)} statements ({starts}); dpgate runs exactly one SELECT per "
+            "call — send them separately."
+        )
+    first = statements[0][0]
+    word = first.text.upper()
+    if first.token_type == TokenType.WITH:
+        raise UnsupportedQuery(
+            "common table expressions (WITH …) are not supported; write one SELECT over one declared table."
+        )
+    if first.token_type == TokenType.VALUES:
+        raise UnsupportedQuery("VALUES lists are not supported; query a declared table with SELECT.")
+    if first.token_type not in (TokenType.SELECT, TokenType.SET, TokenType.L_PAREN, TokenType.FROM):
+        raise UnsupportedQuery(
+            f"dpgate answers only SELECT queries (and SET dpgate.<option> = <value>); {word} statements are "
+            "refused and nothing was executed."
+        )
+
+
+def parse(sql: str, dialect: Dialect) -> exp.Expression:
+    """Parse exactly one statement; wrap sqlglot's ParseError with its line and column."""
+    try:
+        trees = [t for t in dialect.parse(sql) if t is not None]
+    except ParseError as exc:
+        errs = exc.errors or []
+        if errs:
+            e = errs[0]
+            where = f"line {e.get('line')}, column {e.get('col')}"
+            desc = e.get("description") or "syntax error"
+            near = e.get("highlight")
+            near_txt = f" near {near!r}" if near else ""
+            raise QuerySyntaxError(
+                f"SQL syntax error at {where}{near_txt}: {desc}. Check the statement's syntax."
+            ) from exc
+        raise QuerySyntaxError(f"SQL syntax error: {exc}") from exc
+    except TokenError as exc:
+        raise QuerySyntaxError(f"the SQL text cannot be tokenized: {exc}") from None
+    if len(trees) != 1:
+        raise UnsupportedQuery(f"expected one statement, found {len(trees)}; send exactly one SELECT.")
+    return trees[0]
+
+
+# -- hints ---------------------------------------------------------------------------------
+_HINT_PAIR = re.compile(r"""\s*,?\s*([A-Za-z_][A-Za-z_0-9]*)\s*=\s*("[^"]*"|'[^']*'|[^\s,]+)""")
+
+
+def hints(tokens: list[Token], sql: str = "") -> dict[str, str]:
+    """Collect ``/*+ dpgate key=value … */`` hints from the comments sqlglot's tokenizer kept.
+
+    Comments are read from the tokens (never from the raw text), so a hint-like
+    string inside a quoted literal is not a hint.  Comments that start with ``+``
+    but not with ``dpgate`` (other systems' optimizer hints) are ignored.
+    """
+    out: dict[str, str] = {}
+    for tok in tokens:
+        for text in tok.comments or []:
+            body = text.strip()
+            if body.startswith("+"):
+                body = body[1:].strip()
+            elif not (tok.token_type == TokenType.HINT or f"/*+{text}*/" in sql):
+                continue  # a plain comment (dialects that parse hints strip the "+")
+            if not body.lower().startswith("dpgate") or (len(body) > 6 and not body[6].isspace()):
+                continue
+            rest = body[6:]
+            pos = 0
+            while pos < len(rest) and rest[pos:].strip():
+                m = _HINT_PAIR.match(rest, pos)
+                if not m:
+                    raise UnsupportedQuery(
+                        f"malformed dpgate hint {text.strip()!r}; write /*+ dpgate accuracy=25 confidence=0.95 */."
+                    )
+                key, value = m.group(1).lower(), m.group(2).strip("'\"")
+                if key not in HINT_KEYS:
+                    raise UnsupportedQuery(
+                        f"unknown dpgate hint {key!r}; valid hints are {', '.join(HINT_KEYS)}."
+                    )
+                _check_option(key, value, "hint")
+                if key in out and out[key] != value:
+                    raise UnsupportedQuery(f"the dpgate hint {key!r} is given twice with different values.")
+                out[key] = value
+                pos = m.end()
+    return out
+
+
+def _check_option(key: str, value: Any, where: str) -> str | float | bool:
+    text = str(value).strip()
+    if key in ("accuracy", "confidence"):
+        try:
+            x = float(text)
+        except ValueError:
+            raise InvalidRequirement(f"{where} {key}={text!r} is not a number.") from None
+        if key == "accuracy" and not (math.isfinite(x) and x > 0):
+            raise InvalidRequirement(f"{where} accuracy must be a finite number > 0, got {text}.")
+        if key == "confidence" and not 0 < x < 1:
+            raise InvalidRequirement(f"{where} confidence must lie strictly between 0 and 1, got {text}.")
+        return x
+    if key in ("intervals", "allow_partial"):
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise InvalidRequirement(f"{where} {key} must be on or off, got {text!r}.")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z_0-9\-]*", text):
+        raise InvalidRequirement(f"{where} {key} must be a name such as 'exact', got {text!r}.")
+    return text
+
+
+# -- SET -------------------------------------------------------------------------------------
+def set_option(tree: exp.Set) -> SetOption:
+    """``SET dpgate.<option> = <value>`` → SetOption; any other SET is refused."""
+    items = tree.expressions
+    ok = (
+        not tree.args.get("unset")
+        and len(items) == 1
+        and isinstance(items[0], exp.SetItem)
+        and isinstance(items[0].this, exp.EQ)
+        and isinstance(items[0].this.this, exp.Column)
+    )
+    if ok:
+        target: exp.Column = items[0].this.this
+        ok = target.table.lower() == "dpgate" and not target.args.get("db")
+    if not ok:
+        raise UnsupportedQuery(
+            f"only SET dpgate.<option> = <value> is accepted ({', '.join(SET_OPTIONS)}); {tree.sql()!r} is refused."
+        )
+    name = target.name.lower()
+    if name not in SET_OPTIONS:
+        raise UnsupportedQuery(f"unknown option dpgate.{name}; valid options are {', '.join(SET_OPTIONS)}.")
+    rhs = items[0].this.expression
+    if isinstance(rhs, exp.Literal):
+        raw: Any = rhs.this
+    elif isinstance(rhs, exp.Boolean):
+        raw = "on" if rhs.this else "off"
+    elif isinstance(rhs, (exp.Var, exp.Column, exp.Identifier)):
+        raw = rhs.name
+    elif isinstance(rhs, exp.Neg) and isinstance(rhs.this, exp.Literal):
+        raw = "-" + rhs.this.this
+    else:
+        raise UnsupportedQuery(f"SET dpgate.{name} needs a constant value, got {rhs.sql()!r}.")
+    return SetOption(name, _check_option(name, raw, f"SET dpgate.{name}"))
+
+
+# -- parameters ----------------------------------------------------------------------------------
+def bind(tree: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | None) -> exp.Expression:
+    """Replace placeholders (``?``, ``$1``, ``:name``) by sqlglot literal nodes (PEP 249 binding).
+
+    Values become ``exp.Literal.number`` / ``exp.Literal.string`` / ``exp.null()`` /
+    ``exp.Boolean`` nodes — never SQL text.  A count or name mismatch raises
+    ``ProgrammingError``.
+    """
+    holders = [n for n in tree.dfs() if isinstance(n, exp.Placeholder)]
+    if not holders:
+        if params:
+            raise ProgrammingError(f"the statement has no parameter placeholders but {len(params)} parameters were given.")
+        return tree
+    if params is None:
+        raise ProgrammingError(
+            f"the statement has {len(holders)} parameter placeholder(s) but no parameters were given."
+        )
+    tree = tree.copy()
+    holders = [n for n in tree.dfs() if isinstance(n, exp.Placeholder)]
+    names = [h.this for h in holders]
+    if all(n is None for n in names):
+        style = "qmark"
+    elif all(n is not None and str(n).isdigit() for n in names):
+        style = "numeric"
+    elif all(n is not None and not str(n).isdigit() for n in names):
+        style = "named"
+    else:
+        raise ProgrammingError("the statement mixes parameter styles; use only ?, only $1 … or only :name.")
+    if style == "named":
+        if not isinstance(params, Mapping):
+            raise ProgrammingError("named parameters (:name) need a mapping of name to value.")
+        lookup = {str(k).lower(): v for k, v in params.items()}
+        want = {str(n).lower() for n in names}
+        missing, extra = sorted(want - set(lookup)), sorted(set(lookup) - want)
+        if missing or extra:
+            raise ProgrammingError(f"parameter names do not match: missing {missing}, unexpected {extra}.")
+        values = [lookup[str(n).lower()] for n in names]
+    else:
+        if isinstance(params, Mapping) or isinstance(params, (str, bytes)):
+            raise ProgrammingError(f"{style} parameters need a sequence of values, got {type(params).__name__}.")
+        seq = list(params)
+        if style == "qmark":
+            if len(seq) != len(holders):
+                raise ProgrammingError(
+                    f"the statement has {len(holders)} ? placeholder(s) but {len(seq)} parameters were given."
+                )
+            values = seq
+        else:
+            idx = [int(n) for n in names]
+            if set(idx) != set(range(1, len(seq) + 1)):
+                raise ProgrammingError(
+                    f"the statement uses parameters ${', $'.join(map(str, sorted(set(idx))))} "
+                    f"but {len(seq)} parameters were given."
+                )
+            values = [seq[i - 1] for i in idx]
+    for node, value in zip(holders, values):
+        node.replace(literal(value))
+    return tree
+
+
+def literal(value: Any) -> exp.Expression:
+    """A sqlglot literal node for a Python parameter value."""
+    if value is None:
+        return exp.null()
+    if isinstance(value, (bool,)) or type(value).__name__ == "bool_":
+        return exp.Boolean(this=bool(value))
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    if isinstance(value, (Decimal, Fraction)):
+        value = Decimal(value.numerator) / Decimal(value.denominator) if isinstance(value, Fraction) else value
+        if not value.is_finite():
+            raise ProgrammingError(f"parameter {value!r} is not a finite number.")
+        return exp.Literal.number(format(value, "f"))
+    if isinstance(value, numbers.Integral):
+        return exp.Literal.number(int(value))
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        if not math.isfinite(f):
+            raise ProgrammingError(f"parameter {value!r} is not a finite number.")
+        return exp.Literal.number(repr(f))
+    raise ProgrammingError(
+        f"parameter of type {type(value).__name__} is not supported; pass None, bool, int, float, Decimal or str."
+    )
+
+
+__all__ = ["SetOption", "HINT_KEYS", "SET_OPTIONS", "bind", "hints", "parse", "set_option", "split_check", "tokenize"]

@@ -1,0 +1,260 @@
+"""Atoms: the coarsest partition of a table's domain on which every query seen is constant.
+
+The gateway writes every query as a vector over *atoms* instead of over cells, so
+a ``0..500000`` unit-cell income column or a 4096-cell histogram never needs a
+dense vector: ``n`` queries with few predicates produce few atoms, however large
+the domain.
+
+Representation.  A product *grid* over the columns some query used (per column,
+the union of the queries' slab breakpoints, in cell-index space) and an ``int32``
+label per grid box: its atom.  Every query is constant on each box (its
+breakpoints are among the grid's), so an atom — a set of boxes with equal label —
+is a union of boxes on which all queries seen so far are constant.  Refining with
+a new query splits each atom by the query's weight (new atom = distinct pair
+``(old atom, weight)``), which keeps the partition the *coarsest* one: two boxes
+share an atom iff every query so far gives them the same weight.  Atoms need not be
+contiguous.
+
+Refinement reads only the query's public structure (grid and weights), never data.
+
+Limits: the grid may hold at most ``max_grid`` boxes (default 2²⁴, 64 MiB of
+labels) and the partition at most ``max_atoms`` atoms (default 200 000); beyond
+either :meth:`AtomPartition.refine` raises :class:`~dpgate.errors.UnsupportedQuery`
+and leaves the partition unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from dpgate.errors import DPGateInternalError, SchemaError, UnsupportedQuery
+from dpgate.query import LinearQuery
+from dpgate.schema import Table
+
+__all__ = ["AtomPartition"]
+
+
+class AtomPartition:
+    """The coarsest partition of ``table``'s domain on which all refined queries are constant.
+
+    Args:
+        table: the declared table.
+        max_atoms: refuse refinements that would make more atoms than this.
+        max_grid: refuse refinements whose grid would have more boxes than this.
+
+    Example:
+        >>> from dpgate.schema import Schema
+        >>> t = Schema.from_dict({"tables": {"t": {"columns": {
+        ...     "income": {"type": "integer", "min": 0, "max": 500000}}}}}).table("t")
+        >>> p = AtomPartition(t)
+        >>> q = LinearQuery.from_grid(t, ["income"], [[0, 30000, 500001]], np.array([0.0, 1.0, 0.0]))
+        >>> p.refine(q).tolist()        # the one atom splits in two (NULL cell joins the zeros)
+        [0, 0]
+        >>> p.n_atoms, p.vector(q).tolist(), p.cell_sizes.tolist()
+        (2, [0.0, 1.0], [30001.0, 470001.0])
+    """
+
+    def __init__(self, table: Table, max_atoms: int = 200_000, max_grid: int = 2**24) -> None:
+        if max_atoms < 1 or max_grid < 1:
+            raise ValueError(f"max_atoms and max_grid must be ≥ 1, got {max_atoms} and {max_grid}.")
+        self.table = table
+        self.max_atoms = int(max_atoms)
+        self.max_grid = int(max_grid)
+        self._columns: tuple[str, ...] = ()
+        self._bps: tuple[tuple[int, ...], ...] = ()
+        self._labels = np.zeros((), dtype=np.int32)
+        self._rep = np.zeros(1, dtype=np.int64)
+        self._n = 1
+
+    # -- read-only views -------------------------------------------------------
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Columns of the grid (those some query used), in declaration order."""
+        return self._columns
+
+    @property
+    def breakpoints(self) -> tuple[tuple[int, ...], ...]:
+        """Per grid column, the cell indices where a slab starts (first is 0)."""
+        return self._bps
+
+    @property
+    def n_atoms(self) -> int:
+        """Number of atoms."""
+        return self._n
+
+    @property
+    def labels(self) -> np.ndarray:
+        """Read-only int32 array, one atom id per grid box (shape ``len(bp)`` per column)."""
+        v = self._labels.view()
+        v.setflags(write=False)
+        return v
+
+    @property
+    def representatives(self) -> np.ndarray:
+        """Read-only: per atom, the flat index of one grid box belonging to it."""
+        v = self._rep.view()
+        v.setflags(write=False)
+        return v
+
+    @property
+    def cell_sizes(self) -> np.ndarray:
+        """Per atom, the number of *domain* cells it covers (float64).
+
+        A grid box covers the product of its slab widths times the ``n_cells`` of every
+        column not in the grid; the values sum to ``table.n_cells`` (up to float64
+        rounding for astronomically large domains).
+        """
+        box = np.ones((), dtype=np.float64)
+        for c, bp in zip(self._columns, self._bps):
+            w = np.diff(np.append(bp, self.table.column(c).n_cells)).astype(np.float64)
+            box = np.multiply.outer(box, w)
+        unused = math.prod(
+            float(c.n_cells) for c in self.table.columns if c.name not in self._columns
+        )
+        return np.bincount(self._labels.ravel(), weights=np.ravel(box), minlength=self._n) * unused
+
+    # -- refinement --------------------------------------------------------------
+    def refine(self, query: LinearQuery) -> np.ndarray | None:
+        """Make the partition fine enough that ``query`` is constant on every atom.
+
+        Returns:
+            ``parent`` (int64, length = new ``n_atoms``): new atom ``i`` is a part of old
+            atom ``parent[i]`` (non-decreasing; ids of unsplit atoms may shift), or
+            ``None`` when the atoms did not change.
+
+        Raises:
+            UnsupportedQuery: the grid would exceed ``max_grid`` boxes or the partition
+                ``max_atoms`` atoms; the partition is then left unchanged.
+        """
+        self._check_table(query)
+        cols, bps = self._merged_grid(query)
+        if cols != self._columns or bps != self._bps:
+            size = math.prod(len(b) for b in bps)
+            if size > self.max_grid:
+                shape = {c: len(b) for c, b in zip(cols, bps)}
+                raise UnsupportedQuery(
+                    f"table {self.table.name!r}: the queries so far cut the domain into a grid of {size} "
+                    f"boxes ({shape}), more than the limit of {self.max_grid}; use fewer distinct "
+                    "range boundaries or coarser bins."
+                )
+            labels = self._expanded_labels(cols, bps)
+        else:
+            labels = self._labels
+        w = np.ascontiguousarray(query.expand(self.table, cols, bps)).ravel()
+        flat = labels.ravel()
+        if w.size and np.array_equal(w, w[self._rep_on(labels)[flat]]):
+            # Constant on every atom: only the grid (maybe) changed.
+            self._commit(cols, bps, labels, self._rep_on(labels), self._n)
+            return None
+        _, wrank = np.unique(w, return_inverse=True)
+        key = flat.astype(np.int64) * (int(wrank.max()) + 1) + wrank.ravel()
+        uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        n_new = len(uniq)
+        if n_new > self.max_atoms:
+            raise UnsupportedQuery(
+                f"table {self.table.name!r}: this query would split the domain into {n_new} atoms "
+                f"(from {self._n}), more than the limit of {self.max_atoms}; ask fewer distinct "
+                "pieces of the domain, or raise max_atoms."
+            )
+        parent = flat[first].astype(np.int64)
+        new_labels = inverse.reshape(labels.shape).astype(np.int32)
+        self._commit(cols, bps, new_labels, first.astype(np.int64), n_new)
+        return parent
+
+    def _commit(self, cols, bps, labels, rep, n) -> None:  # type: ignore[no-untyped-def]
+        self._columns, self._bps, self._labels, self._rep, self._n = cols, bps, labels, rep, n
+
+    def _rep_on(self, labels: np.ndarray) -> np.ndarray:
+        """Representative boxes re-expressed on an expanded grid (any box of each atom)."""
+        if labels is self._labels:
+            return self._rep
+        flat = labels.ravel()
+        rep = np.empty(self._n, dtype=np.int64)
+        rep[flat[::-1]] = np.arange(flat.size - 1, -1, -1, dtype=np.int64)  # first occurrence wins
+        return rep
+
+    def _check_table(self, query: LinearQuery) -> None:
+        if query.table.lower() != self.table.name.lower():
+            raise SchemaError(
+                f"query on table {query.table!r} given to the atom partition of table {self.table.name!r}."
+            )
+
+    def _merged_grid(self, query: LinearQuery) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
+        bps = {c.lower(): set(b) for c, b in zip(self._columns, self._bps)}
+        for c, b in zip(query.columns, query.breakpoints):
+            bps.setdefault(c.lower(), set()).update(b)
+        cols = tuple(c.name for c in self.table.columns if c.name.lower() in bps)
+        return cols, tuple(tuple(sorted(bps[c.lower()])) for c in cols)
+
+    def _expanded_labels(self, cols: tuple[str, ...], bps: tuple[tuple[int, ...], ...]) -> np.ndarray:
+        old = dict(zip(self._columns, self._bps))
+        view = self._labels
+        for ax, (c, bp) in enumerate(zip(cols, bps)):
+            if c in old:
+                idx = np.searchsorted(np.asarray(old[c]), np.asarray(bp), side="right") - 1
+                view = np.take(view, idx, axis=ax)
+            else:
+                view = np.repeat(np.expand_dims(view, ax), len(bp), axis=ax)
+        return np.ascontiguousarray(view, dtype=np.int32)
+
+    # -- query vectors -------------------------------------------------------------
+    def atom_numerators(self, query: LinearQuery) -> np.ndarray:
+        """The query's integer numerator on each atom (int64, length ``n_atoms``).
+
+        ``query`` must have been refined into the partition (its grid is contained in
+        the partition's grid and it is constant on atoms).
+        """
+        self._check_table(query)
+        if not query.columns:
+            return np.full(self._n, int(query.numerators), dtype=np.int64)
+        shape = tuple(len(b) for b in self._bps)
+        coords = np.unravel_index(self._rep, shape) if shape else ()
+        mine = {c.lower(): ax for ax, c in enumerate(self._columns)}
+        idx = []
+        for c, qbp in zip(query.columns, query.breakpoints):
+            ax = mine.get(c.lower())
+            if ax is None or not set(qbp) <= set(self._bps[ax]):
+                raise DPGateInternalError(
+                    f"query grid on column {c!r} is not part of the atom partition; refine() it first"
+                )
+            slab_start = np.asarray(self._bps[ax])[coords[ax]]
+            idx.append(np.searchsorted(np.asarray(qbp), slab_start, side="right") - 1)
+        return np.asarray(query.numerators)[tuple(idx)].astype(np.int64)
+
+    def vector(self, query: LinearQuery) -> np.ndarray:
+        """The query's weight on each atom (float64, ``atom_numerators / denominator``)."""
+        return self.atom_numerators(query) / query.denominator
+
+    def is_constant(self, query: LinearQuery) -> bool:
+        """Whether ``query`` is constant on every atom (a full-grid check; for tests)."""
+        cols, bps = self._merged_grid(query)
+        if cols != self._columns or bps != self._bps:
+            return False
+        w = np.ascontiguousarray(query.expand(self.table, cols, bps)).ravel()
+        return bool(np.array_equal(w, w[self._rep[self._labels.ravel()]]))
+
+    def atom_of_cells(self, cells: np.ndarray) -> np.ndarray:
+        """Atom id of each cell; ``cells`` has shape ``(n, len(table.columns))`` of cell indices."""
+        cells = np.asarray(cells, dtype=np.int64)
+        if cells.ndim != 2 or cells.shape[1] != len(self.table.columns):
+            raise ValueError(f"cells must have shape (n, {len(self.table.columns)}), got {cells.shape}.")
+        idx = []
+        for c, bp in zip(self._columns, self._bps):
+            ax = self.table.axis(c)
+            idx.append(np.searchsorted(np.asarray(bp), cells[:, ax], side="right") - 1)
+        if not idx:
+            return np.zeros(len(cells), dtype=np.int64)
+        return self._labels[tuple(idx)].astype(np.int64)
+
+    def __repr__(self) -> str:
+        grid = ", ".join(f"{c}:{len(b)}" for c, b in zip(self._columns, self._bps)) or "none"
+        return f"<AtomPartition {self.table.name} atoms={self._n} grid=[{grid}]>"
+
+    # Sequence-friendly helper used by the gateway.
+    def refine_all(self, queries: Sequence[LinearQuery]) -> None:
+        """Refine with each query in turn (parents discarded)."""
+        for q in queries:
+            self.refine(q)

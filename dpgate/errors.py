@@ -1,0 +1,143 @@
+"""dpgate's exception tree: the PEP 249 classes, with dpgate's own errors below.
+
+::
+
+    Exception
+     ├── Warning                      PEP 249
+     └── Error                        PEP 249; every dpgate error is one
+          ├── InterfaceError          PEP 249: misuse of the driver objects
+          └── DatabaseError           PEP 249
+               ├── DataError          PEP 249
+               │    └── InvalidRequirement   bad accuracy / confidence / budget values
+               ├── OperationalError   PEP 249
+               │    ├── BudgetExhausted      the query would overspend the budget
+               │    └── LedgerError          the ledger is unusable or bound elsewhere
+               ├── IntegrityError     PEP 249
+               ├── InternalError      PEP 249
+               │    └── DPGateInternalError  "... this is a bug in dpgate"
+               ├── ProgrammingError   PEP 249
+               │    ├── SchemaError          the declared domain is invalid or missing
+               │    └── UnsupportedQuery     parsed SQL that dpgate refuses
+               │         └── QuerySyntaxError   SQL that does not parse
+               └── NotSupportedError  PEP 249
+                    └── NotEstimable         history cannot answer and no budget may be spent
+
+Every error is raised before any data is read and before any budget is spent,
+unless its docstring says otherwise.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Warning",
+    "Error",
+    "InterfaceError",
+    "DatabaseError",
+    "DataError",
+    "OperationalError",
+    "IntegrityError",
+    "InternalError",
+    "ProgrammingError",
+    "NotSupportedError",
+    "SchemaError",
+    "UnsupportedQuery",
+    "QuerySyntaxError",
+    "BudgetExhausted",
+    "LedgerError",
+    "InvalidRequirement",
+    "NotEstimable",
+    "DPGateInternalError",
+]
+
+_builtin_warning = Warning
+
+
+class Warning(_builtin_warning):  # noqa: A001 - PEP 249 requires this name
+    """PEP 249 ``Warning``: important warnings such as data truncation."""
+
+
+class Error(Exception):
+    """Base class of every error dpgate raises (PEP 249 ``Error``)."""
+
+
+class InterfaceError(Error):
+    """PEP 249: an error of the driver interface rather than the database (e.g. a closed cursor)."""
+
+
+class DatabaseError(Error):
+    """PEP 249: an error related to the database."""
+
+
+class DataError(DatabaseError):
+    """PEP 249: a problem with the processed data or a parameter value."""
+
+
+class OperationalError(DatabaseError):
+    """PEP 249: an error in the database's operation, not necessarily under the caller's control."""
+
+
+class IntegrityError(DatabaseError):
+    """PEP 249: relational integrity is affected."""
+
+
+class InternalError(DatabaseError):
+    """PEP 249: the database hit an internal error."""
+
+
+class ProgrammingError(DatabaseError):
+    """PEP 249: a programming error, e.g. a bad table name or SQL syntax."""
+
+
+class NotSupportedError(DatabaseError):
+    """PEP 249: a method or API the database does not support was used."""
+
+
+class SchemaError(ProgrammingError):
+    """The declared public domain is invalid, or a query names an undeclared table or column."""
+
+
+class UnsupportedQuery(NotSupportedError, ProgrammingError):
+    """dpgate refuses this SQL: it is not a linear counting query over a declared table.
+
+    The message says what was refused and what to write instead.  Raised by the
+    compiler, before any data is read and before any budget is spent.
+    """
+
+
+class QuerySyntaxError(UnsupportedQuery):
+    """The SQL text does not parse; the message carries sqlglot's position."""
+
+
+class BudgetExhausted(OperationalError):
+    """Answering would spend more privacy budget than remains.
+
+    Attributes:
+        needed: the budget the query would cost (increase of the system cost).
+        remaining: the budget left.
+        estimate: the best estimate history alone gives (an ``Answer``), or ``None``.
+    """
+
+    def __init__(self, message: str, *, needed: float, remaining: float, estimate: object = None):
+        super().__init__(message)
+        self.needed = needed
+        self.remaining = remaining
+        self.estimate = estimate
+
+
+class LedgerError(OperationalError):
+    """The ledger cannot be used: it is bound to other data or another schema, or is corrupt."""
+
+
+class InvalidRequirement(DataError, ValueError):
+    """An accuracy, confidence, budget or similar argument is out of range."""
+
+
+class NotEstimable(NotSupportedError):
+    """History does not determine this query and the caller forbade spending budget."""
+
+
+class DPGateInternalError(InternalError):
+    """An invariant inside dpgate failed; the message ends with "this is a bug in dpgate"."""
+
+    def __init__(self, message: str):
+        super().__init__(f"{message}; this is a bug in dpgate")

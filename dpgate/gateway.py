@@ -1,0 +1,562 @@
+"""The gateway: decide, for each compiled query, between history and a fresh measurement.
+
+Pipeline of one ``Gateway.query`` call::
+
+    compile_statement ─▶ refine atoms ─▶ plan (history? else the smallest budget)
+        ─▶ budget check ─▶ [ledger transaction: re-sync, re-plan, check, measure,
+           record, commit] ─▶ BLUE over all history ─▶ Result
+
+Privacy guarantee.  Neighbouring relation: add/remove one row (one row per
+individual, or ``max_rows_per_individual`` rows, see ``dpgate.accounting``).
+Each fresh measurement of a linear query ``q`` (sensitivity ``S = max|q|``) adds
+two-sided geometric noise on the lattice ``γ`` (``dpgate.noise``) of scale
+``b = S/α``, which is ``α``-DP for ``q`` and costs cell ``j`` ``(α/S)|q_j|``
+(seed 001, Theorem 5.5).  Everything else — answers from history, intervals,
+probabilities — is post-processing of released values and costs nothing.  The
+*design* (which queries are measured, at which scale) depends only on the
+queries and requirements, never on the data, so the BLUE's error law given the
+design is exact and the stated intervals cover at their nominal rate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Literal
+
+
+from dpgate.compile import CompiledStatement, compile_statement
+from dpgate.cube import Cube
+from dpgate.errors import (
+    BudgetExhausted,
+    InvalidRequirement,
+    NotEstimable,
+    ProgrammingError,
+)
+from dpgate.decide import POLICIES, Measurement, Step, TableState, measurement, meets, plan
+from dpgate.inference import ErrorLaw, IncrementalBLUE, Posterior
+from dpgate.ledger import Ledger, LedgerRecord
+from dpgate.noise import noise_source, release
+from dpgate.query import LinearQuery
+from dpgate.result import Answer, Result
+from dpgate.schema import Schema
+
+__all__ = ["Gateway", "POLICIES"]
+
+Policy = Literal["minimal", "paper", "no_reuse"]
+
+# Budget comparisons allow this much floating-point slack (never more).
+_BUDGET_SLACK = 1e-12
+
+
+class Gateway:
+    """A differentially private gateway in front of one data source.
+
+    Args:
+        data: a DuckDB database path (opened read-only), a duckdb connection, a pandas
+            DataFrame (one-table schema) or ``{table_name: DataFrame}``.
+        schema: a ``dpgate.Schema``, a dict in the schema format or a YAML path.
+        budget: total privacy budget ε of the system (per-cell accounting).
+        ledger: ``None`` (history in memory), a path (durable SQLite ledger shared by
+            processes) or an open ``dpgate.ledger.Ledger``.
+        policy: ``"minimal"`` (default), ``"paper"`` or ``"no_reuse"`` (see ``POLICIES``).
+        seed: reproducible, **insecure** noise for tests and benchmarks; recorded as such
+            in the ledger.  ``None`` (default) uses OpenDP's secure sampler.
+        dialect: sqlglot dialect of incoming SQL.
+
+    Example:
+        >>> import dpgate, dpgate.datasets
+        >>> df, schema = dpgate.datasets.load_pums()
+        >>> gw = dpgate.Gateway(df, schema, budget=1.0, seed=0)
+        >>> a = gw.query("SELECT COUNT(*) FROM pums WHERE age < 30", accuracy=25).answer
+        >>> a.source, a.high - a.value <= 25
+        ('fresh', True)
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        schema: Schema | Mapping[str, Any] | str,
+        budget: float = 1.0,
+        ledger: str | Ledger | None = None,
+        policy: Policy = "minimal",
+        seed: int | None = None,
+        *,
+        dialect: str = "duckdb",
+    ):
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not (0 < budget < math.inf):
+            raise InvalidRequirement(f"budget must be a positive finite number, got {budget!r}.")
+        _check_policy(policy)
+        self.schema = Schema.load(schema)
+        self.policy = policy
+        self.dialect = dialect
+        self._cube = Cube(data, self.schema)
+        fingerprint = hashlib.sha256(
+            f"{self._cube.fingerprint()}|{self.schema.fingerprint()}".encode()
+        ).hexdigest()
+        self._ledger = ledger if isinstance(ledger, Ledger) else Ledger.open(ledger, fingerprint=fingerprint, budget=float(budget))
+        self._owns_ledger = not isinstance(ledger, Ledger)
+        self._noise = noise_source(seed)
+        self._tables: dict[str, TableState] = {}
+        self._last_id = 0
+        self._lock = threading.RLock()
+        self._sync()
+
+    # -- public properties -------------------------------------------------------
+    @property
+    def budget(self) -> float:
+        """The total privacy budget ε."""
+        return float(self._ledger.budget)
+
+    @property
+    def spent(self) -> float:
+        """System privacy cost so far: Σ over tables of ``k · max_j B_j`` (Theorem 5.5)."""
+        with self._lock:
+            self._sync()
+            return self._spent()
+
+    @property
+    def remaining(self) -> float:
+        """``budget − spent`` (never negative)."""
+        return max(0.0, self.budget - self.spent)
+
+    @property
+    def history(self) -> Any:
+        """Every release so far as a pandas DataFrame (one row per noisy measurement)."""
+        import pandas as pd
+
+        recs = self._ledger.records()
+        cols = ["id", "kind", "table", "sql", "query", "alpha", "sensitivity", "scale", "lattice",
+                "noise", "value", "cost_after", "secure", "created_at", "session"]
+        return pd.DataFrame([{c: getattr(r, c) for c in cols} for r in recs], columns=cols)
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger recording every release."""
+        return self._ledger
+
+    # -- queries -------------------------------------------------------------------
+    def query(
+        self,
+        sql: str,
+        accuracy: float | None = None,
+        confidence: float | None = None,
+        *,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
+        allow_partial: bool = False,
+        policy: Policy | None = None,
+    ) -> Result:
+        """Answer a counting query within ±``accuracy`` at ``confidence``.
+
+        Each output (group × aggregate column) is answered from history when the
+        BLUE over past releases already meets the requirement (free); otherwise
+        dpgate measures it afresh at the smallest budget that does (``policy``),
+        after checking the budget and recording the release durably.
+
+        Args:
+            sql: one SELECT of linear aggregates (see ``dpgate.compile``). A hint
+                ``/*+ dpgate accuracy=25 confidence=0.95 */`` supplies defaults.
+            accuracy: half-width ε of the requested interval (> 0).
+            confidence: 1−δ, in (0, 1); default 0.95.
+            params: PEP 249 parameters bound into placeholders.
+            allow_partial: when the budget cannot pay, return history's best estimates
+                (with their true, wider intervals, ``meets_requirement=False``) instead
+                of raising ``BudgetExhausted``.
+            policy: override the gateway's policy for this call.
+
+        Raises:
+            UnsupportedQuery, SchemaError: the SQL is refused (nothing read, nothing spent).
+            InvalidRequirement: accuracy/confidence out of range.
+            BudgetExhausted: the answer would overspend (nothing read, nothing spent).
+        """
+        stmt = self._compile(sql, params)
+        accuracy, confidence, allow_partial = _requirement(stmt, accuracy, confidence, allow_partial)
+        policy = policy or self.policy
+        _check_policy(policy)
+        with self._lock:
+            self._sync()
+            state = self._state(stmt.table)
+            for q in stmt.queries:
+                state.refine(q)
+            steps = plan(state, stmt.queries, accuracy, confidence, policy)
+            if any(s.kind == "fresh" for s in steps):
+                steps, blue = self._measure(stmt, sql, steps, accuracy, confidence, policy, allow_partial)
+            else:
+                blue = state.blue
+            answers = self._answers(blue, steps, accuracy, confidence, policy)
+        return Result(answers, stmt, float(sum(s.increase for s in steps)))
+
+    def probability(self, sql: str, low: float | None = None, high: float | None = None, *, params: Any = None) -> float:
+        """P(low ≤ θ ≤ high | history) for a single-output query; free (seed 001 §5.2).
+
+        Raises:
+            NotEstimable: history does not determine this query.
+        """
+        stmt = self._compile(sql, params)
+        if len(stmt.queries) != 1:
+            raise ProgrammingError(
+                f"probability() needs a query with one output, this one has {len(stmt.queries)}."
+            )
+        (q,) = stmt.queries
+        with self._lock:
+            self._sync()
+            state = self._state(stmt.table)
+            state.refine(q)
+            if q.is_zero:
+                v = float(q.offset)
+                return float((low is None or low <= v) and (high is None or v <= high))
+            est = state.blue.estimate(state.atoms.vector(q))
+        if not est.estimable:
+            raise NotEstimable(
+                "history does not determine this query yet (it is not a linear combination of released "
+                "answers); ask gw.query(...) for it first."
+            )
+        off = float(q.offset)
+        return est.posterior.probability(
+            None if low is None else low - off, None if high is None else high - off
+        )
+
+    def close(self) -> None:
+        """Close the data source and the ledger (if the gateway opened it)."""
+        self._cube.close()
+        if self._owns_ledger:
+            self._ledger.close()
+
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -------------------------------------------------------------------
+    def _compile(self, sql: str, params: Any) -> CompiledStatement:
+        stmt = compile_statement(sql, self.schema, dialect=self.dialect, params=params)
+        if not isinstance(stmt, CompiledStatement):
+            raise ProgrammingError(
+                "SET dpgate.* statements configure a DB-API connection; pass accuracy= and "
+                "confidence= to Gateway.query instead."
+            )
+        return stmt
+
+    def _state(self, table: str) -> TableState:
+        t = self.schema.table(table)
+        key = t.name.lower()
+        if key not in self._tables:
+            self._tables[key] = TableState.new(t)
+        return self._tables[key]
+
+    def _spent(self) -> float:
+        return float(sum(s.costs.charge for s in self._tables.values()))
+
+    def _sync(self, records: Sequence[LedgerRecord] | None = None) -> None:
+        """Apply ledger records this gateway has not seen (other processes' releases)."""
+        if records is None:
+            records = self._ledger.records(since=self._last_id)
+        for rec in records:
+            if rec.id > self._last_id:
+                self._apply(rec)
+
+    def _apply(self, rec: LedgerRecord) -> None:
+        q = LinearQuery.from_json(rec.query)
+        state = self._state(rec.table)
+        state.refine(q)
+        state.record(state.atoms.vector(q), rec.scale, rec.value, rec.lattice, rec.alpha, rec.sensitivity)
+        self._last_id = rec.id
+
+    def _measure(
+        self,
+        stmt: CompiledStatement,
+        sql: str,
+        steps: list[Step],
+        accuracy: float,
+        confidence: float,
+        policy: str,
+        allow_partial: bool,
+    ) -> tuple[list[Step], IncrementalBLUE]:
+        """Under the ledger lock: re-plan if others released meanwhile, check the
+        budget, measure, record, commit — and only then hand values back, with a
+        copy of the inference state as it was before this statement's releases."""
+        state = self._state(stmt.table)
+        with self._ledger.transaction() as tx:
+            seen = self._last_id
+            self._sync(tx.records(since=self._last_id))
+            if self._last_id != seen:
+                for q in stmt.queries:
+                    state.refine(q)
+                steps = plan(state, stmt.queries, accuracy, confidence, policy)
+            before = state.blue.copy()
+            needed = float(sum(s.increase for s in steps))
+            spent = self._spent()
+            if spent + needed > self.budget + _BUDGET_SLACK:
+                if allow_partial:
+                    return [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps], before
+                raise self._refusal(state, steps, needed, spent, accuracy, confidence)
+            parts = [m for s in steps for m in s.measurements]
+            values = self._record(tx, state, parts, sql, "query", spent)
+        # Committed (fsync'd): only now may anything derived from the values leave.
+        self._sync()
+        it = iter(values)
+        return [replace(s, values=tuple(next(it) for _ in s.measurements)) for s in steps], before
+
+    def _record(
+        self, tx: Any, state: TableState, parts: Sequence[Measurement], sql: str, kind: str, spent: float
+    ) -> list[float]:
+        """Inside an open ledger transaction: read the true answers, add noise, append
+        one record per measurement.  Values leave only after the caller commits."""
+        truths = self._cube.true_numerators([m.query for m in parts])
+        trial = state.costs.copy()
+        values = []
+        for m, truth in zip(parts, truths):
+            rel = release(truth, m.query.denominator, m.sensitivity, m.alpha, self._noise)
+            trial.add(m.h, m.alpha, m.sensitivity)
+            tx.append(
+                kind=kind,
+                table=state.table.name,
+                query=m.query.to_json(),
+                sql=sql,
+                alpha=m.alpha,
+                sensitivity=m.sensitivity,
+                scale=rel.scale,
+                lattice=rel.lattice,
+                noise="discrete_laplace",
+                value=rel.value,
+                cost_after=spent - state.costs.charge + trial.charge,
+                secure=rel.secure,
+            )
+            values.append(rel.value)
+        return values
+
+    def release_measurements(
+        self, table: str, measurements: Sequence[tuple[LinearQuery, float]], *, kind: str = "warm_start", label: str = ""
+    ) -> list[float]:
+        """Release noisy answers of given linear queries at given budgets α (e.g. a warm start).
+
+        Privacy: each query ``q`` (sensitivity ``S = max|q|``) gets two-sided geometric
+        noise of scale ``S/α`` on its lattice, which is α-DP for ``q`` under add/remove-one-row;
+        the system cost rises by the per-cell formula (Theorem 5.5) over all of them,
+        checked against the budget before any data is read.  The values join the history
+        and are returned after the ledger commit.
+
+        Raises:
+            BudgetExhausted: the releases would overspend (nothing read, nothing spent).
+            InvalidRequirement: an α is not positive and finite.
+        """
+        for q, alpha in measurements:
+            if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (0 < alpha < math.inf):
+                raise InvalidRequirement(f"every budget α must be positive and finite, got {alpha!r}.")
+            if q.is_zero:
+                raise InvalidRequirement("a measured query must have a non-zero weight somewhere.")
+        with self._lock:
+            state = self._state(table)
+            with self._ledger.transaction() as tx:
+                self._sync(tx.records(since=self._last_id))
+                for q, _ in measurements:
+                    state.refine(q)
+                parts = [measurement(state, q, q.sensitivity / a) for q, a in measurements]
+                trial = state.costs.copy()
+                for m in parts:
+                    trial.add(m.h, m.alpha, m.sensitivity)
+                needed, spent = trial.charge - state.costs.charge, self._spent()
+                if spent + needed > self.budget + _BUDGET_SLACK:
+                    remaining = max(0.0, self.budget - spent)
+                    raise BudgetExhausted(
+                        f"These releases need ε = {needed:.4g}; {remaining:.4g} of {self.budget:g} remains.",
+                        needed=needed,
+                        remaining=remaining,
+                    )
+                values = self._record(tx, state, parts, label, kind, spent)
+            self._sync()
+        return values
+
+    def warm_start(
+        self, strategy: str, epsilon: float, columns: str | Sequence[str], *, table: str | None = None, **options: Any
+    ) -> Any:
+        """Spend ``epsilon`` up front on a designed release that later queries reuse for free.
+
+        ``strategy``: ``"identity"`` (one count per cell of ``columns``' grid),
+        ``"hierarchical"`` (Hay et al. tree over one ordered column; options
+        ``branching``, ``split="even"|"geometric"``, ``ratio``) or ``"ispe"`` (seed 003;
+        options ``alpha1_fraction``, ``iterations``, ``mask_size``, ``sigma``, ``xi``,
+        ``connectivity``).  Every cell's cost rises by exactly ε (Theorem 5.5), released
+        through :meth:`release_measurements`; see ``dpgate.warmstart`` for the privacy
+        proof and what intervals mean afterwards.  Returns a ``dpgate.warmstart.WarmStart``.
+
+        Raises:
+            InvalidRequirement: bad strategy, ε or option (nothing read, nothing spent).
+            BudgetExhausted: ``k·ε`` exceeds what remains (nothing read, nothing spent).
+        """
+        from dpgate import warmstart
+
+        if strategy not in warmstart.STRATEGIES:
+            raise InvalidRequirement(f"strategy must be one of {list(warmstart.STRATEGIES)}, got {strategy!r}.")
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (0 < epsilon < math.inf):
+            raise InvalidRequirement(f"epsilon must be a positive finite number, got {epsilon!r}.")
+        if not isinstance(columns, str) and not (isinstance(columns, Sequence) and columns):
+            raise InvalidRequirement(f"columns must be a column name or a non-empty list of names, got {columns!r}.")
+        return warmstart.warm_start(self, strategy, float(epsilon), columns, table=table, **options)
+
+    def _refusal(
+        self,
+        state: TableState,
+        steps: Sequence[Step],
+        needed: float,
+        spent: float,
+        accuracy: float,
+        confidence: float,
+    ) -> BudgetExhausted:
+        unpaid = [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps]
+        best = self._answers(state.blue, unpaid, accuracy, confidence, "minimal")
+        single = best[0] if len(best) == 1 else None
+        hint = ""
+        if single is not None and math.isfinite(single.value):
+            hint = (
+                f" History alone gives {single.value:.6g} ± {single.halfwidth:.6g} at {confidence:.0%};"
+                " pass allow_partial=True to receive it."
+            )
+        elif single is not None:
+            hint = " History alone does not determine this query."
+        remaining = max(0.0, self.budget - spent)
+        return BudgetExhausted(
+            f"This query needs ε = {needed:.4g} to reach ±{accuracy:g} at {confidence:.0%}; "
+            f"{remaining:.4g} of {self.budget:g} remains.{hint}",
+            needed=needed,
+            remaining=remaining,
+            estimate=single,
+        )
+
+    def _answers(
+        self, blue: IncrementalBLUE, steps: Sequence[Step], accuracy: float, confidence: float, policy: str
+    ) -> tuple[Answer, ...]:
+        """Answer each step with the estimator its decision was verified on.
+
+        ``blue`` is the state before this statement's releases; replaying the
+        measurements in plan order means each query is estimated from exactly the
+        history its plan saw (earlier releases plus its own), so a fresh answer's
+        certified half-width is the one the plan checked.  (Adding the statement's
+        later releases would lower the variance but can widen the certified interval
+        by a lattice step.)  Which estimator is used depends only on the design, so
+        coverage is unaffected.
+        """
+        replay = blue.copy() if any(s.measurements for s in steps) else blue
+        out = []
+        for s in steps:
+            for m, v in zip(s.measurements, s.values):
+                replay.append(m.h, m.scale, v, lattice=m.lattice)
+            out.append(self._answer(replay, s, accuracy, confidence, policy))
+        return tuple(out)
+
+    def _answer(self, blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str) -> Answer:
+        q = step.query
+        meta = dict(label=q.label, group=q.group, query=q, confidence=confidence, accuracy=accuracy)
+        off = float(q.offset)
+        if step.kind == "exact":
+            return Answer(off, off, off, source="exact", epsilon_spent=0.0, **meta)
+        if policy == "no_reuse" and step.kind == "fresh":
+            # The baseline answers from its own fresh release only (one measurement of Q).
+            (m,) = step.measurements
+            post = Posterior(step.values[0], ErrorLaw([1.0], [m.scale], lattice=[m.lattice]))
+        else:
+            est = blue.estimate(step.h)
+            if not est.estimable:
+                nan = math.nan
+                return Answer(nan, -math.inf, math.inf, source="unavailable", epsilon_spent=0.0,
+                              meets_requirement=False, **meta)
+            post = est.posterior
+        post = Posterior(post.mean() + off, post.law)
+        low, high = post.interval(confidence)
+        source = "history" if step.kind in ("history", "unavailable") else "fresh"
+        return Answer(
+            float(post.mean()), float(low), float(high), source=source, epsilon_spent=step.increase,
+            posterior=post, meets_requirement=meets((high - low) / 2, accuracy), **meta,
+        )
+
+
+    # -- model-based answers (seed 002; dpgate.model) ---------------------------------
+    def estimate(self, sql: str, method: str = "pca", *, confidence: float = 0.95, params: Any = None,
+                 **options: Any) -> Result:
+        """Biased model-based answers from history alone (seed 002): free, never charged.
+
+        For queries history does not pin down (or when the budget is spent).  Reads only
+        released answers, their scales, public query structure and the public schema, so
+        it is post-processing: nothing is spent and the ledger is unchanged.
+
+        Args:
+            sql: one SELECT of linear aggregates, as for :meth:`query`.
+            method: ``"pca"`` (kernel-PCA with cross-validated shrinkage ``a``) or
+                ``"maxent"`` (maximum-entropy Gibbs model).
+            confidence: sets the width of the *heuristic* band below.
+            **options: ``prior`` (``"auto"``: 1-D marginals fitted to released 1-D queries,
+                ``"uniform"``, or ``{column: cell probabilities}``), ``folds``, ``cv_seed``;
+                pca: ``a`` (``"cv"`` or a number, ``inf`` = unbiased projection);
+                maxent: ``alpha`` (number or ``"cv"``), ``max_atoms``.
+
+        Returns:
+            A ``dpgate.model.ModelResult`` (a ``Result`` with ``.model`` diagnostics) whose
+            answers have ``source="model"``, ``epsilon_spent=0``, ``meets_requirement=False``,
+            ``posterior=None`` and ``low/high = value ∓ z·RMSE_cv``: the cross-validated RMSE
+            on held-out past queries (seed 002 Theorem 4).  **Not a guaranteed interval**:
+            it is an average error scale, and can be far too narrow for unusual queries.
+        """
+        from dpgate.model import estimate as _estimate
+
+        return _estimate(self, sql, method, confidence=confidence, params=params, **options)
+
+    def synthesize(self, table: str | None = None, rows: int | None = None, seed: int | None = None,
+                   **options: Any) -> Any:
+        """A synthetic pandas DataFrame drawn from the maximum-entropy model (seed 002 §4).
+
+        Post-processing of released answers: nothing is spent, the ledger is unchanged.
+        Columns follow the schema exactly (``dpgate.model._synth`` lists the value emitted
+        per cell kind; the categorical ``other`` cell gives the literal ``"<other>"``).
+
+        Args:
+            table: the table (optional when the schema has one).
+            rows: rows to draw; default the public ``Table.rows``, else the model's estimated
+                total (``df.attrs["dpgate"]["rows_source"]`` says which).
+            seed: of the sampler (sampling needs no secure randomness).
+            **options: as for :meth:`estimate` with ``method="maxent"``.
+        """
+        from dpgate.model import synthesize as _synthesize
+
+        return _synthesize(self, table, rows, seed, **options)
+
+
+def _check_policy(policy: str) -> None:
+    if policy not in POLICIES:
+        raise InvalidRequirement(f"policy must be one of {list(POLICIES)}, got {policy!r}.")
+
+
+def _requirement(
+    stmt: CompiledStatement, accuracy: float | None, confidence: float | None, allow_partial: bool
+) -> tuple[float, float, bool]:
+    hints = stmt.hints
+    if accuracy is None and "accuracy" in hints:
+        accuracy = _number(hints["accuracy"], "accuracy")
+    if confidence is None and "confidence" in hints:
+        confidence = _number(hints["confidence"], "confidence")
+    if "allow_partial" in hints:
+        allow_partial = allow_partial or str(hints["allow_partial"]).lower() in ("1", "true", "on", "yes")
+    if accuracy is None:
+        raise InvalidRequirement(
+            "no accuracy given: pass accuracy= (the half-width of the interval you need, e.g. 25) "
+            "or add a hint /*+ dpgate accuracy=25 */."
+        )
+    confidence = 0.95 if confidence is None else confidence
+    for name, v in (("accuracy", accuracy), ("confidence", confidence)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
+            raise InvalidRequirement(f"{name} must be a number, got {v!r}.")
+    if not (0 < accuracy < math.inf):
+        raise InvalidRequirement(f"accuracy is the interval half-width and must be > 0 and finite, got {accuracy!r}.")
+    if not (0 < confidence < 1):
+        raise InvalidRequirement(f"confidence is 1−δ and must lie strictly between 0 and 1, got {confidence!r}.")
+    return float(accuracy), float(confidence), bool(allow_partial)
+
+
+def _number(text: str, name: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InvalidRequirement(f"hint {name}={text!r} is not a number.") from None

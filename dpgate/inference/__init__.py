@@ -1,0 +1,36 @@
+"""Stage "infer": what the released history says about a new linear query.
+
+Seed 001 §3–§5: the best linear unbiased estimator (BLUE) of ``θ = Q·x`` from
+noisy answers ``y = Hx + N``, the exact law of its error ``E = Σ A_k N_k``
+(Gil-Pelaez inversion; the paper's Monte Carlo and discrete convolution as
+cross-checks), the posterior of θ with certified credible intervals, the
+per-cell privacy cost, and an incremental state for the gateway that also
+prices a fresh measurement before it is taken.
+
+Example:
+    >>> from dpgate.inference import estimate
+    >>> est = estimate([[1, 1], [1, -1]], [30.0, 10.0], [1.0, 1.0], [1, 0])
+    >>> round(est.value, 6), est.estimable
+    (20.0, True)
+    >>> lo, hi = est.posterior.interval(0.95)
+    >>> bool(lo < 20.0 < hi)
+    True
+"""
+
+from __future__ import annotations
+
+from dpgate.inference._blue import Estimate, SystemCost, estimate, system_cost
+from dpgate.inference._incremental import IncrementalBLUE, minimal_scale
+from dpgate.inference._law import ErrorLaw
+from dpgate.inference._posterior import Posterior
+
+__all__ = [
+    "estimate",
+    "system_cost",
+    "Estimate",
+    "SystemCost",
+    "Posterior",
+    "ErrorLaw",
+    "IncrementalBLUE",
+    "minimal_scale",
+]

@@ -1,0 +1,509 @@
+"""Incremental BLUE over atoms, and the smallest budget that meets an accuracy target.
+
+State (``G`` = history rows scaled by ``1/b``, over ``n`` atoms of sizes ``d``):
+
+* ``V`` (r × n): a basis of the row space of G, orthonormal for
+  ``⟨u, v⟩_D = Σ_j d_j u_j v_j`` — the ordinary inner product of the expanded
+  cell vectors, so atoms behave exactly like the cells they stand for;
+* ``C`` (m × r) with ``G = C V``; ``M = (CᵀC)⁻¹`` (r × r), kept as a square root
+  ``M = S Sᵀ`` (Potter's square-root form of the Sherman–Morrison update: it
+  keeps M positive definite and its rounding errors at the level of ``cond(C)``
+  rather than ``cond(C)²``).
+
+Appending ``h`` with scale b: ``c = ⟨h/b, V⟩_D``, ``ρ = h/b − cV`` (Gram–Schmidt,
+re-orthogonalised once when the first pass cancelled: "twice is enough").  If
+``‖ρ‖_D > 1e-9 ‖h/b‖_D`` the basis grows by ``ρ/‖ρ‖_D`` and M by the block formula
+``[[M, −Mcᵀ/ρ], [−cM/ρ, (1 + cMcᵀ)/ρ²]]``, i.e. ``S ← [[S, 0], [−cS/ρ, 1/ρ]]``;
+otherwise Sherman–Morrison ``M ← M − Mcᵀ cM / (1 + cMcᵀ)``, i.e. with
+``φ = Sᵀcᵀ``, ``β = 1 + φᵀφ``: ``S ← S − (Sφ) φᵀ / (β + √β)``.  O(rn + r²) per row.
+Solves with M are polished by iterative refinement against C (see ``_solve``).
+
+A query Q (over atoms) is estimable iff ``‖Q − c_Q V‖_D ≤ 1e-9 ‖Q‖_D`` with
+``c_Q = ⟨Q, V⟩_D``; then ``u = C M c_Qᵀ`` is the minimum-norm solution of
+``Gᵀu = Qᵀ``, ``A_k = u_k/b_k`` and ``Var = 2‖u‖² = 2 c_Q M c_Qᵀ``.
+
+Splitting atoms (new atom i is a piece of old atom ``parent[i]``): ``V ← V[:, parent]``
+and ``d ← new sizes``.  V stays orthonormal because the sizes of the pieces of
+an atom add up to the atom's size:
+``Σ_i d'_i V_{a,p(i)} V_{b,p(i)} = Σ_j (Σ_{i∈p⁻¹(j)} d'_i) V_{aj} V_{bj} = Σ_j d_j V_{aj} V_{bj}``.
+``G ← G[:, parent] = C V[:, parent]``, so C and M do not change.  (The split is
+refused if the sizes do not add up.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.linalg import solve_triangular
+from scipy.optimize import brentq
+
+from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
+from dpgate.inference._law import ErrorLaw, Method, _check_probability, _readonly
+from dpgate.inference._posterior import Posterior
+
+__all__ = ["EXTEND_RTOL", "IncrementalBLUE", "minimal_scale"]
+
+EXTEND_RTOL = 1e-9
+"""A row whose distance to the current row space is at most this fraction of its norm adds no direction."""
+
+
+def _grow(buf: NDArray[np.float64], rows: int, cols: int) -> NDArray[np.float64]:
+    """Return ``buf`` or a copy with at least (rows, cols) capacity (doubling)."""
+    r0, c0 = buf.shape
+    if rows <= r0 and cols <= c0:
+        return buf
+    new = np.zeros((max(rows, 2 * r0 if rows > r0 else r0), max(cols, 2 * c0 if cols > c0 else c0)))
+    new[:r0, :c0] = buf
+    return new
+
+
+class IncrementalBLUE:
+    """Incrementally updated BLUE over a partition of the domain into atoms.
+
+    Args:
+        cell_sizes: Number of domain cells in each atom (positive).
+
+    Raises:
+        ValueError: If a size is not positive and finite.
+
+    Example:
+        >>> st = IncrementalBLUE(np.array([1.0, 1.0]))
+        >>> st.append(np.array([1.0, 1.0]), scale=1.0, value=30.0)
+        >>> st.append(np.array([1.0, 0.0]), scale=1.0, value=10.0)
+        >>> round(st.estimate(np.array([0.0, 1.0])).value, 9)
+        20.0
+    """
+
+    def __init__(self, cell_sizes: ArrayLike) -> None:
+        d = np.asarray(cell_sizes, dtype=np.float64)
+        if d.ndim != 1 or d.size == 0 or not np.isfinite(d).all() or (d <= 0).any():
+            raise ValueError("cell_sizes must be a non-empty 1-D array of positive sizes.")
+        n = d.size
+        self._d = d.copy()
+        self._m = 0
+        self._r = 0
+        self._V = np.zeros((8, n))
+        self._C = np.zeros((16, 8))
+        self._S = np.zeros((8, 8))  # M = S Sᵀ
+        self._fresh = False  # S was just rebuilt from C
+        self._H = np.zeros((16, n))
+        self._y = np.zeros(16)
+        self._b = np.zeros(16)
+        self._g = np.zeros(16)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def n_atoms(self) -> int:
+        """Number of atoms n."""
+        return int(self._d.size)
+
+    @property
+    def n_rows(self) -> int:
+        """Number of history rows m."""
+        return self._m
+
+    @property
+    def rank(self) -> int:
+        """Dimension r of the row space of the history."""
+        return self._r
+
+    @property
+    def cell_sizes(self) -> NDArray[np.float64]:
+        """Cells per atom (read-only copy)."""
+        return _readonly(self._d)
+
+    @property
+    def rows(self) -> NDArray[np.float64]:
+        """The history H over the current atoms, m × n (read-only copy)."""
+        return _readonly(self._H[: self._m])
+
+    @property
+    def values(self) -> NDArray[np.float64]:
+        """Released answers y (read-only copy)."""
+        return _readonly(self._y[: self._m])
+
+    @property
+    def scales(self) -> NDArray[np.float64]:
+        """Laplace scales b (read-only copy)."""
+        return _readonly(self._b[: self._m])
+
+    @property
+    def lattice(self) -> NDArray[np.float64]:
+        """Lattice steps γ (read-only copy; 0 = continuous)."""
+        return _readonly(self._g[: self._m])
+
+    def copy(self) -> IncrementalBLUE:
+        """An independent deep copy."""
+        new = object.__new__(IncrementalBLUE)
+        for k, v in self.__dict__.items():
+            new.__dict__[k] = v.copy() if isinstance(v, np.ndarray) else v
+        return new
+
+    # ------------------------------------------------------------------ helpers
+    def _atom_vector(self, v: ArrayLike, name: str) -> NDArray[np.float64]:
+        arr = np.asarray(v, dtype=np.float64)
+        if arr.shape != (self.n_atoms,):
+            raise ValueError(f"{name} must have shape ({self.n_atoms},); got {arr.shape}.")
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{name} must be finite.")
+        return arr
+
+    def _project(self, v: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Coefficients ``c`` of v on V and the residual ``v − cV``.
+
+        Classical Gram–Schmidt, repeated once only when the first pass cancelled
+        (Kahan–Parlett "twice is enough": ``‖res‖ < ‖v‖/√2``) and the residual is
+        not negligible anyway — V is memory-bound, so each pass counts.
+        """
+        V = self._V[: self._r]
+        d = self._d
+        c = V @ (d * v)
+        res = v - c @ V
+        rn, vn = self._dnorm(res), self._dnorm(v)
+        if EXTEND_RTOL * vn < rn < vn / math.sqrt(2.0):
+            c2 = V @ (d * res)
+            res -= c2 @ V
+            c = c + c2
+        return c, res
+
+    def _dnorm(self, v: NDArray[np.float64]) -> float:
+        return math.sqrt(float(np.dot(self._d * v, v)))
+
+    def _solve(self, rhs: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``(CᵀC)⁻¹ rhs`` from ``M = S Sᵀ``, with iterative refinement against C.
+
+        M is kept by rank-one updates and accumulates rounding errors; each
+        refinement step (O(mr)) multiplies the error by ``‖I − M CᵀC‖``, and
+        stops at the rounding floor.  If M has drifted so far (first residual
+        above 1e-3 relative) that refinement would crawl, S is rebuilt from a
+        QR factorisation of C (O(mr²), rare).
+        """
+        m, r = self._m, self._r
+        if r == 0:
+            return np.zeros(0)
+        C, S = self._C[:m, :r], self._S[:r, :r]
+        scale = float(np.abs(rhs).max(initial=0.0))
+        z = S @ (rhs @ S)
+        resid = rhs - (C @ z) @ C
+        size = first = float(np.abs(resid).max(initial=0.0))
+        for _ in range(6):
+            if size <= 1e-15 * scale:
+                break
+            z_new = z + S @ (resid @ S)
+            r_new = rhs - (C @ z_new) @ C
+            s_new = float(np.abs(r_new).max(initial=0.0))
+            if s_new >= size:  # the rounding floor: stop
+                break
+            z, resid, size = z_new, r_new, s_new
+        if first > 1e-3 * scale and not self._fresh:
+            # M has drifted far enough to slow refinement down: rebuild it from C.
+            self._refresh()
+            return self._solve(rhs)
+        return z
+
+    def _refresh(self) -> None:
+        """Recompute the square root S = R⁻¹ of M = (CᵀC)⁻¹ from the QR factorisation C = QR."""
+        m, r = self._m, self._r
+        R = np.linalg.qr(self._C[:m, :r], mode="r")
+        self._S[:r, :r] = solve_triangular(R, np.eye(r))
+        self._fresh = True
+
+    # ------------------------------------------------------------------ updates
+    def append(self, h: ArrayLike, scale: float, value: float, lattice: float = 0.0) -> None:
+        """Add one released answer ``value = h·x + N`` with Laplace scale ``scale``.
+
+        Args:
+            h: Query vector over the current atoms.
+            scale: Laplace scale ``b = S/α > 0`` of its noise.
+            value: The released noisy answer.
+            lattice: Lattice step γ of discrete noise (0 = continuous).
+
+        Raises:
+            ValueError: On a wrong shape or non-finite / non-positive numbers.
+        """
+        hv = self._atom_vector(h, "h")
+        scale, value, lattice = float(scale), float(value), float(lattice)
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale must be positive and finite; got {scale!r}.")
+        if not math.isfinite(value):
+            raise ValueError(f"value must be finite; got {value!r}.")
+        if not (math.isfinite(lattice) and lattice >= 0):
+            raise ValueError(f"lattice must be non-negative and finite; got {lattice!r}.")
+        m, r = self._m, self._r
+        self._H = _grow(self._H, m + 1, self.n_atoms)
+        if m + 1 > self._y.size:
+            for name in ("_y", "_b", "_g"):
+                old = getattr(self, name)
+                setattr(self, name, np.concatenate((old, np.zeros(old.size))))
+        self._C = _grow(self._C, m + 1, r + 1)
+        self._H[m] = hv
+        self._y[m], self._b[m], self._g[m] = value, scale, lattice
+        self._m = m + 1
+        g = hv / scale
+        gn = self._dnorm(g)
+        if gn == 0.0:  # a zero row carries no information
+            self._C[m, :] = 0.0
+            return
+        c, rho = self._project(g)
+        rn = self._dnorm(rho)
+        S = self._S
+        cS = c @ S[:r, :r]  # φᵀ
+        self._C[m, :] = 0.0
+        self._C[m, :r] = c
+        self._fresh = False
+        if rn > EXTEND_RTOL * gn:
+            self._V = _grow(self._V, r + 1, self.n_atoms)
+            self._S = S = _grow(S, r + 1, r + 1)
+            self._V[r] = rho / rn
+            self._C[m, r] = rn
+            S[:r, r] = 0.0
+            S[r, :r] = -cS / rn
+            S[r, r] = 1.0 / rn
+            self._r = r + 1
+        else:
+            beta = 1.0 + float(cS @ cS)
+            S[:r, :r] -= np.outer(S[:r, :r] @ cS, cS) / (beta + math.sqrt(beta))
+
+    def split(self, parent: ArrayLike, cell_sizes: ArrayLike) -> None:
+        """Refine the partition: new atom i is a piece of old atom ``parent[i]``.
+
+        Args:
+            parent: Index of the old atom of every new atom (length = new n).
+            cell_sizes: Cells in every new atom; the pieces of each old atom
+                must add up to its size.
+
+        Raises:
+            ValueError: If parent is out of range, leaves an old atom without a
+                piece, or the sizes do not add up.
+        """
+        p = np.asarray(parent)
+        d = np.asarray(cell_sizes, dtype=np.float64)
+        if p.ndim != 1 or not np.issubdtype(p.dtype, np.integer) or d.shape != p.shape:
+            raise ValueError("parent must be a 1-D integer array, cell_sizes of the same length.")
+        if p.size and (p.min() < 0 or p.max() >= self.n_atoms):
+            raise ValueError(f"parent entries must lie in [0, {self.n_atoms}).")
+        if not np.isfinite(d).all() or (d <= 0).any():
+            raise ValueError("New cell sizes must be positive and finite.")
+        total = np.bincount(p, weights=d, minlength=self.n_atoms)
+        if not np.allclose(total, self._d, rtol=1e-12, atol=0.0):
+            raise ValueError("The pieces of every old atom must add up to its size (and cover it).")
+        self._V = np.ascontiguousarray(self._V[:, p])
+        self._H = np.ascontiguousarray(self._H[:, p])
+        self._d = d.copy()
+
+    # ------------------------------------------------------------------ queries
+    def _coordinates(self, Q: NDArray[np.float64]) -> tuple[NDArray[np.float64], bool]:
+        cQ, res = self._project(Q)
+        return cQ, self._dnorm(res) <= ESTIMABLE_RTOL * self._dnorm(Q)
+
+    def estimate(self, Q: ArrayLike, method: Method = "exact", **law_options: Any) -> Estimate:
+        """BLUE of ``Q·x`` from the stored history (same result as :func:`estimate`).
+
+        Raises:
+            ValueError: On a wrong shape or non-finite Q.
+        """
+        Qv = self._atom_vector(Q, "Q")
+        m, r = self._m, self._r
+        b, g = _readonly(self._b[:m]), _readonly(self._g[:m])
+        cQ, ok = self._coordinates(Qv)
+        if not ok:
+            return Estimate(math.nan, _readonly(np.full(m, np.nan)), math.nan, False, None, b, g)
+        u = self._C[:m, :r] @ self._solve(cQ)
+        A = u / self._b[:m]
+        value = float(A @ self._y[:m])
+        law = ErrorLaw(A, b, g, method, **law_options)
+        return Estimate(value, _readonly(A), law.variance, True, Posterior(value, law), b, g)
+
+    def estimate_with(
+        self, Q: ArrayLike, h_new: ArrayLike, scale_new: float, lattice_new: float = 0.0
+    ) -> tuple[NDArray[np.float64], float, float, bool]:
+        """BLUE weights of Q if ``h_new`` with scale ``scale_new`` were appended (no mutation).
+
+        Returns:
+            ``(weights_history, weight_new, variance, estimable)``; weights and
+            variance are ``nan`` if Q is not estimable even with ``h_new``.
+            ``lattice_new`` does not change the weights (the BLUE uses the
+            continuous variances); it is accepted for symmetry with :meth:`append`.
+
+        Raises:
+            ValueError: On wrong shapes or a non-positive scale.
+        """
+        scale = float(scale_new)
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale_new must be positive and finite; got {scale_new!r}.")
+        if not (math.isfinite(float(lattice_new)) and float(lattice_new) >= 0):
+            raise ValueError("lattice_new must be non-negative and finite.")
+        pr = _Pricer(self, self._atom_vector(Q, "Q"), self._atom_vector(h_new, "h_new"))
+        if not pr.estimable:
+            return np.full(self._m, np.nan), math.nan, math.nan, False
+        u_hist, u_new = pr.at(scale)
+        var = 2.0 * (float(u_hist @ u_hist) + u_new * u_new)
+        return u_hist / self._b[: self._m], u_new / scale, var, True
+
+
+class _Pricer:
+    """Everything about "history + h_new at scale b" that does not depend on b.
+
+    With ``s = 1/b``, ``c = s c_h`` and ``ρ = s ρ_h``.  If ``h_new`` adds no
+    direction, Sherman–Morrison gives (κ = c_h M c_hᵀ, η = c_h M c_Qᵀ)::
+
+        u_hist = C M c_Qᵀ − s² η/(1 + s² κ) · C M c_hᵀ,   u_new = s η / (1 + s² κ).
+
+    If it adds the unit direction e (``‖ρ_h‖_D = ρ``, ``c_e = ⟨Q, e⟩_D``), the
+    block formula gives ``u_hist = C M c_Qᵀ − (c_e/ρ) C M c_hᵀ`` and
+    ``u_new = b c_e / ρ``.
+    """
+
+    def __init__(self, st: IncrementalBLUE, Q: NDArray[np.float64], h: NDArray[np.float64]) -> None:
+        m, r = st._m, st._r
+        c_h, rho = st._project(h)
+        hn, rn = st._dnorm(h), st._dnorm(rho)
+        self.extends = hn > 0 and rn > EXTEND_RTOL * hn
+        same = Q is h or np.array_equal(Q, h)  # the usual case: measure the query itself
+        cQ, res = (c_h, rho) if same else st._project(Q)
+        qn = st._dnorm(Q)
+        ce = 0.0
+        if self.extends:
+            e = rho / rn
+            ce = float(np.dot(st._d * Q, e))
+            res = res - ce * e
+        self.estimable = st._dnorm(res) <= ESTIMABLE_RTOL * qn
+        C = st._C[:m, :r]
+        Mh = st._solve(c_h)
+        MQ = Mh if same else st._solve(cQ)
+        self.kappa, self.eta = float(c_h @ Mh), float(c_h @ MQ)
+        self.CMQ, self.CMh = C @ MQ, C @ Mh
+        self.ce_over_rho = ce / rn if self.extends else 0.0
+
+    def at(self, b: float) -> tuple[NDArray[np.float64], float]:
+        """``(u_hist, u_new)`` for the new row at scale b."""
+        if self.extends:
+            return self.CMQ - self.ce_over_rho * self.CMh, b * self.ce_over_rho
+        s2 = 1.0 / (b * b)
+        denom = 1.0 + s2 * self.kappa
+        return self.CMQ - (s2 * self.eta / denom) * self.CMh, (self.eta / b) / denom
+
+
+def minimal_scale(
+    state: IncrementalBLUE,
+    Q: ArrayLike,
+    h_new: ArrayLike,
+    accuracy: float,
+    confidence: float,
+    max_scale: float = math.inf,
+    *,
+    lattice: float | Callable[[float], float] = 0.0,
+    method: Method = "exact",
+    rel_tol: float = 1e-4,
+) -> float | None:
+    """Largest Laplace scale b for a new measurement ``h_new`` meeting the target.
+
+    "Meeting the target" means the certified ``confidence`` half-width of the
+    BLUE of Q from history plus the new answer is ≤ ``accuracy``.  The returned
+    b always meets it (it is checked, not extrapolated); it is within about a
+    factor ``1 + rel_tol`` of the crossing found by bracketing and Brent's method
+    in log b (the half-width grows with b in every case we know of, but the BLUE
+    is not peakedness-optimal, so monotonicity is not proven).  The caller
+    charges ``α = S/b``.
+
+    Args:
+        state: History so far (not modified).
+        Q: The query over the atoms of ``state``.
+        h_new: The query to measure freshly (usually Q itself).
+        accuracy: Target half-width (> 0).
+        confidence: Target level 1 − δ in (0, 1).
+        max_scale: Upper cap on b; returned if it already meets the target.
+        lattice: Lattice step of the new noise: a callable ``b ↦ γ(b)`` or a
+            float ratio (``γ = lattice · b``); 0 for continuous noise.
+        method: Error-law method (``"exact"`` recommended).
+        rel_tol: Relative precision of the search in b.
+
+    Returns:
+        The scale b, or ``None`` if no scale can meet the target (Q not
+        estimable even with ``h_new``, or the history's own noise already too
+        wide where ``h_new`` cannot help).  ``max_scale`` (possibly inf) if
+        history alone meets the target.
+
+    Raises:
+        ValueError: On invalid accuracy, confidence, max_scale or rel_tol.
+    """
+    acc = float(accuracy)
+    if not (math.isfinite(acc) and acc > 0):
+        raise ValueError(f"accuracy must be positive and finite; got {accuracy!r}.")
+    conf = _check_probability(confidence, "confidence")
+    if not (max_scale > 0):
+        raise ValueError(f"max_scale must be positive; got {max_scale!r}.")
+    if not (0 < rel_tol < 1):
+        raise ValueError(f"rel_tol must lie in (0, 1); got {rel_tol!r}.")
+    Qv = state._atom_vector(Q, "Q")
+    hv = state._atom_vector(h_new, "h_new")
+    pr = _Pricer(state, Qv, hv)
+    if not pr.estimable:
+        return None
+    m = state._m
+    b_hist, g_hist = state._b[:m], state._g[:m]
+    gamma: Callable[[float], float] = lattice if callable(lattice) else (lambda b: float(lattice) * b)
+
+    hist = state.estimate(Qv, method)
+    if hist.estimable and hist.halfwidth(conf) <= acc:
+        return float(max_scale)
+
+    def excess(b: float) -> float:
+        """Certified half-width minus the target (≤ 0 means b meets it)."""
+        u_hist, u_new = pr.at(b)
+        law = ErrorLaw(
+            np.append(u_hist / b_hist, u_new / b),
+            np.append(b_hist, b),
+            np.append(g_hist, gamma(b)),
+            method,
+        )
+        return law.halfwidth(conf) - acc
+
+    def meets(b: float) -> bool:
+        return excess(b) <= 0.0
+
+    b0 = min(acc / -math.log1p(-conf), float(max_scale))
+    if not meets(b0 * 1e-12):
+        return None
+    # Bracket [lo, hi] with lo meeting the target and hi not, by factors of 4.
+    if meets(b0):
+        lo, hi = b0, math.inf
+        while hi == math.inf:
+            b = lo * 4.0
+            if b >= max_scale:
+                if meets(float(max_scale)):
+                    return float(max_scale)
+                hi = float(max_scale)
+            elif meets(b):
+                lo = b
+            else:
+                hi = b
+    else:
+        hi = b0
+        while True:
+            b = hi / 4.0
+            if meets(b):
+                lo = b
+                break
+            hi = b
+    # Brent's method on log b (the half-width is close to linear in b), then make
+    # sure the answer is on the meeting side: never return a b that fails.
+    try:
+        root = math.exp(brentq(lambda lb: excess(math.exp(lb)), math.log(lo), math.log(hi),
+                               xtol=rel_tol / 4.0, rtol=1e-15))
+    except ValueError:
+        # The certified half-width is a step function when one discrete term
+        # dominates; exp(log(b)) may land on the other side of a step.  Bisect.
+        a, z = lo, hi
+        while z / a > 1.0 + rel_tol / 4.0:
+            mid = math.sqrt(a * z)
+            a, z = (mid, z) if meets(mid) else (a, mid)
+        root = a
+    b = min(root * (1.0 - rel_tol / 4.0), hi)
+    while b > lo and not meets(b):
+        b *= 1.0 - rel_tol / 2.0
+    return max(b, lo)

@@ -1,0 +1,155 @@
+"""Posterior of a query answer θ given the released history (seed 001 §4, §5.2)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from dpgate.inference._law import ErrorLaw, _as_points
+
+__all__ = ["Posterior"]
+
+
+class Posterior:
+    """Law of θ under the uninformative prior: ``θ = θ̂ − E`` (seed 001, Lemma 4.1).
+
+    Looks like a frozen ``scipy.stats`` distribution.  Because E is symmetric,
+    ``P(θ ≤ x) = P(E ≤ x − θ̂)``.  The narrowest (1 − δ) credible interval is
+    ``θ̂ ± q`` with q the certified (1 − δ) quantile of ``|E|``; over repeated
+    releases it is also a frequentist confidence interval with coverage
+    ≥ 1 − δ.
+
+    Args:
+        center: The point estimate θ̂ (finite).
+        law: The law of the error E.
+
+    Raises:
+        ValueError: If center is not finite.
+
+    Example:
+        >>> post = Posterior(10.0, ErrorLaw([1.0], [1.0]))
+        >>> lo, hi = post.interval(0.95)
+        >>> round(hi - 10.0, 6)
+        2.995732
+        >>> round(post.probability(low=10.0), 6)
+        0.5
+    """
+
+    def __init__(self, center: float, law: ErrorLaw) -> None:
+        center = float(center)
+        if not math.isfinite(center):
+            raise ValueError(f"The posterior centre must be finite; got {center!r}.")
+        self.center = center
+        self.law = law
+
+    def __repr__(self) -> str:
+        return f"Posterior(center={self.center!r}, std={self.std()!r}, method={self.law.method!r})"
+
+    # ------------------------------------------------------------------ scipy-like
+    def cdf(self, x: ArrayLike) -> float | NDArray[np.float64]:
+        """``P(θ ≤ x)``.
+
+        Raises:
+            ValueError: If x contains NaN.
+        """
+        xx, scalar = _as_points(x)
+        out = np.asarray(self.law.cdf(xx - self.center))
+        return float(out[0]) if scalar else out
+
+    def sf(self, x: ArrayLike) -> float | NDArray[np.float64]:
+        """``P(θ > x)``.
+
+        Raises:
+            ValueError: If x contains NaN.
+        """
+        xx, scalar = _as_points(x)
+        out = np.asarray(self.law.sf(xx - self.center))
+        return float(out[0]) if scalar else out
+
+    def pdf(self, x: ArrayLike) -> float | NDArray[np.float64]:
+        """Density of θ at x.
+
+        Raises:
+            ValueError: If x contains NaN, or θ is known exactly (no density).
+        """
+        xx, scalar = _as_points(x)
+        out = np.asarray(self.law.pdf(xx - self.center))
+        return float(out[0]) if scalar else out
+
+    def ppf(self, q: ArrayLike) -> float | NDArray[np.float64]:
+        """Quantile function of θ.
+
+        Raises:
+            ValueError: If q is outside [0, 1] or NaN.
+        """
+        qq, scalar = _as_points(q, "q")
+        out = self.center + np.asarray(self.law.ppf(qq))
+        return float(out[0]) if scalar else out
+
+    def interval(self, confidence: float) -> tuple[float, float]:
+        """Narrowest credible interval ``(θ̂ − q, θ̂ + q)`` with certified coverage.
+
+        Raises:
+            ValueError: If confidence is not in (0, 1).
+        """
+        q = self.law.halfwidth(confidence)
+        return self.center - q, self.center + q
+
+    def halfwidth(self, confidence: float) -> float:
+        """The q of :meth:`interval`.
+
+        Raises:
+            ValueError: If confidence is not in (0, 1).
+        """
+        return self.law.halfwidth(confidence)
+
+    def mean(self) -> float:
+        """Posterior mean (= θ̂)."""
+        return self.center
+
+    def median(self) -> float:
+        """Posterior median (= θ̂, by symmetry)."""
+        return self.center
+
+    def var(self) -> float:
+        """Posterior variance ``2 Σ (A_k b_k)²``."""
+        return self.law.variance
+
+    def std(self) -> float:
+        """Posterior standard deviation."""
+        return self.law.std
+
+    def probability(self, low: float | None = None, high: float | None = None) -> float:
+        """``P(low ≤ θ ≤ high)`` for claims such as ``P(θ > 0)`` (seed 001 §5.2).
+
+        Args:
+            low: Lower end, or ``None`` for −∞.
+            high: Upper end, or ``None`` for +∞.
+
+        Raises:
+            ValueError: If an end is NaN or ``low > high``.
+        """
+        lo = -math.inf if low is None else float(low)
+        hi = math.inf if high is None else float(high)
+        if math.isnan(lo) or math.isnan(hi):
+            raise ValueError("low and high must not be NaN.")
+        if lo > hi:
+            raise ValueError(f"low ({lo}) must not exceed high ({hi}).")
+        upper = 1.0 if hi == math.inf else float(self.cdf(hi))
+        below = 0.0 if lo == -math.inf else float(self.cdf(lo)) - self._atom(lo)
+        return float(min(max(upper - below, 0.0), 1.0))
+
+    def _atom(self, x: float) -> float:
+        """``P(θ = x)``: non-zero only for a point mass or exact discrete noise."""
+        law = self.law
+        if law.n_terms == 0:
+            return 1.0 if x == self.center else 0.0
+        if law._single_discrete is not None:
+            s, p = law._single_discrete
+            k = (self.center - x) / s
+            if abs(k - round(k)) < 1e-9:
+                return (1.0 - p) / (1.0 + p) * p ** abs(round(k))
+        return 0.0
+

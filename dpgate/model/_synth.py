@@ -1,0 +1,148 @@
+"""Synthetic rows from the maximum-entropy model (seed 002 §4.2, last paragraph).
+
+Sampling is post-processing of the fitted model (released answers only), so it
+spends no budget and needs no secure randomness; ``seed`` makes it reproducible.
+
+Each row: an atom is drawn from ``p_w``; within it a grid box with probability
+proportional to its prior mass; within the box one cell per column, proportional
+to the column's prior (uniform unless a marginal prior is in use), over the box's
+slab for grid columns and over the whole column otherwise; then one concrete
+value per cell:
+
+=============  =============================================================
+cell           value emitted
+=============  =============================================================
+integer        the integer (dtype ``Int64``)
+binned         a value drawn uniformly inside the half-open bin — an integer
+               when the column declares integer ``min``/``max`` (``Int64``),
+               else a float (``float64``)
+categorical    the category string; the out-of-domain cell gives the literal
+               ``"<other>"`` (:data:`dpgate.schema.OTHER_LABEL`), which is not a
+               declared value, so it maps back to the ``other`` cell (object dtype)
+boolean        ``False`` / ``True`` (dtype ``boolean``)
+NULL cell      a missing value (``pd.NA`` / ``None`` / ``NaN``)
+=============  =============================================================
+
+Reading the frame back through the same schema therefore reproduces exactly the
+sampled cells.  Under the uniform prior a column no released query mentions is
+uniform over *all* its cells, NULL and ``<other>`` included: nothing released says
+otherwise.  (Release 1-D marginals, or pass ``prior=``, to inform it.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from dpgate.model._history import History, box_mass
+from dpgate.schema import OTHER_LABEL, Column
+
+__all__ = ["sample_frame"]
+
+
+def _cells_in(rng: np.random.Generator, start: np.ndarray, end: np.ndarray, p: np.ndarray | None) -> np.ndarray:
+    """One cell in each ``[start, end)``, uniform or proportional to ``p``."""
+    u = rng.random(start.size)
+    if p is None:
+        return np.minimum(start + np.floor(u * (end - start)).astype(np.int64), end - 1)
+    cum = np.concatenate([[0.0], np.cumsum(p)])
+    target = cum[start] + u * (cum[end] - cum[start])
+    cell = np.searchsorted(cum, target, side="right") - 1
+    return np.clip(cell, start, end - 1)
+
+
+def _masked(values: np.ndarray, null: np.ndarray, dtype: str) -> Any:
+    import pandas as pd
+
+    arr = pd.array(values, dtype=dtype)
+    arr[null] = pd.NA
+    return arr
+
+
+def _values(col: Column, cells: np.ndarray, rng: np.random.Generator) -> Any:
+    import pandas as pd
+
+    null = cells == col.null_cell
+    if col.kind == "integer":
+        return _masked(np.where(null, 0, col.min + cells), null, "Int64")  # type: ignore[operator]
+    if col.kind == "boolean":
+        return _masked(np.where(null, False, cells == 1), null, "boolean")
+    if col.kind == "categorical":
+        labels = np.array([*col.values, OTHER_LABEL, None], dtype=object)
+        return labels[cells]
+    # binned
+    e = np.asarray(col.edges, dtype=float)
+    k = np.minimum(cells, len(e) - 2)
+    lo_e, hi_e = e[k], e[k + 1]
+    u = rng.random(cells.size)
+    if col.min is not None:
+        lo = np.ceil(lo_e)
+        hi = np.ceil(hi_e) - 1
+        clo, chi = np.maximum(lo, col.min), np.minimum(hi, col.max)  # type: ignore[arg-type]
+        lo, hi = np.where(clo <= chi, clo, lo), np.where(clo <= chi, chi, hi)
+        if np.all(lo[~null] <= hi[~null]):
+            v = lo + np.floor(u * (hi - lo + 1))
+            v = np.minimum(v, hi)
+            return _masked(np.where(null, 0, v).astype(np.int64), null, "Int64")
+    v = lo_e + u * (hi_e - lo_e)
+    v = np.minimum(v, np.nextafter(hi_e, -np.inf))
+    return np.where(null, np.nan, v)
+
+
+def sample_frame(
+    hist: History,
+    p: np.ndarray,
+    mass: np.ndarray,
+    marginals: dict[str, np.ndarray],
+    model: Any,
+    rows: int | None,
+    seed: int | None,
+    info: dict[str, Any],
+) -> Any:
+    """A pandas DataFrame of synthetic rows with the table's schema (see the module docstring)."""
+    import pandas as pd
+
+    t, atoms = hist.table, hist.atoms
+    if rows is not None:
+        n, source = int(rows), "argument"
+    elif t.rows is not None:
+        n, source = int(t.rows), "public (Table.rows)"
+    else:
+        n, source = int(round(model.total)), "estimated: " + str(model.info.get("total_source", "model total"))
+    rng = np.random.default_rng(seed)
+    labels = atoms.labels.ravel()
+    box = np.ravel(box_mass(t, atoms, marginals)) if marginals else None
+    if box is None:
+        sizes = np.ones(())
+        for c, bp in zip(atoms.columns, atoms.breakpoints):
+            sizes = np.multiply.outer(sizes, np.diff(np.append(bp, t.column(c).n_cells)).astype(float))
+        box = np.ravel(sizes)
+    within = np.zeros(atoms.n_atoms)
+    np.add.at(within, labels, box)
+    p_box = p[labels] * box / within[labels]
+    p_box = np.maximum(p_box, 0.0)
+    p_box /= p_box.sum()
+    picks = rng.choice(p_box.size, size=n, p=p_box) if n else np.zeros(0, dtype=np.int64)
+    shape = tuple(len(b) for b in atoms.breakpoints)
+    coords = np.unravel_index(picks, shape) if shape else ()
+    grid = {c.lower(): (k, bp) for k, (c, bp) in enumerate(zip(atoms.columns, atoms.breakpoints))}
+    data = {}
+    for col in t.columns:
+        if col.name.lower() in grid:
+            k, bp = grid[col.name.lower()]
+            edges = np.append(np.asarray(bp, dtype=np.int64), col.n_cells)
+            start, end = edges[coords[k]], edges[coords[k] + 1]
+        else:
+            start, end = np.zeros(n, dtype=np.int64), np.full(n, col.n_cells, dtype=np.int64)
+        cells = _cells_in(rng, start, end, marginals.get(col.name))
+        data[col.name] = _values(col, cells, rng)
+    df = pd.DataFrame(data)
+    meta = {k: v for k, v in info.items() if k != "cv_curve"}
+    meta.update(source="model", method="maxent", epsilon_spent=0.0, rows=n, rows_source=source, seed=seed,
+                other_label=OTHER_LABEL)
+    df.attrs["dpgate"] = meta
+    if not math.isfinite(float(p.sum())):
+        raise ValueError("the model's probabilities are not finite; this is a bug in dpgate")
+    return df

@@ -1,0 +1,124 @@
+"""What a query returns: immutable ``Answer`` values grouped in a ``Result``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from dpgate.errors import InterfaceError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dpgate.compile import CompiledStatement
+    from dpgate.inference import Posterior
+    from dpgate.query import LinearQuery
+
+__all__ = ["Answer", "Result", "Source"]
+
+#: Where an answer came from.
+#:  - ``"history"``: post-processing of earlier releases, no budget spent;
+#:  - ``"fresh"``: a new noisy measurement was taken (and combined with history);
+#:  - ``"exact"``: the answer is a public constant (every weight is zero);
+#:  - ``"unavailable"``: nothing could be released (budget exhausted, history silent);
+#:  - ``"model"``: a *biased* model-based estimate from history (``Gateway.estimate``,
+#:    seed 002): free, ``meets_requirement=False``, no posterior, and ``low``/``high``
+#:    are ``value ∓ z·RMSE_cv`` — a cross-validated error scale, NOT a guaranteed interval.
+Source = Literal["history", "fresh", "exact", "unavailable", "model"]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One released number with its honest interval.
+
+    Attributes:
+        value: the estimate θ̂ (the posterior centre); NaN when ``source == "unavailable"``.
+        low, high: the narrowest ``confidence`` credible interval, which is also an
+            exact frequentist confidence interval for the true answer.
+        confidence: the stated coverage 1−δ of ``[low, high]``.
+        accuracy: the half-width the analyst asked for.
+        source: ``"history"``, ``"fresh"``, ``"exact"``, ``"unavailable"`` or ``"model"``
+            (see ``Source``; a ``"model"`` answer's ``low``/``high`` are not a guaranteed interval).
+        epsilon_spent: increase of the system privacy cost this answer caused (0 from history).
+        posterior: scipy.stats-like law of the true answer given everything released
+            (``cdf, sf, ppf, pdf, interval, mean, std, probability``), or ``None`` when
+            the answer is exact or unavailable.
+        meets_requirement: whether ``high - value <= accuracy``; False only for partial
+            answers returned with ``allow_partial=True``.
+        label: output column name.
+        group: GROUP BY key as ``((column, key), …)``.
+        query: the compiled linear query.
+    """
+
+    value: float
+    low: float
+    high: float
+    confidence: float
+    accuracy: float
+    source: Source
+    epsilon_spent: float
+    posterior: Posterior | None = field(repr=False, default=None)
+    meets_requirement: bool = True
+    label: str = ""
+    group: tuple[tuple[str, Any], ...] = ()
+    query: LinearQuery | None = field(repr=False, default=None, compare=False)
+
+    @property
+    def halfwidth(self) -> float:
+        """Half the interval's width (``inf`` when unavailable)."""
+        return (self.high - self.low) / 2 if math.isfinite(self.high - self.low) else math.inf
+
+
+@dataclass(frozen=True)
+class Result:
+    """Everything one SQL statement released.
+
+    Attributes:
+        answers: one ``Answer`` per (group, aggregate output column), groups in domain order.
+        statement: the compiled statement (outputs, group columns, post-processing).
+        epsilon_spent: total increase of the system privacy cost.
+    """
+
+    answers: tuple[Answer, ...]
+    statement: CompiledStatement = field(repr=False)
+    epsilon_spent: float = 0.0
+
+    @property
+    def answer(self) -> Answer:
+        """The single answer; raises when the query released several (groups or columns)."""
+        if len(self.answers) != 1:
+            raise InterfaceError(
+                f"this result holds {len(self.answers)} answers (groups × output columns); "
+                "use .answers or .to_pandas() instead of .answer."
+            )
+        return self.answers[0]
+
+    def to_pandas(self, *, intervals: bool = True) -> pd.DataFrame:
+        """One row per group: the group keys, then per output column its value and,
+        with ``intervals``, ``<col>_low``, ``<col>_high``, ``<col>_source``.
+        ORDER BY / LIMIT / HAVING of the statement are applied to these released rows."""
+        import pandas as pd
+
+        st = self.statement
+        n_aggs = sum(1 for o in st.outputs if o.kind == "aggregate")
+        rows = []
+        for g in range(len(self.answers) // max(n_aggs, 1)):
+            row: dict[str, Any] = {}
+            chunk = self.answers[g * n_aggs : (g + 1) * n_aggs]
+            keys = dict(chunk[0].group) if chunk else {}
+            agg_i = 0
+            for out in st.outputs:
+                if out.kind == "group":
+                    row[out.name] = keys.get(out.column)
+                    continue
+                a = chunk[agg_i]
+                agg_i += 1
+                row[out.name] = a.value
+                if intervals:
+                    row[f"{out.name}_low"] = a.low
+                    row[f"{out.name}_high"] = a.high
+                    row[f"{out.name}_source"] = a.source
+            rows.append(row)
+        df = pd.DataFrame(rows)
+        return st.apply_postprocessing(df)

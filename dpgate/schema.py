@@ -1,0 +1,475 @@
+"""Public domains: what every column may hold, declared by the data owner.
+
+A schema is a *public* declaration.  dpgate never reads a domain (cells, group
+keys, bin edges) from the private data unless the caller passes
+``unsafe_infer_from_data=True``, which warns.
+
+Every row maps to exactly one *cell* per column; the cells of a column are
+numbered ``0 .. n_cells-1`` in this order:
+
+=============  ==========================================  ==========================
+kind           cells                                       values outside the domain
+=============  ==========================================  ==========================
+integer        ``min, min+1, …, max``, then NULL           floored, then clamped to
+                                                           ``[min, max]``
+binned         half-open bins ``[e0,e1), …, [ek-1,ek)``,    clamped to the first / last
+               then NULL                                   bin
+categorical    the declared values, then ``other``, NULL   go to ``other``
+boolean        ``false, true``, then NULL                  any non-zero value is true
+=============  ==========================================  ==========================
+
+NULL rows are never dropped: they land in the NULL cell, which ``COUNT(*)``
+counts, ``COUNT(col)`` and ``SUM(col)`` skip, and ``col IS NULL`` selects.  The
+``other`` cell holds out-of-domain categorical values; it equals no declared
+value and matches no ``LIKE`` pattern.  A table is the product of its columns'
+cells; the cube counts rows per cell.
+
+The format, as YAML or the same structure as a dict::
+
+    tables:
+      pums:
+        max_rows_per_individual: 1     # optional, default 1 (see README)
+        rows: 1000                     # optional public row count
+        columns:
+          age:     {type: integer, min: 0, max: 100}
+          income:  {type: integer, min: 0, max: 500000,
+                    bins: [0, 10000, 25000, 50000, 100000, 500001]}
+          sex:     {type: categorical, values: ["0", "1"]}
+          married: {type: boolean}
+
+``type: numeric`` (or ``float``) columns must declare ``bins``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from dpgate.errors import SchemaError
+
+__all__ = ["Column", "Table", "Schema", "NULL_LABEL", "OTHER_LABEL"]
+
+ColumnKind = Literal["integer", "binned", "categorical", "boolean"]
+
+#: Label of the NULL cell in group keys and cell listings.
+NULL_LABEL = None
+#: Label of the out-of-domain cell of a categorical column.
+OTHER_LABEL = "<other>"
+
+#: Largest number of cells one column may declare (keeps cell indices in int64
+#: arithmetic and group-by outputs sane).
+MAX_COLUMN_CELLS = 10_000_000
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column's public domain.
+
+    Attributes:
+        name: column name as it appears in SQL (case preserved).
+        kind: ``"integer"``, ``"binned"``, ``"categorical"`` or ``"boolean"``.
+        min, max: inclusive integer range (integer kind; binned kind when declared).
+        edges: bin edges ``e0 < e1 < … < ek`` of half-open bins ``[e_i, e_{i+1})`` (binned kind).
+        values: declared category values, as strings (categorical kind).
+    """
+
+    name: str
+    kind: ColumnKind
+    min: int | None = None
+    max: int | None = None
+    edges: tuple[float, ...] = ()
+    values: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        where = f"column {self.name!r}"
+        if self.kind == "integer":
+            if self.min is None or self.max is None:
+                raise SchemaError(f"{where}: an integer column needs both 'min' and 'max'.")
+            if self.max < self.min:
+                raise SchemaError(f"{where}: max ({self.max}) is below min ({self.min}).")
+            if self.max - self.min + 2 > MAX_COLUMN_CELLS:
+                raise SchemaError(
+                    f"{where}: range {self.min}..{self.max} has more than {MAX_COLUMN_CELLS} cells; "
+                    "declare 'bins' to coarsen it."
+                )
+        elif self.kind == "binned":
+            if len(self.edges) < 2:
+                raise SchemaError(f"{where}: 'bins' needs at least two edges, got {list(self.edges)}.")
+            if not all(math.isfinite(e) for e in self.edges):
+                raise SchemaError(f"{where}: bin edges must be finite numbers, got {list(self.edges)}.")
+            if any(b <= a for a, b in zip(self.edges, self.edges[1:])):
+                raise SchemaError(f"{where}: bin edges must increase strictly, got {list(self.edges)}.")
+        elif self.kind == "categorical":
+            if not self.values:
+                raise SchemaError(f"{where}: a categorical column needs a non-empty 'values' list.")
+            if len(set(self.values)) != len(self.values):
+                raise SchemaError(f"{where}: 'values' has duplicates: {list(self.values)}.")
+        elif self.kind != "boolean":
+            raise SchemaError(
+                f"{where}: unknown type {self.kind!r}; use integer, numeric (with bins), categorical or boolean."
+            )
+
+    # -- cells -------------------------------------------------------------
+    @property
+    def n_cells(self) -> int:
+        """Number of cells, including the NULL cell (and ``other`` for categoricals)."""
+        if self.kind == "integer":
+            return int(self.max - self.min + 2)  # type: ignore[operator]
+        if self.kind == "binned":
+            return len(self.edges)  # k bins + NULL
+        if self.kind == "categorical":
+            return len(self.values) + 2
+        return 3
+
+    @property
+    def null_cell(self) -> int:
+        """Index of the NULL cell (always the last)."""
+        return self.n_cells - 1
+
+    @property
+    def other_cell(self) -> int | None:
+        """Index of the out-of-domain cell of a categorical column, else ``None``."""
+        return len(self.values) if self.kind == "categorical" else None
+
+    @property
+    def ordered(self) -> bool:
+        """Whether ``<``, ``BETWEEN`` and ranges make sense on this column."""
+        return self.kind in ("integer", "binned")
+
+    def labels(self) -> list[Any]:
+        """Public label of every cell, in cell order (used as GROUP BY keys)."""
+        if self.kind == "integer":
+            return [*range(self.min, self.max + 1), NULL_LABEL]  # type: ignore[arg-type]
+        if self.kind == "binned":
+            return [*(f"[{_num(a)}, {_num(b)})" for a, b in zip(self.edges, self.edges[1:])), NULL_LABEL]
+        if self.kind == "categorical":
+            return [*self.values, OTHER_LABEL, NULL_LABEL]
+        return [False, True, NULL_LABEL]
+
+    def cell_values(self) -> np.ndarray | None:
+        """Numeric value of each cell (NaN for NULL), or ``None`` when cells carry no single number.
+
+        Integer cells carry their integer, boolean cells 0/1.  Bins and categories
+        carry no single number, so ``SUM(col)`` over them is refused.
+        """
+        if self.kind == "integer":
+            return np.append(np.arange(self.min, self.max + 1, dtype=float), np.nan)  # type: ignore[arg-type]
+        if self.kind == "boolean":
+            return np.array([0.0, 1.0, np.nan])
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The declaration in the schema file format."""
+        if self.kind == "integer":
+            return {"type": "integer", "min": self.min, "max": self.max}
+        if self.kind == "binned":
+            out: dict[str, Any] = {"type": "numeric", "bins": list(self.edges)}
+            if self.min is not None:
+                out.update(type="integer", min=self.min, max=self.max)
+            return out
+        if self.kind == "categorical":
+            return {"type": "categorical", "values": list(self.values)}
+        return {"type": "boolean"}
+
+    @classmethod
+    def from_dict(cls, name: str, spec: Mapping[str, Any], table: str = "?") -> Column:
+        """Build a column from its declaration (see the module docstring)."""
+        where = f"table {table!r}, column {name!r}"
+        if not isinstance(spec, Mapping):
+            raise SchemaError(f"{where}: expected a mapping like {{type: integer, min: 0, max: 100}}, got {spec!r}.")
+        known = {"type", "min", "max", "bins", "values", "nullable", "description"}
+        unknown = set(spec) - known
+        if unknown:
+            raise SchemaError(f"{where}: unknown keys {sorted(unknown)}; allowed keys are {sorted(known)}.")
+        kind = str(spec.get("type", "")).lower()
+        try:
+            if kind in ("integer", "int", "bigint"):
+                lo, hi = spec.get("min"), spec.get("max")
+                if lo is None or hi is None:
+                    raise SchemaError(f"{where}: an integer column needs both 'min' and 'max'.")
+                lo_i, hi_i = _as_int(lo, where, "min"), _as_int(hi, where, "max")
+                if "bins" in spec:
+                    edges = _edges(spec["bins"], where)
+                    return cls(name, "binned", min=lo_i, max=hi_i, edges=edges)
+                return cls(name, "integer", min=lo_i, max=hi_i)
+            if kind in ("numeric", "float", "double", "decimal", "real"):
+                if "bins" not in spec:
+                    raise SchemaError(f"{where}: a numeric column needs 'bins' (half-open bin edges).")
+                return cls(name, "binned", edges=_edges(spec["bins"], where))
+            if kind in ("categorical", "category", "string", "varchar", "text"):
+                values = spec.get("values")
+                if not isinstance(values, (list, tuple)) or not values:
+                    raise SchemaError(f"{where}: a categorical column needs a non-empty 'values' list.")
+                return cls(name, "categorical", values=tuple(str(v) for v in values))
+            if kind in ("boolean", "bool"):
+                return cls(name, "boolean")
+        except SchemaError as exc:
+            if str(exc).startswith(where):
+                raise
+            raise SchemaError(f"table {table!r}, {exc}") from None
+        raise SchemaError(
+            f"{where}: unknown type {spec.get('type')!r}; use integer, numeric (with bins), categorical or boolean."
+        )
+
+
+@dataclass(frozen=True)
+class Table:
+    """A declared table: its columns in declaration order, and its public facts.
+
+    Attributes:
+        name: table name as used in SQL.
+        columns: the columns, in declaration order (this order is the cube's axis order).
+        rows: optional public row count.
+        max_rows_per_individual: how many rows one person may contribute; sensitivity is
+            multiplied by it (see README, "Privacy model").
+    """
+
+    name: str
+    columns: tuple[Column, ...]
+    rows: int | None = None
+    max_rows_per_individual: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.columns:
+            raise SchemaError(f"table {self.name!r}: declares no columns.")
+        names = [c.name.lower() for c in self.columns]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise SchemaError(f"table {self.name!r}: columns declared twice (names are case-insensitive): {dup}.")
+        if not isinstance(self.max_rows_per_individual, int) or self.max_rows_per_individual < 1:
+            raise SchemaError(
+                f"table {self.name!r}: max_rows_per_individual must be an integer ≥ 1, "
+                f"got {self.max_rows_per_individual!r}."
+            )
+        if self.rows is not None and (not isinstance(self.rows, int) or self.rows < 0):
+            raise SchemaError(f"table {self.name!r}: rows must be a non-negative integer, got {self.rows!r}.")
+
+    def column(self, name: str) -> Column:
+        """The column called ``name`` (case-insensitive); SchemaError names the declared ones."""
+        for c in self.columns:
+            if c.name.lower() == name.lower():
+                return c
+        raise SchemaError(
+            f"column {name!r} is not declared in table {self.name!r}; declared columns: "
+            f"{[c.name for c in self.columns]}."
+        )
+
+    def has_column(self, name: str) -> bool:
+        """Whether ``name`` (case-insensitive) is declared."""
+        return any(c.name.lower() == name.lower() for c in self.columns)
+
+    def axis(self, name: str) -> int:
+        """Position of column ``name`` in the declaration order."""
+        return [c.name.lower() for c in self.columns].index(self.column(name).name.lower())
+
+    @property
+    def n_cells(self) -> int:
+        """Size of the full product domain (cells of all columns multiplied)."""
+        return math.prod(c.n_cells for c in self.columns)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The declaration in the schema file format."""
+        out: dict[str, Any] = {"columns": {c.name: c.to_dict() for c in self.columns}}
+        if self.rows is not None:
+            out["rows"] = self.rows
+        if self.max_rows_per_individual != 1:
+            out["max_rows_per_individual"] = self.max_rows_per_individual
+        return out
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The public domain of every table dpgate may answer queries about.
+
+    Build one with :meth:`from_dict`, :meth:`from_yaml`, :meth:`load` (any of
+    these, or an existing Schema) or :meth:`from_dataframe`.
+
+    Example:
+        >>> s = Schema.from_dict({"tables": {"t": {"columns": {"age": {"type": "integer", "min": 0, "max": 9}}}}})
+        >>> s.table("t").column("age").n_cells
+        11
+    """
+
+    tables: tuple[Table, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        names = [t.name.lower() for t in self.tables]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise SchemaError(f"tables declared twice (names are case-insensitive): {dup}.")
+
+    def table(self, name: str) -> Table:
+        """The table called ``name`` (case-insensitive); SchemaError names the declared ones."""
+        for t in self.tables:
+            if t.name.lower() == name.lower():
+                return t
+        raise SchemaError(f"table {name!r} is not declared in the schema; declared tables: {[t.name for t in self.tables]}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The schema in its file format."""
+        return {"tables": {t.name: t.to_dict() for t in self.tables}}
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the canonical JSON form; a ledger is bound to it."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    # -- constructors -------------------------------------------------------
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> Schema:
+        """Build a schema from the file format (a dict with a ``tables`` key)."""
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("tables"), Mapping) or not spec["tables"]:
+            raise SchemaError("a schema needs a non-empty 'tables' mapping: {tables: {name: {columns: {...}}}}.")
+        tables = []
+        for tname, tspec in spec["tables"].items():
+            if not isinstance(tspec, Mapping) or not isinstance(tspec.get("columns"), Mapping):
+                raise SchemaError(f"table {tname!r}: needs a 'columns' mapping of column name to declaration.")
+            unknown = set(tspec) - {"columns", "rows", "max_rows_per_individual", "description"}
+            if unknown:
+                raise SchemaError(
+                    f"table {tname!r}: unknown keys {sorted(unknown)}; allowed: columns, rows, "
+                    "max_rows_per_individual, description."
+                )
+            cols = tuple(Column.from_dict(str(c), cs, str(tname)) for c, cs in tspec["columns"].items())
+            tables.append(
+                Table(
+                    str(tname),
+                    cols,
+                    rows=tspec.get("rows"),
+                    max_rows_per_individual=tspec.get("max_rows_per_individual", 1),
+                )
+            )
+        return cls(tuple(tables))
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> Schema:
+        """Load a schema from a YAML file."""
+        import yaml
+
+        try:
+            with open(path, encoding="utf-8") as fh:
+                spec = yaml.safe_load(fh)
+        except OSError as exc:
+            raise SchemaError(f"cannot read schema file {os.fspath(path)!r}: {exc.strerror}.") from None
+        except yaml.YAMLError as exc:
+            raise SchemaError(f"schema file {os.fspath(path)!r} is not valid YAML: {exc}.") from None
+        return cls.from_dict(spec)
+
+    @classmethod
+    def load(cls, schema: Schema | Mapping[str, Any] | str | os.PathLike[str]) -> Schema:
+        """Accept a Schema, a dict in the file format, or a YAML path."""
+        if isinstance(schema, Schema):
+            return schema
+        if isinstance(schema, Mapping):
+            return cls.from_dict(schema)
+        if isinstance(schema, (str, os.PathLike)):
+            return cls.from_yaml(schema)
+        raise SchemaError(f"expected a dpgate.Schema, a dict or a YAML path, got {type(schema).__name__}.")
+
+    @classmethod
+    def from_dataframe(
+        cls,
+        df: Any,
+        name: str = "df",
+        *,
+        bounds: Mapping[str, tuple[int, int]] | None = None,
+        bins: Mapping[str, Iterable[float]] | None = None,
+        unsafe_infer_from_data: bool = False,
+        max_rows_per_individual: int = 1,
+    ) -> Schema:
+        """Declare a one-table schema for a pandas DataFrame.
+
+        ``Categorical`` columns take their categories as the domain, ``bool``
+        columns are boolean; numeric columns need ``bounds`` (inclusive integer
+        range) or ``bins``.  Object/string columns must be made Categorical.
+        Only the dtypes and categories (public metadata) are read, never the values,
+        unless ``unsafe_infer_from_data=True``: then missing numeric bounds and
+        string domains are read from the data — which leaks information about
+        individuals and voids the privacy guarantee for those domains — with a
+        warning.
+        """
+        import pandas as pd
+
+        bounds = dict(bounds or {})
+        bins = {k: list(v) for k, v in (bins or {}).items()}
+        unknown = (set(bounds) | set(bins)) - {str(c) for c in df.columns}
+        if unknown:
+            raise SchemaError(f"bounds/bins name columns not in the DataFrame: {sorted(unknown)}.")
+        cols: list[Column] = []
+        inferred: list[str] = []
+        for col in df.columns:
+            cname, s = str(col), df[col]
+            where = f"DataFrame column {cname!r}"
+            if isinstance(s.dtype, pd.CategoricalDtype):
+                cols.append(Column(cname, "categorical", values=tuple(str(v) for v in s.cat.categories)))
+            elif pd.api.types.is_bool_dtype(s.dtype):
+                cols.append(Column(cname, "boolean"))
+            elif cname in bins:
+                spec: dict[str, Any] = {"type": "numeric", "bins": bins[cname]}
+                if cname in bounds:
+                    spec = {"type": "integer", "min": bounds[cname][0], "max": bounds[cname][1], "bins": bins[cname]}
+                cols.append(Column.from_dict(cname, spec, name))
+            elif cname in bounds:
+                lo, hi = bounds[cname]
+                cols.append(Column.from_dict(cname, {"type": "integer", "min": lo, "max": hi}, name))
+            elif unsafe_infer_from_data:
+                inferred.append(cname)
+                if pd.api.types.is_numeric_dtype(s.dtype):
+                    lo, hi = s.min(), s.max()
+                    if pd.isna(lo):
+                        raise SchemaError(f"{where}: no non-NULL values to infer bounds from; declare bounds.")
+                    cols.append(Column(cname, "integer", min=int(math.floor(lo)), max=int(math.ceil(hi))))
+                else:
+                    values = sorted({str(v) for v in s.dropna().unique()})
+                    if not values:
+                        raise SchemaError(f"{where}: no non-NULL values to infer a domain from; declare it.")
+                    cols.append(Column(cname, "categorical", values=tuple(values)))
+            elif pd.api.types.is_numeric_dtype(s.dtype):
+                raise SchemaError(
+                    f"{where}: numeric columns need public bounds; pass bounds={{{cname!r}: (min, max)}} "
+                    f"or bins={{{cname!r}: [edges]}}."
+                )
+            else:
+                raise SchemaError(
+                    f"{where}: dtype {s.dtype} has no public domain; convert it with "
+                    f"df[{cname!r}].astype(pd.CategoricalDtype([...declared values...]))."
+                )
+        if inferred:
+            warnings.warn(
+                f"unsafe_infer_from_data=True: the domains of {inferred} were read from the private data; "
+                "this leaks information and voids the privacy guarantee for them.",
+                UserWarning,
+                stacklevel=2,
+            )
+        return cls((Table(name, tuple(cols), max_rows_per_individual=max_rows_per_individual),))
+
+
+def _as_int(v: Any, where: str, key: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer():
+        raise SchemaError(f"{where}: {key!r} must be an integer, got {v!r}.")
+    return int(v)
+
+
+def _edges(v: Any, where: str) -> tuple[float, ...]:
+    if not isinstance(v, (list, tuple)) or len(v) < 2:
+        raise SchemaError(f"{where}: 'bins' must be a list of at least two increasing edges, got {v!r}.")
+    out = []
+    for e in v:
+        if isinstance(e, bool) or not isinstance(e, (int, float)) or not math.isfinite(e):
+            raise SchemaError(f"{where}: bin edges must be finite numbers, got {v!r}.")
+        out.append(float(e))
+    if any(b <= a for a, b in zip(out, out[1:])):
+        raise SchemaError(f"{where}: bin edges must increase strictly, got {v!r}.")
+    return tuple(out)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)

@@ -1,0 +1,202 @@
+"""The pandas accessor ``df.dp``: schema from dtypes, queries, and a budget that follows the data."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpgate.accessor as accessor
+import dpgate.datasets
+from dpgate.errors import BudgetExhausted, LedgerError, ProgrammingError, SchemaError
+from dpgate.result import Result
+
+BOUNDS = {"age": (0, 100), "educ": (1, 16), "income": (0, 500000)}
+SEX = pd.CategoricalDtype(["0", "1"])
+RACE = pd.CategoricalDtype(["1", "2", "3", "4", "5", "6"])
+Q = "SELECT sex, COUNT(*) AS n FROM df GROUP BY sex"
+
+
+def prepare(df: pd.DataFrame) -> pd.DataFrame:
+    """PUMS as an analyst would type it: categoricals for codes, bool for married."""
+    out = df.copy()
+    out["sex"] = out["sex"].astype(str).astype(SEX)
+    out["race"] = out["race"].astype(str).astype(RACE)
+    out["married"] = out["married"].astype(bool)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry():
+    accessor._forget_all()
+    yield
+    accessor._forget_all()
+
+
+@pytest.fixture
+def pums() -> pd.DataFrame:
+    return prepare(dpgate.datasets.load_pums()[0])
+
+
+@pytest.fixture
+def csv_path(tmp_path, pums):
+    path = tmp_path / "pums.csv"
+    dpgate.datasets.load_pums()[0].to_csv(path, index=False)
+    return path
+
+
+def configure(df: pd.DataFrame, **kw) -> None:
+    kw.setdefault("seed", 0)
+    df.dp.configure(bounds=BOUNDS, **kw)
+
+
+def test_registered_and_query_shape(pums):
+    assert hasattr(pd.DataFrame, "dp")
+    configure(pums, budget=1.0)
+    out = pums.dp.query(Q, accuracy=15, confidence=0.9)
+    assert list(out.columns) == ["sex", "n", "n_low", "n_high", "n_source"]
+    assert out["sex"].tolist()[:3] == ["0", "1", "<other>"] and pd.isna(out["sex"].iloc[3])
+    assert (out["n_source"] == "fresh").all()
+    assert (out["n_high"] - out["n"] <= 15 * (1 + 1e-6) + 0.01).all()
+    true = pums["sex"].value_counts()
+    assert abs(out["n"][0] - true["0"]) < 60
+    assert 0 < pums.dp.spent <= 1.0 and pums.dp.remaining == pytest.approx(1.0 - pums.dp.spent)
+    assert pums.dp.budget == 1.0 and len(pums.dp.history) == 4
+    res = pums.dp.result("SELECT COUNT(*) FROM df WHERE sex = '1'", accuracy=20)
+    assert isinstance(res, Result) and res.answer.source == "history"  # free: implied by the histogram
+    assert pums.dp.query("/*+ dpgate accuracy=20 */ SELECT COUNT(*) AS n FROM df", intervals=False).columns.tolist() == ["n"]
+
+
+def test_schema_from_categoricals_and_bounds(pums):
+    with pytest.raises(SchemaError, match="bounds"):
+        pums.dp.configure()  # numeric columns need public bounds
+    with pytest.raises(SchemaError, match="configure"):
+        pums.dp.query(Q, accuracy=10)  # unconfigured, no way to guess the domain
+    only_codes = pums[["sex", "race", "married"]]
+    out = only_codes.dp.query("SELECT married, COUNT(*) AS n FROM df GROUP BY married", accuracy=20)
+    assert out["married"].tolist()[:2] == [False, True] and pd.isna(out["married"].iloc[2])
+    schema = {"tables": {"people": {"columns": {"age": {"type": "integer", "min": 0, "max": 100}}}}}
+    pums.dp.configure(schema=schema, seed=0)
+    assert len(pums.dp.query("SELECT COUNT(*) AS n FROM people WHERE age < 30", accuracy=20)) == 1
+    with pytest.raises(SchemaError, match="differs"):
+        pums.dp.configure(schema=schema, name="df")
+    with pytest.raises(SchemaError):
+        pums.dp.configure(name="t", bounds={"nope": (0, 1)})
+
+
+def test_copy_shares_budget(pums):
+    configure(pums, budget=1.0)
+    pums.dp.query(Q, accuracy=10)
+    spent = pums.dp.spent
+    twin = pums.copy()
+    assert twin.dp.spent == spent  # not configured: adopts the configuration of equal content
+    assert twin.dp.gateway is pums.dp.gateway
+    configure(twin, budget=1.0)  # configured identically: same budget, not a fresh one
+    again = twin.dp.query(Q, accuracy=11)
+    assert (again["n_source"] == "history").all() and twin.dp.spent == spent
+    shuffled = pums.sample(frac=1.0, random_state=3).reset_index(drop=True)
+    assert shuffled.dp.spent == spent
+
+
+def test_reread_of_same_file_shares_budget(csv_path):
+    first = prepare(pd.read_csv(csv_path))
+    configure(first, budget=1.0)
+    first.dp.query(Q, accuracy=10)
+    spent = first.dp.spent
+    second = prepare(pd.read_csv(csv_path))  # another object, another dtype history (int64, not Int64)
+    configure(second, budget=1.0)
+    assert second.dp.spent == spent
+    assert (second.dp.query(Q, accuracy=11)["n_source"] == "history").all()
+
+
+def test_new_accessor_on_equal_content_shares_budget(pums):
+    configure(pums, budget=1.0)
+    pums.dp.query(Q, accuracy=10)
+    rebuilt = pd.DataFrame({c: list(pums[c]) for c in pums.columns})  # fresh object, fresh accessor
+    for c in ("sex", "race"):
+        rebuilt[c] = rebuilt[c].astype(pums[c].dtype)
+    assert rebuilt.dp is not pums.dp
+    assert rebuilt.dp.spent == pums.dp.spent > 0
+
+
+def test_different_content_gets_a_fresh_budget(pums):
+    configure(pums, budget=1.0)
+    pums.dp.query(Q, accuracy=10)
+    fewer = pums.iloc[1:].copy()
+    configure(fewer, budget=1.0)
+    assert fewer.dp.spent == 0
+    changed = pums.copy()
+    changed.loc[0, "age"] = (changed.loc[0, "age"] + 1) % 100
+    configure(changed, budget=1.0)
+    assert changed.dp.spent == 0
+    # Editing a configured frame in place makes it other data; the original budget stays with the original.
+    spent = pums.dp.spent
+    pums.loc[1, "educ"] = 1 + pums.loc[1, "educ"] % 16
+    assert pums.dp.spent == 0
+    pums.loc[1, "educ"] = 1 + (pums.loc[1, "educ"] - 2) % 16  # back to the original content
+    assert pums.dp.spent == spent
+
+
+def test_reconfiguring_live_data_with_other_settings_is_refused(pums):
+    configure(pums, budget=1.0)
+    pums.dp.query(Q, accuracy=10)
+    with pytest.raises(ProgrammingError, match="budget=1.0 \\(asked 5.0\\)"):
+        configure(pums.copy(), budget=5.0)
+    with pytest.raises(ProgrammingError, match="ledger"):
+        configure(pums.copy(), budget=1.0, ledger="elsewhere.db")
+    configure(pums.copy(), budget=1.0, policy="paper")  # the policy is per query, not per budget
+
+
+def test_ledger_path_persists_budget_across_processes(tmp_path, csv_path):
+    ledger = tmp_path / "budget.db"
+    df = prepare(pd.read_csv(csv_path))
+    configure(df, budget=1.0, ledger=ledger)
+    df.dp.query(Q, accuracy=10)
+    spent = df.dp.spent
+    accessor._forget_all()  # as if Python restarted: the ledger is all that remains
+    script = textwrap.dedent(
+        f"""
+        import sys, pandas as pd
+        sys.path.insert(0, {str(__file__.rsplit('/', 1)[0])!r})
+        import dpgate.accessor
+        from test_accessor import prepare, BOUNDS
+        df = prepare(pd.read_csv({str(csv_path)!r}))
+        df.dp.configure(bounds=BOUNDS, budget=1.0, ledger={str(ledger)!r}, seed=0)
+        out = df.dp.query({Q!r}, accuracy=11)
+        print(repr(df.dp.spent), ",".join(out["n_source"]))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    child_spent, sources = proc.stdout.split()
+    assert float(child_spent) == pytest.approx(spent)
+    assert sources == "history,history,history,history"
+    # The same ledger refuses other data.
+    with pytest.raises(LedgerError):
+        configure(df.iloc[5:].copy(), budget=1.0, ledger=ledger)
+
+
+def test_budget_exhausted(pums):
+    configure(pums, budget=0.05)
+    with pytest.raises(BudgetExhausted):
+        pums.dp.query(Q, accuracy=5)
+    assert pums.dp.spent == 0
+    out = pums.dp.query(Q, accuracy=5, allow_partial=True)
+    assert (out["n_source"] == "unavailable").all() and out["n"].isna().all()
+
+
+def test_fingerprint_normalises_dtypes_not_values():
+    a = pd.DataFrame({"x": [1, 2, None], "c": pd.Categorical(["u", "v", "u"])})
+    b = pd.DataFrame({"x": pd.array([1, 2, None], dtype="Int64"), "c": ["u", "v", "u"]}, index=[7, 8, 9])
+    assert accessor.content_fingerprint(a) == accessor.content_fingerprint(b)
+    assert accessor.content_fingerprint(a) == accessor.content_fingerprint(a.iloc[::-1])
+    assert accessor.content_fingerprint(a) != accessor.content_fingerprint(a.assign(x=[1, 3, None]))
+    assert accessor.content_fingerprint(a) != accessor.content_fingerprint(a.rename(columns={"x": "y"}))
+    assert accessor.content_fingerprint(a, ["c"]) == accessor.content_fingerprint(b.assign(x=0), ["c"])
+    assert accessor.content_fingerprint(pd.DataFrame({"x": np.arange(3)})) != accessor.content_fingerprint(
+        pd.DataFrame({"x": np.arange(4)})
+    )

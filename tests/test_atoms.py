@@ -1,0 +1,144 @@
+"""Atoms: the coarsest partition on which every refined query is constant."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dpgate.atoms import AtomPartition
+from dpgate.errors import UnsupportedQuery
+from dpgate.query import LinearQuery
+from dpgate.schema import Schema
+
+SMALL = Schema.from_dict(
+    {
+        "tables": {
+            "t": {
+                "columns": {
+                    "a": {"type": "integer", "min": 0, "max": 3},  # 5 cells
+                    "b": {"type": "categorical", "values": ["x", "y"]},  # 4 cells
+                    "c": {"type": "boolean"},  # 3 cells
+                }
+            }
+        }
+    }
+).table("t")
+ALL_CELLS = np.array(list(itertools.product(*(range(c.n_cells) for c in SMALL.columns))))
+
+
+@st.composite
+def queries(draw: st.DrawFn) -> LinearQuery:
+    names = draw(st.lists(st.sampled_from([c.name for c in SMALL.columns]), min_size=0, max_size=3, unique=True))
+    bps = []
+    for n in names:
+        k = SMALL.column(n).n_cells
+        inner = draw(st.lists(st.integers(1, k - 1), max_size=k - 1, unique=True))
+        bps.append([0, *sorted(inner)])
+    shape = tuple(len(b) for b in bps)
+    size = int(np.prod(shape)) if shape else 1
+    w = draw(st.lists(st.integers(-3, 3), min_size=size, max_size=size))
+    den = draw(st.sampled_from([1, 2, 4]))
+    return LinearQuery.from_grid(SMALL, names, bps, np.array(w, dtype=float).reshape(shape) / den)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(queries(), min_size=1, max_size=6))
+def test_atoms_reproduce_dense_vectors_and_are_coarsest(qs: list[LinearQuery]) -> None:
+    p = AtomPartition(SMALL)
+    seen: list[LinearQuery] = []
+    old_atoms = p.atom_of_cells(ALL_CELLS)
+    for q in qs:
+        parent = p.refine(q)
+        seen.append(q)
+        atoms = p.atom_of_cells(ALL_CELLS)
+        # Parent maps: every cell's new atom came from its old atom.
+        if parent is None:
+            assert len(np.unique(atoms)) == len(np.unique(old_atoms))
+            assert np.array_equal(atoms, old_atoms)
+        else:
+            assert len(parent) == p.n_atoms
+            assert np.array_equal(parent[atoms], old_atoms)
+            assert np.all(np.diff(parent) >= 0)
+        old_atoms = atoms
+        # Every query seen reproduces its dense vector, exactly.
+        for s in seen:
+            dense = s.dense(SMALL).ravel()
+            assert np.array_equal(dense, p.vector(s)[atoms])
+            assert np.array_equal(s.expand(SMALL, [c.name for c in SMALL.columns],
+                                           [range(c.n_cells) for c in SMALL.columns]).ravel(),
+                                  p.atom_numerators(s)[atoms])
+            assert p.is_constant(s)
+        # Coarsest: atoms are exactly the classes of equal signatures.
+        sig = np.stack([s.dense(SMALL).ravel() for s in seen], axis=1)
+        n_classes = len(np.unique(sig, axis=0))
+        assert p.n_atoms == n_classes == len(np.unique(atoms))
+        # Cell sizes count domain cells.
+        sizes = p.cell_sizes
+        assert sizes.sum() == SMALL.n_cells
+        assert np.array_equal(sizes, np.bincount(atoms, minlength=p.n_atoms).astype(float))
+
+
+def test_initial_partition_is_one_atom() -> None:
+    p = AtomPartition(SMALL)
+    assert p.n_atoms == 1 and p.columns == () and p.cell_sizes.tolist() == [60.0]
+    q = LinearQuery.from_grid(SMALL, [], [], np.array(2.0))
+    assert p.refine(q) is None
+    assert p.vector(q).tolist() == [2.0]
+
+
+def test_repeat_and_coarser_queries_do_not_split() -> None:
+    p = AtomPartition(SMALL)
+    q = LinearQuery.from_grid(SMALL, ["a"], [[0, 2]], np.array([1.0, 0.0]))
+    assert p.refine(q) is not None
+    assert p.refine(q) is None
+    # Complement: same partition.
+    q2 = LinearQuery.from_grid(SMALL, ["a"], [[0, 2]], np.array([0.0, 1.0]))
+    assert p.refine(q2) is None
+    assert p.n_atoms == 2
+
+
+def test_large_domain_stays_small() -> None:
+    t = Schema.from_dict(
+        {"tables": {"p": {"columns": {"income": {"type": "integer", "min": 0, "max": 500000},
+                                      "age": {"type": "integer", "min": 0, "max": 100}}}}}
+    ).table("p")
+    rng = np.random.default_rng(0)
+    p = AtomPartition(t)
+    for _ in range(50):
+        lo, hi = sorted(rng.choice(500001, 2, replace=False).tolist())
+        a = int(rng.integers(1, 100))
+        q = LinearQuery.from_grid(t, ["income", "age"], [[0, lo, hi], [0, a]], np.array([[0, 0.0], [1, 0], [0, 0]]))
+        p.refine(q)
+        assert p.is_constant(q)
+    assert p.n_atoms <= 51 * 51
+    assert p.cell_sizes.sum() == t.n_cells
+
+
+def test_limits_raise_and_leave_partition_unchanged() -> None:
+    p = AtomPartition(SMALL, max_atoms=3)
+    q = LinearQuery.from_grid(SMALL, ["a"], [[0, 1, 2]], np.array([0.0, 1.0, 2.0]))
+    p.refine(q)
+    q2 = LinearQuery.from_grid(SMALL, ["b"], [[0, 1]], np.array([0.0, 1.0]))
+    before = (p.columns, p.breakpoints, p.n_atoms, p.labels.copy())
+    with pytest.raises(UnsupportedQuery, match=r"6 atoms .* limit of 3"):
+        p.refine(q2)
+    assert (p.columns, p.breakpoints, p.n_atoms) == before[:3] and np.array_equal(p.labels, before[3])
+
+    g = AtomPartition(SMALL, max_grid=10)
+    q3 = LinearQuery.from_grid(SMALL, ["a", "b"], [[0, 1, 2], [0, 1, 2, 3]], np.arange(12.0).reshape(3, 4))
+    with pytest.raises(UnsupportedQuery, match=r"grid of 12 boxes .* limit of 10"):
+        g.refine(q3)
+    assert g.n_atoms == 1 and g.columns == ()
+
+
+def test_vector_requires_refinement() -> None:
+    from dpgate.errors import DPGateInternalError
+
+    p = AtomPartition(SMALL)
+    q = LinearQuery.from_grid(SMALL, ["c"], [[0, 1]], np.array([0.0, 1.0]))
+    with pytest.raises(DPGateInternalError, match="refine"):
+        p.vector(q)

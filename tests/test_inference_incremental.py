@@ -1,0 +1,202 @@
+"""IncrementalBLUE equals the batch solve after any appends and splits; pricing a fresh answer."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dpgate.inference import ErrorLaw, IncrementalBLUE, estimate, minimal_scale
+
+
+def batch(state: IncrementalBLUE, Q: np.ndarray):  # type: ignore[no-untyped-def]
+    # sensitivity = b and alpha = 1 make the batch scales equal the stored ones.
+    m = state.n_rows
+    return estimate(state.rows, state.values, np.ones(m), Q, sensitivity=state.scales,
+                    lattice=state.lattice)
+
+
+def assert_same(state: IncrementalBLUE, Q: np.ndarray) -> None:
+    inc, ref = state.estimate(Q), batch(state, Q)
+    assert inc.estimable == ref.estimable
+    if not ref.estimable:
+        assert math.isnan(inc.value) and inc.posterior is None
+        return
+    scale = max(1.0, float(np.abs(ref.weights).max(initial=0.0)))
+    np.testing.assert_allclose(inc.weights, ref.weights, rtol=1e-8, atol=1e-8 * scale)
+    mag = float(np.abs(ref.weights * state.values).sum()) + 1.0
+    assert abs(inc.value - ref.value) <= 1e-8 * mag
+    assert inc.variance == pytest.approx(ref.variance, rel=1e-8, abs=1e-12)
+
+
+@st.composite
+def histories(draw: st.DrawFn):  # type: ignore[no-untyped-def]
+    n = draw(st.integers(1, 5))
+    sizes = draw(st.lists(st.integers(1, 4), min_size=n, max_size=n))
+    state = IncrementalBLUE(np.array(sizes, dtype=float))
+    ops = draw(st.lists(st.sampled_from(["append", "append", "append", "split"]), max_size=14))
+    for op in ops:
+        n = state.n_atoms
+        if op == "append":
+            h = draw(st.lists(st.integers(-2, 2), min_size=n, max_size=n))
+            scale = draw(st.sampled_from([0.25, 1.0, 3.0, 10.0]))
+            value = draw(st.floats(-100, 100))
+            lat = draw(st.sampled_from([0.0, 0.0, scale / 1024]))
+            state.append(np.array(h, dtype=float), scale, value, lat)
+        else:
+            d = state.cell_sizes
+            parent, new = [], []
+            for j, dj in enumerate(d):
+                cut = draw(st.integers(0, int(dj) - 1)) if dj >= 2 else 0
+                pieces = [cut, dj - cut] if cut else [dj]
+                parent += [j] * len(pieces)
+                new += pieces
+            state.split(np.array(parent), np.array(new, dtype=float))
+    n = state.n_atoms
+    queries = [np.array(draw(st.lists(st.integers(-2, 2), min_size=n, max_size=n)), dtype=float)]
+    if state.n_rows:
+        w = draw(st.lists(st.integers(-2, 2), min_size=state.n_rows, max_size=state.n_rows))
+        queries.append(np.array(w, dtype=float) @ state.rows)  # in the row space
+    return state, queries
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories())
+def test_incremental_equals_batch(case) -> None:  # type: ignore[no-untyped-def]
+    state, queries = case
+    for Q in queries:
+        assert_same(state, Q)
+    # V stays orthonormal under the atom-size inner product.
+    V = state._V[: state.rank]
+    np.testing.assert_allclose((V * state.cell_sizes) @ V.T, np.eye(state.rank), atol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(histories(), st.sampled_from([0.1, 1.0, 7.0]))
+def test_estimate_with_equals_append(case, scale: float) -> None:  # type: ignore[no-untyped-def]
+    state, queries = case
+    rng = np.random.default_rng(0)
+    h = rng.integers(-1, 2, state.n_atoms).astype(float)
+    for Q in queries + [h]:
+        wh, wn, var, ok = state.estimate_with(Q, h, scale)
+        after = state.copy()
+        after.append(h, scale, 0.0)
+        ref = after.estimate(Q)
+        assert ok == ref.estimable
+        if ok:
+            tol = 1e-8 * max(1.0, float(np.abs(ref.weights).max(initial=0.0)))
+            np.testing.assert_allclose(np.append(wh, wn), ref.weights, rtol=1e-8, atol=tol)
+            assert var == pytest.approx(ref.variance, rel=1e-8, abs=1e-12)
+        else:
+            assert math.isnan(var)
+
+
+def test_long_random_history_against_batch() -> None:
+    rng = np.random.default_rng(9)
+    n = 40
+    state = IncrementalBLUE(rng.integers(1, 5, n).astype(float))
+    for _ in range(120):
+        h = (rng.random(n) < 0.3) * rng.integers(-3, 4, n)
+        state.append(h.astype(float), float(np.exp(rng.uniform(-2, 3))), float(rng.normal() * 50))
+    for _ in range(5):
+        assert_same(state, rng.integers(-2, 3, n).astype(float))
+    assert_same(state, rng.normal(size=state.n_rows) @ state.rows)
+
+
+def test_split_validation() -> None:
+    state = IncrementalBLUE(np.array([2.0, 3.0]))
+    with pytest.raises(ValueError):
+        state.split(np.array([0, 1]), np.array([1.0, 3.0]))  # sizes do not add up
+    with pytest.raises(ValueError):
+        state.split(np.array([0, 0]), np.array([1.0, 1.0]))  # atom 1 left without a piece
+    with pytest.raises(ValueError):
+        state.split(np.array([0, 2]), np.array([2.0, 3.0]))  # out of range
+    with pytest.raises(ValueError):
+        IncrementalBLUE(np.array([1.0, 0.0]))
+    with pytest.raises(ValueError):
+        state.append(np.ones(3), 1.0, 0.0)
+    with pytest.raises(ValueError):
+        state.append(np.ones(2), 0.0, 0.0)
+    state.split(np.array([0, 0, 1]), np.array([1.0, 1.0, 3.0]))
+    assert state.n_atoms == 3 and state.cell_sizes.tolist() == [1.0, 1.0, 3.0]
+
+
+def test_copy_is_independent() -> None:
+    a = IncrementalBLUE(np.ones(3))
+    a.append(np.array([1.0, 1.0, 0.0]), 1.0, 5.0)
+    b = a.copy()
+    b.append(np.array([1.0, 0.0, 0.0]), 1.0, 2.0)
+    assert a.n_rows == 1 and b.n_rows == 2 and a.rank == 1 and b.rank == 2
+
+
+# ---------------------------------------------------------------- minimal_scale
+def test_minimal_scale_empty_history_is_the_laplace_formula() -> None:
+    state = IncrementalBLUE(np.ones(3))
+    Q = np.array([1.0, 1.0, 0.0])
+    b = minimal_scale(state, Q, Q, accuracy=10.0, confidence=0.95)
+    exact = 10.0 / math.log(20.0)  # the paper's α = S ln(1/δ)/ε, as a scale
+    assert b is not None and exact * (1 - 2e-4) <= b <= exact
+    # Discrete noise on the lattice b/1024: the exact discrete law still meets the target.
+    bd = minimal_scale(state, Q, Q, 10.0, 0.95, lattice=1 / 1024)
+    assert bd is not None and ErrorLaw([1.0], [bd], [bd / 1024]).halfwidth(0.95) <= 10.0
+    assert bd == pytest.approx(exact, rel=2e-3)
+
+
+def test_minimal_scale_uses_history() -> None:
+    rng = np.random.default_rng(4)
+    n = 6
+    state = IncrementalBLUE(np.ones(n))
+    for _ in range(8):
+        state.append(rng.integers(0, 2, n).astype(float), 4.0, 0.0)
+    Q = np.ones(n)
+    acc, conf = 4.0, 0.9
+    hist = state.estimate(Q)
+    assert hist.estimable and hist.halfwidth(conf) > acc
+    b = minimal_scale(state, Q, Q, acc, conf)
+    assert b is not None and b > acc / -math.log(1 - conf)  # cheaper than ignoring history
+    for scale, meets in ((b, True), (b * (1 + 3e-4), False)):
+        wh, wn, _, ok = state.estimate_with(Q, Q, scale)
+        law = ErrorLaw(np.append(wh, wn), np.append(state.scales, scale))
+        assert ok and (law.halfwidth(conf) <= acc) == meets
+    # Cap, history that already suffices, impossible targets.
+    assert minimal_scale(state, Q, Q, acc, conf, max_scale=b / 2) == b / 2
+    assert minimal_scale(state, Q, Q, 1e6, conf) == math.inf
+    e0 = np.eye(n)[0]
+    other = IncrementalBLUE(np.ones(n))
+    other.append(np.ones(n), 100.0, 0.0)
+    assert minimal_scale(other, Q - e0, e0, 1.0, 0.95) is None  # ones − e0 needs both rows
+    assert minimal_scale(IncrementalBLUE(np.ones(n)), Q, e0, 1.0, 0.95) is None
+
+
+def test_minimal_scale_validates() -> None:
+    state = IncrementalBLUE(np.ones(2))
+    Q = np.ones(2)
+    for kwargs in (dict(accuracy=0.0, confidence=0.9), dict(accuracy=1.0, confidence=1.0),
+                   dict(accuracy=float("nan"), confidence=0.9)):
+        with pytest.raises(ValueError):
+            minimal_scale(state, Q, Q, **kwargs)
+
+
+def test_wide_scale_range_matches_batch() -> None:
+    """Scales spanning six orders of magnitude: compare the noise contributions u = A·b."""
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        n = 30
+        state = IncrementalBLUE(rng.integers(1, 4, n).astype(float))
+        for _ in range(200):
+            lo, hi = sorted(rng.integers(0, n + 1, 2))
+            h = np.zeros(n)
+            h[lo : max(hi, lo + 1)] = 1.0
+            state.append(h, float(np.exp(rng.uniform(-7, 7))), float(rng.normal() * 100))
+        G = state.rows / state.scales[:, None]
+        for _ in range(3):
+            Q = rng.integers(-1, 2, n).astype(float)
+            inc = state.estimate(Q)
+            assert inc.estimable
+            u_ref = np.linalg.lstsq(G.T, Q, rcond=None)[0]  # minimum-norm solution of Gᵀu = Q
+            err = np.abs(inc.weights * state.scales - u_ref).max()
+            assert err <= 1e-9 * np.abs(u_ref).max()
+            assert inc.variance == pytest.approx(2 * u_ref @ u_ref, rel=1e-9)
