@@ -189,3 +189,19 @@ def test_error_law_rejects_bad_levels() -> None:
         law.cdf(float("nan"))
     with pytest.raises(ValueError):
         law.ppf(1.2)
+
+
+@pytest.mark.parametrize("scale", [1e-12, 1e-6, 1e6])
+def test_halfwidth_scales_with_the_noise_at_any_magnitude(scale: float) -> None:
+    """E scales linearly with b, so must its half-width, even for tiny scales.
+
+    The minimal-budget search probes scales down to 1e-12 of the paper's; the
+    small-term power series must not overflow there (a 0·∞ once gave NaN).
+    """
+    rng = np.random.default_rng(7)
+    c = np.concatenate([[1.0, 0.5], rng.uniform(1e-4, 1e-2, 200)])
+    b = rng.uniform(0.5, 2.0, c.size)
+    ref = ErrorLaw(c, b).halfwidth(0.9)
+    got = ErrorLaw(c, b * scale).halfwidth(0.9)
+    assert np.isfinite(got)
+    assert got == pytest.approx(ref * scale, rel=1e-6)
