@@ -1,4 +1,4 @@
-"""The ``dpgate`` command line: ``demo``, ``query`` and ``history``.
+"""The ``dpgate`` command line: ``demo``, ``query``, ``shell``, ``budget``, ``history``, ``synthesize``.
 
 Errors print one line (``dpgate: error: …``) and exit non-zero; ``--debug``
 (anywhere on the command line) shows the traceback instead.  Exit codes: 1 for
@@ -172,19 +172,48 @@ def _open_data(data: str, schema: Any) -> Any:
     return con
 
 
+def _gateway_options(f: Any) -> Any:
+    """The options that open a gateway over a data file, shared by ``query`` and ``shell``."""
+    options = [
+        click.option("--schema", "schema_path", required=True, type=click.Path(exists=True, dir_okay=False),
+                     help="Schema YAML (public domains)."),
+        click.option("--data", required=True, help="A .duckdb, .csv or .parquet file."),
+        click.option("--budget", type=float, required=True,
+                     help="Total privacy budget ε (fixed when the ledger is created)."),
+        click.option("--ledger", default=None,
+                     help="Durable ledger file (SQLite); omitted: in memory, forgotten on exit."),
+        click.option("--accuracy", type=float, default=None, help="Half-width ε of the requested interval."),
+        click.option("--confidence", type=float, default=None, help="1−δ (default 0.95)."),
+        click.option("--policy", type=click.Choice(["minimal", "paper", "no_reuse"]), default="minimal",
+                     show_default=True),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _echo_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=1, default=_json_default))
+
+
+def _json_default(v: Any) -> Any:
+    """numpy scalars and other non-JSON values: as Python numbers, else as text."""
+    if hasattr(v, "item"):
+        return v.item()
+    return str(v)
+
+
+def _budget_summary(budget: float, spent: float, releases: int) -> dict[str, Any]:
+    return {"budget": budget, "spent": spent, "remaining": max(0.0, budget - spent), "releases": releases}
+
+
 @cli.command()
-@click.option("--schema", "schema_path", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Schema YAML (public domains).")
-@click.option("--data", required=True, help="A .duckdb, .csv or .parquet file.")
-@click.option("--budget", type=float, required=True, help="Total privacy budget ε (fixed when the ledger is created).")
-@click.option("--ledger", default=None, help="Durable ledger file (SQLite); omitted: in memory, forgotten on exit.")
-@click.option("--accuracy", type=float, default=None, help="Half-width ε of the requested interval.")
-@click.option("--confidence", type=float, default=None, help="1−δ (default 0.95).")
-@click.option("--policy", type=click.Choice(["minimal", "paper", "no_reuse"]), default="minimal", show_default=True)
+@_gateway_options
 @click.option("--allow-partial", is_flag=True, help="Return history's best estimate instead of refusing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows and the budget as JSON.")
 @click.argument("sql")
 def query(schema_path: str, data: str, budget: float, ledger: str | None, accuracy: float | None,
-          confidence: float | None, policy: str, allow_partial: bool, sql: str) -> None:
+          confidence: float | None, policy: str, allow_partial: bool, as_json: bool, sql: str) -> None:
     """Answer one SQL counting query within ±ACCURACY and print the released table."""
     import pandas as pd
 
@@ -195,48 +224,208 @@ def query(schema_path: str, data: str, budget: float, ledger: str | None, accura
     source = _open_data(data, schema)
     with Gateway(source, schema, budget=budget, ledger=ledger, policy=policy) as gw:
         res = gw.query(sql, accuracy=accuracy, confidence=confidence, allow_partial=allow_partial)
-        with pd.option_context("display.max_rows", 200, "display.max_columns", 50, "display.width", 200):
-            click.echo(res.to_pandas().to_string(index=False))
-        cost = res.epsilon_spent
-        click.echo(f"\nε charged: {cost:.6g}   spent: {gw.spent:.6g} of {gw.budget:g}   remaining: {gw.remaining:.6g}")
+        table = res.to_pandas()
+        if as_json:
+            _echo_json({"rows": table.to_dict(orient="records"), "epsilon_charged": res.epsilon_spent,
+                        **_budget_summary(gw.budget, gw.spent, len(gw.ledger.records()))})
+        else:
+            with pd.option_context("display.max_rows", 200, "display.max_columns", 50, "display.width", 200):
+                click.echo(table.to_string(index=False))
+            click.echo(f"\nε charged: {res.epsilon_spent:.6g}   spent: {gw.spent:.6g} of {gw.budget:g}   "
+                       f"remaining: {gw.remaining:.6g}")
     if hasattr(source, "close"):
         source.close()
 
 
-@cli.command()
-@click.option("--ledger", required=True, help="The ledger file.")
-@click.option("--limit", type=int, default=None, help="Show only the last N releases.")
-def history(ledger: str, limit: int | None) -> None:
-    """Print every release recorded in a ledger (what was released, not the data)."""
-    import sqlite3
+_SHELL_HELP = """\
+Statements end with ';' and may span lines.  Every answer is differentially private.
+  SELECT COUNT(*) FROM t WHERE ...;      a counting query (charges budget unless history answers it)
+  SET dpgate.accuracy = 25;               half-width of every later answer's interval
+  SET dpgate.confidence = 0.95;           confidence 1−δ
+  SET dpgate.intervals = on;              add low / high / source columns
+  /*+ dpgate accuracy=10 */ SELECT ...;   per-statement requirement
+  \\budget        budget, spent, remaining
+  \\history [N]   the last N releases (default 20)
+  \\help          this text
+  \\q             quit (also Ctrl-D)"""
 
+
+@cli.command()
+@_gateway_options
+@click.option("--intervals/--no-intervals", default=True, show_default=True,
+              help="Start with SET dpgate.intervals = on (low / high / source columns).")
+@click.option("--history-file", default=os.path.join("~", ".dpgate_history"), show_default=True,
+              help="Where the shell's line history is kept (interactive sessions only).")
+def shell(schema_path: str, data: str, budget: float, ledger: str | None, accuracy: float | None,
+          confidence: float | None, policy: str, intervals: bool, history_file: str) -> None:
+    """An interactive SQL shell over a DB-API connection (type \\help)."""
+    import dpgate
+    from dpgate.schema import Schema
+
+    schema = Schema.load(schema_path)
+    source = _open_data(data, schema)
+    interactive = sys.stdin.isatty()
+    if interactive:
+        _enable_line_history(os.path.expanduser(history_file))
+    with dpgate.connect(source, schema=schema, budget=budget, ledger=ledger, accuracy=accuracy,
+                        confidence=0.95 if confidence is None else confidence, intervals=intervals,
+                        policy=policy) as conn:
+        if interactive:
+            click.echo(f"dpgate shell: budget {conn.budget:g}, spent {conn.spent:.6g}.  \\help for help, \\q to quit.")
+        _shell_loop(conn, interactive)
+    if hasattr(source, "close"):
+        source.close()
+
+
+def _enable_line_history(path: str) -> None:
+    """Arrow-key editing and a persistent line history where the platform has ``readline``."""
+    try:
+        import atexit
+        import readline
+    except ImportError:  # e.g. Windows without pyreadline: plain input still works
+        return
+    try:
+        readline.read_history_file(path)
+    except OSError:
+        pass
+    atexit.register(_save_line_history, readline, path)
+
+
+def _save_line_history(readline: Any, path: str) -> None:
+    try:
+        readline.set_history_length(1000)
+        readline.write_history_file(path)
+    except OSError:
+        pass
+
+
+def _shell_loop(conn: Any, interactive: bool) -> None:
+    """Read statements until EOF or ``\\q``; an error is reported and the shell goes on."""
     import pandas as pd
 
-    from dpgate.errors import LedgerError
+    from dpgate.errors import Error
+
+    buffer: list[str] = []
+    while True:
+        prompt = ("dpgate> " if not buffer else "   ...> ") if interactive else ""
+        try:
+            line = input(prompt)
+        except EOFError:
+            if interactive:
+                click.echo("")
+            break
+        stripped = line.strip()
+        if not buffer and stripped.startswith("\\"):
+            command, *args = stripped.split()
+            if command in ("\\q", "\\quit"):
+                break
+            try:
+                _shell_command(conn, command, args)
+            except (Error, ValueError) as e:
+                click.echo(f"error: {_one_line(e)}", err=True)
+            continue
+        if stripped:
+            buffer.append(line)
+        if not stripped.endswith(";"):
+            continue
+        sql, buffer = "\n".join(buffer), []
+        cur = conn.cursor()
+        try:
+            cur.execute(sql)
+        except Error as e:
+            click.echo(f"error: {_one_line(e)}", err=True)
+            continue
+        if cur.description is not None:
+            table = pd.DataFrame(cur.fetchall(), columns=[d[0] for d in cur.description])
+            with pd.option_context("display.max_rows", 200, "display.max_columns", 50, "display.width", 200):
+                click.echo(table.to_string(index=False))
+            charged = cur.result.epsilon_spent if cur.result is not None else 0.0
+            click.echo(f"ε charged: {charged:.6g}   remaining: {conn.remaining:.6g} of {conn.budget:g}")
+        else:
+            click.echo("ok")
+    if buffer:
+        click.echo("error: the last statement has no closing ';' and was not run.", err=True)
+
+
+def _shell_command(conn: Any, command: str, args: list[str]) -> None:
+    if command == "\\budget":
+        click.echo(f"budget {conn.budget:g}   spent {conn.spent:.6g}   remaining {conn.remaining:.6g}")
+    elif command == "\\history":
+        if len(args) > 1 or (args and not args[0].isdigit()):
+            raise ValueError("usage: \\history [N], N a whole number of releases.")
+        n = int(args[0]) if args else 20
+        df = conn.history
+        cols = ["id", "table", "sql", "alpha", "value", "cost_after"]
+        click.echo(f"{len(df)} releases" + (f"; the last {min(n, len(df))}:" if len(df) else "."))
+        if len(df):
+            with _pd_display():
+                click.echo(df[cols].tail(n).to_string(index=False))
+    elif command in ("\\help", "\\?", "\\h"):
+        click.echo(_SHELL_HELP)
+    else:
+        raise ValueError(f"unknown command {command}; type \\help for the list.")
+
+
+def _pd_display() -> Any:
+    """pandas display options for tables printed by the CLI."""
+    import pandas as pd
+
+    return pd.option_context("display.max_colwidth", 60, "display.width", 200, "display.max_rows", 500)
+
+
+_HISTORY_COLUMNS = ["id", "created_at", "table", "sql", "alpha", "sensitivity", "scale", "value", "cost_after",
+                    "secure"]
+
+
+def _read_ledger(path: str) -> tuple[dict[str, str], Any]:
+    """A ledger's metadata and records, opened without its data (audit)."""
     from dpgate.ledger import Ledger
 
-    if not os.path.isfile(ledger):
-        raise FileNotFoundError(f"no ledger at {ledger!r}.")
-    try:
-        con = sqlite3.connect(f"file:{os.path.abspath(ledger)}?mode=ro", uri=True)
-        try:
-            meta = dict(con.execute("SELECT key, value FROM dpgate_meta"))
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as exc:
-        raise LedgerError(f"{ledger!r} is not a dpgate ledger ({exc}).") from None
-    with Ledger.open(ledger, fingerprint=meta["fingerprint"], budget=float(meta["budget"])) as led:
-        recs = led.records()
-    cols = ["id", "created_at", "table", "sql", "alpha", "sensitivity", "scale", "value", "cost_after", "secure"]
-    df = pd.DataFrame([{c: getattr(r, c) for c in cols} for r in recs], columns=cols)
-    if limit is not None:
-        df = df.tail(limit)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no ledger at {path!r}.")
+    with Ledger.open_existing(path) as led:
+        return led.meta, led.records()
+
+
+@cli.command()
+@click.option("--ledger", required=True, help="The ledger file.")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="Show only the last N releases.")
+@click.option("--json", "as_json", is_flag=True, help="Print the budget and the releases as JSON.")
+def history(ledger: str, limit: int | None, as_json: bool) -> None:
+    """Print every release recorded in a ledger (what was released, not the data)."""
+    import pandas as pd
+
+    meta, recs = _read_ledger(ledger)
+    shown = recs if limit is None else recs[len(recs) - limit:] if limit else ()
     spent = max((r.cost_after for r in recs), default=0.0)
+    if as_json:
+        _echo_json({"ledger": os.path.abspath(ledger), **_budget_summary(float(meta["budget"]), spent, len(recs)),
+                    "created_at": meta.get("created_at"),
+                    "records": [{c: getattr(r, c) for c in _HISTORY_COLUMNS} for r in shown]})
+        return
+    df = pd.DataFrame([{c: getattr(r, c) for c in _HISTORY_COLUMNS} for r in shown], columns=_HISTORY_COLUMNS)
     click.echo(f"ledger {os.path.abspath(ledger)}: {len(recs)} releases, budget {float(meta['budget']):g}, "
                f"spent {spent:.6g}, created {meta.get('created_at', '?')}")
     if len(df):
-        with pd.option_context("display.max_colwidth", 60, "display.width", 200, "display.max_rows", 500):
+        with _pd_display():
             click.echo(df.to_string(index=False))
+
+
+@cli.command()
+@click.option("--ledger", required=True, help="The ledger file.")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def budget(ledger: str, as_json: bool) -> None:
+    """Print a ledger's total budget, what is spent and what remains."""
+    meta, recs = _read_ledger(ledger)
+    summary = _budget_summary(float(meta["budget"]), max((r.cost_after for r in recs), default=0.0), len(recs))
+    summary["insecure_releases"] = sum(not r.secure for r in recs)
+    if as_json:
+        _echo_json(summary)
+    else:
+        click.echo(f"budget {summary['budget']:g}   spent {summary['spent']:.6g}   "
+                   f"remaining {summary['remaining']:.6g}   releases {summary['releases']}"
+                   + (f" ({summary['insecure_releases']} with seeded, insecure noise)"
+                      if summary["insecure_releases"] else ""))
 
 
 @cli.command()

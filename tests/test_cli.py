@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,11 +14,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def dpgate(*args: str, cwd: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def dpgate(*args: str, cwd: str | None = None, timeout: float = 300,
+           stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run(
-        [sys.executable, "-m", "dpgate.cli", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+        [sys.executable, "-m", "dpgate.cli", *args], capture_output=True, text=True, cwd=cwd, env=env,
+        timeout=timeout, input=stdin,
     )
 
 
@@ -125,7 +128,69 @@ def test_errors_are_one_line_with_nonzero_exit(pums_files, tmp_path):
 
 def test_help():
     r = dpgate("--help")
-    assert r.returncode == 0 and "demo" in r.stdout and "query" in r.stdout and "history" in r.stdout
+    assert r.returncode == 0
+    for command in ("demo", "query", "shell", "budget", "history", "synthesize"):
+        assert command in r.stdout, command
+
+
+def test_json_outputs_parse_and_agree_with_the_ledger(pums_files, tmp_path):
+    csv, schema = pums_files
+    ledger = tmp_path / "l.db"
+    base = ["query", "--schema", str(schema), "--data", str(csv), "--budget", "1", "--ledger", str(ledger)]
+    r = dpgate(*base, "--accuracy", "25", "--json", "SELECT COUNT(*) AS n FROM people WHERE age < 40")
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    assert answer["epsilon_charged"] > 0 and answer["releases"] == 1
+    (row,) = answer["rows"]
+    assert row["n_source"] == "fresh" and row["n_low"] < row["n"] < row["n_high"]
+    assert row["n_high"] - row["n"] == pytest.approx(25, rel=1e-6)
+    b = dpgate("budget", "--ledger", str(ledger), "--json")
+    assert b.returncode == 0, b.stderr
+    summary = json.loads(b.stdout)
+    assert summary["spent"] == pytest.approx(answer["spent"])
+    assert summary["remaining"] == pytest.approx(1 - answer["spent"])
+    assert summary["releases"] == 1 and summary["insecure_releases"] == 0
+    h = dpgate("history", "--ledger", str(ledger), "--json")
+    assert h.returncode == 0, h.stderr
+    hist = json.loads(h.stdout)
+    (rec,) = hist["records"]
+    assert rec["value"] == pytest.approx(row["n"]) and rec["alpha"] == pytest.approx(answer["epsilon_charged"])
+    text = dpgate("budget", "--ledger", str(ledger))
+    assert text.returncode == 0 and "remaining" in text.stdout
+    assert dpgate("budget", "--ledger", str(tmp_path / "none.db")).returncode == 3
+
+
+def test_shell_runs_statements_settings_and_backslash_commands(pums_files, tmp_path):
+    csv, schema = pums_files
+    ledger = tmp_path / "l.db"
+    script = "\n".join([
+        "SELECT COUNT(*) AS n FROM people WHERE age < 40;",
+        "SET dpgate.accuracy = 40;",
+        "SELECT COUNT(*) AS n",          # a statement over two lines
+        "  FROM people WHERE age <= 39;",  # implied by the first: free
+        "\\budget",
+        "\\history 1",
+        "\\nope",
+        "SELECT * FROM people;",           # refused: the shell reports it and goes on
+        "SET dpgate.confidence = 2;",      # bad value: reported, nothing changes
+        "\\q",
+        "SELECT COUNT(*) FROM people;",    # after \\q: never run
+    ]) + "\n"
+    r = dpgate("shell", "--schema", str(schema), "--data", str(csv), "--budget", "1", "--ledger", str(ledger),
+               "--accuracy", "25", stdin=script)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert out.count("n_source") == 2 and "fresh" in out and "history" in out
+    charges = [float(line.split()[2]) for line in out.splitlines() if line.startswith("ε charged:")]
+    assert len(charges) == 2 and charges[0] > 0 and charges[1] == 0
+    assert "ok" in out.splitlines()
+    assert "budget 1" in out and "remaining" in out
+    assert "1 releases" in out
+    errors = r.stderr.splitlines()
+    assert len(errors) == 3 and all(e.startswith("error: ") for e in errors), errors
+    assert "\\nope" in errors[0] and "confidence" in errors[2]
+    summary = json.loads(dpgate("budget", "--ledger", str(ledger), "--json").stdout)
+    assert summary["releases"] == 1 and summary["spent"] == pytest.approx(charges[0], rel=1e-5)  # printed to 6 digits
 
 
 def test_synthesize_writes_a_schema_shaped_table_and_spends_nothing(pums_files, tmp_path):
