@@ -21,6 +21,10 @@ from sqlglot.tokens import Token, TokenType
 
 from dpgate.errors import InvalidRequirement, ProgrammingError, QuerySyntaxError, UnsupportedQuery
 
+#: Values of the ``method`` option: ``exact`` (the default: guaranteed answers from
+#: history or fresh measurements) or a free, biased, model-based estimate
+#: (``dpgate.Gateway.estimate``).
+METHOD_VALUES = ("exact", "pca", "maxent", "mmse")
 #: Keys accepted in a ``/*+ dpgate key=value … */`` hint comment.
 HINT_KEYS = ("accuracy", "confidence", "method", "allow_partial")
 #: Options accepted by ``SET dpgate.<option> = <value>``.
@@ -172,9 +176,9 @@ def _check_option(key: str, value: Any, where: str) -> str | float | bool:
         if text.lower() in _FALSE:
             return False
         raise InvalidRequirement(f"{where} {key} must be on or off, got {text!r}.")
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z_0-9\-]*", text):
-        raise InvalidRequirement(f"{where} {key} must be a name such as 'exact', got {text!r}.")
-    return text
+    if text.lower() not in METHOD_VALUES:
+        raise InvalidRequirement(f"{where} {key} must be one of {', '.join(METHOD_VALUES)}, got {text!r}.")
+    return text.lower()
 
 
 # -- SET -------------------------------------------------------------------------------------
@@ -297,4 +301,4 @@ def literal(value: Any) -> exp.Expression:
     )
 
 
-__all__ = ["SetOption", "HINT_KEYS", "SET_OPTIONS", "bind", "hints", "parse", "set_option", "split_check", "tokenize"]
+__all__ = ["SetOption", "HINT_KEYS", "METHOD_VALUES", "SET_OPTIONS", "bind", "hints", "parse", "set_option", "split_check", "tokenize"]

@@ -35,6 +35,13 @@ wins — **statement hint > session SET > connection argument**:
 * per statement: a comment hint anywhere in the text,
   ``SELECT /*+ dpgate accuracy=10 confidence=0.99 */ COUNT(*) FROM pums``.
 
+``method`` (same three levels; default ``exact``) switches to free, *biased*
+model-based estimates (:meth:`dpgate.Gateway.estimate`): ``SET dpgate.method =
+pca`` or ``maxent`` (seed 002), or ``/*+ dpgate method=mmse */`` (seed 003's
+MMSE over an ISPE warm start of the connection's gateway).  Their rows carry
+``source = 'model'`` and a heuristic band, never a guaranteed interval; no
+accuracy is needed and nothing is spent or recorded in the ledger.
+
 With no accuracy at any level, ``execute`` raises
 :class:`~dpgate.errors.InvalidRequirement` (a ``DataError``) saying how to set
 one; nothing is read and nothing is spent.
@@ -526,6 +533,11 @@ class Connection:
                     self._settings[stmt.name] = stmt.value
                 return _NO_ROWS
             settings = dict(self._settings)
+            method = (stmt.hints.get("method") or settings["method"] or "exact").lower()
+            if method != "exact":  # a free, model-based estimate (Gateway.estimate): no accuracy needed
+                confidence = float(stmt.hints.get("confidence", settings["confidence"]))
+                result = gw.estimate(operation, method, confidence=confidence, params=params)
+                return _result_set(result, bool(settings["intervals"]), gw.schema)
             accuracy, confidence, allow_partial = _requirement(stmt.hints, settings)
             result = gw.query(operation, accuracy, confidence, params=params, allow_partial=allow_partial)
             return _result_set(result, bool(settings["intervals"]), gw.schema)

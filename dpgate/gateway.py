@@ -101,6 +101,7 @@ class Gateway:
         self._owns_ledger = not isinstance(ledger, Ledger)
         self._noise = noise_source(seed)
         self._tables: dict[str, TableState] = {}
+        self._ispe_releases: list[Any] = []  # this object's ISPE warm starts, for method="mmse"
         self._last_id = 0
         self._lock = threading.RLock()
         self._sync()
@@ -158,7 +159,9 @@ class Gateway:
 
         Args:
             sql: one SELECT of linear aggregates (see ``dpgate.compile``). A hint
-                ``/*+ dpgate accuracy=25 confidence=0.95 */`` supplies defaults.
+                ``/*+ dpgate accuracy=25 confidence=0.95 */`` supplies defaults;
+                ``/*+ dpgate method=pca|maxent|mmse */`` returns :meth:`estimate`'s free,
+                model-based answers instead (no accuracy needed, nothing spent).
             accuracy: half-width ε of the requested interval (> 0).
             confidence: 1−δ, in (0, 1); default 0.95.
             params: PEP 249 parameters bound into placeholders.
@@ -173,6 +176,11 @@ class Gateway:
             BudgetExhausted: the answer would overspend (nothing read, nothing spent).
         """
         stmt = self._compile(sql, params)
+        method = stmt.hints.get("method", "exact").lower()
+        if method != "exact":  # a hint asked for a free, model-based estimate instead
+            if confidence is None and "confidence" in stmt.hints:
+                confidence = _number(stmt.hints["confidence"], "confidence")
+            return self.estimate(sql, method, confidence=0.95 if confidence is None else confidence, params=params)
         accuracy, confidence, allow_partial = _requirement(stmt, accuracy, confidence, allow_partial)
         policy = policy or self.policy
         _check_policy(policy)
@@ -396,7 +404,11 @@ class Gateway:
             raise InvalidRequirement(f"epsilon must be a positive finite number, got {epsilon!r}.")
         if not isinstance(columns, str) and not (isinstance(columns, Sequence) and columns):
             raise InvalidRequirement(f"columns must be a column name or a non-empty list of names, got {columns!r}.")
-        return warmstart.warm_start(self, strategy, float(epsilon), columns, table=table, **options)
+        release = warmstart.warm_start(self, strategy, float(epsilon), columns, table=table, **options)
+        if release.strategy == "ispe":
+            with self._lock:
+                self._ispe_releases.append(release)
+        return release
 
     def _refusal(
         self,
@@ -485,13 +497,19 @@ class Gateway:
 
         Args:
             sql: one SELECT of linear aggregates, as for :meth:`query`.
-            method: ``"pca"`` (kernel-PCA with cross-validated shrinkage ``a``) or
-                ``"maxent"`` (maximum-entropy Gibbs model).
+            method: ``"pca"`` (kernel-PCA with cross-validated shrinkage ``a``),
+                ``"maxent"`` (maximum-entropy Gibbs model) or ``"mmse"`` (seed 003's
+                MMSE with neighbourhood reference over an ISPE warm start; see
+                ``dpgate.warmstart.mmse_estimate``).  SQL clients choose it with the
+                hint ``/*+ dpgate method=mmse */`` or ``SET dpgate.method = mmse``.
             confidence: sets the width of the *heuristic* band below.
             **options: ``prior`` (``"auto"``: 1-D marginals fitted to released 1-D queries,
                 ``"uniform"``, or ``{column: cell probabilities}``), ``folds``, ``cv_seed``;
                 pca: ``a`` (``"cv"`` or a number, ``inf`` = unbiased projection);
-                maxent: ``alpha`` (number or ``"cv"``), ``max_atoms``.
+                maxent: ``alpha`` (number or ``"cv"``), ``max_atoms``;
+                mmse: ``release`` (a ``WarmStart``; default the latest ISPE warm start
+                this gateway object made whose grid holds the query's columns),
+                ``neighbours`` (default True).
 
         Returns:
             A ``dpgate.model.ModelResult`` (a ``Result`` with ``.model`` diagnostics) whose
@@ -500,9 +518,30 @@ class Gateway:
             on held-out past queries (seed 002 Theorem 4).  **Not a guaranteed interval**:
             it is an average error scale, and can be far too narrow for unusual queries.
         """
+        if method not in ("pca", "maxent", "mmse"):
+            raise InvalidRequirement(f"method must be one of 'pca', 'maxent', 'mmse', got {method!r}.")
+        if method == "mmse":
+            from dpgate.warmstart import mmse_estimate
+
+            release = options.pop("release", None) or self._ispe_release_for(sql, params)
+            return mmse_estimate(self, sql, release, confidence=confidence, params=params, **options)
         from dpgate.model import estimate as _estimate
 
         return _estimate(self, sql, method, confidence=confidence, params=params, **options)
+
+    def _ispe_release_for(self, sql: str, params: Any) -> Any:
+        """The latest ISPE warm start of this object whose grid holds every column ``sql`` uses."""
+        stmt = self._compile(sql, params)
+        used = {c.lower() for q in stmt.queries for c in q.columns}
+        with self._lock:
+            for release in reversed(self._ispe_releases):
+                if release.table.lower() == stmt.table.lower() and used <= {c.lower() for c in release.columns}:
+                    return release
+        raise InvalidRequirement(
+            f"method 'mmse' needs an ISPE warm start over the columns {sorted(used)} of table {stmt.table!r} made "
+            "by this gateway object: call gw.warm_start('ispe', epsilon, columns) first (a warm start recorded "
+            "by another process cannot be reused: its partition is not in the ledger)."
+        )
 
     def synthesize(self, table: str | None = None, rows: int | None = None, seed: int | None = None,
                    **options: Any) -> Any:

@@ -511,8 +511,10 @@ def test_hints_anywhere():
         assert st.hints == {"accuracy": "25", "confidence": "0.95"}, sql
     st = compile_statement("SELECT COUNT(*) FROM pums WHERE sex = '1' /* plain comment */", SCHEMA)
     assert st.hints == {}
-    st = compile_statement("/*+ dpgate method=gil-pelaez allow_partial=on */ SELECT COUNT(*) FROM pums", SCHEMA)
-    assert st.hints == {"method": "gil-pelaez", "allow_partial": "on"}
+    st = compile_statement("/*+ dpgate method=pca allow_partial=on */ SELECT COUNT(*) FROM pums", SCHEMA)
+    assert st.hints == {"method": "pca", "allow_partial": "on"}
+    with pytest.raises(InvalidRequirement, match="exact, pca, maxent, mmse"):
+        compile_statement("/*+ dpgate method=gil-pelaez */ SELECT COUNT(*) FROM pums", SCHEMA)
     # Other systems' optimizer hints are ignored.
     assert compile_statement("SELECT /*+ INDEX(pums) */ COUNT(*) FROM pums", SCHEMA).hints == {}
 

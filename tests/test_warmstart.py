@@ -375,3 +375,50 @@ def test_mmse_refuses_non_ispe_and_foreign_columns():
     ws = gw.warm_start("ispe", 0.3, "a")
     with pytest.raises(UnsupportedQuery, match="outside the ISPE grid"):
         warmstart.mmse_estimate(gw, "SELECT COUNT(*) FROM t WHERE b = 3", ws)
+
+
+def test_mmse_through_the_sql_hint_the_dbapi_and_session_method(net64):
+    """method=mmse reaches the same estimate from gw.query, a DB-API hint and SET; all free and flagged."""
+    df, schema, _ = net64
+    gw = dpgate.Gateway(df, schema, budget=1.0, seed=2)
+    sql = "SELECT COUNT(*) FROM nettrace WHERE value BETWEEN 3 AND 9"
+    with pytest.raises(InvalidRequirement, match="ISPE warm start"):
+        gw.query("/*+ dpgate method=mmse */ " + sql)
+    ws = gw.warm_start("ispe", 1.0, "value")
+    spent, n_hist = gw.spent, len(gw.history)
+    direct = warmstart.mmse_estimate(gw, sql, ws, confidence=0.9).answer
+    hinted = gw.query("/*+ dpgate method=mmse confidence=0.9 */ " + sql).answer  # no accuracy needed
+    assert hinted.source == "model" and hinted.epsilon_spent == 0 and not hinted.meets_requirement
+    assert (hinted.value, hinted.low, hinted.high) == pytest.approx((direct.value, direct.low, direct.high))
+    con = dpgate.connect(gw, intervals=True, confidence=0.9)
+    cur = con.cursor()
+    cur.execute("/*+ dpgate method=mmse */ " + sql)
+    (row,) = cur.fetchall()
+    assert row == pytest.approx((direct.value, direct.low, direct.high, "model"))
+    cur.execute("SET dpgate.method = mmse")
+    cur.execute(sql)
+    assert cur.fetchone()[3] == "model" and cur.answers[0].source == "model"
+    cur.execute("SET dpgate.method = exact")
+    with pytest.raises(InvalidRequirement, match="accuracy"):
+        cur.execute(sql)  # back to guaranteed answers, which need a requirement
+    with pytest.raises(InvalidRequirement, match="pca, maxent, mmse"):
+        cur.execute("SET dpgate.method = magic")
+    with pytest.raises(InvalidRequirement, match="method"):
+        gw.query("/*+ dpgate method=magic */ " + sql, accuracy=5)
+    assert gw.spent == spent and len(gw.history) == n_hist  # model answers never touch the ledger
+    con.close()
+
+
+def test_pca_estimate_through_a_session_set(net64):
+    df, schema, _ = net64
+    con = dpgate.connect(df, schema=schema, budget=1.0, seed=4, accuracy=30, intervals=True)
+    cur = con.cursor()
+    for a in range(0, 60, 6):
+        cur.execute(f"SELECT COUNT(*) FROM nettrace WHERE value BETWEEN {a} AND {a + 5}")
+    spent, n_hist = con.spent, len(con.history)
+    cur.execute("SET dpgate.method = pca")
+    cur.execute("SELECT COUNT(*) FROM nettrace WHERE value BETWEEN 2 AND 40")
+    value, low, high, source = cur.fetchone()
+    assert source == "model" and low < value < high
+    assert con.spent == spent and len(con.history) == n_hist
+    con.close()
