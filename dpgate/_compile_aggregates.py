@@ -46,12 +46,23 @@ def _unparen(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def _no_aggregates(node: exp.Expression, clause: str) -> None:
-    for sub in walk(node):
+def _no_aggregates(node: exp.Expression, clause: str, candidates: list[exp.Expression] | None = None) -> None:
+    """Refuse an aggregate inside ``node``; ``candidates``: the aggregates of an enclosing
+    tree already walked (breadth-first), to check by ancestry instead of walking again."""
+    subs = walk(node) if candidates is None else [a for a in candidates if _within(a, node)]
+    for sub in subs:
         if isinstance(sub, (exp.AggFunc, exp.Filter)):
             raise UnsupportedQuery(
                 f"{clause} cannot use the aggregate {sub.sql()!r}; filter rows in WHERE and groups in HAVING."
             )
+
+
+def _within(sub: exp.Expression, node: exp.Expression) -> bool:
+    while sub is not None:
+        if sub is node:
+            return True
+        sub = sub.parent
+    return False
 
 
 # -- aggregates ------------------------------------------------------------------------------------
