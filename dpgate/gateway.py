@@ -506,7 +506,9 @@ class Gateway:
             **options: ``prior`` (``"auto"``: 1-D marginals fitted to released 1-D queries,
                 ``"uniform"``, or ``{column: cell probabilities}``), ``folds``, ``cv_seed``;
                 pca: ``a`` (``"cv"`` or a number, ``inf`` = unbiased projection);
-                maxent: ``alpha`` (number or ``"cv"``), ``max_atoms``;
+                maxent: ``alpha`` (number or ``"cv"``), ``solver`` (``"auto"``: exact over
+                atoms up to ``max_atoms``, default 100 000, else seed 002 §4.2's approximate
+                stochastic-gradient / Gibbs-sampling fit; ``"exact"``; ``"sgd"``), ``max_atoms``;
                 mmse: ``release`` (a ``WarmStart``; default the latest ISPE warm start
                 this gateway object made whose grid holds the query's columns),
                 ``neighbours`` (default True).
@@ -515,7 +517,8 @@ class Gateway:
             A ``dpgate.model.ModelResult`` (a ``Result`` with ``.model`` diagnostics) whose
             answers have ``source="model"``, ``epsilon_spent=0``, ``meets_requirement=False``,
             ``posterior=None`` and ``low/high = value ∓ z·RMSE_cv``: the cross-validated RMSE
-            on held-out past queries (seed 002 Theorem 4).  **Not a guaranteed interval**:
+            on held-out past queries (seed 002 Theorem 4); for a stochastic maxent fit,
+            ``z·√(RMSE_cv² + mc_stderr²)`` with the Monte Carlo error per answer in ``.model``.  **Not a guaranteed interval**:
             it is an average error scale, and can be far too narrow for unusual queries.
         """
         if method not in ("pca", "maxent", "mmse"):
@@ -534,9 +537,9 @@ class Gateway:
         stmt = self._compile(sql, params)
         used = {c.lower() for q in stmt.queries for c in q.columns}
         with self._lock:
-            for release in reversed(self._ispe_releases):
-                if release.table.lower() == stmt.table.lower() and used <= {c.lower() for c in release.columns}:
-                    return release
+            for ispe in reversed(self._ispe_releases):
+                if ispe.table.lower() == stmt.table.lower() and used <= {c.lower() for c in ispe.columns}:
+                    return ispe
         raise InvalidRequirement(
             f"method 'mmse' needs an ISPE warm start over the columns {sorted(used)} of table {stmt.table!r} made "
             "by this gateway object: call gw.warm_start('ispe', epsilon, columns) first (a warm start recorded "

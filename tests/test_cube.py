@@ -385,7 +385,7 @@ def test_every_strategy_is_exact(monkeypatch: pytest.MonkeyPatch, knobs: dict[st
     df = make_frame(12)
     qs = random_queries(12, k=25)
     # A GROUP BY-shaped batch: one query per age cell, restricted to city 'x'.
-    age, city = T.column("age"), T.column("city")
+    age = T.column("age")
     for a in range(age.n_cells):
         w = np.zeros((age.n_cells, 2))
         w[a, 0] = 1

@@ -9,8 +9,10 @@ answers alone:
   kernel of past queries, shrunk by ``y_i = a²/(a² + 1/λ_i²)``, with ``a`` chosen
   by k-fold cross-validation (Theorem 4);
 * ``method="maxent"`` — :mod:`dpgate.model.maxent`: the maximum-entropy (Gibbs)
-  distribution over atoms that fits the released answers with soft, box-constrained
-  constraints (Theorem 6); also draws synthetic rows (:func:`synthesize`).
+  distribution that fits the released answers with soft, box-constrained
+  constraints (Theorem 6) — exactly over atoms when they are few, else
+  approximately by the stochastic-gradient / Gibbs-sampling scheme of §4.2
+  (``solver=``); also draws synthetic rows (:func:`synthesize`).
 
 Privacy: both read only released answers, their noise scales, public query
 structure and the public schema (including its optional public row count), so
@@ -24,6 +26,9 @@ the method on held-out *past* queries (Theorem 4) and ``z`` the normal quantile 
 ``confidence``.  That band describes the average error over queries like the
 past ones; it is **not** a confidence interval for this query and may miss it
 more often than ``confidence`` suggests (e.g. for queries unlike the history).
+A stochastic maxent fit answers by Monte Carlo over its Gibbs chains: its
+standard error (``model["mc_stderr"]``, per answer) is added in quadrature to the
+band.
 
 Example:
     >>> import dpgate, dpgate.datasets
@@ -50,6 +55,7 @@ import numpy as np
 
 from dpgate.errors import InvalidRequirement, NotEstimable
 from dpgate.model import maxent as _maxent
+from dpgate.model.gibbs import GibbsFit
 from dpgate.model import pca as _pca
 from dpgate.model._history import History, atom_mass, check_marginals, fit_marginals, history_of
 from dpgate.result import Answer, Result
@@ -70,7 +76,9 @@ class ModelResult(Result):
         model: ``method``, ``m`` (answers used), ``rank``/``atoms``, ``a`` or ``alpha``,
             ``cv_rmse`` (Theorem 4, on held-out past queries), ``folds``, ``prior``
             (``"uniform"``, ``"marginals:<cols>"`` or ``"given"``), ``total`` and where
-            it came from, ``fit_seconds``.
+            it came from, ``fit_seconds``; maxent also ``solver`` (``"exact"`` or
+            ``"sgd"``) and, for ``"sgd"``, ``mc_stderr`` (Monte Carlo standard error of
+            each answer), ``chains``, ``mc_samples``, ``iterations``, ``converged``.
     """
 
     model: Mapping[str, Any] = field(default_factory=dict)
@@ -82,7 +90,7 @@ class _Fitted:
     m: int
     marginals: dict[str, np.ndarray]
     info: dict[str, Any]
-    core: Any  # PCA: (PCAFit, a); maxent: MaxEntFit
+    core: Any  # PCA: (PCAFit, a); maxent: MaxEntFit or GibbsFit
 
 
 def _options_key(options: Mapping[str, Any]) -> Any:
@@ -163,14 +171,18 @@ def _model(gw: Any, hist: History, method: str, options: dict[str, Any]) -> _Fit
     return got
 
 
-def _predict(fitted: _Fitted, hist: History, Q: np.ndarray) -> np.ndarray:
+def _predict(fitted: _Fitted, hist: History, queries: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """Model answers to ``queries`` and, for a stochastic fit, their Monte Carlo standard errors."""
+    if isinstance(fitted.core, GibbsFit):
+        return fitted.core.expect(queries)  # rows of cells: no atom vectors, no prior mass over atoms
+    Q = np.array([hist.atoms.vector(q) for q in queries])
     mass = atom_mass(hist.table, hist.atoms, fitted.marginals)
     H = hist.H[: fitted.m]
     if fitted.method == "pca":
         f, a = fitted.core
         base, cz = f.terms(_pca.kernel(Q, mass, H), Q @ mass)
-        return base + cz @ _pca.shrinkage(a, f.mu)
-    return fitted.core.predict(H, mass, Q)
+        return base + cz @ _pca.shrinkage(a, f.mu), None
+    return fitted.core.predict(H, mass, Q), None
 
 
 def estimate(
@@ -201,15 +213,16 @@ def estimate(
                 "count, so a model has nothing to learn from; ask gw.query(...) first."
             )
         fitted = _model(gw, hist, method, options)
-        Q = np.array([state.atoms.vector(q) for q in stmt.queries])
-        values = _predict(fitted, hist, Q)
+        values, mc_se = _predict(fitted, hist, stmt.queries)
     rmse = float(fitted.info.get("cv_rmse", math.nan))
     # Theorem 4's unbiased MSE estimate can come out ≤ 0 (clipped to 0); a zero-width
     # band would claim certainty, so an unusable estimate gives an unbounded band.
-    half = NormalDist().inv_cdf((1 + confidence) / 2) * rmse if math.isfinite(rmse) and rmse > 0 else math.inf
+    z = NormalDist().inv_cdf((1 + confidence) / 2)
+    rmse = rmse if math.isfinite(rmse) and rmse > 0 else math.inf
+    halves = z * (rmse if mc_se is None else np.hypot(rmse, mc_se)) * np.ones(len(stmt.queries))
     acc = math.nan if accuracy is None else float(accuracy)
     answers = []
-    for q, v in zip(stmt.queries, values):
+    for q, v, half in zip(stmt.queries, values, halves.tolist()):
         meta = dict(label=q.label, group=q.group, query=q, confidence=float(confidence), accuracy=acc)
         off = float(q.offset)
         if q.is_zero:
@@ -218,13 +231,16 @@ def estimate(
         val = float(v) + off
         answers.append(Answer(val, val - half, val + half, source="model", epsilon_spent=0.0,
                               posterior=None, meets_requirement=False, **meta))
-    return ModelResult(tuple(answers), stmt, 0.0, model=dict(fitted.info))
+    info = dict(fitted.info)
+    if mc_se is not None:
+        info["mc_stderr"] = tuple(float(s) for s in mc_se)
+    return ModelResult(tuple(answers), stmt, 0.0, model=info)
 
 
 def synthesize(gw: Any, table: str | None = None, rows: int | None = None, seed: int | None = None,
                **options: Any) -> Any:
     """A synthetic table drawn from the maximum-entropy model; see :meth:`dpgate.Gateway.synthesize`."""
-    from dpgate.model._synth import sample_frame
+    from dpgate.model._synth import sample_frame, sample_frame_gibbs
 
     if table is None:
         if len(gw.schema.tables) != 1:
@@ -245,6 +261,8 @@ def synthesize(gw: Any, table: str | None = None, rows: int | None = None, seed:
                 "pass rows= or release some answers first."
             )
         fitted = _model(gw, hist, "maxent", options)
+        if isinstance(fitted.core, GibbsFit):  # rows straight from its chains: no atoms
+            return sample_frame_gibbs(hist, fitted.core, rows, seed, dict(fitted.info))
         mass = atom_mass(hist.table, hist.atoms, fitted.marginals)
         p = fitted.core.probabilities(hist.H[: fitted.m], mass)
         return sample_frame(hist, p, mass, fitted.marginals, fitted.core, rows, seed, dict(fitted.info))

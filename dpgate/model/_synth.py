@@ -3,11 +3,13 @@
 Sampling is post-processing of the fitted model (released answers only), so it
 spends no budget and needs no secure randomness; ``seed`` makes it reproducible.
 
-Each row: an atom is drawn from ``p_w``; within it a grid box with probability
+Exact fit — each row: an atom is drawn from ``p_w``; within it a grid box with probability
 proportional to its prior mass; within the box one cell per column, proportional
 to the column's prior (uniform unless a marginal prior is in use), over the box's
-slab for grid columns and over the whole column otherwise; then one concrete
-value per cell:
+slab for grid columns and over the whole column otherwise.  Stochastic fit
+(:class:`~dpgate.model.gibbs.GibbsFit`) — rows of cells are taken from its
+Metropolis-within-Gibbs chains at the fitted weights, thinned (approximate draws from
+``p_w``; ``attrs["dpgate"]["sampler"] == "gibbs"``).  Then one concrete value per cell:
 
 =============  =============================================================
 cell           value emitted
@@ -62,8 +64,6 @@ def _masked(values: np.ndarray, null: np.ndarray, dtype: str) -> Any:
 
 
 def _values(col: Column, cells: np.ndarray, rng: np.random.Generator) -> Any:
-    import pandas as pd
-
     null = cells == col.null_cell
     if col.kind == "integer":
         return _masked(np.where(null, 0, col.min + cells), null, "Int64")  # type: ignore[operator]
@@ -91,6 +91,27 @@ def _values(col: Column, cells: np.ndarray, rng: np.random.Generator) -> Any:
     return np.where(null, np.nan, v)
 
 
+def _row_count(hist: History, model: Any, rows: int | None) -> tuple[int, str]:
+    t = hist.table
+    if rows is not None:
+        return int(rows), "argument"
+    if t.rows is not None:
+        return int(t.rows), "public (Table.rows)"
+    return int(round(model.total)), "estimated: " + str(model.info.get("total_source", "model total"))
+
+
+def _frame(data: dict[str, Any], info: dict[str, Any], n: int, source: str, seed: int | None, **extra: Any) -> Any:
+    """The DataFrame of the columns' values; the fit's ``info`` and the draw's facts in ``attrs["dpgate"]``."""
+    import pandas as pd
+
+    df = pd.DataFrame(data)
+    meta = {k: v for k, v in info.items() if k != "cv_curve"}
+    meta.update(source="model", method="maxent", epsilon_spent=0.0, rows=n, rows_source=source, seed=seed,
+                other_label=OTHER_LABEL, **extra)
+    df.attrs["dpgate"] = meta
+    return df
+
+
 def sample_frame(
     hist: History,
     p: np.ndarray,
@@ -102,15 +123,10 @@ def sample_frame(
     info: dict[str, Any],
 ) -> Any:
     """A pandas DataFrame of synthetic rows with the table's schema (see the module docstring)."""
-    import pandas as pd
-
     t, atoms = hist.table, hist.atoms
-    if rows is not None:
-        n, source = int(rows), "argument"
-    elif t.rows is not None:
-        n, source = int(t.rows), "public (Table.rows)"
-    else:
-        n, source = int(round(model.total)), "estimated: " + str(model.info.get("total_source", "model total"))
+    n, source = _row_count(hist, model, rows)
+    if not math.isfinite(float(p.sum())):
+        raise ValueError("the model's probabilities are not finite; this is a bug in dpgate")
     rng = np.random.default_rng(seed)
     labels = atoms.labels.ravel()
     box = np.ravel(box_mass(t, atoms, marginals)) if marginals else None
@@ -138,11 +154,19 @@ def sample_frame(
             start, end = np.zeros(n, dtype=np.int64), np.full(n, col.n_cells, dtype=np.int64)
         cells = _cells_in(rng, start, end, marginals.get(col.name))
         data[col.name] = _values(col, cells, rng)
-    df = pd.DataFrame(data)
-    meta = {k: v for k, v in info.items() if k != "cv_curve"}
-    meta.update(source="model", method="maxent", epsilon_spent=0.0, rows=n, rows_source=source, seed=seed,
-                other_label=OTHER_LABEL)
-    df.attrs["dpgate"] = meta
-    if not math.isfinite(float(p.sum())):
-        raise ValueError("the model's probabilities are not finite; this is a bug in dpgate")
-    return df
+    return _frame(data, info, n, source, seed)
+
+
+def sample_frame_gibbs(hist: History, model: Any, rows: int | None, seed: int | None, info: dict[str, Any]) -> Any:
+    """Like :func:`sample_frame` for a stochastic fit: rows drawn from its Gibbs chains (thinned).
+
+    ``model`` is a :class:`dpgate.model.gibbs.GibbsFit`; its chains restart from its
+    stored draws and are run at its weights (see :meth:`~dpgate.model.gibbs.GibbsFit.sample_cells`),
+    so the rows are approximate draws from ``p_w`` and successive rows of one chain are
+    mildly dependent.
+    """
+    n, source = _row_count(hist, model, rows)
+    rng = np.random.default_rng(seed)
+    cells = model.sample_cells(n, rng)
+    data = {col.name: _values(col, cells[:, k], rng) for k, col in enumerate(hist.table.columns)}
+    return _frame(data, info, n, source, seed, sampler="gibbs")
