@@ -39,6 +39,8 @@ TITLES = {
     "inference": "Inference",
     "compile": "Compiler",
     "cube": "Cube",
+    "model": "Model-based estimates and their fit time (seed 002)",
+    "warmstart": "Warm-start releases and ISPE's MMSE estimator (seed 003)",
 }
 
 
@@ -154,13 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(RESULTS, exist_ok=True)
     state = a.state
     if a.render:
-        runs, host = [], []
+        by_name: dict[str, dict[str, object]] = {}
+        host = []
         for path in state.split(","):
             with open(path) as f:
                 saved = json.load(f)
-            runs += saved["runs"]
+            by_name.update((r["name"], r) for r in saved["runs"])  # a later state file replaces a re-run benchmark
             a.quick = a.quick or saved["quick"]
             host = host or saved["machine"]
+        runs = list(by_name.values())
         order = discover()
         runs.sort(key=lambda r: order.index(r["name"]) if r["name"] in order else len(order))
     else:
