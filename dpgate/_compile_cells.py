@@ -152,7 +152,19 @@ def _fmt(x: float) -> str:
 
 def _base(col: Column, cells: np.ndarray | None = None) -> Val:
     """The 1-D value of a bare column reference: one entry per cell (or per listed cell)."""
-    idx = np.arange(col.n_cells) if cells is None else cells
+    return _all_cells(col) if cells is None else _cells_value(col, cells)
+
+
+@functools.lru_cache(maxsize=1024)
+def _all_cells(col: Column) -> Val:
+    """:func:`_base` over every cell, cached per declared column (read-only arrays: a pure function of it)."""
+    val = _cells_value(col, np.arange(col.n_cells))
+    for arr in (val.v, val.null):
+        arr.setflags(write=False)
+    return val
+
+
+def _cells_value(col: Column, idx: np.ndarray) -> Val:
     null = idx == col.null_cell
     if col.kind == "integer":
         return Val(NUM, np.where(null, 0.0, (col.min + idx).astype(float)), null, col)  # type: ignore[operator]
@@ -214,7 +226,9 @@ def _changes(val: Val) -> np.ndarray:
     v, null = val.v, val.null
     if val.kind in (CAT, BIN, STR):
         return np.arange(1, len(v))
-    vv = np.where(null, 0, v)
+    # A condition is already False on NULL cells (``_bool``); other values are masked so that
+    # what a NULL cell holds never adds a breakpoint.
+    vv = v if val.kind == BOOL else np.where(null, 0, v)
     diff = (vv[1:] != vv[:-1]) | (null[1:] != null[:-1])
     return np.flatnonzero(diff) + 1
 

@@ -336,7 +336,7 @@ class Evaluator:
         """Refuse values that are not finite numbers on a non-NULL cell (e.g. division by zero)."""
         if a.kind != NUM:
             return
-        if np.ndim(a.v) == 0:
+        if not isinstance(a.v, np.ndarray) or a.v.ndim == 0:  # a scalar: cheaper than np.ndim
             if a.null is True or math.isfinite(a.v):
                 return
         finite = np.isfinite(a.v)

@@ -374,7 +374,7 @@ def _output_name(body: exp.Expression, dialect: str) -> str:
         dialect == "duckdb"
         and type(body) is exp.Count
         and type(body.this) is exp.Star
-        and not body.this.args
+        and not any(body.this.args.values())  # no EXCLUDE / REPLACE / RENAME / ILIKE on the star
         and not body.expressions
         and not body.comments
         and not body.this.comments
