@@ -467,11 +467,30 @@ def test_seeded_sessions_are_reproducible(pums):
         assert gw.history["value"].tolist() != vals[0]
 
 
-def test_quickstart_example_runs(capsys):
-    """examples/quickstart.py is documentation: keep it working."""
-    import runpy
+EXAMPLES = {  # each script in examples/ and lines its output must contain
+    "quickstart.py": ["history", "fresh", "refused:", "after a restart"],
+    "sql_dbapi.py": ["refused:", "releases recorded in"],
+    "pandas_accessor.py": ["SELECT race, COUNT(*)"],
+    "warehouse.py": ["warehouse unchanged: True", "a new session sees spent"],
+}
+
+
+def test_every_example_is_checked():
     from pathlib import Path
 
-    runpy.run_path(str(Path(__file__).resolve().parent.parent / "examples" / "quickstart.py"), run_name="__main__")
-    out = capsys.readouterr().out
-    assert "history" in out and "fresh" in out and "refused:" in out and "after a restart" in out
+    scripts = {p.name for p in (Path(__file__).resolve().parent.parent / "examples").glob("*.py")}
+    assert scripts == set(EXAMPLES), "add the new example to EXAMPLES"
+
+
+@pytest.mark.parametrize("script", sorted(EXAMPLES))
+def test_example_runs(script: str) -> None:
+    """examples/ are documentation: each runs in a fresh interpreter and prints what it promises."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / script
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for needle in EXAMPLES[script]:
+        assert needle in proc.stdout, (needle, proc.stdout[-2000:])
