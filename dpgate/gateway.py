@@ -518,8 +518,9 @@ class Gateway:
             answers have ``source="model"``, ``epsilon_spent=0``, ``meets_requirement=False``,
             ``posterior=None`` and ``low/high = value ∓ z·RMSE_cv``: the cross-validated RMSE
             on held-out past queries (seed 002 Theorem 4); for a stochastic maxent fit,
-            ``z·√(RMSE_cv² + mc_stderr²)`` with the Monte Carlo error per answer in ``.model``.  **Not a guaranteed interval**:
-            it is an average error scale, and can be far too narrow for unusual queries.
+            ``z·√(RMSE_cv² + mc_stderr²)`` with the Monte Carlo error per answer in
+            ``.model``.  **Not a guaranteed interval**: it is an average error scale, and
+            can be far too narrow for unusual queries.
         """
         if method not in ("pca", "maxent", "mmse"):
             raise InvalidRequirement(f"method must be one of 'pca', 'maxent', 'mmse', got {method!r}.")
