@@ -24,7 +24,8 @@ from dpgate.errors import InvalidRequirement, ProgrammingError, QuerySyntaxError
 #: Values of the ``method`` option: ``exact`` (the default: guaranteed answers from
 #: history or fresh measurements) or a free, biased, model-based estimate
 #: (``dpgate.Gateway.estimate``).
-METHOD_VALUES = ("exact", "pca", "maxent", "mmse")
+MODEL_METHODS = ("pca", "maxent", "mmse")
+METHOD_VALUES = ("exact", *MODEL_METHODS)
 #: Keys accepted in a ``/*+ dpgate key=value … */`` hint comment.
 HINT_KEYS = ("accuracy", "confidence", "method", "allow_partial")
 #: Options accepted by ``SET dpgate.<option> = <value>``.
@@ -301,4 +302,4 @@ def literal(value: Any) -> exp.Expression:
     )
 
 
-__all__ = ["SetOption", "HINT_KEYS", "METHOD_VALUES", "SET_OPTIONS", "bind", "hints", "parse", "set_option", "split_check", "tokenize"]
+__all__ = ["SetOption", "HINT_KEYS", "METHOD_VALUES", "MODEL_METHODS", "SET_OPTIONS", "bind", "hints", "parse", "set_option", "split_check", "tokenize"]

@@ -207,6 +207,11 @@ def _budget_summary(budget: float, spent: float, releases: int) -> dict[str, Any
     return {"budget": budget, "spent": spent, "remaining": max(0.0, budget - spent), "releases": releases}
 
 
+def _ledger_summary(meta: dict[str, str], recs: Any) -> dict[str, Any]:
+    """:func:`_budget_summary` of a ledger read by :func:`_read_ledger` (spent = the last cumulative cost)."""
+    return _budget_summary(float(meta["budget"]), max((r.cost_after for r in recs), default=0.0), len(recs))
+
+
 @cli.command()
 @_gateway_options
 @click.option("--allow-partial", is_flag=True, help="Return history's best estimate instead of refusing.")
@@ -215,8 +220,6 @@ def _budget_summary(budget: float, spent: float, releases: int) -> dict[str, Any
 def query(schema_path: str, data: str, budget: float, ledger: str | None, accuracy: float | None,
           confidence: float | None, policy: str, allow_partial: bool, as_json: bool, sql: str) -> None:
     """Answer one SQL counting query within ±ACCURACY and print the released table."""
-    import pandas as pd
-
     from dpgate.gateway import Gateway
     from dpgate.schema import Schema
 
@@ -229,7 +232,7 @@ def query(schema_path: str, data: str, budget: float, ledger: str | None, accura
             _echo_json({"rows": table.to_dict(orient="records"), "epsilon_charged": res.epsilon_spent,
                         **_budget_summary(gw.budget, gw.spent, len(gw.ledger.records()))})
         else:
-            with pd.option_context("display.max_rows", 200, "display.max_columns", 50, "display.width", 200):
+            with _pd_display():
                 click.echo(table.to_string(index=False))
             click.echo(f"\nε charged: {res.epsilon_spent:.6g}   spent: {gw.spent:.6g} of {gw.budget:g}   "
                        f"remaining: {gw.remaining:.6g}")
@@ -337,7 +340,7 @@ def _shell_loop(conn: Any, interactive: bool) -> None:
             continue
         if cur.description is not None:
             table = pd.DataFrame(cur.fetchall(), columns=[d[0] for d in cur.description])
-            with pd.option_context("display.max_rows", 200, "display.max_columns", 50, "display.width", 200):
+            with _pd_display():
                 click.echo(table.to_string(index=False))
             charged = cur.result.epsilon_spent if cur.result is not None else 0.0
             click.echo(f"ε charged: {charged:.6g}   remaining: {conn.remaining:.6g} of {conn.budget:g}")
@@ -370,7 +373,8 @@ def _pd_display() -> Any:
     """pandas display options for tables printed by the CLI."""
     import pandas as pd
 
-    return pd.option_context("display.max_colwidth", 60, "display.width", 200, "display.max_rows", 500)
+    return pd.option_context("display.max_colwidth", 60, "display.width", 200, "display.max_rows", 500,
+                             "display.max_columns", 50)
 
 
 _HISTORY_COLUMNS = ["id", "created_at", "table", "sql", "alpha", "sensitivity", "scale", "value", "cost_after",
@@ -397,15 +401,15 @@ def history(ledger: str, limit: int | None, as_json: bool) -> None:
 
     meta, recs = _read_ledger(ledger)
     shown = recs if limit is None else recs[len(recs) - limit:] if limit else ()
-    spent = max((r.cost_after for r in recs), default=0.0)
+    summary = _ledger_summary(meta, recs)
     if as_json:
-        _echo_json({"ledger": os.path.abspath(ledger), **_budget_summary(float(meta["budget"]), spent, len(recs)),
+        _echo_json({"ledger": os.path.abspath(ledger), **summary,
                     "created_at": meta.get("created_at"),
                     "records": [{c: getattr(r, c) for c in _HISTORY_COLUMNS} for r in shown]})
         return
     df = pd.DataFrame([{c: getattr(r, c) for c in _HISTORY_COLUMNS} for r in shown], columns=_HISTORY_COLUMNS)
-    click.echo(f"ledger {os.path.abspath(ledger)}: {len(recs)} releases, budget {float(meta['budget']):g}, "
-               f"spent {spent:.6g}, created {meta.get('created_at', '?')}")
+    click.echo(f"ledger {os.path.abspath(ledger)}: {len(recs)} releases, budget {summary['budget']:g}, "
+               f"spent {summary['spent']:.6g}, created {meta.get('created_at', '?')}")
     if len(df):
         with _pd_display():
             click.echo(df.to_string(index=False))
@@ -417,7 +421,7 @@ def history(ledger: str, limit: int | None, as_json: bool) -> None:
 def budget(ledger: str, as_json: bool) -> None:
     """Print a ledger's total budget, what is spent and what remains."""
     meta, recs = _read_ledger(ledger)
-    summary = _budget_summary(float(meta["budget"]), max((r.cost_after for r in recs), default=0.0), len(recs))
+    summary = _ledger_summary(meta, recs)
     summary["insecure_releases"] = sum(not r.secure for r in recs)
     if as_json:
         _echo_json(summary)

@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 
+from dpgate._compile_statement import MODEL_METHODS
 from dpgate.compile import CompiledStatement, compile_statement
 from dpgate.cube import Cube
 from dpgate.errors import (
@@ -176,10 +177,9 @@ class Gateway:
             BudgetExhausted: the answer would overspend (nothing read, nothing spent).
         """
         stmt = self._compile(sql, params)
-        method = stmt.hints.get("method", "exact").lower()
+        method = stmt.hints.get("method", "exact")  # validated and lower-cased by the compiler
         if method != "exact":  # a hint asked for a free, model-based estimate instead
-            if confidence is None and "confidence" in stmt.hints:
-                confidence = _number(stmt.hints["confidence"], "confidence")
+            confidence = _hinted(stmt, "confidence", confidence)
             return self.estimate(sql, method, confidence=0.95 if confidence is None else confidence, params=params)
         accuracy, confidence, allow_partial = _requirement(stmt, accuracy, confidence, allow_partial)
         policy = policy or self.policy
@@ -522,8 +522,8 @@ class Gateway:
             ``.model``.  **Not a guaranteed interval**: it is an average error scale, and
             can be far too narrow for unusual queries.
         """
-        if method not in ("pca", "maxent", "mmse"):
-            raise InvalidRequirement(f"method must be one of 'pca', 'maxent', 'mmse', got {method!r}.")
+        if method not in MODEL_METHODS:
+            raise InvalidRequirement(f"method must be one of {', '.join(map(repr, MODEL_METHODS))}, got {method!r}.")
         if method == "mmse":
             from dpgate.warmstart import mmse_estimate
 
@@ -572,14 +572,17 @@ def _check_policy(policy: str) -> None:
         raise InvalidRequirement(f"policy must be one of {list(POLICIES)}, got {policy!r}.")
 
 
+def _hinted(stmt: CompiledStatement, name: str, given: float | None) -> float | None:
+    """An argument, else the statement's hint for it, else None."""
+    return _number(stmt.hints[name], name) if given is None and name in stmt.hints else given
+
+
 def _requirement(
     stmt: CompiledStatement, accuracy: float | None, confidence: float | None, allow_partial: bool
 ) -> tuple[float, float, bool]:
     hints = stmt.hints
-    if accuracy is None and "accuracy" in hints:
-        accuracy = _number(hints["accuracy"], "accuracy")
-    if confidence is None and "confidence" in hints:
-        confidence = _number(hints["confidence"], "confidence")
+    accuracy = _hinted(stmt, "accuracy", accuracy)
+    confidence = _hinted(stmt, "confidence", confidence)
     if "allow_partial" in hints:
         allow_partial = allow_partial or str(hints["allow_partial"]).lower() in ("1", "true", "on", "yes")
     if accuracy is None:

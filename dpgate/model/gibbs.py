@@ -19,7 +19,7 @@ import numpy as np
 from dpgate.query import LinearQuery
 from dpgate.schema import Table
 
-__all__ = ["GibbsFit", "fit_sgd", "SGD_CHAINS", "SGD_TOL"]
+__all__ = ["GibbsFit", "fit_sgd", "kkt_violation", "SGD_CHAINS", "SGD_TOL"]
 
 #: Stochastic fit: independent Gibbs chains (the batch behind each gradient step).
 SGD_CHAINS = 1024
@@ -334,7 +334,7 @@ def fit_sgd(
     Checkpoints come at iterations :data:`SGD_MIN_ITER`·2^k; at each, ``w̄`` is the
     Polyak average of the iterates over the second half of the run so far and ``ḡ``
     the average stochastic gradient over the same iterations.  Convergence: the KKT
-    residual of ``ḡ`` at ``w̄`` (:func:`_kkt_violation`) is at most ``tol·b_i/(N·S_i)``
+    residual of ``ḡ`` at ``w̄`` (:func:`kkt_violation`) is at most ``tol·b_i/(N·S_i)``
     for every answer — ``tol`` (default :data:`SGD_TOL`) is a fraction of each answer's
     Laplace scale in π units — else the run stops after ``max_iter`` (default
     :data:`SGD_MAX_ITER`) iterations with ``converged=False``.  ``ḡ`` is itself a Monte
@@ -395,7 +395,7 @@ def fit_sgd(
         if t == check or t == cap:
             n_avg = max(t - check // 2, 1)
             w_bar, v_bar = w_sum / n_avg, v_sum / n_avg
-            resid = float(np.max(_kkt_violation(w_bar, g_sum / n_avg, beta, v_bar) / tol_i, initial=0.0))
+            resid = float(np.max(kkt_violation(w_bar, g_sum / n_avg, beta, v_bar) / tol_i, initial=0.0))
             converged = resid <= 1.0
             lr = _step(f, np.maximum(var, floor)) * min(1.0, SGD_DECAY_FROM / t)
             w = null.walk(w, pi, beta)
@@ -415,7 +415,7 @@ def fit_sgd(
     kkt, kkt_se = np.zeros(0), np.zeros(0)
     if m:
         est, se = fr.expect(queries)
-        kkt, kkt_se = _kkt_violation(w, pi - est / (total * S), beta, v_bar), se / (total * S)
+        kkt, kkt_se = kkt_violation(w, pi - est / (total * S), beta, v_bar), se / (total * S)
     info = dict(solver="sgd", iterations=t, converged=bool(converged), sgd_residual=resid,
                 kkt_residual=float(kkt.max(initial=0.0)), kkt_stderr=float(kkt_se.max(initial=0.0)),
                 at_bound=int(np.sum(np.abs(w) >= beta * (1 - 1e-6))), chains=b, mc_samples=len(samples),
@@ -442,7 +442,7 @@ def _step(f: np.ndarray, var: np.ndarray) -> float:
     return 1.0 / max(lam, 1e-3)
 
 
-def _kkt_violation(w: np.ndarray, g: np.ndarray, beta: np.ndarray, var: np.ndarray | None = None) -> np.ndarray:
+def kkt_violation(w: np.ndarray, g: np.ndarray, beta: np.ndarray, var: np.ndarray | None = None) -> np.ndarray:
     """Per-answer KKT violation of the box-constrained dual (π units) at ``w``.
 
     ``g = π − p_w[f]`` is the ascent direction.  The violation is ``|g_i|``, but 0 when

@@ -53,7 +53,7 @@ import numpy as np
 
 from dpgate.errors import InvalidRequirement, NotEstimable
 from dpgate.model._history import History, atom_mass, fit_marginals
-from dpgate.model.gibbs import MC_DRAWS, SGD_MAX_ITER, GibbsFit, _kkt_violation, fit_sgd
+from dpgate.model.gibbs import MC_DRAWS, SGD_MAX_ITER, GibbsFit, kkt_violation, fit_sgd
 
 __all__ = ["MaxEntFit", "GibbsFit", "fit", "fit_sgd", "fit_with_cv", "ALPHA_GRID", "MAX_ATOMS", "SOLVERS"]
 
@@ -149,7 +149,7 @@ def _projected_gradient(w: np.ndarray, g: np.ndarray, beta: np.ndarray) -> float
 
     ``g`` is the gradient of the minimised objective ``ln Z_w − w·π``, i.e. ``p_w[f] − π``.
     """
-    return float(_kkt_violation(w, -g, beta).max(initial=0.0))
+    return float(kkt_violation(w, -g, beta).max(initial=0.0))
 
 
 def _total(hist: History) -> tuple[float, str]:
