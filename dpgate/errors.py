@@ -16,6 +16,8 @@
                ├── InternalError      PEP 249
                │    └── DPGateInternalError  "... this is a bug in dpgate"
                ├── ProgrammingError   PEP 249
+               │    ├── InvalidArgument      a malformed argument (also a ValueError)
+               │    │    └── InvalidArgumentType   an argument of the wrong type (also a TypeError)
                │    ├── SchemaError          the declared domain is invalid or missing
                │    └── UnsupportedQuery     parsed SQL that dpgate refuses
                │         └── QuerySyntaxError   SQL that does not parse
@@ -39,6 +41,8 @@ __all__ = [
     "InternalError",
     "ProgrammingError",
     "NotSupportedError",
+    "InvalidArgument",
+    "InvalidArgumentType",
     "SchemaError",
     "UnsupportedQuery",
     "QuerySyntaxError",
@@ -90,6 +94,18 @@ class ProgrammingError(DatabaseError):
 
 class NotSupportedError(DatabaseError):
     """PEP 249: a method or API the database does not support was used."""
+
+
+class InvalidArgument(ProgrammingError, ValueError):
+    """An argument of a dpgate function is malformed (a wrong shape, a non-finite number, ...).
+
+    It is also a ``ValueError``, so code written against scipy-style interfaces
+    (a posterior's ``ppf`` with a probability outside [0, 1]) catches it as usual.
+    """
+
+
+class InvalidArgumentType(InvalidArgument, TypeError):
+    """An argument of a dpgate function has the wrong type; also a ``TypeError``."""
 
 
 class SchemaError(ProgrammingError):
