@@ -61,7 +61,15 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from dpgate.errors import DPGateInternalError, OperationalError, SchemaError, UnsupportedQuery
+from dpgate.errors import (
+    DPGateInternalError,
+    InvalidArgument,
+    InvalidArgumentType,
+    OperationalError,
+    SchemaError,
+    UnsupportedQuery,
+    map_exceptions,
+)
 from dpgate.query import LinearQuery
 from dpgate.schema import Column, Schema, Table
 
@@ -364,10 +372,12 @@ class Cube:
             path = os.fspath(data)
             if not os.path.isfile(path):
                 raise OperationalError(f"DuckDB database file {path!r} does not exist.")
-            try:
+            with map_exceptions(
+                {duckdb.Error: OperationalError},
+                f"Cannot open the DuckDB database {path!r} read-only: {{exc}}; check that the file "
+                "is a DuckDB database and that no other process writes to it.",
+            ):
                 self._con = duckdb.connect(path, read_only=True)
-            except duckdb.Error as exc:
-                raise OperationalError(f"cannot open DuckDB database {path!r} read-only: {exc}") from None
         elif isinstance(data, duckdb.DuckDBPyConnection):
             self._con = data
             self._owns = False
@@ -386,9 +396,9 @@ class Cube:
                 frames = dict(data)
                 bad = [k for k, v in frames.items() if not isinstance(v, pd.DataFrame)]
                 if bad:
-                    raise TypeError(f"dict values must be pandas DataFrames; not so for {bad}.")
+                    raise InvalidArgumentType(f"dict values must be pandas DataFrames; not so for {bad}.")
             else:
-                raise TypeError(
+                raise InvalidArgumentType(
                     "data must be a DuckDB file path, a duckdb connection, a pandas DataFrame or a "
                     f"dict of DataFrames, got {type(data).__name__}."
                 )
@@ -508,11 +518,11 @@ class Cube:
             bps = [tuple(range(c.n_cells)) for c in decl]
         else:
             if len(breakpoints) != len(names):
-                raise ValueError(f"{len(names)} columns but {len(breakpoints)} breakpoint lists.")
+                raise InvalidArgument(f"{len(names)} columns but {len(breakpoints)} breakpoint lists.")
             bps = [tuple(int(b) for b in bp) for bp in breakpoints]
         for c, bp in zip(decl, bps):
             if not bp or bp[0] != 0 or any(b <= a for a, b in zip(bp, bp[1:])) or bp[-1] >= c.n_cells:
-                raise ValueError(
+                raise InvalidArgument(
                     f"breakpoints of column {c.name!r} must increase strictly from 0 and stay below "
                     f"its {c.n_cells} cells."
                 )

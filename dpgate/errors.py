@@ -26,9 +26,16 @@
 
 Every error is raised before any data is read and before any budget is spent,
 unless its docstring says otherwise.
+
+Errors of the layers below (sqlite3, duckdb, sqlglot) are translated into this
+tree at the boundary, with :func:`map_exceptions` (httpx's pattern), so a caller
+catches ``dpgate.Error`` and nothing else.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 
 __all__ = [
     "Warning",
@@ -51,6 +58,7 @@ __all__ = [
     "InvalidRequirement",
     "NotEstimable",
     "DPGateInternalError",
+    "map_exceptions",
 ]
 
 _builtin_warning = Warning
@@ -157,3 +165,46 @@ class DPGateInternalError(InternalError):
 
     def __init__(self, message: str):
         super().__init__(f"{message}; this is a bug in dpgate")
+
+
+@contextlib.contextmanager
+def map_exceptions(
+    mapping: Mapping[type[BaseException], type[Error]],
+    message: str | Callable[[BaseException], str] = "{exc}",
+) -> Iterator[None]:
+    """Re-raise a lower layer's exception as a dpgate error, chained with ``from``.
+
+    Inside the ``with`` block an exception that is an instance of a key of
+    ``mapping`` (the first matching key, in order) is re-raised as the mapped
+    dpgate class; any other exception, and any ``dpgate.Error``, passes
+    unchanged.  The original stays reachable as ``__cause__``.
+
+    Args:
+        mapping: lower-layer exception class -> dpgate error class; the dpgate
+            class is built from the message alone.
+        message: the new error's text, a full sentence telling the user what to
+            change.  A string has its literal ``{exc}`` replaced by the lower
+            error's text (no other ``{...}`` is interpreted, so paths and SQL
+            with braces are safe); a callable gets the lower exception and
+            returns the text (e.g. to quote a parser's position).
+
+    Example:
+        >>> import sqlite3
+        >>> try:
+        ...     with map_exceptions({sqlite3.OperationalError: LedgerError},
+        ...                         "Cannot read the ledger: {exc}."):
+        ...         raise sqlite3.OperationalError("database is locked")
+        ... except LedgerError as err:
+        ...     print(err, "|", type(err.__cause__).__name__)
+        Cannot read the ledger: database is locked. | OperationalError
+    """
+    try:
+        yield
+    except Error:
+        raise
+    except BaseException as exc:
+        target = next((to for source, to in mapping.items() if isinstance(exc, source)), None)
+        if target is None:
+            raise
+        text = message(exc) if callable(message) else message.replace("{exc}", str(exc))
+        raise target(text) from exc

@@ -73,7 +73,8 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-from dpgate.errors import DPGateInternalError, InvalidRequirement, LedgerError
+from dpgate._validate import finite, nonnegative_finite, positive_finite, real
+from dpgate.errors import DPGateInternalError, InvalidRequirement, LedgerError, map_exceptions
 
 __all__ = ["FORMAT_VERSION", "Ledger", "LedgerRecord", "LedgerTransaction"]
 
@@ -343,11 +344,9 @@ class Ledger:
         """
         if not isinstance(fingerprint, str) or not fingerprint:
             raise InvalidRequirement(f"The ledger fingerprint must be a non-empty string, not {fingerprint!r}.")
-        if isinstance(budget, bool) or not isinstance(budget, numbers.Real) or not (
-            math.isfinite(budget) and budget > 0
-        ):
-            raise InvalidRequirement(f"The budget must be a finite number > 0, not {budget!r}.")
-        if not (isinstance(timeout, numbers.Real) and timeout > 0):
+        budget = positive_finite(budget, "The budget", error=InvalidRequirement)
+        # An infinite timeout (wait for ever) is allowed.
+        if real(timeout, "The ledger timeout (seconds)", error=InvalidRequirement) <= 0:
             raise InvalidRequirement(f"The ledger timeout must be > 0 seconds, not {timeout!r}.")
         resolved: str | None = None
         if path is not None:
@@ -384,14 +383,12 @@ class Ledger:
         where = os.path.abspath(os.fspath(path))
         if not os.path.isfile(where):
             raise LedgerError(f"There is no ledger at {where!r}.")
-        try:
+        with map_exceptions({sqlite3.DatabaseError: LedgerError}, f"{where!r} is not a dpgate ledger ({{exc}})."):
             con = sqlite3.connect(f"{pathlib.Path(where).as_uri()}?mode=ro", uri=True, timeout=timeout)
             try:
                 meta = dict(con.execute("SELECT key, value FROM dpgate_meta"))
             finally:
                 con.close()
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"{where!r} is not a dpgate ledger ({exc}).") from None
         if "fingerprint" not in meta or "budget" not in meta:
             raise LedgerError(f"{where!r} is not a complete dpgate ledger (its metadata is {meta}).")
         try:
@@ -407,12 +404,13 @@ class Ledger:
         if self.path is None:
             with self._mem_lock.threads:
                 return dict(conn.execute("SELECT key, value FROM dpgate_meta"))
-        return dict(self._retry(lambda: conn.execute("SELECT key, value FROM dpgate_meta").fetchall()))
+        with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
+            return dict(self._retry(lambda: conn.execute("SELECT key, value FROM dpgate_meta").fetchall()))
 
     def _initialise(self) -> None:
         conn = self._connection()
         where = self.path or "the in-memory ledger"
-        try:
+        with map_exceptions({sqlite3.DatabaseError: LedgerError}, f"Cannot open the ledger {where!r}: {{exc}}."):
             if self.path is not None:
                 mode = self._retry(lambda: conn.execute("PRAGMA journal_mode").fetchone()[0])
                 if str(mode).lower() != "wal":  # switching needs the lock; once set, it persists
@@ -442,8 +440,6 @@ class Ledger:
                         )
                         return
             self._check_meta(meta, where)
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"Cannot open the ledger {where!r}: {exc}.") from exc
 
     @staticmethod
     def _read_meta(conn: sqlite3.Connection, where: str) -> dict[str, str] | None:
@@ -505,13 +501,11 @@ class Ledger:
         return conn
 
     def _connect(self, target: str) -> sqlite3.Connection:
-        try:
+        with map_exceptions({sqlite3.DatabaseError: LedgerError}, f"Cannot open the ledger {target!r}: {{exc}}."):
             conn = sqlite3.connect(
                 target, timeout=self._timeout, isolation_level=None, check_same_thread=False
             )
             conn.execute("PRAGMA synchronous=FULL")
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(f"Cannot open the ledger {target!r}: {exc}.") from exc
         with self._conns_guard:
             self._conns.append((os.getpid(), conn))
         return conn
@@ -551,27 +545,30 @@ class Ledger:
             )
         self._local.in_transaction = True
         try:
-            try:
+            with map_exceptions(
+                {sqlite3.OperationalError: LedgerError},
+                f"Could not lock the ledger {self.path!r} within {self._timeout:g} s: {{exc}}.",
+            ):
                 self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
-            except sqlite3.OperationalError as exc:
-                raise LedgerError(
-                    f"Could not lock the ledger {self.path!r} within {self._timeout:g} s: {exc}."
-                ) from exc
             try:
                 yield
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 raise
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                raise LedgerError(
-                    f"Committing to the ledger {self.path or '(in memory)'!r} failed ({exc}); "
-                    "nothing from this transaction was recorded."
-                ) from exc
+            with map_exceptions(
+                {sqlite3.Error: LedgerError},
+                f"Committing to the ledger {self.path or '(in memory)'!r} failed ({{exc}}); "
+                "nothing from this transaction was recorded.",
+            ):
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error:
+                    # Roll back before the error leaves (and before the lock is
+                    # released), so no half-committed state outlives this block.
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
         finally:
             self._local.in_transaction = False
             lock.release()
@@ -623,7 +620,14 @@ class Ledger:
                 return _select(conn, since)
             finally:
                 self._mem_lock.release()
-        return self._retry(lambda: _select(conn, since))
+        with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
+            return self._retry(lambda: _select(conn, since))
+
+    def _read_failed(self, exc: BaseException) -> str:
+        return (
+            f"Reading the ledger {self.path!r} failed ({exc}), even after waiting "
+            f"{self._timeout:g} s for other writers; retry, or raise the ledger timeout."
+        )
 
     def close(self) -> None:
         """Close every connection this ledger opened in this process (idempotent)."""
@@ -739,11 +743,8 @@ class LedgerTransaction:
         reals: dict[str, float] = {}
         for name, v in {"alpha": alpha, "sensitivity": sensitivity, "scale": scale, "lattice": lattice,
                         "value": value, "cost_after": cost_after}.items():  # fmt: skip
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-                raise InvalidRequirement(f"Ledger field {name!r} must be a finite number, not {v!r}.")
-            if name != "value" and v < 0:
-                raise InvalidRequirement(f"Ledger field {name!r} must be ≥ 0, not {v!r}.")
-            reals[name] = float(v)
+            check = finite if name == "value" else nonnegative_finite
+            reals[name] = check(v, f"Ledger field {name!r}", error=InvalidRequirement)
         if not isinstance(secure, (bool, int)) or secure not in (0, 1):
             raise InvalidRequirement(f"Ledger field 'secure' must be a bool, not {secure!r}.")
         if reals["cost_after"] > led.budget * (1 + _BUDGET_TOLERANCE) + _BUDGET_TOLERANCE:
