@@ -11,12 +11,20 @@ raises a :class:`dpgate.Error` subclass naming the argument and the rule.
 0.95
 >>> is_true("ON"), is_true("off")
 (True, False)
+
+Arrays get the same treatment: :func:`finite_array` checks shape and
+finiteness, :func:`points` reads the argument of a scipy-style method
+(``cdf(x)`` with a scalar or an array), and :func:`readonly` freezes an array
+an object hands out, so a caller cannot alter its state through it.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from dpgate.errors import Error, InvalidArgument, InvalidArgumentType
 
@@ -29,6 +37,9 @@ __all__ = [
     "positive_finite",
     "nonnegative_finite",
     "probability",
+    "finite_array",
+    "points",
+    "readonly",
 ]
 
 #: The spellings of "on" accepted in hints, ``SET`` statements and the CLI.
@@ -88,3 +99,74 @@ def probability(
         interval = "(0, 1)" if open_interval else "[0, 1]"
         raise error(f"{name} must lie in {interval}, got {p!r}.")
     return f
+
+
+def finite_array(
+    x: ArrayLike,
+    name: str,
+    *,
+    ndim: int | None = None,
+    size: int | None = None,
+    error: type[Error] = InvalidArgument,
+) -> NDArray[np.float64]:
+    """``x`` as a float64 array whose entries are all finite.
+
+    Args:
+        x: anything ``numpy.asarray`` reads as numbers.
+        name: the argument's name, for the message.
+        ndim: the required number of dimensions (``None``: any).
+        size: the required number of entries (``None``: any).
+        error: the class raised on a wrong shape or a non-finite entry.
+
+    >>> finite_array([1, 2], "y", ndim=1).tolist()
+    [1.0, 2.0]
+    >>> finite_array([1.0, float("inf")], "y")
+    Traceback (most recent call last):
+    ...
+    dpgate.errors.InvalidArgument: y must be finite; it has 1 NaN or infinite entries.
+    """
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentType(f"{name} must be an array of numbers ({exc}).") from exc
+    if ndim is not None and arr.ndim != ndim:
+        raise error(f"{name} must have {ndim} dimension(s); got shape {arr.shape}.")
+    if size is not None and arr.size != size:
+        raise error(f"{name} must have {size} entries; got {arr.size}.")
+    bad = int(np.count_nonzero(~np.isfinite(arr)))
+    if bad:
+        raise error(f"{name} must be finite; it has {bad} NaN or infinite entries.")
+    return arr
+
+
+def points(x: ArrayLike, name: str = "x") -> tuple[NDArray[np.float64], bool]:
+    """The points a scipy-style method (``cdf(x)``, ``ppf(p)``) is evaluated at.
+
+    Returns the points as a flat float64 array and whether ``x`` was a scalar
+    (so the method can return a float).  Infinities are valid points; NaN is
+    refused, because a distribution method must never return NaN.
+
+    >>> points(0.5)
+    (array([0.5]), True)
+    >>> points([[1, 2]], "q")[0].tolist()
+    [1.0, 2.0]
+    """
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentType(f"{name} must be a number or an array of numbers ({exc}).") from exc
+    if np.isnan(arr).any():
+        raise InvalidArgument(f"{name} must not be NaN.")
+    return np.atleast_1d(arr).ravel(), arr.ndim == 0
+
+
+def readonly(a: ArrayLike) -> NDArray[np.float64]:
+    """A read-only float64 copy of ``a``.
+
+    >>> r = readonly([1, 2])
+    >>> r.flags.writeable
+    False
+    """
+    out = np.array(a, dtype=np.float64, copy=True)
+    out.setflags(write=False)
+    return out

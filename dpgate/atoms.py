@@ -26,11 +26,9 @@ and leaves the partition unchanged.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-
 import numpy as np
 
-from dpgate.errors import DPGateInternalError, SchemaError, UnsupportedQuery
+from dpgate.errors import DPGateInternalError, InvalidArgument, SchemaError, UnsupportedQuery
 from dpgate.query import LinearQuery
 from dpgate.schema import Table
 
@@ -59,7 +57,7 @@ class AtomPartition:
 
     def __init__(self, table: Table, max_atoms: int = 200_000, max_grid: int = 2**24) -> None:
         if max_atoms < 1 or max_grid < 1:
-            raise ValueError(f"max_atoms and max_grid must be ≥ 1, got {max_atoms} and {max_grid}.")
+            raise InvalidArgument(f"max_atoms and max_grid must be ≥ 1, got {max_atoms} and {max_grid}.")
         self.table = table
         self.max_atoms = int(max_atoms)
         self.max_grid = int(max_grid)
@@ -89,13 +87,6 @@ class AtomPartition:
     def labels(self) -> np.ndarray:
         """Read-only int32 array, one atom id per grid box (shape ``len(bp)`` per column)."""
         v = self._labels.view()
-        v.setflags(write=False)
-        return v
-
-    @property
-    def representatives(self) -> np.ndarray:
-        """Read-only: per atom, the flat index of one grid box belonging to it."""
-        v = self._rep.view()
         v.setflags(write=False)
         return v
 
@@ -164,7 +155,14 @@ class AtomPartition:
         self._commit(cols, bps, new_labels, first.astype(np.int64), n_new)
         return parent
 
-    def _commit(self, cols, bps, labels, rep, n) -> None:  # type: ignore[no-untyped-def]
+    def _commit(
+        self,
+        cols: tuple[str, ...],
+        bps: tuple[tuple[int, ...], ...],
+        labels: np.ndarray,
+        rep: np.ndarray,
+        n: int,
+    ) -> None:
         self._columns, self._bps, self._labels, self._rep, self._n = cols, bps, labels, rep, n
 
     def _rep_on(self, labels: np.ndarray) -> np.ndarray:
@@ -228,33 +226,7 @@ class AtomPartition:
         """The query's weight on each atom (float64, ``atom_numerators / denominator``)."""
         return self.atom_numerators(query) / query.denominator
 
-    def is_constant(self, query: LinearQuery) -> bool:
-        """Whether ``query`` is constant on every atom (a full-grid check; for tests)."""
-        cols, bps = self._merged_grid(query)
-        if cols != self._columns or bps != self._bps:
-            return False
-        w = np.ascontiguousarray(query.expand(self.table, cols, bps)).ravel()
-        return bool(np.array_equal(w, w[self._rep[self._labels.ravel()]]))
-
-    def atom_of_cells(self, cells: np.ndarray) -> np.ndarray:
-        """Atom id of each cell; ``cells`` has shape ``(n, len(table.columns))`` of cell indices."""
-        cells = np.asarray(cells, dtype=np.int64)
-        if cells.ndim != 2 or cells.shape[1] != len(self.table.columns):
-            raise ValueError(f"cells must have shape (n, {len(self.table.columns)}), got {cells.shape}.")
-        idx = []
-        for c, bp in zip(self._columns, self._bps):
-            ax = self.table.axis(c)
-            idx.append(np.searchsorted(np.asarray(bp), cells[:, ax], side="right") - 1)
-        if not idx:
-            return np.zeros(len(cells), dtype=np.int64)
-        return self._labels[tuple(idx)].astype(np.int64)
-
     def __repr__(self) -> str:
         grid = ", ".join(f"{c}:{len(b)}" for c, b in zip(self._columns, self._bps)) or "none"
         return f"<AtomPartition {self.table.name} atoms={self._n} grid=[{grid}]>"
 
-    # Sequence-friendly helper used by the gateway.
-    def refine_all(self, queries: Sequence[LinearQuery]) -> None:
-        """Refine with each query in turn (parents discarded)."""
-        for q in queries:
-            self.refine(q)

@@ -232,11 +232,6 @@ class _Col:
         return exp.In(this=self.value(), expressions=[self._lit(m) for m in ms])
 
     # -- predicates --------------------------------------------------------
-    def cells_condition(self, cells: np.ndarray) -> exp.Expression | None:
-        """Predicate selecting the rows whose cell is in the boolean mask ``cells``."""
-        idx = np.flatnonzero(np.diff(np.concatenate(([0], np.asarray(cells, dtype=np.int8), [0]))))
-        return self.ranges_condition(list(zip(idx[0::2].tolist(), idx[1::2].tolist())))
-
     def ranges_condition(self, ranges: list[tuple[int, int]]) -> exp.Expression | None:
         """Predicate selecting the rows whose cell lies in one of the sorted, disjoint,
         non-adjacent half-open cell ranges ``[a, b)``; None when that is every cell."""

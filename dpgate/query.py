@@ -165,11 +165,6 @@ class LinearQuery:
     def __hash__(self) -> int:
         return hash(self.key)
 
-    @property
-    def linear_key(self) -> tuple[Any, ...]:
-        """The key of the weight function alone (offset ignored): what noise measures."""
-        return self.key[:-1]
-
     # -- numbers ---------------------------------------------------------------
     @property
     def weights(self) -> np.ndarray:
@@ -194,9 +189,9 @@ class LinearQuery:
         Returns an int64 array of shape ``(len(bp) for bp in breakpoints)``.
         """
         out = self.numerators
-        src = dict(zip((c.lower() for c in self.columns), self.breakpoints))
-        shape_axes = []
-        for c, bp in zip(columns, breakpoints):
+        src = dict(zip((c.lower() for c in self.columns), self.breakpoints, strict=True))
+        shape_axes: list[np.ndarray | None] = []
+        for c, bp in zip(columns, breakpoints, strict=True):
             if c.lower() in src:
                 mine = np.asarray(src[c.lower()])
                 if not set(mine.tolist()) <= set(bp):

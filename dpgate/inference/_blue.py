@@ -26,7 +26,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import solve_triangular
 
-from dpgate.inference._law import ErrorLaw, Method, _readonly
+from dpgate._validate import finite_array, probability, readonly
+from dpgate.errors import InvalidArgument
+from dpgate.inference._law import ErrorLaw, Method
 from dpgate.inference._posterior import Posterior
 
 __all__ = ["RANK_RTOL", "ESTIMABLE_RTOL", "Estimate", "SystemCost", "estimate", "system_cost"]
@@ -79,8 +81,7 @@ class Estimate:
             ValueError: If confidence is not in (0, 1).
         """
         if self.posterior is None:
-            if not 0.0 < float(confidence) < 1.0:
-                raise ValueError(f"confidence must lie in (0, 1); got {confidence!r}.")
+            probability(confidence, "confidence")
             return math.inf
         return self.posterior.halfwidth(confidence)
 
@@ -106,38 +107,27 @@ class SystemCost:
 
 
 def _vector(v: ArrayLike, name: str, size: int | None = None) -> NDArray[np.float64]:
-    arr = np.asarray(v, dtype=np.float64)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional; got shape {arr.shape}.")
-    if size is not None and arr.size != size:
-        raise ValueError(f"{name} must have {size} entries; got {arr.size}.")
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{name} must be finite.")
-    return arr
+    return finite_array(v, name, ndim=1, size=size)
 
 
 def _history(
     H: ArrayLike, alpha: ArrayLike, sensitivity: ArrayLike | None
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """Validate (H, α, S); default S = max |H_i| per row (seed 001, Lemma 2.1)."""
-    Hm = np.asarray(H, dtype=np.float64)
-    if Hm.ndim != 2:
-        raise ValueError(f"H must be a 2-D array (rows = released queries); got shape {Hm.shape}.")
-    if not np.isfinite(Hm).all():
-        raise ValueError("H must be finite.")
+    Hm = finite_array(H, "H (rows = released queries)", ndim=2)
     m = Hm.shape[0]
     a = _vector(alpha, "alpha", m)
     if (a <= 0).any():
-        raise ValueError("Every budget alpha_i must be positive.")
+        raise InvalidArgument("Every budget alpha_i must be positive.")
     if sensitivity is None:
         S = np.abs(Hm).max(axis=1) if Hm.shape[1] else np.zeros(m)
     else:
         S = _vector(sensitivity, "sensitivity", m)
         if (S < 0).any():
-            raise ValueError("Sensitivities must be non-negative.")
+            raise InvalidArgument("Sensitivities must be non-negative.")
     zero_row = ~np.any(Hm != 0, axis=1)
     if (S[~zero_row] <= 0).any():
-        raise ValueError("A non-zero history row needs a positive sensitivity.")
+        raise InvalidArgument("A non-zero history row needs a positive sensitivity.")
     return Hm, a, S
 
 
@@ -207,19 +197,19 @@ def estimate(
     Qv = _vector(Q, "Q", n)
     g = np.zeros(m) if lattice is None else _vector(lattice, "lattice", m)
     if (g < 0).any():
-        raise ValueError("Lattice steps must be non-negative.")
+        raise InvalidArgument("Lattice steps must be non-negative.")
     b = np.where(S > 0, S / a, 0.0)
     live = np.any(Hm != 0, axis=1)
     u, ok = blue_weights(Hm[live], b[live], Qv)
     if not ok:
         nan = np.full(m, np.nan)
-        return Estimate(math.nan, _readonly(nan), math.nan, False, None, _readonly(b), _readonly(g))
+        return Estimate(math.nan, readonly(nan), math.nan, False, None, readonly(b), readonly(g))
     A = np.zeros(m)
     A[live] = u / b[live]
     value = float(A @ yv)
     law = ErrorLaw(A, b, g, method, **(law_options or {}))
-    return Estimate(value, _readonly(A), law.variance, True, Posterior(value, law), _readonly(b),
-                    _readonly(g))
+    return Estimate(value, readonly(A), law.variance, True, Posterior(value, law), readonly(b),
+                    readonly(g))
 
 
 def system_cost(
@@ -254,7 +244,7 @@ def system_cost(
     if cell_sizes is not None:
         d = _vector(cell_sizes, "cell_sizes", Hm.shape[1])
         if (d < 0).any():
-            raise ValueError("cell_sizes must be non-negative.")
+            raise InvalidArgument("cell_sizes must be non-negative.")
         mask = d > 0
     top = float(B[mask].max()) if mask.any() else 0.0
-    return SystemCost(_readonly(B), top)
+    return SystemCost(readonly(B), top)

@@ -41,8 +41,10 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import solve_triangular
 from scipy.optimize import brentq
 
+from dpgate._validate import finite, finite_array, nonnegative_finite, positive_finite, probability, readonly, real
+from dpgate.errors import InvalidArgument
 from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
-from dpgate.inference._law import ErrorLaw, Method, _check_probability, _readonly
+from dpgate.inference._law import ErrorLaw, Method
 from dpgate.inference._posterior import Posterior
 
 __all__ = ["EXTEND_RTOL", "IncrementalBLUE", "minimal_scale"]
@@ -79,9 +81,9 @@ class IncrementalBLUE:
     """
 
     def __init__(self, cell_sizes: ArrayLike) -> None:
-        d = np.asarray(cell_sizes, dtype=np.float64)
-        if d.ndim != 1 or d.size == 0 or not np.isfinite(d).all() or (d <= 0).any():
-            raise ValueError("cell_sizes must be a non-empty 1-D array of positive sizes.")
+        d = finite_array(cell_sizes, "cell_sizes", ndim=1)
+        if d.size == 0 or (d <= 0).any():
+            raise InvalidArgument("cell_sizes must be a non-empty 1-D array of positive sizes.")
         n = d.size
         self._d = d.copy()
         self._m = 0
@@ -114,27 +116,27 @@ class IncrementalBLUE:
     @property
     def cell_sizes(self) -> NDArray[np.float64]:
         """Cells per atom (read-only copy)."""
-        return _readonly(self._d)
+        return readonly(self._d)
 
     @property
     def rows(self) -> NDArray[np.float64]:
         """The history H over the current atoms, m × n (read-only copy)."""
-        return _readonly(self._H[: self._m])
+        return readonly(self._H[: self._m])
 
     @property
     def values(self) -> NDArray[np.float64]:
         """Released answers y (read-only copy)."""
-        return _readonly(self._y[: self._m])
+        return readonly(self._y[: self._m])
 
     @property
     def scales(self) -> NDArray[np.float64]:
         """Laplace scales b (read-only copy)."""
-        return _readonly(self._b[: self._m])
+        return readonly(self._b[: self._m])
 
     @property
     def lattice(self) -> NDArray[np.float64]:
         """Lattice steps γ (read-only copy; 0 = continuous)."""
-        return _readonly(self._g[: self._m])
+        return readonly(self._g[: self._m])
 
     def copy(self) -> IncrementalBLUE:
         """An independent deep copy."""
@@ -145,12 +147,7 @@ class IncrementalBLUE:
 
     # ------------------------------------------------------------------ helpers
     def _atom_vector(self, v: ArrayLike, name: str) -> NDArray[np.float64]:
-        arr = np.asarray(v, dtype=np.float64)
-        if arr.shape != (self.n_atoms,):
-            raise ValueError(f"{name} must have shape ({self.n_atoms},); got {arr.shape}.")
-        if not np.isfinite(arr).all():
-            raise ValueError(f"{name} must be finite.")
-        return arr
+        return finite_array(v, name, ndim=1, size=self.n_atoms)
 
     def _project(self, v: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Coefficients ``c`` of v on V and the residual ``v − cV``.
@@ -226,13 +223,9 @@ class IncrementalBLUE:
             ValueError: On a wrong shape or non-finite / non-positive numbers.
         """
         hv = self._atom_vector(h, "h")
-        scale, value, lattice = float(scale), float(value), float(lattice)
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale must be positive and finite; got {scale!r}.")
-        if not math.isfinite(value):
-            raise ValueError(f"value must be finite; got {value!r}.")
-        if not (math.isfinite(lattice) and lattice >= 0):
-            raise ValueError(f"lattice must be non-negative and finite; got {lattice!r}.")
+        scale = positive_finite(scale, "scale")
+        value = finite(value, "value")
+        lattice = nonnegative_finite(lattice, "lattice")
         m, r = self._m, self._r
         self._H = _grow(self._H, m + 1, self.n_atoms)
         if m + 1 > self._y.size:
@@ -283,14 +276,14 @@ class IncrementalBLUE:
         p = np.asarray(parent)
         d = np.asarray(cell_sizes, dtype=np.float64)
         if p.ndim != 1 or not np.issubdtype(p.dtype, np.integer) or d.shape != p.shape:
-            raise ValueError("parent must be a 1-D integer array, cell_sizes of the same length.")
+            raise InvalidArgument("parent must be a 1-D integer array, cell_sizes of the same length.")
         if p.size and (p.min() < 0 or p.max() >= self.n_atoms):
-            raise ValueError(f"parent entries must lie in [0, {self.n_atoms}).")
+            raise InvalidArgument(f"parent entries must lie in [0, {self.n_atoms}).")
         if not np.isfinite(d).all() or (d <= 0).any():
-            raise ValueError("New cell sizes must be positive and finite.")
+            raise InvalidArgument("New cell sizes must be positive and finite.")
         total = np.bincount(p, weights=d, minlength=self.n_atoms)
         if not np.allclose(total, self._d, rtol=1e-12, atol=0.0):
-            raise ValueError("The pieces of every old atom must add up to its size (and cover it).")
+            raise InvalidArgument("The pieces of every old atom must add up to its size (and cover it).")
         self._V = np.ascontiguousarray(self._V[:, p])
         self._H = np.ascontiguousarray(self._H[:, p])
         self._d = d.copy()
@@ -308,15 +301,15 @@ class IncrementalBLUE:
         """
         Qv = self._atom_vector(Q, "Q")
         m, r = self._m, self._r
-        b, g = _readonly(self._b[:m]), _readonly(self._g[:m])
+        b, g = readonly(self._b[:m]), readonly(self._g[:m])
         cQ, ok = self._coordinates(Qv)
         if not ok:
-            return Estimate(math.nan, _readonly(np.full(m, np.nan)), math.nan, False, None, b, g)
+            return Estimate(math.nan, readonly(np.full(m, np.nan)), math.nan, False, None, b, g)
         u = self._C[:m, :r] @ self._solve(cQ)
         A = u / self._b[:m]
         value = float(A @ self._y[:m])
         law = ErrorLaw(A, b, g, method, **law_options)
-        return Estimate(value, _readonly(A), law.variance, True, Posterior(value, law), b, g)
+        return Estimate(value, readonly(A), law.variance, True, Posterior(value, law), b, g)
 
     def estimate_with(
         self, Q: ArrayLike, h_new: ArrayLike, scale_new: float, lattice_new: float = 0.0
@@ -332,11 +325,8 @@ class IncrementalBLUE:
         Raises:
             ValueError: On wrong shapes or a non-positive scale.
         """
-        scale = float(scale_new)
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale_new must be positive and finite; got {scale_new!r}.")
-        if not (math.isfinite(float(lattice_new)) and float(lattice_new) >= 0):
-            raise ValueError("lattice_new must be non-negative and finite.")
+        scale = positive_finite(scale_new, "scale_new")
+        nonnegative_finite(lattice_new, "lattice_new")
         pr = _Pricer(self, self._atom_vector(Q, "Q"), self._atom_vector(h_new, "h_new"))
         if not pr.estimable:
             return np.full(self._m, np.nan), math.nan, math.nan, False
@@ -431,14 +421,11 @@ def minimal_scale(
     Raises:
         ValueError: On invalid accuracy, confidence, max_scale or rel_tol.
     """
-    acc = float(accuracy)
-    if not (math.isfinite(acc) and acc > 0):
-        raise ValueError(f"accuracy must be positive and finite; got {accuracy!r}.")
-    conf = _check_probability(confidence, "confidence")
-    if not (max_scale > 0):
-        raise ValueError(f"max_scale must be positive; got {max_scale!r}.")
-    if not (0 < rel_tol < 1):
-        raise ValueError(f"rel_tol must lie in (0, 1); got {rel_tol!r}.")
+    acc = positive_finite(accuracy, "accuracy")
+    conf = probability(confidence, "confidence")
+    if not real(max_scale, "max_scale") > 0:  # inf is allowed: no cap
+        raise InvalidArgument(f"max_scale must be positive; got {max_scale!r}.")
+    probability(rel_tol, "rel_tol")
     Qv = state._atom_vector(Q, "Q")
     hv = state._atom_vector(h_new, "h_new")
     pr = _Pricer(state, Qv, hv)

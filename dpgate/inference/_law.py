@@ -43,6 +43,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from dpgate._validate import finite_array, points, probability, readonly
+from dpgate.errors import InvalidArgument
 from dpgate.inference._convolution import ConvolutionLaw
 from dpgate.inference._gilpelaez import ABS_CDF_ERROR, LaplaceSum, chernoff_halfwidth
 
@@ -52,27 +54,6 @@ Method = Literal["exact", "montecarlo", "convolution"]
 METHODS: tuple[str, ...] = ("exact", "montecarlo", "convolution")
 _DKW_LEVEL = 1e-3
 _CLOSED_FORM_ERROR = 1e-14
-
-
-def _readonly(a: NDArray[np.float64]) -> NDArray[np.float64]:
-    a = np.array(a, dtype=np.float64, copy=True)
-    a.setflags(write=False)
-    return a
-
-
-def _check_probability(p: float, name: str, *, open_interval: bool = True) -> float:
-    p = float(p)
-    if not math.isfinite(p) or (p <= 0.0 or p >= 1.0 if open_interval else p < 0.0 or p > 1.0):
-        interval = "(0, 1)" if open_interval else "[0, 1]"
-        raise ValueError(f"{name} must lie in {interval}; got {p!r}.")
-    return p
-
-
-def _as_points(x: ArrayLike, name: str = "x") -> tuple[NDArray[np.float64], bool]:
-    arr = np.asarray(x, dtype=np.float64)
-    if np.isnan(arr).any():
-        raise ValueError(f"{name} must not be NaN.")
-    return np.atleast_1d(arr).ravel(), arr.ndim == 0
 
 
 class ErrorLaw:
@@ -111,25 +92,23 @@ class ErrorLaw:
         gamma: float = 0.01,
         step: float | None = None,
     ) -> None:
-        c = np.atleast_1d(np.asarray(coefficients, dtype=np.float64)).ravel()
-        b = np.atleast_1d(np.asarray(scales, dtype=np.float64)).ravel()
-        g = np.zeros_like(c) if lattice is None else np.atleast_1d(np.asarray(lattice, dtype=np.float64)).ravel()
+        c = np.atleast_1d(finite_array(coefficients, "coefficients")).ravel()
+        b = np.atleast_1d(finite_array(scales, "scales")).ravel()
+        g = np.zeros_like(c) if lattice is None else np.atleast_1d(finite_array(lattice, "lattice")).ravel()
         if not (c.size == b.size == g.size):
-            raise ValueError(
+            raise InvalidArgument(
                 f"coefficients, scales and lattice must have one entry per term; got lengths "
                 f"{c.size}, {b.size} and {g.size}."
             )
-        if not (np.isfinite(c).all() and np.isfinite(b).all() and np.isfinite(g).all()):
-            raise ValueError("coefficients, scales and lattice must be finite.")
         if (b < 0).any() or (g < 0).any():
-            raise ValueError("scales and lattice steps must be non-negative.")
+            raise InvalidArgument("scales and lattice steps must be non-negative.")
         if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}; got {method!r}.")
+            raise InvalidArgument(f"method must be one of {METHODS}; got {method!r}.")
         if ((b == 0) & (c != 0)).any():
-            raise ValueError("a term with a non-zero coefficient needs a positive scale.")
-        self.coefficients = _readonly(c)
-        self.scales = _readonly(b)
-        self.lattice = _readonly(g)
+            raise InvalidArgument("a term with a non-zero coefficient needs a positive scale.")
+        self.coefficients = readonly(c)
+        self.scales = readonly(b)
+        self.lattice = readonly(g)
         self.method: str = method
         a = np.abs(c) * b
         self._live = np.flatnonzero(a > 0)
@@ -151,11 +130,10 @@ class ErrorLaw:
             elif self._a.size >= 2:
                 self._sum = LaplaceSum(self._a)
         elif method == "convolution" and self._a.size:
-            if not (0.0 < gamma < 1.0):
-                raise ValueError(f"gamma must lie in (0, 1); got {gamma!r}.")
+            probability(gamma, "gamma")
             self._conv = ConvolutionLaw(self._a, gamma, step)
         if method == "montecarlo" and int(samples) < 1:
-            raise ValueError(f"samples must be a positive integer; got {samples!r}.")
+            raise InvalidArgument(f"samples must be a positive integer; got {samples!r}.")
 
     # ------------------------------------------------------------------ properties
     @property
@@ -227,7 +205,7 @@ class ErrorLaw:
         Rigorous for ``"exact"`` and ``"convolution"``; a 99.9 % DKW band for
         ``"montecarlo"``.
         """
-        qq, _ = _as_points(q, "q")
+        qq, _ = points(q, "q")
         if self.method == "montecarlo":
             eps = self.error_bound
             f = self._abs_cdf(qq)
@@ -264,7 +242,7 @@ class ErrorLaw:
         Raises:
             ValueError: If confidence is not in (0, 1).
         """
-        conf = _check_probability(confidence, "confidence")
+        conf = probability(confidence, "confidence")
         if self.method == "montecarlo":
             _, s = self._samples()
             return float(s[max(math.ceil(conf * s.size) - 1, 0)])
@@ -329,7 +307,7 @@ class ErrorLaw:
         Raises:
             ValueError: If x contains NaN.
         """
-        xx, scalar = _as_points(x)
+        xx, scalar = points(x)
         if self._single_discrete is not None:
             s, p = self._single_discrete
             k = np.floor(xx / s + 1e-9)
@@ -350,7 +328,7 @@ class ErrorLaw:
 
     def sf(self, x: ArrayLike) -> float | NDArray[np.float64]:
         """``P(E > x)`` (central estimate)."""
-        xx, scalar = _as_points(x)
+        xx, scalar = points(x)
         if self.method == "exact" and self._single_discrete is None and self._a.size:
             out = np.asarray(self.cdf(-xx))  # symmetric and continuous: no cancellation in the tail
         else:
@@ -363,9 +341,11 @@ class ErrorLaw:
         Raises:
             ValueError: If x contains NaN or the law is a point mass.
         """
-        xx, scalar = _as_points(x)
+        xx, scalar = points(x)
         if self._a.size == 0:
-            raise ValueError("The error is exactly 0: a point mass has no density.")
+            raise InvalidArgument(
+                "The error is exactly 0: a point mass has no density; use cdf or ppf instead."
+            )
         if self.method == "exact":
             if self._sum is not None:
                 out = self._sum.pdf(xx)
@@ -388,9 +368,9 @@ class ErrorLaw:
         Raises:
             ValueError: If p is outside [0, 1] or NaN.
         """
-        pp, scalar = _as_points(p, "p")
+        pp, scalar = points(p, "p")
         if ((pp < 0) | (pp > 1)).any():
-            raise ValueError("p must lie in [0, 1].")
+            raise InvalidArgument(f"p must lie in [0, 1]; got {pp[(pp < 0) | (pp > 1)][0]!r}.")
         out = np.array([self._ppf_one(float(v)) for v in pp])
         return float(out[0]) if scalar else out
 

@@ -7,7 +7,9 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dpgate.inference._law import ErrorLaw, _as_points
+from dpgate._validate import finite, points
+from dpgate.errors import InvalidArgument
+from dpgate.inference._law import ErrorLaw
 
 __all__ = ["Posterior"]
 
@@ -38,10 +40,7 @@ class Posterior:
     """
 
     def __init__(self, center: float, law: ErrorLaw) -> None:
-        center = float(center)
-        if not math.isfinite(center):
-            raise ValueError(f"The posterior centre must be finite; got {center!r}.")
-        self.center = center
+        self.center = finite(center, "The posterior centre")
         self.law = law
 
     def __repr__(self) -> str:
@@ -54,7 +53,7 @@ class Posterior:
         Raises:
             ValueError: If x contains NaN.
         """
-        xx, scalar = _as_points(x)
+        xx, scalar = points(x)
         out = np.asarray(self.law.cdf(xx - self.center))
         return float(out[0]) if scalar else out
 
@@ -64,7 +63,7 @@ class Posterior:
         Raises:
             ValueError: If x contains NaN.
         """
-        xx, scalar = _as_points(x)
+        xx, scalar = points(x)
         out = np.asarray(self.law.sf(xx - self.center))
         return float(out[0]) if scalar else out
 
@@ -74,7 +73,7 @@ class Posterior:
         Raises:
             ValueError: If x contains NaN, or θ is known exactly (no density).
         """
-        xx, scalar = _as_points(x)
+        xx, scalar = points(x)
         out = np.asarray(self.law.pdf(xx - self.center))
         return float(out[0]) if scalar else out
 
@@ -84,7 +83,7 @@ class Posterior:
         Raises:
             ValueError: If q is outside [0, 1] or NaN.
         """
-        qq, scalar = _as_points(q, "q")
+        qq, scalar = points(q, "q")
         out = self.center + np.asarray(self.law.ppf(qq))
         return float(out[0]) if scalar else out
 
@@ -134,9 +133,9 @@ class Posterior:
         lo = -math.inf if low is None else float(low)
         hi = math.inf if high is None else float(high)
         if math.isnan(lo) or math.isnan(hi):
-            raise ValueError("low and high must not be NaN.")
+            raise InvalidArgument("low and high must not be NaN; pass None for an open end.")
         if lo > hi:
-            raise ValueError(f"low ({lo}) must not exceed high ({hi}).")
+            raise InvalidArgument(f"low ({lo}) must not exceed high ({hi}); swap them.")
         upper = 1.0 if hi == math.inf else float(self.cdf(hi))
         below = 0.0 if lo == -math.inf else float(self.cdf(lo)) - self._atom(lo)
         return float(min(max(upper - below, 0.0), 1.0))
