@@ -26,6 +26,7 @@ and leaves the partition unchanged.
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 from dpgate.errors import DPGateInternalError, InvalidArgument, SchemaError, UnsupportedQuery
@@ -99,7 +100,7 @@ class AtomPartition:
         rounding for astronomically large domains).
         """
         box = np.ones((), dtype=np.float64)
-        for c, bp in zip(self._columns, self._bps):
+        for c, bp in zip(self._columns, self._bps, strict=True):
             w = np.diff(np.append(bp, self.table.column(c).n_cells)).astype(np.float64)
             box = np.multiply.outer(box, w)
         unused = math.prod(
@@ -125,7 +126,7 @@ class AtomPartition:
         if cols != self._columns or bps != self._bps:
             size = math.prod(len(b) for b in bps)
             if size > self.max_grid:
-                shape = {c: len(b) for c, b in zip(cols, bps)}
+                shape = {c: len(b) for c, b in zip(cols, bps, strict=True)}
                 raise UnsupportedQuery(
                     f"table {self.table.name!r}: the queries so far cut the domain into a grid of {size} "
                     f"boxes ({shape}), more than the limit of {self.max_grid}; use fewer distinct "
@@ -181,16 +182,16 @@ class AtomPartition:
             )
 
     def _merged_grid(self, query: LinearQuery) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
-        bps = {c.lower(): set(b) for c, b in zip(self._columns, self._bps)}
-        for c, b in zip(query.columns, query.breakpoints):
+        bps = {c.lower(): set(b) for c, b in zip(self._columns, self._bps, strict=True)}
+        for c, b in zip(query.columns, query.breakpoints, strict=True):
             bps.setdefault(c.lower(), set()).update(b)
         cols = tuple(c.name for c in self.table.columns if c.name.lower() in bps)
         return cols, tuple(tuple(sorted(bps[c.lower()])) for c in cols)
 
     def _expanded_labels(self, cols: tuple[str, ...], bps: tuple[tuple[int, ...], ...]) -> np.ndarray:
-        old = dict(zip(self._columns, self._bps))
+        old = dict(zip(self._columns, self._bps, strict=True))
         view = self._labels
-        for ax, (c, bp) in enumerate(zip(cols, bps)):
+        for ax, (c, bp) in enumerate(zip(cols, bps, strict=True)):
             if c in old:
                 idx = np.searchsorted(np.asarray(old[c]), np.asarray(bp), side="right") - 1
                 view = np.take(view, idx, axis=ax)
@@ -212,7 +213,7 @@ class AtomPartition:
         coords = np.unravel_index(self._rep, shape) if shape else ()
         mine = {c.lower(): ax for ax, c in enumerate(self._columns)}
         idx = []
-        for c, qbp in zip(query.columns, query.breakpoints):
+        for c, qbp in zip(query.columns, query.breakpoints, strict=True):
             ax = mine.get(c.lower())
             if ax is None or not set(qbp) <= set(self._bps[ax]):
                 raise DPGateInternalError(
@@ -227,6 +228,6 @@ class AtomPartition:
         return self.atom_numerators(query) / query.denominator
 
     def __repr__(self) -> str:
-        grid = ", ".join(f"{c}:{len(b)}" for c, b in zip(self._columns, self._bps)) or "none"
+        grid = ", ".join(f"{c}:{len(b)}" for c, b in zip(self._columns, self._bps, strict=True)) or "none"
         return f"<AtomPartition {self.table.name} atoms={self._n} grid=[{grid}]>"
 

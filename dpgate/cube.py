@@ -138,7 +138,7 @@ def _or(parts: list[exp.Expression]) -> exp.Expression:
         return exp.false()
     if len(parts) == 1:
         return parts[0]
-    out = exp.Paren(this=parts[0])
+    out: exp.Expression = exp.Paren(this=parts[0])
     for p in parts[1:]:
         out = exp.Or(this=out, expression=exp.Paren(this=p))
     return exp.Paren(this=out)
@@ -207,7 +207,7 @@ class _Col:
     def threshold(self, cell: int) -> int | float:
         """Ordered kinds: the value where cell ``cell`` starts."""
         if self.decl.kind == "integer":
-            return int(self.decl.min) + cell  # type: ignore[operator]
+            return self.decl.int_range()[0] + cell
         return self.decl.edges[cell]
 
     def matchers(self) -> list[Any]:
@@ -249,7 +249,7 @@ class _Col:
                 b = min(b, null)
                 if a >= b:
                     continue
-                conds = []
+                conds: list[exp.Expression] = []
                 if a > 0:
                     conds.append(exp.GTE(this=self.value(), expression=_num(self.threshold(a))))
                 if b < null:
@@ -266,13 +266,13 @@ class _Col:
                 assert other is not None
                 ms = self.matchers()
                 if cells[other]:
-                    excluded = [m for m, c in zip(ms, cells[:other]) if not c and m is not None]
+                    excluded = [m for m, c in zip(ms, cells[:other], strict=False) if not c and m is not None]
                     if excluded:
                         parts.append(exp.Not(this=self._in(excluded)))
                     else:
                         parts.append(exp.Not(this=exp.Is(this=self.value(), expression=exp.Null())))
                 else:
-                    chosen = [m for m, c in zip(ms, cells[:other]) if c and m is not None]
+                    chosen = [m for m, c in zip(ms, cells[:other], strict=False) if c and m is not None]
                     if chosen:
                         parts.append(self._in(chosen))
             else:  # boolean: cells false, true, NULL
@@ -294,12 +294,12 @@ class _Col:
         null_if = exp.If(this=exp.Is(this=self.value(), expression=exp.Null()), true=_num(d.null_cell))
         ifs = [null_if]
         if d.kind == "integer":
-            lo, hi = int(d.min), int(d.max)  # type: ignore[arg-type]
+            lo, hi = d.int_range()
             if hi > lo:
                 ifs.append(exp.If(this=exp.LT(this=self.value(), expression=_num(lo + 1)), true=_num(0)))
                 ifs.append(exp.If(this=exp.GTE(this=self.value(), expression=_num(hi)), true=_num(hi - lo)))
                 v = self.value() if self.tclass in ("int", "bool") else exp.Floor(this=self.value())
-                default = exp.Cast(this=exp.Sub(this=v, expression=_num(lo)), to=_type("BIGINT"))
+                default: exp.Expression = exp.Cast(this=exp.Sub(this=v, expression=_num(lo)), to=_type("BIGINT"))
             else:
                 default = _num(0)
         elif d.kind == "binned":
@@ -311,7 +311,7 @@ class _Col:
             for i, m in enumerate(self.matchers()):
                 if m is not None:
                     ifs.append(exp.If(this=exp.EQ(this=self.value(), expression=self._lit(m)), true=_num(i)))
-            default = _num(d.other_cell)  # type: ignore[arg-type]
+            default = _num(len(d.values))  # the out-of-domain cell, Column.other_cell
         else:
             ifs.append(exp.If(this=self.truth(), true=_num(1)))
             default = _num(0)
@@ -322,7 +322,7 @@ class _Col:
         n = self.decl.n_cells
         ends = list(bps[1:]) + [n]
         ifs = []
-        for i, (a, b) in enumerate(zip(bps[:-1], ends[:-1])):
+        for i, (a, b) in enumerate(zip(bps[:-1], ends[:-1], strict=False)):
             cond = self.ranges_condition([(a, b)])
             ifs.append(exp.If(this=cond if cond is not None else exp.true(), true=_num(i)))
         return exp.Case(ifs=ifs, default=_num(len(bps) - 1))
@@ -515,8 +515,8 @@ class Cube:
             if len(breakpoints) != len(names):
                 raise InvalidArgument(f"{len(names)} columns but {len(breakpoints)} breakpoint lists.")
             bps = [tuple(int(b) for b in bp) for bp in breakpoints]
-        for c, bp in zip(decl, bps):
-            if not bp or bp[0] != 0 or any(b <= a for a, b in zip(bp, bp[1:])) or bp[-1] >= c.n_cells:
+        for c, bp in zip(decl, bps, strict=True):
+            if not bp or bp[0] != 0 or any(b <= a for a, b in zip(bp, bp[1:], strict=False)) or bp[-1] >= c.n_cells:
                 raise InvalidArgument(
                     f"breakpoints of column {c.name!r} must increase strictly from 0 and stay below "
                     f"its {c.n_cells} cells."
@@ -525,7 +525,7 @@ class Cube:
         size = math.prod(shape)
         if size > MAX_HISTOGRAM_BOXES:
             raise UnsupportedQuery(
-                f"a histogram of table {t.name!r} on {dict(zip(names, shape))} would have {size} boxes, "
+                f"a histogram of table {t.name!r} on {dict(zip(names, shape, strict=True))} would have {size} boxes, "
                 f"more than the limit of {MAX_HISTOGRAM_BOXES}; use fewer columns or coarser slabs."
             )
         return self._histogram(ref, [cols[c.name.lower()] for c in decl], bps)
@@ -550,7 +550,7 @@ class Cube:
                     if len(used) == 1:
                         fixed[ax] = int(used[0])
         keys, by_cell = [], []
-        for ax, (c, bp) in enumerate(zip(cols, bps)):
+        for ax, (c, bp) in enumerate(zip(cols, bps, strict=False)):
             if ax in fixed:
                 continue
             full = len(bp) == c.decl.n_cells
@@ -571,7 +571,7 @@ class Cube:
         idx: list[Any] = [None] * len(shape)
         for ax, v in fixed.items():
             idx[ax] = np.full(counts.shape, v, dtype=np.int64)
-        for i, ((ax, _), cell) in enumerate(zip(keys, by_cell)):
+        for i, ((ax, _), cell) in enumerate(zip(keys, by_cell, strict=False)):
             k = np.asarray(res[f"k{i}"], dtype=np.int64)
             if cell:
                 k = np.searchsorted(np.asarray(bps[ax]), k, side="right") - 1
@@ -627,7 +627,7 @@ class Cube:
         for i, q in enumerate(queries):
             by_table.setdefault(self.schema.table(q.table).name.lower(), []).append(i)
         for tname, idxs in by_table.items():
-            for i, v in zip(idxs, self._numerators_one_table(tname, [queries[i] for i in idxs])):
+            for i, v in zip(idxs, self._numerators_one_table(tname, [queries[i] for i in idxs]), strict=True):
                 out[i] = v
         return [int(v) for v in out]  # type: ignore[arg-type]
 
@@ -667,8 +667,8 @@ class Cube:
             out[i] = _dot(num, h)
         assert plans is not None
         small = [(i, p) for i, p in enumerate(plans) if p is not None]
-        conds = [cond for _, p in small for _, cond in p[1]]  # type: ignore[index]
-        need_rows = any(p[0] != 0 for _, p in small)  # type: ignore[index]
+        conds = [cond for _, p in small for _, cond in p[1]]
+        need_rows = any(p[0] != 0 for _, p in small)
         nrows, counts = 0, []
         if len(conds) == 1 and not need_rows:
             # One condition: a plain filtered COUNT(*), which DuckDB pushes into the scan.
@@ -687,7 +687,7 @@ class Cube:
             nrows, counts = int(row[0]), [int(c) for c in row[1:]]
         pos = 0
         for i, p in small:
-            base, terms = p  # type: ignore[misc]
+            base, terms = p
             total = base * nrows if base else 0
             for coef, _ in terms:
                 total += coef * counts[pos]
@@ -802,7 +802,7 @@ def _set_condition(cols: list[_Col], bps: Sequence[Sequence[int]], mask: np.ndar
 def _union_grid(t: Table, queries: Sequence[LinearQuery]) -> tuple[list[str], list[tuple[int, ...]]]:
     bps: dict[str, set[int]] = {}
     for q in queries:
-        for c, bp in zip(q.columns, q.breakpoints):
+        for c, bp in zip(q.columns, q.breakpoints, strict=True):
             bps.setdefault(t.column(c).name, set()).update(bp)
     cols = [c.name for c in t.columns if c.name in bps]
     return cols, [tuple(sorted(bps[c])) for c in cols]
@@ -818,4 +818,4 @@ def _dot(num: np.ndarray, counts: np.ndarray) -> int:
     if bound < 2**62:
         return int(np.sum(num * counts, dtype=np.int64))
     nz = np.flatnonzero(counts)
-    return sum(int(a) * int(b) for a, b in zip(num.ravel()[nz].tolist(), counts.ravel()[nz].tolist()))
+    return sum(int(a) * int(b) for a, b in zip(num.ravel()[nz].tolist(), counts.ravel()[nz].tolist(), strict=True))

@@ -741,10 +741,10 @@ class LedgerTransaction:
         if not kind:
             raise InvalidRequirement("Ledger field 'kind' must not be empty.")
         reals: dict[str, float] = {}
-        for name, v in {"alpha": alpha, "sensitivity": sensitivity, "scale": scale, "lattice": lattice,
+        for name, x in {"alpha": alpha, "sensitivity": sensitivity, "scale": scale, "lattice": lattice,
                         "value": value, "cost_after": cost_after}.items():  # fmt: skip
             check = finite if name == "value" else nonnegative_finite
-            reals[name] = check(v, f"Ledger field {name!r}", error=InvalidRequirement)
+            reals[name] = check(x, f"Ledger field {name!r}", error=InvalidRequirement)
         if not isinstance(secure, (bool, int)) or secure not in (0, 1):
             raise InvalidRequirement(f"Ledger field 'secure' must be a bool, not {secure!r}.")
         if reals["cost_after"] > led.budget * (1 + _BUDGET_TOLERANCE) + _BUDGET_TOLERANCE:

@@ -43,7 +43,6 @@ from __future__ import annotations
 import abc
 import functools
 import math
-import numbers
 import operator
 import secrets
 import threading
@@ -53,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from dpgate._validate import positive_finite
 from dpgate.errors import DPGateInternalError, InvalidRequirement
 
 __all__ = [
@@ -301,7 +301,7 @@ def lattice_for(scale: float, denominator: int) -> tuple[float, int]:
         >>> lattice_for(1.0, 3)
         (0.0006510416666666666, 512)
     """
-    scale = _check_positive("scale", scale)
+    scale = positive_finite(scale, "scale", error=InvalidRequirement)
     denominator = _check_denominator(denominator)
     target = Fraction(scale) * denominator  # need denominator · 2^k · scale ≥ 1024
     k = 0
@@ -391,8 +391,8 @@ def release(
             f"true_numerator must be an exact integer, not {true_numerator!r}."
         ) from None
     denominator = _check_denominator(denominator)
-    sensitivity = _check_positive("sensitivity", sensitivity)
-    alpha = _check_positive("alpha", alpha)
+    sensitivity = positive_finite(sensitivity, "sensitivity", error=InvalidRequirement)
+    alpha = positive_finite(alpha, "alpha", error=InvalidRequirement)
     if not isinstance(source, NoiseSource):
         raise InvalidRequirement(f"source must be a NoiseSource, not {source!r}.")
     scale = sensitivity / alpha
@@ -478,12 +478,7 @@ def _ceil_to_float(x: Fraction) -> float:
 
 
 def _check_t(t: float) -> float:
-    if isinstance(t, bool) or not isinstance(t, numbers.Real):
-        raise InvalidRequirement(f"The noise parameter t must be a real number, not {t!r}.")
-    t = float(t)
-    if not (math.isfinite(t) and t > 0):
-        raise InvalidRequirement(f"The noise parameter t must be finite and > 0, not {t!r}.")
-    return t
+    return positive_finite(t, "The noise parameter t", error=InvalidRequirement)
 
 
 def _check_count(n: int) -> int:
@@ -491,15 +486,6 @@ def _check_count(n: int) -> int:
     if n < 0:
         raise InvalidRequirement(f"The number of draws must be ≥ 0, not {n}.")
     return n
-
-
-def _check_positive(name: str, x: float) -> float:
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
-        raise InvalidRequirement(f"{name} must be a real number, not {x!r}.")
-    x = float(x)
-    if not (math.isfinite(x) and x > 0):
-        raise InvalidRequirement(f"{name} must be finite and > 0, but it is {x!r}.")
-    return x
 
 
 def _check_denominator(denominator: int) -> int:

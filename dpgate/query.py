@@ -248,7 +248,7 @@ class LinearQuery:
         )
 
     def __repr__(self) -> str:
-        grid = ", ".join(f"{c}:{len(b)} slabs" for c, b in zip(self.columns, self.breakpoints)) or "constant"
+        grid = ", ".join(f"{c}:{len(b)} slabs" for c, b in zip(self.columns, self.breakpoints, strict=True)) or "constant"
         extra = f" + {self.offset}" if self.offset else ""
         lab = f" {self.label!r}" if self.label else ""
         grp = f" group={dict(self.group)}" if self.group else ""

@@ -53,7 +53,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dpgate.errors import SchemaError
+from dpgate._validate import finite
+from dpgate.errors import DPGateInternalError, SchemaError
 
 __all__ = ["Column", "Table", "Schema", "NULL_LABEL", "OTHER_LABEL"]
 
@@ -105,7 +106,7 @@ class Column:
                 raise SchemaError(f"{where}: 'bins' needs at least two edges, got {list(self.edges)}.")
             if not all(math.isfinite(e) for e in self.edges):
                 raise SchemaError(f"{where}: bin edges must be finite numbers, got {list(self.edges)}.")
-            if any(b <= a for a, b in zip(self.edges, self.edges[1:])):
+            if any(b <= a for a, b in zip(self.edges, self.edges[1:], strict=False)):
                 raise SchemaError(f"{where}: bin edges must increase strictly, got {list(self.edges)}.")
         elif self.kind == "categorical":
             if not self.values:
@@ -117,12 +118,19 @@ class Column:
                 f"{where}: unknown type {self.kind!r}; use integer, numeric (with bins), categorical or boolean."
             )
 
+    def int_range(self) -> tuple[int, int]:
+        """``(min, max)`` of an integer column; ``__post_init__`` guarantees both are set."""
+        if self.min is None or self.max is None:
+            raise DPGateInternalError(f"column {self.name!r} of kind {self.kind!r} has no integer range")
+        return self.min, self.max
+
     # -- cells -------------------------------------------------------------
     @property
     def n_cells(self) -> int:
         """Number of cells, including the NULL cell (and ``other`` for categoricals)."""
         if self.kind == "integer":
-            return int(self.max - self.min + 2)  # type: ignore[operator]
+            lo, hi = self.int_range()
+            return hi - lo + 2
         if self.kind == "binned":
             return len(self.edges)  # k bins + NULL
         if self.kind == "categorical":
@@ -147,9 +155,10 @@ class Column:
     def labels(self) -> list[Any]:
         """Public label of every cell, in cell order (used as GROUP BY keys)."""
         if self.kind == "integer":
-            return [*range(self.min, self.max + 1), NULL_LABEL]  # type: ignore[arg-type]
+            lo, hi = self.int_range()
+            return [*range(lo, hi + 1), NULL_LABEL]
         if self.kind == "binned":
-            return [*(f"[{_num(a)}, {_num(b)})" for a, b in zip(self.edges, self.edges[1:])), NULL_LABEL]
+            return [*(f"[{_num(a)}, {_num(b)})" for a, b in zip(self.edges, self.edges[1:], strict=False)), NULL_LABEL]
         if self.kind == "categorical":
             return [*self.values, OTHER_LABEL, NULL_LABEL]
         return [False, True, NULL_LABEL]
@@ -161,7 +170,8 @@ class Column:
         carry no single number, so ``SUM(col)`` over them is refused.
         """
         if self.kind == "integer":
-            return np.append(np.arange(self.min, self.max + 1, dtype=float), np.nan)  # type: ignore[arg-type]
+            lo, hi = self.int_range()
+            return np.append(np.arange(lo, hi + 1).astype(np.float64), np.nan)
         if self.kind == "boolean":
             return np.array([0.0, 1.0, np.nan])
         return None
@@ -461,12 +471,8 @@ def _as_int(v: Any, where: str, key: str) -> int:
 def _edges(v: Any, where: str) -> tuple[float, ...]:
     if not isinstance(v, (list, tuple)) or len(v) < 2:
         raise SchemaError(f"{where}: 'bins' must be a list of at least two increasing edges, got {v!r}.")
-    out = []
-    for e in v:
-        if isinstance(e, bool) or not isinstance(e, (int, float)) or not math.isfinite(e):
-            raise SchemaError(f"{where}: bin edges must be finite numbers, got {v!r}.")
-        out.append(float(e))
-    if any(b <= a for a, b in zip(out, out[1:])):
+    out = [finite(e, f"{where}: every bin edge (in {v!r})", error=SchemaError) for e in v]
+    if any(b <= a for a, b in zip(out, out[1:], strict=False)):
         raise SchemaError(f"{where}: bin edges must increase strictly, got {v!r}.")
     return tuple(out)
 

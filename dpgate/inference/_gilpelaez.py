@@ -103,7 +103,7 @@ def _oscillatory_sum(
 class _Grid:
     """Quadrature nodes for one range of x, with φ evaluated once."""
 
-    __slots__ = ("t", "cdf_coef", "pdf_coef", "tail_cdf", "tail_pdf", "x_lo")
+    __slots__ = ("t", "cdf_coef", "pdf_coef")
 
     def __init__(self, law: LaplaceSum, x_lo: float, x_hi: float) -> None:
         a, sd, amax = law.a, law.sd, law.amax
@@ -119,9 +119,6 @@ class _Grid:
             if (2.0 / math.pi) * bound <= TAIL_TOL or T > 1e12 / amax:
                 break
             T *= 1.5
-        self.tail_cdf = (2.0 / math.pi) * bound
-        self.tail_pdf = (phi_T * T / (kappa - 1.0) if kappa > 1.0 else math.inf) / math.pi
-        self.x_lo = x_lo
         # --- panels: narrow near 0, geometric growth, capped by the oscillation.
         w_feat = min(1.0 / amax, 2.0 / sd)
         w_osc = 4.0 * math.pi / max(x_hi, 1e-300)
