@@ -1,4 +1,4 @@
-"""Per-cell privacy accounting (seed 001, Theorem 5.5).
+"""Per-cell privacy accounting: Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012), Theorem 5.5.
 
 Neighbouring relation: add/remove one row (unbounded DP).  A release
 ``y = q·x + N`` with ``N`` Laplace of scale ``b = S/α`` (``S = max|q|``) changes

@@ -1,11 +1,15 @@
 """Stage "infer": what the released history says about a new linear query.
 
-Seed 001 §3–§5: the best linear unbiased estimator (BLUE) of ``θ = Q·x`` from
+Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012),
+§3–§5: the best linear unbiased estimator (BLUE) of ``θ = Q·x`` from
 noisy answers ``y = Hx + N``, the exact law of its error ``E = Σ A_k N_k``
 (Gil-Pelaez inversion; the paper's Monte Carlo and discrete convolution as
 cross-checks), the posterior of θ with certified credible intervals, the
 per-cell privacy cost, and an incremental state for the gateway that also
 prices a fresh measurement before it is taken.
+
+Bad arguments raise :class:`~dpgate.errors.InvalidArgument`, which is also a
+``ValueError`` (scipy.stats' convention for distribution methods).
 
 Example:
     >>> from dpgate.inference import estimate

@@ -1,4 +1,6 @@
-"""Best linear unbiased estimation from a noisy history (seed 001 §3) and per-cell cost (§5.4).
+"""Best linear unbiased estimation from a noisy history, and per-cell cost.
+
+From Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012): §3 (the estimator), §5.4 (the cost).
 
 History: rows ``(h_i, α_i, S_i, y_i)`` with ``y_i = h_i·x + N_i`` and ``N_i``
 Laplace of scale ``b_i = S_i/α_i``.  For a query Q the BLUE is ``θ̂ = A·y`` with
@@ -9,7 +11,7 @@ forming ``Hᵀ W H``:
    very noisy row still counts as a direction); rank tolerance
    :data:`RANK_RTOL` relative to the largest singular value;
 2. Q is estimable iff ``‖Q − P Q‖ ≤`` :data:`ESTIMABLE_RTOL` ``· ‖Q‖`` with P the
-   orthogonal projector on that row space (seed 001, footnote 7); otherwise
+   orthogonal projector on that row space (Xiao & Xiong (2012), footnote 7); otherwise
    the result says so (``estimable=False``, ``value = nan``);
 3. in an orthonormal basis V of the row space, ``G = diag(1/b) H Vᵀ`` has full
    column rank; ``u`` is the minimum-norm solution of ``Gᵀ u = V Q`` through the
@@ -78,7 +80,7 @@ class Estimate:
         """Certified half-width at ``confidence``; ``inf`` if Q is not estimable.
 
         Raises:
-            ValueError: If confidence is not in (0, 1).
+            InvalidArgument: If confidence is not in (0, 1).
         """
         if self.posterior is None:
             probability(confidence, "confidence")
@@ -88,7 +90,7 @@ class Estimate:
 
 @dataclass(frozen=True, eq=False)
 class SystemCost:
-    """Per-cell privacy cost of a history (seed 001, Theorem 5.5).
+    """Per-cell privacy cost of a history (Xiao & Xiong (2012), Theorem 5.5).
 
     Attributes:
         per_cell: ``B_j = Σ_i (α_i/S_i) |H_ij|`` for every cell or atom j (read-only).
@@ -113,7 +115,7 @@ def _vector(v: ArrayLike, name: str, size: int | None = None) -> NDArray[np.floa
 def _history(
     H: ArrayLike, alpha: ArrayLike, sensitivity: ArrayLike | None
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-    """Validate (H, α, S); default S = max |H_i| per row (seed 001, Lemma 2.1)."""
+    """Validate (H, α, S); default S = max |H_i| per row (Xiao & Xiong (2012), Lemma 2.1)."""
     Hm = finite_array(H, "H (rows = released queries)", ndim=2)
     m = Hm.shape[0]
     a = _vector(alpha, "alpha", m)
@@ -165,7 +167,7 @@ def estimate(
     *,
     law_options: dict[str, Any] | None = None,
 ) -> Estimate:
-    """BLUE of ``θ = Q·x`` from a history, with its posterior (seed 001 Thm 3.1, §4).
+    """BLUE of ``θ = Q·x`` from a history, with its posterior (Xiao & Xiong (2012), Theorem 3.1, §4).
 
     Args:
         H: History, m × n (rows: released query vectors over cells or atoms).
@@ -183,7 +185,7 @@ def estimate(
         not in the row space of H (never a silently wrong number).
 
     Raises:
-        ValueError: On shapes that do not match, non-finite input or
+        InvalidArgument: On shapes that do not match, non-finite input or
             non-positive budgets.
 
     Example:
@@ -218,7 +220,7 @@ def system_cost(
     sensitivity: ArrayLike | None = None,
     cell_sizes: ArrayLike | None = None,
 ) -> SystemCost:
-    """Per-cell budget ``B_j = Σ_i (α_i/S_i) |H_ij|`` and its maximum (seed 001, Thm 5.5).
+    """Per-cell budget ``B_j = Σ_i (α_i/S_i) |H_ij|`` and its maximum (Xiao & Xiong (2012), Theorem 5.5).
 
     Exact for add/remove-one-row DP when each individual contributes one row
     (one cell).  With atoms, every cell of atom j costs ``B_j``; atoms with
@@ -231,7 +233,7 @@ def system_cost(
         cell_sizes: Cells per atom (optional, non-negative), length n.
 
     Raises:
-        ValueError: On invalid shapes or values.
+        InvalidArgument: On invalid shapes or values.
 
     Example:
         >>> system_cost([[1, 1], [0, 2]], [0.5, 0.2]).per_cell.tolist()

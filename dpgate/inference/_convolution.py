@@ -1,9 +1,11 @@
-"""Seed 001's Algorithm 2 (discrete probability calculation) with certified error bounds.
+"""Algorithm 2 (discrete probability calculation) with certified error bounds.
+
+The algorithm is from Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012), §4.3.
 
 Each term ``a_k L_k`` is rounded to the grid ``h ℤ`` (``h`` = ``step``) and its
 probability mass vector truncated to ``|j| ≤ J_k`` with
 ``J_k = ceil(a_k ln(m/γ)/h − 1/2)``, so the mass lost per term is
-``exp(−(J_k + 1/2) h / a_k) ≤ γ/m`` and in total ≤ γ (seed 001, Lemma 4.15).
+``exp(−(J_k + 1/2) h / a_k) ≤ γ/m`` and in total ≤ γ (Xiao & Xiong (2012), Lemma 4.15).
 The vectors are convolved from the shortest to the longest (§4.3.2).
 
 What the result guarantees.  Let ``R = Σ R_k`` be the rounded sum and ``u`` the
@@ -44,7 +46,7 @@ def _term_pmf(a: float, step: float, reach: float) -> NDArray[np.float64]:
 
 
 class ConvolutionLaw:
-    """Discretised law of ``E = Σ a_k L_k`` (Algorithm 2 of seed 001).
+    """Discretised law of ``E = Σ a_k L_k`` (Xiao & Xiong (2012), Algorithm 2).
 
     Args:
         a: Positive term scales ``|c_k| b_k``.

@@ -70,7 +70,7 @@ class IncrementalBLUE:
         cell_sizes: Number of domain cells in each atom (positive).
 
     Raises:
-        ValueError: If a size is not positive and finite.
+        InvalidArgument: If a size is not positive and finite.
 
     Example:
         >>> st = IncrementalBLUE(np.array([1.0, 1.0]))
@@ -220,7 +220,7 @@ class IncrementalBLUE:
             lattice: Lattice step γ of discrete noise (0 = continuous).
 
         Raises:
-            ValueError: On a wrong shape or non-finite / non-positive numbers.
+            InvalidArgument: On a wrong shape or non-finite / non-positive numbers.
         """
         hv = self._atom_vector(h, "h")
         scale = positive_finite(scale, "scale")
@@ -270,7 +270,7 @@ class IncrementalBLUE:
                 must add up to its size.
 
         Raises:
-            ValueError: If parent is out of range, leaves an old atom without a
+            InvalidArgument: If parent is out of range, leaves an old atom without a
                 piece, or the sizes do not add up.
         """
         p = np.asarray(parent)
@@ -297,7 +297,7 @@ class IncrementalBLUE:
         """BLUE of ``Q·x`` from the stored history (same result as :func:`estimate`).
 
         Raises:
-            ValueError: On a wrong shape or non-finite Q.
+            InvalidArgument: On a wrong shape or non-finite Q.
         """
         Qv = self._atom_vector(Q, "Q")
         m, r = self._m, self._r
@@ -323,7 +323,7 @@ class IncrementalBLUE:
             continuous variances); it is accepted for symmetry with :meth:`append`.
 
         Raises:
-            ValueError: On wrong shapes or a non-positive scale.
+            InvalidArgument: On wrong shapes or a non-positive scale.
         """
         scale = positive_finite(scale_new, "scale_new")
         nonnegative_finite(lattice_new, "lattice_new")
@@ -419,7 +419,7 @@ def minimal_scale(
         history alone meets the target.
 
     Raises:
-        ValueError: On invalid accuracy, confidence, max_scale or rel_tol.
+        InvalidArgument: On invalid accuracy, confidence, max_scale or rel_tol.
     """
     acc = positive_finite(accuracy, "accuracy")
     conf = probability(confidence, "confidence")

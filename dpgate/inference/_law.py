@@ -24,15 +24,17 @@ Guarantees by method (``two_sided_tail``, ``halfwidth`` and ``abs_cdf_bounds``):
     certified upper bound on the true quantile of ``|E|``.  Closed forms for
     zero or one term.
 ``"convolution"``
-    Seed 001's Algorithm 2 with rigorous bounds (:mod:`._convolution`); its
+    Algorithm 2 of Xiao & Xiong (2012) with rigorous bounds (:mod:`._convolution`); its
     ``halfwidth`` is certified but wider by the rounding width.
 ``"montecarlo"``
-    Seed 001's Algorithm 1 (samples the true noise, discrete included):
+    Algorithm 1 of Xiao & Xiong (2012) (samples the true noise, discrete included):
     statistical only; ``abs_cdf_bounds`` is a 99.9 % DKW band.
 
 ``cdf``, ``sf``, ``pdf`` and ``ppf`` are central estimates.  For discrete noise
 with several terms they describe the continuous law ``Σ c_k L_k``, which is
 within ``lattice_width`` of ``E`` on every draw.
+
+Reference: Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012).
 """
 
 from __future__ import annotations
@@ -65,13 +67,13 @@ class ErrorLaw:
         lattice: Lattice steps ``γ_k ≥ 0`` of discrete noise (0 = continuous);
             ``None`` means all continuous.
         method: ``"exact"`` (default), ``"montecarlo"`` or ``"convolution"``.
-        samples: Monte Carlo sample size (seed 001 Algorithm 1's m_s).
+        samples: Monte Carlo sample size (Xiao & Xiong (2012), Algorithm 1's m_s).
         rng: Seed or ``numpy.random.Generator`` for Monte Carlo.
         gamma: Probability mass Algorithm 2 may lose to truncation.
         step: Grid step of Algorithm 2 (``None``: automatic).
 
     Raises:
-        ValueError: On mismatched lengths, non-finite values, negative scales,
+        InvalidArgument: On mismatched lengths, non-finite values, negative scales,
             or an unknown method.
 
     Example:
@@ -159,7 +161,7 @@ class ErrorLaw:
 
     # ------------------------------------------------------------------ engines
     def _samples(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Seed 001 Algorithm 1: draw the noise of every term and add it up (sorted)."""
+        """Xiao & Xiong (2012), Algorithm 1: draw the noise of every term and add it up (sorted)."""
         if self._mc is None:
             n, rng = self._mc_args
             gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
@@ -224,7 +226,7 @@ class ErrorLaw:
         """Upper bound on ``P(|E| > q)`` (certified for exact and convolution).
 
         Raises:
-            ValueError: If q is NaN.
+            InvalidArgument: If q is NaN.
         """
         lo, _ = self.abs_cdf_bounds(q)
         return float(1.0 - lo[0])
@@ -240,7 +242,7 @@ class ErrorLaw:
             cannot certify the level, e.g. convolution with γ ≥ δ).
 
         Raises:
-            ValueError: If confidence is not in (0, 1).
+            InvalidArgument: If confidence is not in (0, 1).
         """
         conf = probability(confidence, "confidence")
         if self.method == "montecarlo":
@@ -305,7 +307,7 @@ class ErrorLaw:
         """``P(E ≤ x)`` (central estimate).
 
         Raises:
-            ValueError: If x contains NaN.
+            InvalidArgument: If x contains NaN.
         """
         xx, scalar = points(x)
         if self._single_discrete is not None:
@@ -339,7 +341,7 @@ class ErrorLaw:
         """Density of the continuous law ``Σ c_k L_k`` at x (central estimate).
 
         Raises:
-            ValueError: If x contains NaN or the law is a point mass.
+            InvalidArgument: If x contains NaN or the law is a point mass.
         """
         xx, scalar = points(x)
         if self._a.size == 0:
@@ -366,7 +368,7 @@ class ErrorLaw:
         """Quantile function of E (central estimate); ``ppf(0) = −inf``, ``ppf(1) = inf``.
 
         Raises:
-            ValueError: If p is outside [0, 1] or NaN.
+            InvalidArgument: If p is outside [0, 1] or NaN.
         """
         pp, scalar = points(p, "p")
         if ((pp < 0) | (pp > 1)).any():

@@ -1,4 +1,7 @@
-"""Posterior of a query answer θ given the released history (seed 001 §4, §5.2)."""
+"""Posterior of a query answer θ given the released history.
+
+From Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012), §4 and §5.2.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ __all__ = ["Posterior"]
 
 
 class Posterior:
-    """Law of θ under the uninformative prior: ``θ = θ̂ − E`` (seed 001, Lemma 4.1).
+    """Law of θ under the uninformative prior: ``θ = θ̂ − E`` (Xiao & Xiong (2012), Lemma 4.1).
 
     Looks like a frozen ``scipy.stats`` distribution.  Because E is symmetric,
     ``P(θ ≤ x) = P(E ≤ x − θ̂)``.  The narrowest (1 − δ) credible interval is
@@ -28,7 +31,7 @@ class Posterior:
         law: The law of the error E.
 
     Raises:
-        ValueError: If center is not finite.
+        InvalidArgument: If center is not finite.
 
     Example:
         >>> post = Posterior(10.0, ErrorLaw([1.0], [1.0]))
@@ -51,7 +54,7 @@ class Posterior:
         """``P(θ ≤ x)``.
 
         Raises:
-            ValueError: If x contains NaN.
+            InvalidArgument: If x contains NaN.
         """
         xx, scalar = points(x)
         out = np.asarray(self.law.cdf(xx - self.center))
@@ -61,7 +64,7 @@ class Posterior:
         """``P(θ > x)``.
 
         Raises:
-            ValueError: If x contains NaN.
+            InvalidArgument: If x contains NaN.
         """
         xx, scalar = points(x)
         out = np.asarray(self.law.sf(xx - self.center))
@@ -71,7 +74,7 @@ class Posterior:
         """Density of θ at x.
 
         Raises:
-            ValueError: If x contains NaN, or θ is known exactly (no density).
+            InvalidArgument: If x contains NaN, or θ is known exactly (no density).
         """
         xx, scalar = points(x)
         out = np.asarray(self.law.pdf(xx - self.center))
@@ -81,7 +84,7 @@ class Posterior:
         """Quantile function of θ.
 
         Raises:
-            ValueError: If q is outside [0, 1] or NaN.
+            InvalidArgument: If q is outside [0, 1] or NaN.
         """
         qq, scalar = points(q, "q")
         out = self.center + np.asarray(self.law.ppf(qq))
@@ -91,7 +94,7 @@ class Posterior:
         """Narrowest credible interval ``(θ̂ − q, θ̂ + q)`` with certified coverage.
 
         Raises:
-            ValueError: If confidence is not in (0, 1).
+            InvalidArgument: If confidence is not in (0, 1).
         """
         q = self.law.halfwidth(confidence)
         return self.center - q, self.center + q
@@ -100,7 +103,7 @@ class Posterior:
         """The q of :meth:`interval`.
 
         Raises:
-            ValueError: If confidence is not in (0, 1).
+            InvalidArgument: If confidence is not in (0, 1).
         """
         return self.law.halfwidth(confidence)
 
@@ -121,14 +124,14 @@ class Posterior:
         return self.law.std
 
     def probability(self, low: float | None = None, high: float | None = None) -> float:
-        """``P(low ≤ θ ≤ high)`` for claims such as ``P(θ > 0)`` (seed 001 §5.2).
+        """``P(low ≤ θ ≤ high)`` for claims such as ``P(θ > 0)`` (Xiao & Xiong (2012), §5.2).
 
         Args:
             low: Lower end, or ``None`` for −∞.
             high: Upper end, or ``None`` for +∞.
 
         Raises:
-            ValueError: If an end is NaN or ``low > high``.
+            InvalidArgument: If an end is NaN or ``low > high``.
         """
         lo = -math.inf if low is None else float(low)
         hi = math.inf if high is None else float(high)
