@@ -1,0 +1,335 @@
+"""The SQL of the cube: sqlglot expressions mapping a row to its cell, and predicates on cells.
+
+**Internal.**  Split from :mod:`dpgate.cube`, which holds the data source, runs
+the statements and does the arithmetic on counts; this module only builds
+expressions (from the public schema and the catalog's column types) and never
+reads data.
+
+Row → cell mapping (exactly :mod:`dpgate.schema`'s table), where ``v`` is the
+column's value:
+
+* NULL is the NULL cell for every kind.  A floating-point NaN counts as NULL (pandas
+  does the same, and DuckDB orders NaN above every number, which would otherwise
+  clamp it to ``max``).  For integer/binned columns stored as text, the text is
+  ``TRY_CAST`` to DOUBLE and unparseable text counts as NULL.
+* integer ``[min, max]``: cell ``clamp(floor(v), min, max) - min``.
+* binned ``e0 < … < ek``: bin ``i`` holds ``e_i <= v < e_{i+1}``; ``v < e1`` is bin 0
+  and ``v >= e_{k-1}`` the last bin (clamping).  A binned column's ``min``/``max``, if
+  declared, play no role in the mapping.
+* categorical: text columns compare their value to the declared strings exactly
+  (``CAST(v AS VARCHAR)`` for non-numeric types).  Numeric columns compare *numbers*:
+  a declared value matches ``v`` when it is ``v``'s canonical spelling —
+  ``str(int(v))`` for integral ``v`` (so ``1`` and ``1.0`` both match ``"1"``),
+  Python's ``repr(v)`` otherwise (``"2.5"``).  A declared value that is not a
+  canonical number (``"01"``, ``"1.0"``, ``"a"``) matches no row of a numeric column.
+  Unmatched non-NULL values are ``other``.
+* boolean: cells false, true, NULL.  BOOLEAN columns map directly; numeric columns are
+  true when ``v <> 0``; text is true when ``TRY_CAST(v AS BOOLEAN)`` is true or it
+  parses as a non-zero number, false otherwise.
+
+Slab predicates are generated as range predicates on the raw column
+(``"age" >= 20 AND "age" < 41``) rather than on the computed cell index, so DuckDB
+can push them into the scan: a counting query costs about as much as the equivalent
+hand-written ``SELECT COUNT(*) … WHERE …``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlglot import exp
+
+from dpgate.schema import Column
+
+__all__ = [
+    "BoundColumn",
+    "conjunction",
+    "disjunction",
+    "leaf_count",
+    "number",
+    "numeric_category",
+    "set_condition",
+    "sql_type",
+    "type_class",
+]
+
+_INT_TYPES = {
+    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+    "UINTEGER", "UBIGINT", "UHUGEINT", "INT1", "INT2", "INT4", "INT8", "INT", "LONG", "SHORT",
+}
+_FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8"}
+_INT_RE = re.compile(r"-?(0|[1-9][0-9]*)\Z")
+
+
+def type_class(data_type: str) -> str:
+    """'int' | 'float' | 'decimal' | 'bool' | 'other' for a DuckDB type name."""
+    t = data_type.upper().strip()
+    if t in _INT_TYPES:
+        return "int"
+    if t in _FLOAT_TYPES:
+        return "float"
+    if t.startswith("DECIMAL") or t.startswith("NUMERIC"):
+        return "decimal"
+    if t in ("BOOLEAN", "BOOL"):
+        return "bool"
+    return "other"
+
+
+def number(x: int | float) -> exp.Expression:
+    """A numeric literal (negative numbers as unary minus, as sqlglot expects)."""
+    if isinstance(x, float) and x.is_integer() and abs(x) < 2**63:
+        x = int(x)
+    lit = exp.Literal.number(str(abs(x)) if isinstance(x, int) else repr(abs(x)))
+    return exp.Neg(this=lit) if x < 0 else lit
+
+
+def sql_type(name: str) -> exp.DataType:
+    return exp.DataType(this=exp.DataType.Type[name], nested=False)
+
+
+def conjunction(parts: list[exp.Expression]) -> exp.Expression:
+    if not parts:
+        return exp.true()
+    out = parts[0]
+    for p in parts[1:]:
+        out = exp.And(this=out, expression=p)
+    return out
+
+
+def disjunction(parts: list[exp.Expression]) -> exp.Expression:
+    if not parts:
+        return exp.false()
+    if len(parts) == 1:
+        return parts[0]
+    out: exp.Expression = exp.Paren(this=parts[0])
+    for p in parts[1:]:
+        out = exp.Or(this=out, expression=exp.Paren(this=p))
+    return exp.Paren(this=out)
+
+
+def numeric_category(value: str) -> int | float | None:
+    """The number a declared category string canonically spells, or None."""
+    if _INT_RE.match(value):
+        return int(value)
+    try:
+        f = float(value)
+    except ValueError:
+        return None
+    if math.isfinite(f) and not f.is_integer() and repr(f) == value:
+        return f
+    return None
+
+
+@dataclass(frozen=True)
+class BoundColumn:
+    """A declared column bound to its physical column in the source."""
+
+    decl: Column
+    name: str  # physical name as in the catalog
+    tclass: str  # see type_class
+
+    def raw(self) -> exp.Expression:
+        return exp.column(self.name, quoted=True)
+
+    def value(self) -> exp.Expression:
+        """The value the mapping reads: NaN and unparseable text become NULL."""
+        x = self.raw()
+        kind, tc = self.decl.kind, self.tclass
+        nan = exp.Cast(this=exp.Literal.string("NaN"), to=sql_type("DOUBLE"))
+        if kind in ("integer", "binned"):
+            if tc in ("int", "decimal"):
+                return x
+            if tc == "bool":
+                return exp.Cast(this=x, to=sql_type("INTEGER"))
+            if tc == "float":
+                return exp.Nullif(this=x, expression=nan)
+            return exp.Nullif(this=exp.TryCast(this=x, to=sql_type("DOUBLE")), expression=nan)
+        if kind == "categorical":
+            if tc == "float":
+                return exp.Nullif(this=x, expression=nan)
+            if tc in ("int", "decimal"):
+                return x
+            return exp.Cast(this=x, to=sql_type("VARCHAR"))
+        # boolean
+        if tc == "float":
+            return exp.Nullif(this=x, expression=nan)
+        return x
+
+    def truth(self) -> exp.Expression:
+        """Boolean kind: an expression that is TRUE/FALSE for non-NULL values."""
+        v, tc = self.value(), self.tclass
+        if tc == "bool":
+            return v
+        if tc in ("int", "float", "decimal"):
+            return exp.NEQ(this=v, expression=number(0))
+        as_bool = exp.TryCast(this=v.copy(), to=sql_type("BOOLEAN"))
+        as_num = exp.NEQ(this=exp.TryCast(this=v, to=sql_type("DOUBLE")), expression=number(0))
+        return exp.Coalesce(this=as_bool, expressions=[as_num, exp.false()])
+
+    # -- thresholds and categories ----------------------------------------
+    def threshold(self, cell: int) -> int | float:
+        """Ordered kinds: the value where cell ``cell`` starts."""
+        if self.decl.kind == "integer":
+            return self.decl.int_range()[0] + cell
+        return self.decl.edges[cell]
+
+    def matchers(self) -> list[Any]:
+        """Categorical: per declared value, the literal it is compared with (None: never matches)."""
+        out: list[Any] = []
+        for v in self.decl.values:
+            if self.tclass in ("int", "float", "decimal"):
+                n = numeric_category(v)
+                if self.tclass == "int" and isinstance(n, float):
+                    n = None
+                out.append(n)
+            else:
+                out.append(v)
+        return out
+
+    def _lit(self, m: Any) -> exp.Expression:
+        return number(m) if isinstance(m, (int, float)) else exp.Literal.string(m)
+
+    def _in(self, ms: list[Any]) -> exp.Expression:
+        if len(ms) == 1:
+            return exp.EQ(this=self.value(), expression=self._lit(ms[0]))
+        return exp.In(this=self.value(), expressions=[self._lit(m) for m in ms])
+
+    # -- predicates --------------------------------------------------------
+    def ranges_condition(self, ranges: list[tuple[int, int]]) -> exp.Expression | None:
+        """Predicate selecting the rows whose cell lies in one of the sorted, disjoint,
+        non-adjacent half-open cell ranges ``[a, b)``; None when that is every cell."""
+        n = self.decl.n_cells
+        if not ranges:
+            return exp.false()
+        if ranges == [(0, n)]:
+            return None
+        null = self.decl.null_cell
+        has_null = ranges[-1][1] == n
+        parts: list[exp.Expression] = []
+        kind = self.decl.kind
+        if kind in ("integer", "binned"):
+            for a, b in ranges:
+                b = min(b, null)
+                if a >= b:
+                    continue
+                conds: list[exp.Expression] = []
+                if a > 0:
+                    conds.append(exp.GTE(this=self.value(), expression=number(self.threshold(a))))
+                if b < null:
+                    conds.append(exp.LT(this=self.value(), expression=number(self.threshold(b))))
+                if not conds:
+                    conds.append(exp.Not(this=exp.Is(this=self.value(), expression=exp.Null())))
+                parts.append(conjunction(conds))
+        else:
+            cells = np.zeros(n, dtype=bool)
+            for a, b in ranges:
+                cells[a:b] = True
+            if kind == "categorical":
+                other = self.decl.other_cell
+                assert other is not None
+                ms = self.matchers()
+                if cells[other]:
+                    excluded = [m for m, c in zip(ms, cells[:other], strict=False) if not c and m is not None]
+                    if excluded:
+                        parts.append(exp.Not(this=self._in(excluded)))
+                    else:
+                        parts.append(exp.Not(this=exp.Is(this=self.value(), expression=exp.Null())))
+                else:
+                    chosen = [m for m, c in zip(ms, cells[:other], strict=False) if c and m is not None]
+                    if chosen:
+                        parts.append(self._in(chosen))
+            else:  # boolean: cells false, true, NULL
+                if cells[0] and cells[1]:
+                    parts.append(exp.Not(this=exp.Is(this=self.value(), expression=exp.Null())))
+                elif cells[1]:
+                    parts.append(self.truth())
+                elif cells[0]:
+                    parts.append(exp.Not(this=exp.Paren(this=self.truth())))
+        if has_null:
+            parts.append(exp.Is(this=self.value(), expression=exp.Null()))
+        if not parts:
+            return exp.false()
+        return disjunction(parts)
+
+    def cell_index(self) -> exp.Expression:
+        """The row's cell index as a BIGINT expression (full resolution)."""
+        d = self.decl
+        null_if = exp.If(this=exp.Is(this=self.value(), expression=exp.Null()), true=number(d.null_cell))
+        ifs = [null_if]
+        if d.kind == "integer":
+            lo, hi = d.int_range()
+            if hi > lo:
+                ifs.append(exp.If(this=exp.LT(this=self.value(), expression=number(lo + 1)), true=number(0)))
+                ifs.append(exp.If(this=exp.GTE(this=self.value(), expression=number(hi)), true=number(hi - lo)))
+                v = self.value() if self.tclass in ("int", "bool") else exp.Floor(this=self.value())
+                default: exp.Expression = exp.Cast(this=exp.Sub(this=v, expression=number(lo)), to=sql_type("BIGINT"))
+            else:
+                default = number(0)
+        elif d.kind == "binned":
+            k = len(d.edges) - 1
+            for i in range(1, k):
+                ifs.append(exp.If(this=exp.LT(this=self.value(), expression=number(d.edges[i])), true=number(i - 1)))
+            default = number(k - 1)
+        elif d.kind == "categorical":
+            for i, m in enumerate(self.matchers()):
+                if m is not None:
+                    ifs.append(exp.If(this=exp.EQ(this=self.value(), expression=self._lit(m)), true=number(i)))
+            default = number(len(d.values))  # the out-of-domain cell, Column.other_cell
+        else:
+            ifs.append(exp.If(this=self.truth(), true=number(1)))
+            default = number(0)
+        return exp.Case(ifs=ifs, default=default)
+
+    def slab_index(self, bps: Sequence[int]) -> exp.Expression:
+        """The row's slab index for slabs starting at cells ``bps`` (CASE over ranges)."""
+        n = self.decl.n_cells
+        ends = list(bps[1:]) + [n]
+        ifs = []
+        for i, (a, b) in enumerate(zip(bps[:-1], ends[:-1], strict=False)):
+            cond = self.ranges_condition([(a, b)])
+            ifs.append(exp.If(this=cond if cond is not None else exp.true(), true=number(i)))
+        return exp.Case(ifs=ifs, default=number(len(bps) - 1))
+
+
+def leaf_count(e: exp.Expression) -> int:
+    return sum(1 for _ in e.find_all(exp.Predicate))
+
+
+def set_condition(cols: list[BoundColumn], bps: Sequence[Sequence[int]], mask: np.ndarray) -> exp.Expression:
+    """Predicate selecting rows whose grid box is in ``mask`` (factorised axis by axis)."""
+    if mask.ndim == 0:
+        return exp.true() if bool(mask) else exp.false()
+    if mask.all():
+        return exp.true()
+    if not mask.any():
+        return exp.false()
+    col, bp = cols[0], list(bps[0])
+    n = col.decl.n_cells
+    ends = bp[1:] + [n]
+    groups: dict[bytes, list[int]] = {}
+    subs: dict[bytes, np.ndarray] = {}
+    for i in range(mask.shape[0]):
+        sub = mask[i]
+        if not sub.any():
+            continue
+        key = np.packbits(sub.ravel()).tobytes() + bytes(str(sub.shape), "ascii")
+        groups.setdefault(key, []).append(i)
+        subs[key] = sub
+    parts = []
+    for key, slabs in groups.items():
+        ranges: list[tuple[int, int]] = []
+        for i in slabs:
+            if ranges and ranges[-1][1] == bp[i]:
+                ranges[-1] = (ranges[-1][0], ends[i])
+            else:
+                ranges.append((bp[i], ends[i]))
+        here = col.ranges_condition(ranges)
+        rest = set_condition(cols[1:], bps[1:], subs[key])
+        conj = [e for e in (here, rest) if e is not None and not (isinstance(e, exp.Boolean) and e.this is True)]
+        parts.append(conjunction(conj))
+    return disjunction(parts)
