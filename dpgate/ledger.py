@@ -4,6 +4,12 @@ Every noisy answer dpgate releases is first appended here and committed
 (fsync'd); only then may the gateway return it.  A crash at any instant can
 therefore lose at most answers that were never shown, never budget that was.
 
+Length: this module is about 700 lines on purpose.  Its crash and concurrency
+argument — open and bind, take the lock, ``BEGIN IMMEDIATE``, read, append,
+commit before releasing, roll back on any error — runs through ``Ledger`` and
+``LedgerTransaction`` together, and an auditor should read it in one file.  The
+writer locks, which are independent of SQLite, live in :mod:`dpgate._ledger_lock`.
+
 Storage choice — SQLite (stdlib ``sqlite3``) rather than DuckDB:
 
 * **Cross-process writers.**  ``BEGIN IMMEDIATE`` takes SQLite's write lock
@@ -68,11 +74,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-
+from dpgate._ledger_lock import MemoryLock, PathLock, lock_for
 from dpgate._validate import finite, nonnegative_finite, positive_finite, real
 from dpgate.errors import DPGateInternalError, InvalidRequirement, LedgerError, map_exceptions
 
@@ -192,95 +194,6 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(LedgerRecord))
 assert ", ".join(_FIELDS).replace("table", "table_name", 1) == _COLUMNS
 
 
-# ----------------------------------------------------------------------------- in-process locks
-
-class _PathLock:
-    """Serialises the writers of one ledger file: threads, then processes.
-
-    Threads of this process queue on a ``threading.Lock``; processes on an
-    ``flock`` of the sidecar file ``<path>-lock`` (released by the kernel if the
-    holder dies).  SQLite's ``BEGIN IMMEDIATE`` still serialises writers on its
-    own and remains the correctness guarantee; this lock only makes waiting
-    cheap and prompt: SQLite's busy handler sleeps up to 100 ms between
-    attempts, which lets one busy process starve the others, while this lock is
-    retried at least every 2 ms.  Where ``fcntl`` or the sidecar file is
-    unavailable the process level is skipped.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.sidecar = path + "-lock"
-        self.threads = threading.Lock()
-        self.fd: int | None = None
-
-    def acquire(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        if not self.threads.acquire(timeout=timeout):
-            return False
-        if fcntl is None:
-            return True
-        try:
-            if self.fd is None:
-                self.fd = os.open(self.sidecar, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            delay = 0.0001
-            while True:
-                try:
-                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return True
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        self.threads.release()
-                        return False
-                    time.sleep(delay)
-                    delay = min(2 * delay, 0.002)
-        except OSError:  # no sidecar (read-only directory, odd file system): SQLite alone
-            return True
-
-    def release(self) -> None:
-        try:
-            if fcntl is not None and self.fd is not None:
-                with contextlib.suppress(OSError):
-                    fcntl.flock(self.fd, fcntl.LOCK_UN)
-        finally:
-            self.threads.release()
-
-
-class _MemoryLock:
-    """The lock of an in-memory ledger: one re-entrant thread lock."""
-
-    def __init__(self) -> None:
-        self.threads = threading.RLock()
-
-    def acquire(self, timeout: float) -> bool:
-        return self.threads.acquire(timeout=timeout)
-
-    def release(self) -> None:
-        self.threads.release()
-
-
-_path_locks: dict[str, _PathLock] = {}
-_path_locks_guard = threading.Lock()
-
-
-def _lock_for(path: str) -> _PathLock:
-    with _path_locks_guard:
-        lock = _path_locks.get(path)
-        if lock is None:
-            lock = _path_locks[path] = _PathLock(path)
-        return lock
-
-
-def _reset_locks_after_fork() -> None:
-    # A lock held by another thread at fork time would stay held in the child, and
-    # an inherited flock descriptor is shared with the parent: start afresh.
-    global _path_locks, _path_locks_guard
-    _path_locks = {}
-    _path_locks_guard = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_locks_after_fork)
-
-
 # ----------------------------------------------------------------------------- ledger
 
 
@@ -308,7 +221,7 @@ class Ledger:
         self._conns: list[tuple[int, sqlite3.Connection]] = []
         self._conns_guard = threading.Lock()
         self._pid = os.getpid()
-        self._mem_lock = _MemoryLock()  # in-memory: one connection, guarded
+        self._mem_lock = MemoryLock()  # in-memory: one connection, guarded
         self._mem_conn: sqlite3.Connection | None = None
 
     # -- opening -------------------------------------------------------------
@@ -489,7 +402,7 @@ class Ledger:
         if self.path is None:
             if self._pid != pid:  # forked: keep the (copied, private) database, renew the lock
                 self._pid = pid
-                self._mem_lock = _MemoryLock()
+                self._mem_lock = MemoryLock()
             if self._mem_conn is None:
                 self._mem_conn = self._connect(":memory:")
             return self._mem_conn
@@ -524,11 +437,11 @@ class Ledger:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
 
-    def _process_lock(self) -> _PathLock | _MemoryLock:
+    def _process_lock(self) -> PathLock | MemoryLock:
         if self.path is None:
             self._connection()  # re-creates the lock after fork
             return self._mem_lock
-        return _lock_for(self.path)
+        return lock_for(self.path)
 
     @contextlib.contextmanager
     def _write_locked(self, conn: sqlite3.Connection) -> Iterator[None]:
