@@ -29,7 +29,7 @@ class CellCosts:
         rows_per_individual: ``k``, the declared ``max_rows_per_individual``.
     """
 
-    def __init__(self, n_atoms: int, rows_per_individual: int = 1):
+    def __init__(self, n_atoms: int, rows_per_individual: int = 1) -> None:
         self.per_atom = np.zeros(n_atoms)
         self.k = int(rows_per_individual)
 

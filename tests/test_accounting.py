@@ -1,0 +1,108 @@
+"""Per-cell accounting (dpgate.accounting): B_j = Σ_i (α_i/S_i)|H_ij| and the charge k·max_j B_j.
+
+Checked against a brute-force loop over releases and cells, and against
+dpgate.inference.system_cost, on random histories.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from dpgate.accounting import CellCosts
+from dpgate.inference import system_cost
+
+
+def brute_force(H: np.ndarray, alpha: np.ndarray, S: np.ndarray) -> list[float]:
+    """B_j = Σ_i (α_i/S_i)|H_ij|, written as the plain double loop of the definition."""
+    m, n = H.shape
+    B = [0.0] * n
+    for j in range(n):
+        for i in range(m):
+            if S[i] > 0:
+                B[j] += alpha[i] / S[i] * abs(H[i, j])
+    return B
+
+
+def record(H: np.ndarray, alpha: np.ndarray, S: np.ndarray, k: int = 1) -> CellCosts:
+    costs = CellCosts(H.shape[1], k)
+    for h, a, s in zip(H, alpha, S, strict=True):
+        costs.add(h, a, s)
+    return costs
+
+
+def random_history(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    m, n = int(rng.integers(1, 12)), int(rng.integers(1, 20))
+    H = rng.integers(-3, 4, size=(m, n)).astype(float) / rng.choice([1, 2, 4])
+    H[H.any(axis=1) == 0, 0] = 1.0  # no all-zero row: each needs S > 0
+    alpha = rng.uniform(0.01, 1.0, size=m)
+    S = np.abs(H).max(axis=1)  # the L1 sensitivity of a counting query: max |h_ij|
+    return H, alpha, S
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_per_cell_budget_matches_the_definition(seed: int) -> None:
+    H, alpha, S = random_history(seed)
+    costs = record(H, alpha, S)
+    np.testing.assert_allclose(costs.per_atom, brute_force(H, alpha, S), rtol=1e-12, atol=0)
+    assert costs.charge == pytest.approx(max(brute_force(H, alpha, S)), rel=1e-12)
+    reference = system_cost(H, alpha, S)
+    np.testing.assert_allclose(costs.per_atom, reference.per_cell, rtol=1e-12, atol=0)
+    assert costs.charge == pytest.approx(reference.max, rel=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_charge_scales_with_rows_per_individual(k: int) -> None:
+    H, alpha, S = random_history(7)
+    assert record(H, alpha, S, k).charge == pytest.approx(k * max(brute_force(H, alpha, S)), rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    hnp.arrays(np.float64, st.tuples(st.integers(1, 6), st.integers(1, 8)),
+               elements=st.integers(-4, 4).map(float)),
+    st.integers(1, 3),
+    st.data(),
+)
+def test_increase_is_the_charge_after_minus_before(H: np.ndarray, k: int, data: st.DataObject) -> None:
+    H = H[H.any(axis=1)]
+    S = np.abs(H).max(axis=1)
+    alpha = np.array(data.draw(st.lists(st.floats(0.01, 2.0), min_size=len(H), max_size=len(H))))
+    costs = CellCosts(H.shape[1], k)
+    for h, a, s in zip(H, alpha, S, strict=True):
+        before = costs.charge
+        planned = costs.increase(h, a, s)
+        costs.add(h, a, s)
+        assert planned >= 0.0
+        assert costs.charge - before == pytest.approx(planned, abs=1e-12)
+    assert costs.charge == pytest.approx(k * max(brute_force(H, alpha, S), default=0.0), rel=1e-12)
+
+
+def test_empty_history_costs_nothing() -> None:
+    assert CellCosts(4).charge == 0.0
+    assert CellCosts(0).charge == 0.0
+    assert CellCosts(3).increase(np.zeros(3), 0.5, 1.0) == 0.0
+
+
+def test_split_copies_the_parent_cost_to_every_piece() -> None:
+    # A piece of an atom holds cells of the atom, so it has exactly the atom's cost.
+    costs = CellCosts(2)
+    costs.add(np.array([1.0, 0.0]), 0.3, 1.0)
+    costs.add(np.array([1.0, 2.0]), 0.2, 2.0)
+    costs.split(np.array([0, 0, 1, 1, 1]))
+    np.testing.assert_allclose(costs.per_atom, [0.4, 0.4, 0.2, 0.2, 0.2])
+    assert costs.charge == pytest.approx(0.4)
+
+
+def test_copy_is_independent() -> None:
+    costs = CellCosts(2, 2)
+    costs.add(np.array([1.0, 1.0]), 0.1, 1.0)
+    plan = costs.copy()
+    plan.add(np.array([0.0, 1.0]), 0.5, 1.0)
+    assert costs.charge == pytest.approx(0.2)
+    assert plan.charge == pytest.approx(1.2)
+    assert plan.k == costs.k == 2

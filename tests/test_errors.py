@@ -1,0 +1,93 @@
+"""The exception tree (dpgate.errors) and the translation of lower-layer errors."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+import dpgate
+from dpgate import errors
+from dpgate.errors import (
+    DPGateInternalError,
+    Error,
+    InvalidArgument,
+    InvalidArgumentType,
+    LedgerError,
+    OperationalError,
+    QuerySyntaxError,
+    map_exceptions,
+)
+
+CLASSES = [getattr(errors, name) for name in errors.__all__ if isinstance(getattr(errors, name), type)]
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_every_error_class_is_a_dpgate_error(cls: type) -> None:
+    if cls is errors.Warning:
+        assert issubclass(cls, Warning) and not issubclass(cls, Error)  # PEP 249: apart from Error
+    else:
+        assert issubclass(cls, Error)
+
+
+def test_the_package_exports_the_tree() -> None:
+    for cls in CLASSES:
+        assert getattr(dpgate, cls.__name__) is cls
+
+
+def test_scipy_style_arguments_errors_are_builtin_errors_too() -> None:
+    assert issubclass(InvalidArgument, ValueError)
+    assert issubclass(InvalidArgumentType, ValueError) and issubclass(InvalidArgumentType, TypeError)
+    assert issubclass(errors.InvalidRequirement, ValueError)
+    assert issubclass(QuerySyntaxError, errors.UnsupportedQuery)
+
+
+def test_the_tree_drawn_in_the_docstring_names_every_class() -> None:
+    doc = errors.__doc__ or ""
+    for cls in CLASSES:
+        assert cls.__name__ in doc
+
+
+def test_internal_errors_say_it_is_a_bug() -> None:
+    assert str(DPGateInternalError("x went wrong")).endswith("this is a bug in dpgate")
+
+
+def test_map_exceptions_translates_and_chains() -> None:
+    with pytest.raises(LedgerError, match=r"^Cannot read the ledger: disk I/O error\.$") as info:
+        with map_exceptions({sqlite3.OperationalError: LedgerError}, "Cannot read the ledger: {exc}."):
+            raise sqlite3.OperationalError("disk I/O error")
+    assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+
+
+def test_map_exceptions_matches_subclasses_and_takes_the_first_match() -> None:
+    mapping = {sqlite3.OperationalError: LedgerError, sqlite3.Error: OperationalError}
+    with pytest.raises(LedgerError):
+        with map_exceptions(mapping):
+            raise sqlite3.OperationalError("locked")
+    with pytest.raises(OperationalError) as info:
+        with map_exceptions(mapping):
+            raise sqlite3.IntegrityError("constraint")
+    assert type(info.value) is OperationalError and str(info.value) == "constraint"
+
+
+def test_map_exceptions_lets_other_errors_through() -> None:
+    with pytest.raises(KeyError):
+        with map_exceptions({sqlite3.Error: LedgerError}):
+            raise KeyError("k")
+    # A dpgate error raised inside is never re-wrapped, even if it matches a key.
+    with pytest.raises(InvalidArgument) as info:
+        with map_exceptions({ValueError: OperationalError}):
+            raise InvalidArgument("bad")
+    assert info.value.__cause__ is None
+    with map_exceptions({sqlite3.Error: LedgerError}):
+        pass  # no exception: nothing happens
+
+
+def test_map_exceptions_message_forms() -> None:
+    # Only the literal {exc} is replaced, so paths and SQL with braces are safe.
+    with pytest.raises(LedgerError, match=r"^'/tmp/\{x\}' is not a dpgate ledger \(boom\)\.$"):
+        with map_exceptions({RuntimeError: LedgerError}, "'/tmp/{x}' is not a dpgate ledger ({exc})."):
+            raise RuntimeError("boom")
+    with pytest.raises(QuerySyntaxError, match="at line 3"):
+        with map_exceptions({ValueError: QuerySyntaxError}, lambda exc: f"SQL does not parse {exc}."):
+            raise ValueError("at line 3")
