@@ -159,6 +159,17 @@ class ErrorLaw:
             return 0.0
         return self._conv.gamma
 
+    def point_mass(self, e: float) -> float:
+        """``P(E = e)``: non-zero only for an exact estimate or one exact discrete term."""
+        if self._a.size == 0:
+            return 1.0 if e == 0.0 else 0.0
+        if self._single_discrete is not None:
+            s, p = self._single_discrete
+            k = e / s
+            if abs(k - round(k)) < 1e-9:
+                return (1.0 - p) / (1.0 + p) * p ** abs(round(k))
+        return 0.0
+
     # ------------------------------------------------------------------ engines
     def _samples(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Xiao & Xiong (2012), Algorithm 1: draw the noise of every term and add it up (sorted)."""

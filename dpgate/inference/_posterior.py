@@ -145,13 +145,5 @@ class Posterior:
 
     def _atom(self, x: float) -> float:
         """``P(θ = x)``: non-zero only for a point mass or exact discrete noise."""
-        law = self.law
-        if law.n_terms == 0:
-            return 1.0 if x == self.center else 0.0
-        if law._single_discrete is not None:
-            s, p = law._single_discrete
-            k = (self.center - x) / s
-            if abs(k - round(k)) < 1e-9:
-                return (1.0 - p) / (1.0 + p) * p ** abs(round(k))
-        return 0.0
+        return self.law.point_mass(self.center - x)  # θ = θ̂ − E
 
