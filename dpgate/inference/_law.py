@@ -383,7 +383,7 @@ class ErrorLaw:
         """
         pp, scalar = points(p, "p")
         if ((pp < 0) | (pp > 1)).any():
-            raise InvalidArgument(f"p must lie in [0, 1]; got {pp[(pp < 0) | (pp > 1)][0]!r}.")
+            raise InvalidArgument(f"p must lie in [0, 1]; got {float(pp[(pp < 0) | (pp > 1)][0])!r}.")
         out = np.array([self._ppf_one(float(v)) for v in pp])
         return float(out[0]) if scalar else out
 
