@@ -61,7 +61,7 @@ SCHEMA = Schema.from_dict(
     }
 )
 PUMS = SCHEMA.table("pums")
-FIXTURES = Path(__file__).parent / "fixtures" / "refused"
+FIXTURES = Path(__file__).parent / "fixtures" / "compile"
 
 
 def one(sql: str, **kw) -> object:

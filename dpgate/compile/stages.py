@@ -1,136 +1,68 @@
-"""Compile SQL counting queries to :class:`~dpgate.query.LinearQuery` objects.
+"""The compiler's stages, run in order from one tuple, :data:`STAGES`.
 
-The compiler reads SQL with sqlglot (DuckDB dialect by default) and turns each
-output column of each group into a linear query ``θ = Σ_cells w(cell)·count(cell) + c``
-over one declared table.  It never runs the SQL and needs no database: the
-weights are computed from the public schema alone.
+:func:`compile_tree` turns a parsed, bound SELECT into a :class:`CompiledStatement`
+by running each stage of :data:`STAGES` on one :class:`Compilation` (as sqlglot's
+optimizer walks its ``RULES``).  Each stage is a small function that reads the
+fields earlier stages wrote and writes its own fields — the ownership is listed
+on :class:`Compilation`; no stage writes another stage's fields.  The order is
+the order of the checks: a statement with several faults is refused for the
+first one found.
 
-Supported SQL
-=============
-
-One ``SELECT`` from one declared table (``pums``, ``main.pums``, ``"PUMS"``;
-names are case-insensitive, quoted or not) whose output columns are
-
-* ``COUNT(*)``, ``COUNT(1)``, ``COUNT(expr)`` (rows where ``expr`` is not NULL),
-  ``COUNT_IF(cond)``;
-* ``SUM(expr)`` where ``expr`` depends only on the row's cell: numeric and boolean
-  columns (booleans count 0/1), constants, ``+ - * /`` and ``%``, ``ABS``,
-  ``CASE WHEN … THEN … ELSE … END`` (also the ``CASE x WHEN v`` form), ``IF``,
-  ``COALESCE``, ``CAST(… AS INTEGER | DOUBLE | BOOLEAN)`` and comparisons
-  (a condition counts 0/1);
-* any of these with ``FILTER (WHERE cond)``;
-* linear combinations of those with numeric constants, e.g.
-  ``2*COUNT(*) - 10`` or ``COUNT(*) FILTER (WHERE a) - COUNT(*) FILTER (WHERE b)``;
-  the constants go to the query's offset and do not change its sensitivity;
-* the ``GROUP BY`` columns themselves (aliases allowed).
-
-``WHERE`` / ``FILTER`` conditions may use ``= <> != < <= > >=`` (constants on
-either side), ``BETWEEN``, ``IN (…)``, ``NOT``, ``AND``, ``OR``, ``IS [NOT] NULL``,
-``IS [NOT] TRUE/FALSE``, ``LIKE`` / ``ILIKE`` / ``NOT LIKE`` (with ``ESCAPE``) on
-categorical columns, and boolean columns as conditions (``WHERE married``,
-``married = true``, ``married = 1``).  ``GROUP BY`` takes declared columns by
-name, alias or position (and ``GROUP BY ALL``) and returns one row per *domain*
-key (``Column.labels()``), in row-major order over the columns as written —
-keys never come from the data, empty groups included.  ``HAVING``, ``ORDER BY``,
-``LIMIT`` and ``OFFSET`` are post-processing of the released noisy rows (see
-:meth:`CompiledStatement.apply_postprocessing`).  Parameters (``?``, ``$1``,
-``:name``) are bound as literal nodes, and a ``/*+ dpgate accuracy=25
-confidence=0.95 */`` comment anywhere in the text (keys: accuracy, confidence,
-method, allow_partial) is returned as hints.  ``SET dpgate.accuracy = 25``,
-``SET dpgate.confidence = 0.95``, ``SET dpgate.intervals = on|off`` (also
-``method``, ``allow_partial``) compile to a :class:`SetOption`.
-
-Semantics of cells, NULL, ``other`` and clamping
-================================================
-
-Queries are evaluated on a row's *cell* (see :mod:`dpgate.schema`), i.e. on its
-value after the schema's mapping: integer values are floored and clamped to
-``[min, max]``; binned values are clamped into the first / last bin; categorical
-values outside the declared list are ``other``; a boolean is true when non-zero.
-So on ``age`` declared ``0..100`` a raw age of 130 counts as 100 and
-``age < 29.5`` means ``age <= 29``.
-
-* SQL three-valued logic: a comparison with NULL is unknown, unknown rows are
-  not counted, and ``NOT`` keeps unknown unknown — ``NOT (age < 30)`` does not
-  count NULL ages.  ``COUNT(*)`` counts NULL rows; ``COUNT(col)`` and ``SUM``
-  skip them.  ``SUM`` over no rows is 0, not NULL (a linear query).
-* ``other`` equals no declared value (so ``sex <> '1'`` counts it, ``sex = '1'``
-  and ``sex IN ('0', '1')`` do not) and matches no ``LIKE`` pattern.
-* Categorical columns support only ``=``, ``<>``, ``IN``, ``LIKE`` and
-  ``IS NULL``, against declared values; any other literal is refused (also in
-  ``<>`` / ``NOT IN``), listing the declared values.  A numeric literal is
-  compared by its text (``sex = 1`` means ``sex = '1'``).
-* Binned columns may only be compared with constants, and every comparison must
-  keep each bin whole; a comparison that splits a bin is refused naming the bin
-  and the edges.  Bins of an integer-valued binned column (declared with
-  ``min``/``max``) hold integers, so ``income <= 24999`` keeps ``[10000, 25000)``
-  whole.
-* Weights must be finite rationals (constants with at most six decimals):
-  a division by a value that can be 0 is refused unless guarded by CASE/FILTER.
-
-Refused, before any data is touched: ``SELECT *``, raw (ungrouped) columns,
-MIN/MAX/AVG/MEDIAN/STDDEV and other aggregates, DISTINCT, joins, subqueries,
-CTEs, set operations, window functions, table functions, non-SELECT statements,
-several statements, undeclared tables and columns (``SchemaError``), GROUP BY
-expressions, non-constant LIMIT/OFFSET, ``SELECT`` without ``FROM``.  Parse
-errors raise :class:`~dpgate.errors.QuerySyntaxError` with line and column.
-
-Example:
-    >>> schema = {"tables": {"pums": {"columns": {
-    ...     "age": {"type": "integer", "min": 0, "max": 100},
-    ...     "sex": {"type": "categorical", "values": ["0", "1"]}}}}}
-    >>> (q,) = compile_sql("SELECT COUNT(*) FROM pums WHERE age BETWEEN 20 AND 29", schema)
-    >>> q == compile_sql("SELECT COUNT(*) FROM pums WHERE age >= 20 AND age < 30", schema)[0]
-    True
-    >>> q.sensitivity
-    1.0
-    >>> qs = compile_sql("SELECT sex, 2*COUNT(*) - 10 AS n FROM pums GROUP BY sex", schema)
-    >>> [(dict(q.group)["sex"], q.label, q.sensitivity, q.offset) for q in qs]
-    [('0', 'n', 2.0, Fraction(-10, 1)), ('1', 'n', 2.0, Fraction(-10, 1)), ('<other>', 'n', 2.0, Fraction(-10, 1)), (None, 'n', 2.0, Fraction(-10, 1))]
+1. :func:`check_shape` — one plain SELECT (no set operations, subqueries, windows, joins,
+   CTEs, DISTINCT, unknown clauses); collects the aggregate nodes.
+2. :func:`resolve_table` — the one declared table and its qualifiers.
+3. :func:`select_items` — each SELECT item is a declared column or ``Σ coef·aggregate + offset``.
+4. :func:`group_by` — the GROUP BY columns; raw columns must be grouped; one aggregate at least.
+5. :func:`output_columns` — output names (duplicates numbered) and :class:`Output` descriptions.
+6. :func:`post_process` — HAVING / ORDER BY / LIMIT / OFFSET on the released rows.
+7. :func:`bind_where` — the WHERE condition, evaluated on single-column cells.
+8. :func:`prepare_cells` — aggregate arguments and FILTERs on cells, unit slabs for group columns.
+9. :func:`weigh` — one :class:`~dpgate.query.LinearQuery` per (group key, aggregate output).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Literal
 
 from sqlglot import exp
 
-from dpgate._compile_aggregates import _group_columns, _linear, _no_aggregates, _unparen, _weights
-from dpgate._compile_cells import walk
-from dpgate._compile_eval import Evaluator
-from dpgate._compile_post import PostProcess
-from dpgate._compile_post import build as _build_post
-from dpgate._compile_statement import (
-    HINT_KEYS,
-    SET_OPTIONS,
-    SetOption,
-    bind,
-    dialect_of,
-    hints,
-    parse,
-    set_option,
-    split_check,
-    tokenize,
+from dpgate.compile.aggregates import (
+    SelectItem,
+    group_columns,
+    group_weights,
+    linear,
+    no_aggregates,
+    unparen,
 )
-from dpgate.errors import ProgrammingError, SchemaError, UnsupportedQuery
+from dpgate.compile.cells import walk
+from dpgate.compile.evaluate import Evaluator
+from dpgate.compile.post import PostProcess
+from dpgate.compile.post import build as build_post
+from dpgate.errors import SchemaError, UnsupportedQuery
 from dpgate.query import LinearQuery
-from dpgate.schema import Schema, Table
+from dpgate.schema import Column, Schema, Table
 
 __all__ = [
-    "compile_sql",
-    "compile_statement",
-    "compile_tree",
+    "MAX_GROUPS",
+    "STAGES",
+    "Compilation",
     "CompiledStatement",
     "Output",
-    "PostProcess",
-    "SetOption",
-    "HINT_KEYS",
-    "SET_OPTIONS",
-    "MAX_GROUPS",
+    "compile_tree",
+    "check_shape",
+    "resolve_table",
+    "select_items",
+    "group_by",
+    "output_columns",
+    "post_process",
+    "bind_where",
+    "prepare_cells",
+    "weigh",
 ]
 
 #: Largest number of GROUP BY keys (product of the group columns' cells) one query may have.
@@ -139,9 +71,11 @@ MAX_GROUPS = 65_536
 #: SELECT clauses dpgate accepts ("hint": optimizer hints some dialects parse; never executed, ignored).
 _ALLOWED_CLAUSES = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset", "hint"}
 
-#: Node types _check_shape looks at more closely (one isinstance test skips all other nodes).
+#: Node types check_shape looks at more closely (one isinstance test skips all other nodes).
 _AGGREGATE_NODES = (exp.AggFunc, exp.Filter)
 _REFUSED_NODES = (exp.Select, exp.Subquery, exp.Exists, exp.SetOperation, exp.In, exp.Window, exp.Join, exp.Lateral)
+#: The offset of a group output (which has no aggregate terms).
+_ZERO = Fraction(0)
 
 
 @dataclass(frozen=True)
@@ -211,47 +145,47 @@ class CompiledStatement:
         return self.postprocess.apply(df, self.output_names)
 
 
-# -- entry points ----------------------------------------------------------------------------------
-def compile_sql(sql: str, schema: Schema | Mapping[str, Any] | str, dialect: str = "duckdb") -> tuple[LinearQuery, ...]:
-    """Compile one SELECT to its linear queries (one per group key and output column).
+@dataclass(slots=True, eq=False, repr=False)
+class Compilation:
+    """The working state of one compile, filled in by the stages in order.
 
-    Raises:
-        UnsupportedQuery: the SQL is not a supported counting query (the message says what to write).
-        QuerySyntaxError: the SQL does not parse.
-        SchemaError: an undeclared table or column.
+    The inputs are set by :func:`compile_tree`; every other field is written by
+    exactly one stage (named in the comment above it) and only read by later
+    stages.  A field is absent (AttributeError) until its stage has run.  The
+    evaluator is the one mutable object: stages 7–8 record breakpoints in it and
+    stage 9 evaluates on the grid they define.
     """
-    stmt = compile_statement(sql, schema, dialect)
-    if isinstance(stmt, SetOption):
-        raise UnsupportedQuery(
-            f"SET dpgate.{stmt.name} is a session option, not a query; pass it to the gateway / cursor."
-        )
-    return stmt.queries
+
+    tree: exp.Expression
+    schema: Schema
+    dialect: str
+    # check_shape
+    select: exp.Select = field(init=False)
+    aggregate_nodes: list[exp.Expression] = field(init=False)
+    # resolve_table
+    table: Table = field(init=False)
+    qualifiers: set[str] = field(init=False)
+    evaluator: Evaluator = field(init=False)
+    # select_items
+    items: tuple[SelectItem, ...] = field(init=False)
+    # group_by
+    group_columns: tuple[Column, ...] = field(init=False)
+    aggregates: tuple[SelectItem, ...] = field(init=False)
+    # output_columns
+    outputs: tuple[Output, ...] = field(init=False)
+    # post_process
+    postprocess: PostProcess = field(init=False)
+    # bind_where
+    where: exp.Expression | None = field(init=False)
+    # prepare_cells
+    n_groups: int = field(init=False)
+    # weigh
+    queries: tuple[LinearQuery, ...] = field(init=False)
+    group_keys: tuple[tuple[Any, ...], ...] = field(init=False)
 
 
-def compile_statement(
-    sql: str,
-    schema: Schema | Mapping[str, Any] | str,
-    dialect: str = "duckdb",
-    params: Sequence[Any] | Mapping[str, Any] | None = None,
-) -> CompiledStatement | SetOption:
-    """Compile one statement: a SELECT (→ CompiledStatement) or ``SET dpgate.x = v`` (→ SetOption).
-
-    ``params`` binds PEP 249 placeholders (``?`` with a sequence, ``$1`` with a
-    sequence, ``:name`` with a mapping); a mismatch raises ``ProgrammingError``.
-    """
-    if not isinstance(sql, str):
-        raise ProgrammingError(f"the SQL must be a string, got {type(sql).__name__}.")
-    schema = Schema.load(schema)
-    if not sql.strip():
-        raise UnsupportedQuery("the SQL text is empty; send one SELECT statement.")
-    d = dialect_of(dialect)
-    tokens = tokenize(sql, d)
-    found = hints(tokens, sql)
-    split_check(tokens)
-    tree = bind(parse(sql, d), params)
-    if isinstance(tree, exp.Set):
-        return set_option(tree)
-    return compile_tree(tree, schema, dialect, hints=found, sql=sql)
+#: A stage reads the fields earlier stages wrote and writes its own.
+Stage = Callable[[Compilation], None]
 
 
 def compile_tree(
@@ -262,129 +196,26 @@ def compile_tree(
     hints: Mapping[str, str] | None = None,
     sql: str = "",
 ) -> CompiledStatement:
-    """Compile an already parsed (and bound) SELECT tree; the tree is not modified."""
-    schema = Schema.load(schema)
-    select, agg_nodes = _check_shape(tree)
-    table, qualifiers = _table(select, schema)
-    ev = Evaluator(table, qualifiers)
-    items = select.expressions
-    kinds: list[tuple[str, Any]] = []
-    for item in items:
-        body = item.this if isinstance(item, exp.Alias) else item
-        if isinstance(body, exp.Star) or (isinstance(body, exp.Column) and isinstance(body.this, exp.Star)):
-            raise UnsupportedQuery(
-                "SELECT * would release raw rows; ask for aggregates such as COUNT(*) or SUM(col), "
-                "grouped by declared columns if needed."
-            )
-        inner = _unparen(body)
-        if isinstance(inner, exp.Column):
-            kinds.append(("column", ev.column(inner)))
-        else:
-            terms, offset = _linear(inner)
-            if not terms:
-                raise UnsupportedQuery(
-                    f"the output {item.sql()!r} is a constant that aggregates no rows; the SELECT lists no "
-                    "aggregate — use COUNT(*) or SUM(...)."
-                )
-            kinds.append(("aggregate", (terms, offset)))
-    group_cols = _group_columns(select, items, kinds, ev)
-    for (kind, what), item in zip(kinds, items):
-        if kind == "column" and what.name not in [c.name for c in group_cols]:
-            raise UnsupportedQuery(
-                f"the raw column {item.sql()!r} is not aggregated; dpgate releases only aggregates — use "
-                f"COUNT(*) … GROUP BY {what.name} for counts per value."
-            )
-    aggregates = [what for kind, what in kinds if kind == "aggregate"]
-    if not aggregates:
-        raise UnsupportedQuery("the SELECT lists no aggregate; add COUNT(*) or SUM(...) to SELECT.")
-
-    # Output names and descriptions.
-    outputs, post_items, seen = [], [], set()
-    agg_index = 0
-    for (kind, what), item in zip(kinds, items):
-        body = item.this if isinstance(item, exp.Alias) else item
-        if isinstance(item, exp.Alias):
-            name = item.alias
-        elif kind == "column":
-            name = _unparen(body).name
-        else:
-            name = _output_name(body, dialect)
-        base, k = name, 0
-        while name.lower() in seen:
-            k += 1
-            name = f"{base}_{k}"
-        seen.add(name.lower())
-        if kind == "column":
-            idx = [c.name for c in group_cols].index(what.name)
-            outputs.append(Output(name, "group", what.name, idx))
-            post_items.append((name, body, what.name))
-        else:
-            outputs.append(Output(name, "aggregate", None, agg_index))
-            post_items.append((name, body, None))
-            agg_index += 1
-    post = _build_post(select, table, qualifiers, post_items, dialect)
-
-    # Phase 1: single-column sub-expressions and breakpoints.
-    where = select.args.get("where")
-    where_cond = where.this if where is not None else None
-    if where_cond is not None:
-        _no_aggregates(where_cond, "WHERE", agg_nodes)
-        ev.prepare(where_cond)
-    for terms, _ in aggregates:
-        for _, agg in terms:
-            for part in (agg.arg, agg.cond):
-                if part is not None:
-                    ev.prepare(part)
-    for col in group_cols:
-        ev.need_unit(col)
-    n_groups = math.prod(c.n_cells for c in group_cols)
-    if n_groups > MAX_GROUPS:
-        raise UnsupportedQuery(
-            f"GROUP BY {', '.join(c.name for c in group_cols)} has {n_groups} domain keys, more than the limit "
-            f"of {MAX_GROUPS}; group by fewer or coarser (binned) columns."
-        )
-
-    # Phase 2: weights per aggregate output on its grid, then one LinearQuery per group.
-    per_output = [
-        [(q, name) for q in _weights(ev, where_cond, terms, offset, group_cols, table, name)]
-        for (terms, offset), name in zip(aggregates, [o.name for o in outputs if o.kind == "aggregate"])
-    ]
-    queries = [per_output[j][g][0] for g in range(n_groups) for j in range(len(aggregates))]
-    keys = tuple(itertools.product(*[c.labels() for c in group_cols])) if group_cols else ((),)
+    """Compile an already parsed (and bound) SELECT tree by running :data:`STAGES`; the tree is not modified."""
+    c = Compilation(tree, Schema.load(schema), dialect)
+    for stage in STAGES:
+        stage(c)
     return CompiledStatement(
-        table=table.name,
-        queries=tuple(queries),
-        group_columns=tuple(c.name for c in group_cols),
-        group_keys=keys,
-        outputs=tuple(outputs),
-        postprocess=post,
+        table=c.table.name,
+        queries=c.queries,
+        group_columns=tuple(col.name for col in c.group_columns),
+        group_keys=c.group_keys,
+        outputs=c.outputs,
+        postprocess=c.postprocess,
         hints=dict(hints or {}),
         sql=sql,
     )
 
 
-# -- structure checks ------------------------------------------------------------------------------
-def _output_name(body: exp.Expression, dialect: str) -> str:
-    """The column name of an unaliased output: its SQL text, as the database would show it.
-
-    A bare ``COUNT(*)`` — most outputs — skips sqlglot's generator (a tenth of a
-    compile), for the default dialect only, where the text is known.
-    """
-    if (
-        dialect == "duckdb"
-        and type(body) is exp.Count
-        and type(body.this) is exp.Star
-        and not any(body.this.args.values())  # no EXCLUDE / REPLACE / RENAME / ILIKE on the star
-        and not body.expressions
-        and not body.comments
-        and not body.this.comments
-    ):
-        return "COUNT(*)"
-    return body.sql(dialect=dialect)
-
-
-def _check_shape(tree: exp.Expression) -> tuple[exp.Select, list[exp.Expression]]:
-    """Refuse what is not one plain SELECT; also return its aggregate nodes (breadth-first)."""
+# -- the stages, in order -----------------------------------------------------------------------------
+def check_shape(c: Compilation) -> None:
+    """Refuse what is not one plain SELECT; collect its aggregate nodes (breadth-first)."""
+    tree = c.tree
     if isinstance(tree, exp.SetOperation):
         raise UnsupportedQuery(
             f"{type(tree).__name__.upper()} combines several queries; send each SELECT separately "
@@ -430,10 +261,12 @@ def _check_shape(tree: exp.Expression) -> tuple[exp.Select, list[exp.Expression]
                 f"the {key.rstrip('_').upper()} clause is not supported; dpgate accepts SELECT … FROM … WHERE … "
                 "GROUP BY … HAVING … ORDER BY … LIMIT … OFFSET …."
             )
-    return tree, aggregates
+    c.select, c.aggregate_nodes = tree, aggregates
 
 
-def _table(select: exp.Select, schema: Schema) -> tuple[Table, set[str]]:
+def resolve_table(c: Compilation) -> None:
+    """The one declared table in FROM (``main.`` allowed), its qualifiers, and an evaluator over it."""
+    select, schema = c.select, c.schema
     src = select.args.get("from_")
     if src is None:
         raise UnsupportedQuery(
@@ -469,4 +302,149 @@ def _table(select: exp.Select, schema: Schema) -> tuple[Table, set[str]]:
         if alias.args.get("columns"):
             raise UnsupportedQuery("column aliases on the table (AS t(a, b)) are not supported; use declared names.")
         quals = {alias.name.lower()}
-    return table, quals
+    c.table, c.qualifiers, c.evaluator = table, quals, Evaluator(table, quals)
+
+
+def select_items(c: Compilation) -> None:
+    """Classify each SELECT item: a declared column, or a linear combination of aggregates."""
+    items = []
+    for item in c.select.expressions:
+        body = item.this if isinstance(item, exp.Alias) else item
+        if isinstance(body, exp.Star) or (isinstance(body, exp.Column) and isinstance(body.this, exp.Star)):
+            raise UnsupportedQuery(
+                "SELECT * would release raw rows; ask for aggregates such as COUNT(*) or SUM(col), "
+                "grouped by declared columns if needed."
+            )
+        inner = unparen(body)
+        if isinstance(inner, exp.Column):
+            items.append(SelectItem(item, body, c.evaluator.column(inner), [], _ZERO))
+            continue
+        terms, offset = linear(inner)
+        if not terms:
+            raise UnsupportedQuery(
+                f"the output {item.sql()!r} is a constant that aggregates no rows; the SELECT lists no "
+                "aggregate — use COUNT(*) or SUM(...)."
+            )
+        items.append(SelectItem(item, body, None, terms, offset))
+    c.items = tuple(items)
+
+
+def group_by(c: Compilation) -> None:
+    """The GROUP BY columns; every raw column must be one of them, and some output must aggregate."""
+    cols = group_columns(c.select, c.items, c.evaluator)
+    names = [col.name for col in cols]
+    for it in c.items:
+        if it.column is not None and it.column.name not in names:
+            raise UnsupportedQuery(
+                f"the raw column {it.node.sql()!r} is not aggregated; dpgate releases only aggregates — use "
+                f"COUNT(*) … GROUP BY {it.column.name} for counts per value."
+            )
+    aggregates = tuple(it for it in c.items if it.column is None)
+    if not aggregates:
+        raise UnsupportedQuery("the SELECT lists no aggregate; add COUNT(*) or SUM(...) to SELECT.")
+    c.group_columns, c.aggregates = tuple(cols), aggregates
+
+
+def output_columns(c: Compilation) -> None:
+    """Output names (alias, column name or SQL text; repeats get ``_1``, ``_2`` …) and descriptions."""
+    outputs, seen = [], set()
+    names = [col.name for col in c.group_columns]
+    agg_index = 0
+    for it in c.items:
+        if isinstance(it.node, exp.Alias):
+            name = it.node.alias
+        elif it.column is not None:
+            name = unparen(it.body).name
+        else:
+            name = _output_name(it.body, c.dialect)
+        base, k = name, 0
+        while name.lower() in seen:
+            k += 1
+            name = f"{base}_{k}"
+        seen.add(name.lower())
+        if it.column is not None:
+            outputs.append(Output(name, "group", it.column.name, names.index(it.column.name)))
+        else:
+            outputs.append(Output(name, "aggregate", None, agg_index))
+            agg_index += 1
+    c.outputs = tuple(outputs)
+
+
+def post_process(c: Compilation) -> None:
+    """HAVING / ORDER BY / LIMIT / OFFSET, rewritten over the output columns."""
+    post_items = [(o.name, it.body, o.column) for o, it in zip(c.outputs, c.items, strict=True)]
+    c.postprocess = build_post(c.select, c.table, c.qualifiers, post_items, c.dialect)
+
+
+def bind_where(c: Compilation) -> None:
+    """The WHERE condition (no aggregates), evaluated on the cells of each column it reads alone."""
+    where = c.select.args.get("where")
+    cond = where.this if where is not None else None
+    if cond is not None:
+        no_aggregates(cond, "WHERE", c.aggregate_nodes)
+        c.evaluator.prepare(cond)
+    c.where = cond
+
+
+def prepare_cells(c: Compilation) -> None:
+    """Aggregate arguments and FILTERs on cells; unit slabs for the GROUP BY columns, within MAX_GROUPS."""
+    ev = c.evaluator
+    for it in c.aggregates:
+        for _, agg in it.terms:
+            for part in (agg.arg, agg.cond):
+                if part is not None:
+                    ev.prepare(part)
+    for col in c.group_columns:
+        ev.need_unit(col)
+    n_groups = math.prod(col.n_cells for col in c.group_columns)
+    if n_groups > MAX_GROUPS:
+        raise UnsupportedQuery(
+            f"GROUP BY {', '.join(col.name for col in c.group_columns)} has {n_groups} domain keys, more than "
+            f"the limit of {MAX_GROUPS}; group by fewer or coarser (binned) columns."
+        )
+    c.n_groups = n_groups
+
+
+def weigh(c: Compilation) -> None:
+    """Weights of each aggregate output on its grid, then one LinearQuery per (group key, output)."""
+    names = [o.name for o in c.outputs if o.kind == "aggregate"]
+    per_output = [
+        group_weights(c.evaluator, c.where, it.terms, it.offset, c.group_columns, c.table, name)
+        for it, name in zip(c.aggregates, names, strict=True)
+    ]
+    c.queries = tuple(per_output[j][g] for g in range(c.n_groups) for j in range(len(per_output)))
+    cols = c.group_columns
+    c.group_keys = tuple(itertools.product(*[col.labels() for col in cols])) if cols else ((),)
+
+
+#: The compiler, stage by stage (see the module docstring); compile_tree runs them in this order.
+STAGES: tuple[Stage, ...] = (
+    check_shape,
+    resolve_table,
+    select_items,
+    group_by,
+    output_columns,
+    post_process,
+    bind_where,
+    prepare_cells,
+    weigh,
+)
+
+
+def _output_name(body: exp.Expression, dialect: str) -> str:
+    """The column name of an unaliased output: its SQL text, as the database would show it.
+
+    A bare ``COUNT(*)`` — most outputs — skips sqlglot's generator (a tenth of a
+    compile), for the default dialect only, where the text is known.
+    """
+    if (
+        dialect == "duckdb"
+        and type(body) is exp.Count
+        and type(body.this) is exp.Star
+        and not any(body.this.args.values())  # no EXCLUDE / REPLACE / RENAME / ILIKE on the star
+        and not body.expressions
+        and not body.comments
+        and not body.this.comments
+    ):
+        return "COUNT(*)"
+    return body.sql(dialect=dialect)
