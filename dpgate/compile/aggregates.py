@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from sqlglot import exp
@@ -47,14 +47,14 @@ for _k in ("ApproxDistinct", "CountDistinct"):
     _AGG_ADVICE[_k] = _AGG_ADVICE["Distinct"]
 
 
-def unparen(node: exp.Expression) -> exp.Expression:
+def unparen(node: exp.Expr) -> exp.Expr:
     """``node`` without enclosing parentheses."""
     while isinstance(node, exp.Paren):
         node = node.this
     return node
 
 
-def no_aggregates(node: exp.Expression, clause: str, candidates: list[exp.Expression] | None = None) -> None:
+def no_aggregates(node: exp.Expr, clause: str, candidates: list[exp.Expr] | None = None) -> None:
     """Refuse an aggregate inside ``node``; ``candidates``: the aggregates of an enclosing
     tree already walked (breadth-first), to check by ancestry instead of walking again."""
     subs = walk(node) if candidates is None else [a for a in candidates if _within(a, node)]
@@ -65,7 +65,7 @@ def no_aggregates(node: exp.Expression, clause: str, candidates: list[exp.Expres
             )
 
 
-def _within(sub: exp.Expression, node: exp.Expression) -> bool:
+def _within(sub: exp.Expr | None, node: exp.Expr) -> bool:
     while sub is not None:
         if sub is node:
             return True
@@ -79,9 +79,9 @@ class Aggregate:
     """One COUNT / SUM of a SELECT item: its argument (None: every row) and FILTER condition."""
 
     kind: Literal["count", "sum"]
-    arg: exp.Expression | None  # None: COUNT(*)
-    cond: exp.Expression | None  # FILTER (WHERE …)
-    node: exp.Expression
+    arg: exp.Expr | None  # None: COUNT(*)
+    cond: exp.Expr | None  # FILTER (WHERE …)
+    node: exp.Expr
 
 
 Terms = list[tuple[Fraction, Aggregate]]
@@ -99,14 +99,14 @@ class SelectItem:
         offset: for an aggregate output, its constant term.
     """
 
-    node: exp.Expression
-    body: exp.Expression
+    node: exp.Expr
+    body: exp.Expr
     column: Column | None
     terms: Terms
     offset: Fraction
 
 
-def linear(node: exp.Expression) -> tuple[Terms, Fraction]:
+def linear(node: exp.Expr) -> tuple[Terms, Fraction]:
     """Split a SELECT item into Σ coef·aggregate + offset, or refuse."""
     node = unparen(node)
     c = constant(node)
@@ -132,12 +132,15 @@ def linear(node: exp.Expression) -> tuple[Terms, Fraction]:
                 raise UnsupportedQuery(f"{node.sql()!r} divides by zero.")
             terms, off = linear(node.this)
             return [(k / right, a) for k, a in terms], off / right
-        if left is None and right is None:
+        if left is not None:
+            k0, sub = left, node.expression
+        elif right is not None:
+            k0, sub = right, node.this
+        else:
             raise UnsupportedQuery(
                 f"{node.sql()!r} multiplies two non-constant terms; outputs must be linear combinations of "
                 "aggregates with numeric constants (e.g. 2*COUNT(*) - 10)."
             )
-        k0, sub = (left, node.expression) if left is not None else (right, node.this)
         terms, off = linear(sub)
         return [(k0 * k, a) for k, a in terms], k0 * off
     if isinstance(node, exp.Filter):
@@ -151,7 +154,7 @@ def linear(node: exp.Expression) -> tuple[Terms, Fraction]:
     return _linear_agg(node)
 
 
-def _linear_agg(node: exp.Expression) -> tuple[Terms, Fraction]:
+def _linear_agg(node: exp.Expr) -> tuple[Terms, Fraction]:
     if isinstance(node, exp.Count):
         arg = node.this
         if isinstance(arg, exp.Distinct) or node.args.get("distinct"):
@@ -246,7 +249,7 @@ def group_columns(select: exp.Select, items: Sequence[SelectItem], ev: Evaluator
 # -- weights -------------------------------------------------------------------------------------------
 def group_weights(
     ev: Evaluator,
-    where: exp.Expression | None,
+    where: exp.Expr | None,
     terms: Terms,
     offset: Fraction,
     group_cols: Sequence[Column],
@@ -279,7 +282,7 @@ def group_weights(
         w = w + float(coef) * np.where(mask, contrib, 0.0)
     w = np.broadcast_to(w, shape)
     if not group_cols:
-        return [LinearQuery.from_grid(table, cols, bps, w, offset, label=label)]
+        return [LinearQuery.from_grid(table, cols, _ints(bps), w, offset, label=label)]
     gax = [cols.index(c.name) for c in group_cols]
     out = []
     for key in itertools.product(*[range(c.n_cells) for c in group_cols]):
@@ -297,11 +300,16 @@ def group_weights(
         weights = np.zeros(new_shape)
         weights[tuple(slice(i, i + 1) if isinstance(i, int) else i for i in index)] = w[tuple(sel)]
         group = tuple((c.name, c.labels()[k]) for c, k in zip(group_cols, key, strict=True))
-        out.append(LinearQuery.from_grid(table, cols, new_bps, weights, offset, label=label, group=group))
+        out.append(LinearQuery.from_grid(table, cols, _ints(new_bps), weights, offset, label=label, group=group))
     return out
 
 
-def _finite_where(val: Val, mask: Any, node: exp.Expression) -> None:
+def _ints(breakpoints: list[np.ndarray]) -> Sequence[Sequence[int]]:
+    # from_grid reads any sequences of integers; numpy's stubs do not make an int64 array a Sequence[int].
+    return cast("Sequence[Sequence[int]]", breakpoints)
+
+
+def _finite_where(val: Val, mask: Any, node: exp.Expr) -> None:
     if val.kind != NUM:
         return
     bad = np.logical_and(np.logical_and(mask, np.logical_not(val.null)), ~np.isfinite(val.v))

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlglot import exp
@@ -61,12 +61,15 @@ class Val:
 
 
 #: Base class of sqlglot nodes (``Expr`` in recent sqlglot, ``Expression`` in older releases).
-_NODE: type = getattr(exp, "Expr", exp.Expression)
+if TYPE_CHECKING:
+    _NODE = exp.Expr
+else:
+    _NODE = getattr(exp, "Expr", exp.Expression)
 
 
-def children(node: exp.Expression) -> list[exp.Expression]:
+def children(node: exp.Expr) -> list[exp.Expr]:
     """The child nodes of ``node``, in ``node.iter_expressions()`` order (without its generator overhead)."""
-    out: list[exp.Expression] = []
+    out: list[exp.Expr] = []
     for v in node.args.values():
         if isinstance(v, list):
             out.extend(x for x in v if isinstance(x, _NODE))
@@ -75,7 +78,7 @@ def children(node: exp.Expression) -> list[exp.Expression]:
     return out
 
 
-def walk(node: exp.Expression) -> list[exp.Expression]:
+def walk(node: exp.Expr) -> list[exp.Expr]:
     """``node`` and all its descendants in breadth-first order, like ``list(node.walk())`` but faster."""
     out = [node]
     i = 0
@@ -117,7 +120,7 @@ def parse_number(text: str) -> Fraction:
 _LARGEST_CONSTANT = Fraction(10) ** 300
 
 
-def constant(node: exp.Expression) -> Fraction | None:
+def constant(node: exp.Expr) -> Fraction | None:
     """Exact value of a constant numeric expression (literals, + − × ÷, parentheses), else None."""
     if isinstance(node, exp.Paren):
         return constant(node.this)
@@ -178,7 +181,7 @@ def _all_cells(col: Column) -> Val:
 def _cells_value(col: Column, idx: np.ndarray) -> Val:
     null = idx == col.null_cell
     if col.kind == "integer":
-        return Val(NUM, np.where(null, 0.0, (col.min + idx).astype(float)), null, col)  # type: ignore[operator]
+        return Val(NUM, np.where(null, 0.0, (col.min + idx).astype(float)), null, col)
     if col.kind == "boolean":
         return Val(BOOL, idx == 1, null, col)
     return Val(CAT if col.kind == "categorical" else BIN, idx, null, col)
@@ -189,7 +192,7 @@ def _cells_value(col: Column, idx: np.ndarray) -> Val:
 _SPARSE_MIN_CELLS = 256
 
 
-def candidate_cells(node: exp.Expression, col: Column) -> np.ndarray | None:
+def candidate_cells(node: exp.Expr, col: Column) -> np.ndarray | None:
     """Cells where a single-column expression on a large integer column can change, or None.
 
     ``v op c`` on integers changes only between ``floor(c)``, ``ceil(c)`` and the next
@@ -203,9 +206,12 @@ def candidate_cells(node: exp.Expression, col: Column) -> np.ndarray | None:
     for ref in walk(node):
         if not isinstance(ref, exp.Column):
             continue
-        child, parent = ref, ref.parent
+        child: exp.Expr = ref
+        parent = ref.parent
         while isinstance(parent, exp.Paren):
             child, parent = parent, parent.parent
+        if parent is None:  # a bare column: its value, not a comparison, is what is evaluated
+            return None
         try:
             if type(parent) in CMP:
                 other = parent.expression if parent.this is child else parent.this
@@ -244,7 +250,7 @@ def change_points(val: Val) -> np.ndarray:
     return np.flatnonzero(diff) + 1
 
 
-def bin_truth(col: Column, sym: str, lo: float, hi: float, c: float, node: exp.Expression) -> bool:
+def bin_truth(col: Column, sym: str, lo: float, hi: float, c: float, node: exp.Expr) -> bool:
     """Truth of ``value sym c`` for every value of the bin [lo, hi), or refuse when it splits the bin.
 
     Integer-valued binned columns (declared with ``min``/``max``) hold integers, so
@@ -282,7 +288,7 @@ def bin_truth(col: Column, sym: str, lo: float, hi: float, c: float, node: exp.E
 
 
 # -- categorical and binned columns against constants ---------------------------------------------
-def _literal_of(b: Val, a: Val, node: exp.Expression) -> str:
+def _literal_of(b: Val, a: Val, node: exp.Expr) -> str:
     """The declared value of categorical column ``a.col`` that the constant ``b`` names, or refuse."""
     col = a.col
     assert col is not None
@@ -306,7 +312,7 @@ def _literal_of(b: Val, a: Val, node: exp.Expression) -> str:
     return text
 
 
-def categorical_compare(sym: str, a: Val, b: Val, node: exp.Expression) -> Val:
+def categorical_compare(sym: str, a: Val, b: Val, node: exp.Expr) -> Val:
     """``a sym b`` for a categorical column ``a`` and a constant ``b`` (only ``=`` and ``<>``)."""
     col = a.col
     assert col is not None
@@ -320,7 +326,7 @@ def categorical_compare(sym: str, a: Val, b: Val, node: exp.Expression) -> Val:
     return boolean(hit if sym == "=" else ~hit, a.null)
 
 
-def binned_compare(sym: str, a: Val, b: Val, node: exp.Expression) -> Val:
+def binned_compare(sym: str, a: Val, b: Val, node: exp.Expr) -> Val:
     """``a sym b`` for a binned column ``a`` and a numeric constant ``b`` that keeps every bin whole."""
     col = a.col
     assert col is not None

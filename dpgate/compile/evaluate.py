@@ -110,7 +110,7 @@ class Evaluator:
             )
         return col
 
-    def columns_in(self, node: exp.Expression) -> frozenset[str]:
+    def columns_in(self, node: exp.Expr) -> frozenset[str]:
         """Declared names of the columns an expression reads (one bottom-up pass, cached per node)."""
         got = self._cols.get(id(node))
         if got is not None:
@@ -127,7 +127,7 @@ class Evaluator:
         return out
 
     # -- phase 1 -------------------------------------------------------------------
-    def prepare(self, node: exp.Expression) -> None:
+    def prepare(self, node: exp.Expr) -> None:
         """Evaluate the single-column sub-expressions of ``node`` on all cells; record breakpoints."""
         cols = self.columns_in(node)
         if not cols:
@@ -188,7 +188,7 @@ class Evaluator:
         return self._sampled[key]
 
     # -- evaluation ------------------------------------------------------------------
-    def ev(self, node: exp.Expression) -> Val:
+    def ev(self, node: exp.Expr) -> Val:
         """Evaluate a row-level expression (in the 1-D phase or on the current grid)."""
         if self._env is None and id(node) in self._memo1d:
             return self._sample(id(node))
@@ -207,11 +207,11 @@ class Evaluator:
         return self._env[name]
 
     # -- typed helpers -----------------------------------------------------------------
-    def num(self, node: exp.Expression, ctx: exp.Expression) -> Val:
+    def num(self, node: exp.Expr, ctx: exp.Expr) -> Val:
         """Evaluate ``node`` as a number (booleans count as 0/1)."""
         return self.as_num(self.ev(node), node, ctx)
 
-    def as_num(self, a: Val, node: exp.Expression, ctx: exp.Expression) -> Val:
+    def as_num(self, a: Val, node: exp.Expr, ctx: exp.Expr) -> Val:
         """``a`` as a number (booleans count 0/1); categories, bins and strings are refused."""
         if a.kind in (NUM, NULL):
             return a
@@ -219,7 +219,7 @@ class Evaluator:
             return Val(NUM, np.asarray(a.v, dtype=float), a.null)
         raise UnsupportedQuery(self._not_a_number(a, node, ctx))
 
-    def _not_a_number(self, a: Val, node: exp.Expression, ctx: exp.Expression) -> str:
+    def _not_a_number(self, a: Val, node: exp.Expr, ctx: exp.Expr) -> str:
         where = f"{node.sql()!r} in {ctx.sql()!r}"
         if a.kind == CAT:
             return (
@@ -233,7 +233,7 @@ class Evaluator:
             )
         return f"{where}: a string is not a number; weights must be numeric."
 
-    def cond(self, node: exp.Expression) -> Val:
+    def cond(self, node: exp.Expr) -> Val:
         """Evaluate ``node`` as a condition (a boolean in three-valued logic)."""
         a = self.ev(node)
         if a.kind == BOOL:
@@ -244,14 +244,14 @@ class Evaluator:
             f"{node.sql()!r} is a {a.kind}, not a condition; write a comparison such as {node.sql()} <> 0."
         )
 
-    def truth(self, node: exp.Expression | None) -> Any:
+    def truth(self, node: exp.Expr | None) -> Any:
         """Where the condition is TRUE (UNKNOWN and FALSE both exclude the row)."""
         if node is None:
             return True
         return np.asarray(self.cond(node).v, dtype=bool)
 
     @staticmethod
-    def finite(a: Val, node: exp.Expression) -> None:
+    def finite(a: Val, node: exp.Expr) -> None:
         """Refuse values that are not finite numbers on a non-NULL cell (e.g. division by zero)."""
         if a.kind != NUM:
             return
@@ -287,7 +287,7 @@ class Evaluator:
         return boolean(v, ~v & (a.null | b.null))
 
     # -- comparisons ------------------------------------------------------------------------
-    def compare(self, sym: str, a: Val, b: Val, node: exp.Expression) -> Val:
+    def compare(self, sym: str, a: Val, b: Val, node: exp.Expr) -> Val:
         """``a sym b`` in three-valued logic, with the rules for categorical and binned columns."""
         if a.kind in (CAT, BIN) or b.kind in (CAT, BIN):
             if b.kind in (CAT, BIN) and a.kind not in (CAT, BIN):

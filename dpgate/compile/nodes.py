@@ -108,7 +108,7 @@ def _abs(ev: Evaluator, node: exp.Abs) -> Val:
     return Val(NUM, np.abs(a.v), a.null)
 
 
-def _refuse(ev: Evaluator, node: exp.Expression) -> Val:
+def _refuse(ev: Evaluator, node: exp.Expr) -> Val:
     sql = node.sql()
     if isinstance(node, exp.Placeholder):
         raise UnsupportedQuery(f"the parameter {sql} has no value; pass params= to bind it.")
@@ -150,7 +150,7 @@ def _in(ev: Evaluator, node: exp.In) -> Val:
     return acc
 
 
-def _like(ev: Evaluator, node: exp.Expression, escape: str | None) -> Val:
+def _like(ev: Evaluator, node: exp.Expr, escape: str | None) -> Val:
     x, p = ev.ev(node.this), ev.ev(node.expression)
     if x.kind != CAT:
         raise UnsupportedQuery(
@@ -195,7 +195,7 @@ def _case(ev: Evaluator, node: exp.Case) -> Val:
     return _branches(ev, pairs, node.args.get("default"), node)
 
 
-def _branches(ev: Evaluator, pairs: list[tuple], default: exp.Expression | None, node: exp.Expression) -> Val:
+def _branches(ev: Evaluator, pairs: list[tuple], default: exp.Expr | None, node: exp.Expr) -> Val:
     acc = ev.ev(default) if default is not None else Val(NULL, 0.0, True)
     vals = [acc]
     results = []

@@ -44,7 +44,7 @@ class PostProcess:
     order_by: tuple[str, ...] = ()
     limit: int | None = None
     offset: int | None = None
-    _having: exp.Expression | None = field(default=None, repr=False, compare=False)
+    _having: exp.Expr | None = field(default=None, repr=False, compare=False)
     _order: tuple[exp.Ordered, ...] = field(default=(), repr=False, compare=False)
 
     @property
@@ -88,7 +88,7 @@ class PostProcess:
         # Output names may hold any characters; the registered frame uses c0, c1, … instead.
         mapping = {n: f"c{i}" for i, n in enumerate(names)}
 
-        def rename(node: exp.Expression) -> exp.Expression:
+        def rename(node: exp.Expr) -> exp.Expr:
             if isinstance(node, exp.Column) and node.name in mapping:
                 return exp.column(mapping[node.name], quoted=True)
             return node
@@ -102,7 +102,7 @@ def build(
     tree: exp.Select,
     table: Table,
     qualifiers: set[str],
-    items: Sequence[tuple[str, exp.Expression, str | None]],
+    items: Sequence[tuple[str, exp.Expr, str | None]],
     dialect: str,
 ) -> PostProcess:
     """Build the post-processing of a SELECT.
@@ -122,7 +122,7 @@ def build(
             k = _int(key, "ORDER BY position")
             if not 1 <= k <= len(items):
                 raise UnsupportedQuery(f"ORDER BY {k} is out of range: the SELECT has {len(items)} output columns.")
-            new_key: exp.Expression = exp.column(items[k - 1][0], quoted=True)
+            new_key: exp.Expr = exp.column(items[k - 1][0], quoted=True)
         else:
             new_key = _rewrite(key, items, table, qualifiers, "ORDER BY")
         extra = set(o.args) - {"this", "desc", "nulls_first"}
@@ -148,7 +148,7 @@ def build(
     )
 
 
-def _int(node: exp.Expression | None, what: str) -> int:
+def _int(node: exp.Expr | None, what: str) -> int:
     if isinstance(node, exp.Literal) and not node.is_string:
         try:
             value = int(node.this)
@@ -161,16 +161,16 @@ def _int(node: exp.Expression | None, what: str) -> int:
 
 
 def _rewrite(
-    node: exp.Expression,
-    items: Sequence[tuple[str, exp.Expression, str | None]],
+    node: exp.Expr,
+    items: Sequence[tuple[str, exp.Expr, str | None]],
     table: Table,
     qualifiers: set[str],
     clause: str,
-) -> exp.Expression:
+) -> exp.Expr:
     by_name = {name.lower(): name for name, _, _ in items}
     by_group = {col.lower(): name for name, _, col in items if col is not None}
 
-    def fn(n: exp.Expression) -> exp.Expression:
+    def fn(n: exp.Expr) -> exp.Expr:
         for name, expr, _ in items:
             if n == expr:
                 return exp.column(name, quoted=True)

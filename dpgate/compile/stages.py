@@ -156,12 +156,12 @@ class Compilation:
     stage 9 evaluates on the grid they define.
     """
 
-    tree: exp.Expression
+    tree: exp.Expr
     schema: Schema
     dialect: str
     # check_shape
     select: exp.Select = field(init=False)
-    aggregate_nodes: list[exp.Expression] = field(init=False)
+    aggregate_nodes: list[exp.Expr] = field(init=False)
     # resolve_table
     table: Table = field(init=False)
     qualifiers: set[str] = field(init=False)
@@ -176,7 +176,7 @@ class Compilation:
     # post_process
     postprocess: PostProcess = field(init=False)
     # bind_where
-    where: exp.Expression | None = field(init=False)
+    where: exp.Expr | None = field(init=False)
     # prepare_cells
     n_groups: int = field(init=False)
     # weigh
@@ -189,7 +189,7 @@ Stage = Callable[[Compilation], None]
 
 
 def compile_tree(
-    tree: exp.Expression,
+    tree: exp.Expr,
     schema: Schema | Mapping[str, Any] | str,
     dialect: str = "duckdb",
     *,
@@ -231,7 +231,7 @@ def check_shape(c: Compilation) -> None:
         )
     if tree.args.get("with_"):
         raise UnsupportedQuery("common table expressions (WITH …) are not supported; write one SELECT over one table.")
-    aggregates = []
+    aggregates: list[exp.Expr] = []
     for node in walk(tree)[1:]:
         if not isinstance(node, _REFUSED_NODES):
             if isinstance(node, _AGGREGATE_NODES):
@@ -431,7 +431,7 @@ STAGES: tuple[Stage, ...] = (
 )
 
 
-def _output_name(body: exp.Expression, dialect: str) -> str:
+def _output_name(body: exp.Expr, dialect: str) -> str:
     """The column name of an unaliased output: its SQL text, as the database would show it.
 
     A bare ``COUNT(*)`` — most outputs — skips sqlglot's generator (a tenth of a

@@ -101,7 +101,7 @@ def split_check(tokens: list[Token]) -> None:
         )
 
 
-def parse(sql: str, dialect: Dialect) -> exp.Expression:
+def parse(sql: str, dialect: Dialect) -> exp.Expr:
     """Parse exactly one statement; wrap sqlglot's ParseError with its line and column."""
     try:
         trees = [t for t in dialect.parse(sql) if t is not None]
@@ -224,7 +224,7 @@ def set_option(tree: exp.Set) -> SetOption:
 
 
 # -- parameters ----------------------------------------------------------------------------------
-def bind(tree: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | None) -> exp.Expression:
+def bind(tree: exp.Expr, params: Sequence[Any] | Mapping[str, Any] | None) -> exp.Expr:
     """Replace placeholders (``?``, ``$1``, ``:name``) by sqlglot literal nodes (PEP 249 binding).
 
     Values become ``exp.Literal.number`` / ``exp.Literal.string`` / ``exp.null()`` /
@@ -283,7 +283,7 @@ def bind(tree: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | None)
     return tree
 
 
-def literal(value: Any) -> exp.Expression:
+def literal(value: Any) -> exp.Expr:
     """A sqlglot literal node for a Python parameter value."""
     if value is None:
         return exp.null()
