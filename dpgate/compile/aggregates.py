@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import numpy as np
 from sqlglot import exp
@@ -87,9 +87,9 @@ class Aggregate:
 Terms = list[tuple[Fraction, Aggregate]]
 
 
-@dataclass(frozen=True)
-class SelectItem:
-    """One SELECT item, classified.
+class SelectItem(NamedTuple):
+    """One SELECT item, classified (a NamedTuple: immutable, and built in a fraction of a frozen
+    dataclass's time — compile is on the hot path).
 
     Attributes:
         node: the item as written (with its alias, if any).
@@ -266,7 +266,7 @@ def group_weights(
     base = ev.truth(where)
     w = np.zeros(shape)
     for coef, agg in terms:
-        mask = np.logical_and(base, ev.truth(agg.cond))
+        mask = base if agg.cond is None else np.logical_and(base, ev.truth(agg.cond))
         if agg.arg is None:
             contrib: Any = 1.0
         elif agg.kind == "count":

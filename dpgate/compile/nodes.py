@@ -109,6 +109,7 @@ def _abs(ev: Evaluator, node: exp.Abs) -> Val:
 
 
 def _refuse(ev: Evaluator, node: exp.Expr) -> Val:
+    """Every node type without a handler: refused, saying what to write instead."""
     sql = node.sql()
     if isinstance(node, exp.Placeholder):
         raise UnsupportedQuery(f"the parameter {sql} has no value; pass params= to bind it.")
@@ -131,6 +132,7 @@ def _refuse(ev: Evaluator, node: exp.Expr) -> Val:
 
 
 def _keep_bool(out: Val, parts: list[Val]) -> Val:
+    """``out`` as a condition when every part was one (COALESCE of conditions stays a condition)."""
     if all(p.kind in (BOOL, NULL) for p in parts):
         return boolean(np.asarray(out.v) != 0, out.null)
     return out
@@ -151,6 +153,7 @@ def _in(ev: Evaluator, node: exp.In) -> Val:
 
 
 def _like(ev: Evaluator, node: exp.Expr, escape: str | None) -> Val:
+    """[NOT] LIKE / ILIKE on a categorical column: the pattern is matched against the declared values."""
     x, p = ev.ev(node.this), ev.ev(node.expression)
     if x.kind != CAT:
         raise UnsupportedQuery(
@@ -196,6 +199,7 @@ def _case(ev: Evaluator, node: exp.Case) -> Val:
 
 
 def _branches(ev: Evaluator, pairs: list[tuple], default: exp.Expr | None, node: exp.Expr) -> Val:
+    """CASE / IF: the first branch whose condition is TRUE, else ``default`` (NULL when absent)."""
     acc = ev.ev(default) if default is not None else Val(NULL, 0.0, True)
     vals = [acc]
     results = []
@@ -224,6 +228,7 @@ def _branches(ev: Evaluator, pairs: list[tuple], default: exp.Expr | None, node:
 
 
 def _cast(ev: Evaluator, node: exp.Cast) -> Val:
+    """CAST / TRY_CAST to BOOLEAN, an integer type (integers only) or a real type."""
     to: exp.DataType = node.args["to"]
     a = ev.ev(node.this)
     if to.is_type(exp.DataType.Type.BOOLEAN):

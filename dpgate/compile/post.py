@@ -1,4 +1,4 @@
-"""HAVING / ORDER BY / LIMIT / OFFSET as post-processing of released rows (private).
+"""HAVING / ORDER BY / LIMIT / OFFSET as post-processing of released rows.
 
 These clauses act only on the *released* table — one row per group, one
 column per SELECT output, values already noisy — so they cost no privacy.
@@ -18,6 +18,8 @@ from sqlglot import exp
 
 from dpgate.errors import ProgrammingError, SchemaError, UnsupportedQuery
 from dpgate.schema import Table
+
+__all__ = ["PostProcess", "build", "ROW_ID", "RELEASED"]
 
 ROW_ID = "__dpgate_row"
 RELEASED = "released"
@@ -110,6 +112,9 @@ def build(
     ``items`` lists, per output: (output name, SELECT expression without alias,
     declared column name for group outputs or None).
     """
+    args = tree.args
+    if not (args.get("having") or args.get("order") or args.get("limit") or args.get("offset")):
+        return _NOTHING  # most queries: skip building a new (frozen, equal) value
     having_node = tree.args.get("having")
     having = _rewrite(having_node.this, items, table, qualifiers, "HAVING") if having_node else None
     order: list[exp.Ordered] = []
@@ -148,7 +153,11 @@ def build(
     )
 
 
+_NOTHING = PostProcess()
+
+
 def _int(node: exp.Expr | None, what: str) -> int:
+    """The value of a non-negative integer constant (LIMIT, OFFSET, ORDER BY position), or refuse."""
     if isinstance(node, exp.Literal) and not node.is_string:
         try:
             value = int(node.this)
