@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sqlglot import exp
 
-from dpgate.errors import UnsupportedQuery
+from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema import Column
 
 __all__ = [
     "NUM", "BOOL", "CAT", "BIN", "STR", "NULL", "CMP", "FLIP", "OPS", "Val",
-    "children", "walk", "boolean", "parse_number", "constant", "like_regex", "fmt_number", "base_value",
+    "children", "walk", "column_of", "boolean", "parse_number", "constant", "like_regex", "fmt_number", "base_value",
     "candidate_cells", "change_points", "bin_truth", "categorical_compare", "binned_compare",
 ]
 
@@ -90,6 +90,13 @@ def walk(node: exp.Expr) -> list[exp.Expr]:
                 out.append(v)
         i += 1
     return out
+
+
+def column_of(a: Val) -> Column:
+    """The declared column of a categorical or binned value (such values always carry it)."""
+    if a.col is None:
+        raise DPGateInternalError(f"a {a.kind} value lost its column")
+    return a.col
 
 
 def boolean(v: Any, null: Any) -> Val:
@@ -200,7 +207,8 @@ def candidate_cells(node: exp.Expr, col: Column) -> np.ndarray | None:
     IN against constants (and IS NULL), evaluating at those cells (plus 0 and NULL) is
     exact, and a 500 001-cell income column costs a handful of evaluations.
     """
-    if col.kind != "integer" or col.n_cells <= _SPARSE_MIN_CELLS:
+    low = col.min
+    if col.kind != "integer" or low is None or col.n_cells <= _SPARSE_MIN_CELLS:
         return None
     consts: list[Fraction] = []
     for ref in walk(node):
@@ -228,11 +236,11 @@ def candidate_cells(node: exp.Expr, col: Column) -> np.ndarray | None:
             return None
         if any(c is None for c in found):
             return None
-        consts.extend(found)  # type: ignore[arg-type]
+        consts.extend(c for c in found if c is not None)
     cand = {0, col.null_cell}
     for c in consts:
         for v in (math.floor(c), math.ceil(c), math.floor(c) + 1, math.ceil(c) + 1):
-            cell = v - col.min  # type: ignore[operator]
+            cell = v - low
             if 0 <= cell < col.null_cell:
                 cand.add(cell)
     return np.array(sorted(cand), dtype=np.int64)
@@ -290,8 +298,7 @@ def bin_truth(col: Column, sym: str, lo: float, hi: float, c: float, node: exp.E
 # -- categorical and binned columns against constants ---------------------------------------------
 def _literal_of(b: Val, a: Val, node: exp.Expr) -> str:
     """The declared value of categorical column ``a.col`` that the constant ``b`` names, or refuse."""
-    col = a.col
-    assert col is not None
+    col = column_of(a)
     if b.kind == STR:
         text = str(b.v)
     elif b.kind == NUM and np.ndim(b.v) == 0:
@@ -314,8 +321,7 @@ def _literal_of(b: Val, a: Val, node: exp.Expr) -> str:
 
 def categorical_compare(sym: str, a: Val, b: Val, node: exp.Expr) -> Val:
     """``a sym b`` for a categorical column ``a`` and a constant ``b`` (only ``=`` and ``<>``)."""
-    col = a.col
-    assert col is not None
+    col = column_of(a)
     if sym not in ("=", "<>"):
         raise UnsupportedQuery(
             f"{node.sql()!r}: categorical column {col.name!r} supports =, <>, IN, LIKE and IS NULL, "
@@ -328,8 +334,7 @@ def categorical_compare(sym: str, a: Val, b: Val, node: exp.Expr) -> Val:
 
 def binned_compare(sym: str, a: Val, b: Val, node: exp.Expr) -> Val:
     """``a sym b`` for a binned column ``a`` and a numeric constant ``b`` that keeps every bin whole."""
-    col = a.col
-    assert col is not None
+    col = column_of(a)
     if b.kind != NUM or np.ndim(b.v) != 0:
         raise UnsupportedQuery(
             f"{node.sql()!r}: binned column {col.name!r} can only be compared with numeric constants "

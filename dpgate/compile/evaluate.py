@@ -49,6 +49,7 @@ from dpgate.compile.cells import (
     categorical_compare,
     change_points,
     children,
+    column_of,
 )
 from dpgate.compile.nodes import handler_for
 from dpgate.errors import DPGateInternalError, SchemaError, UnsupportedQuery
@@ -222,13 +223,14 @@ class Evaluator:
     def _not_a_number(self, a: Val, node: exp.Expr, ctx: exp.Expr) -> str:
         where = f"{node.sql()!r} in {ctx.sql()!r}"
         if a.kind == CAT:
+            name = column_of(a).name
             return (
-                f"{where}: column {a.col.name!r} is categorical and carries no number; "  # type: ignore[union-attr]
-                f"use CASE WHEN {a.col.name} = '...' THEN 1 ELSE 0 END to give categories numbers."  # type: ignore[union-attr]
+                f"{where}: column {name!r} is categorical and carries no number; "
+                f"use CASE WHEN {name} = '...' THEN 1 ELSE 0 END to give categories numbers."
             )
         if a.kind == BIN:
             return (
-                f"{where}: column {a.col.name!r} is binned and its cells carry no single number; "  # type: ignore[union-attr]
+                f"{where}: column {column_of(a).name!r} is binned and its cells carry no single number; "
                 "use CASE WHEN on the bin edges to give bins numbers, or declare an integer range."
             )
         return f"{where}: a string is not a number; weights must be numeric."
@@ -295,7 +297,7 @@ class Evaluator:
             if b.kind in (CAT, BIN):
                 raise UnsupportedQuery(
                     f"{node.sql()!r} compares two columns of kind {a.kind}/{b.kind}; compare "
-                    f"{a.col.name!r} with constants instead."  # type: ignore[union-attr]
+                    f"{column_of(a).name!r} with constants instead."
                 )
             if b.kind == NULL:
                 return boolean(np.zeros_like(a.v, dtype=bool), np.ones_like(a.v, dtype=bool))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sqlglot import exp
 
-from dpgate.compile.cells import BOOL, CAT, NULL, NUM, STR, Val, boolean, like_regex, parse_number
+from dpgate.compile.cells import BOOL, CAT, NULL, NUM, STR, Val, boolean, column_of, like_regex, parse_number
 from dpgate.errors import UnsupportedQuery
 
 if TYPE_CHECKING:
@@ -144,11 +144,10 @@ def _in(ev: Evaluator, node: exp.In) -> Val:
     if not node.expressions:
         raise UnsupportedQuery(f"{node.sql()!r}: IN needs a list of constants.")
     x = ev.ev(node.this)
-    acc: Val | None = None
-    for e in node.expressions:
-        eq = ev.compare("=", x, ev.ev(e), node)
-        acc = eq if acc is None else ev.or_(acc, eq)
-    assert acc is not None
+    first, *rest = node.expressions
+    acc = ev.compare("=", x, ev.ev(first), node)
+    for e in rest:
+        acc = ev.or_(acc, ev.compare("=", x, ev.ev(e), node))
     return acc
 
 
@@ -160,8 +159,7 @@ def _like(ev: Evaluator, node: exp.Expr, escape: str | None) -> Val:
             f"{node.sql()!r}: LIKE / ILIKE apply to categorical columns only (matched against their "
             "declared values)."
         )
-    col = x.col
-    assert col is not None
+    col = column_of(x)
     if p.kind == NULL:
         return boolean(np.zeros_like(x.v, dtype=bool), np.ones_like(x.v, dtype=bool))
     if p.kind != STR:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from sqlglot import exp
 
@@ -96,8 +96,9 @@ class PostProcess:
             return node
 
         having = self._having.transform(rename) if self._having is not None else None
-        order = tuple(o.transform(rename) for o in self._order)
-        return PostProcess(None, (), self.limit, self.offset, having, order).sql()  # type: ignore[arg-type]
+        # transform keeps the root's type (rename replaces columns only), so each item stays an Ordered.
+        order = tuple(cast(exp.Ordered, o.transform(rename)) for o in self._order)
+        return PostProcess(None, (), self.limit, self.offset, having, order).sql()
 
 
 def build(
