@@ -28,8 +28,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 
-from dpgate._compile_statement import MODEL_METHODS
-from dpgate.compile import CompiledStatement, compile_statement
+from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
 from dpgate.cube import Cube
 from dpgate.errors import (
     BudgetExhausted,

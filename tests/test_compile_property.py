@@ -403,9 +403,9 @@ def test_compiled_query_matches_independent_evaluation(data):
     assert len(stmt.queries) == len(keys) * len(outputs)
     for gi, key in enumerate(keys):
         in_group = np.ones(m.n, dtype=bool)
-        for g, k in zip(group, key):
+        for g, k in zip(group, key, strict=True):
             in_group &= row_cells[:, AXES[g]] == k
-        labels = tuple(table.column(g).labels()[k] for g, k in zip(group, key))
+        labels = tuple(table.column(g).labels()[k] for g, k in zip(group, key, strict=True))
         assert stmt.group_keys[gi] == (labels if group else ())
         for j, (contrib, offset, halve) in enumerate(per_output):
             q = stmt.queries[gi * len(outputs) + j]

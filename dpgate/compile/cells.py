@@ -1,8 +1,10 @@
-"""Cell-level building blocks of the compiler (private): values, constants, bins, candidate cells.
+"""Cell-level building blocks of the compiler: values, constants, bins, candidate cells.
 
-Used by :mod:`dpgate._compile_eval`.  A :class:`Val` is a row-level value over a
+Used by :mod:`dpgate.compile.evaluate`.  A :class:`Val` is a row-level value over a
 grid (numpy arrays that broadcast) or a constant (scalars), with SQL's NULL as a
-separate mask.
+separate mask.  Comparisons of categorical and binned columns with constants
+(:func:`categorical_compare`, :func:`binned_compare`) live here too: they need
+the column's declaration, not the evaluator.
 """
 
 from __future__ import annotations
@@ -14,17 +16,23 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlglot import exp
 
-from dpgate.errors import UnsupportedQuery
+from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema import Column
+
+__all__ = [
+    "NUM", "BOOL", "CAT", "BIN", "STR", "NULL", "CMP", "FLIP", "OPS", "Val",
+    "children", "walk", "column_of", "boolean", "parse_number", "constant", "like_regex", "fmt_number", "base_value",
+    "candidate_cells", "change_points", "bin_truth", "categorical_compare", "binned_compare",
+]
 
 NUM, BOOL, CAT, BIN, STR, NULL = "number", "boolean", "categorical", "binned", "string", "null"
 
-_CMP: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
+CMP: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
     exp.EQ: ("=", operator.eq),
     exp.NEQ: ("<>", operator.ne),
     exp.LT: ("<", operator.lt),
@@ -32,8 +40,8 @@ _CMP: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
     exp.GT: (">", operator.gt),
     exp.GTE: (">=", operator.ge),
 }
-_FLIP = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-_OPS = {"=": operator.eq, "<>": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+FLIP = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+OPS = {"=": operator.eq, "<>": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
 
 @dataclass
@@ -53,12 +61,15 @@ class Val:
 
 
 #: Base class of sqlglot nodes (``Expr`` in recent sqlglot, ``Expression`` in older releases).
-_NODE: type = getattr(exp, "Expr", exp.Expression)
+if TYPE_CHECKING:
+    _NODE = exp.Expr
+else:
+    _NODE = getattr(exp, "Expr", exp.Expression)
 
 
-def children(node: exp.Expression) -> list[exp.Expression]:
+def children(node: exp.Expr) -> list[exp.Expr]:
     """The child nodes of ``node``, in ``node.iter_expressions()`` order (without its generator overhead)."""
-    out: list[exp.Expression] = []
+    out: list[exp.Expr] = []
     for v in node.args.values():
         if isinstance(v, list):
             out.extend(x for x in v if isinstance(x, _NODE))
@@ -67,7 +78,7 @@ def children(node: exp.Expression) -> list[exp.Expression]:
     return out
 
 
-def walk(node: exp.Expression) -> list[exp.Expression]:
+def walk(node: exp.Expr) -> list[exp.Expr]:
     """``node`` and all its descendants in breadth-first order, like ``list(node.walk())`` but faster."""
     out = [node]
     i = 0
@@ -81,7 +92,15 @@ def walk(node: exp.Expression) -> list[exp.Expression]:
     return out
 
 
-def _bool(v: Any, null: Any) -> Val:
+def column_of(a: Val) -> Column:
+    """The declared column of a categorical or binned value (such values always carry it)."""
+    if a.col is None:
+        raise DPGateInternalError(f"a {a.kind} value lost its column")
+    return a.col
+
+
+def boolean(v: Any, null: Any) -> Val:
+    """A condition's value: true only where ``v`` holds and the value is known (SQL's three-valued logic)."""
     return Val(BOOL, np.logical_and(v, np.logical_not(null)), null)
 
 
@@ -108,7 +127,7 @@ def parse_number(text: str) -> Fraction:
 _LARGEST_CONSTANT = Fraction(10) ** 300
 
 
-def constant(node: exp.Expression) -> Fraction | None:
+def constant(node: exp.Expr) -> Fraction | None:
     """Exact value of a constant numeric expression (literals, + − × ÷, parentheses), else None."""
     if isinstance(node, exp.Paren):
         return constant(node.this)
@@ -133,7 +152,8 @@ def constant(node: exp.Expression) -> Fraction | None:
     return None
 
 
-def _like_regex(pattern: str, escape: str | None, ci: bool) -> re.Pattern[str]:
+def like_regex(pattern: str, escape: str | None, ci: bool) -> re.Pattern[str]:
+    """The regular expression of a LIKE (``ci``: ILIKE) pattern; ``%`` and ``_`` are its only wildcards."""
     out, i = [], 0
     while i < len(pattern):
         ch = pattern[i]
@@ -146,18 +166,19 @@ def _like_regex(pattern: str, escape: str | None, ci: bool) -> re.Pattern[str]:
     return re.compile("".join(out), re.DOTALL | (re.IGNORECASE if ci else 0))
 
 
-def _fmt(x: float) -> str:
+def fmt_number(x: float) -> str:
+    """``x`` as SQL would print a constant: integers without a decimal point."""
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
-def _base(col: Column, cells: np.ndarray | None = None) -> Val:
+def base_value(col: Column, cells: np.ndarray | None = None) -> Val:
     """The 1-D value of a bare column reference: one entry per cell (or per listed cell)."""
     return _all_cells(col) if cells is None else _cells_value(col, cells)
 
 
 @functools.lru_cache(maxsize=1024)
 def _all_cells(col: Column) -> Val:
-    """:func:`_base` over every cell, cached per declared column (read-only arrays: a pure function of it)."""
+    """:func:`base_value` over every cell, cached per declared column (read-only arrays: a pure function of it)."""
     val = _cells_value(col, np.arange(col.n_cells))
     for arr in (val.v, val.null):
         arr.setflags(write=False)
@@ -167,7 +188,7 @@ def _all_cells(col: Column) -> Val:
 def _cells_value(col: Column, idx: np.ndarray) -> Val:
     null = idx == col.null_cell
     if col.kind == "integer":
-        return Val(NUM, np.where(null, 0.0, (col.min + idx).astype(float)), null, col)  # type: ignore[operator]
+        return Val(NUM, np.where(null, 0.0, (col.min + idx).astype(float)), null, col)
     if col.kind == "boolean":
         return Val(BOOL, idx == 1, null, col)
     return Val(CAT if col.kind == "categorical" else BIN, idx, null, col)
@@ -178,7 +199,7 @@ def _cells_value(col: Column, idx: np.ndarray) -> Val:
 _SPARSE_MIN_CELLS = 256
 
 
-def _candidate_cells(node: exp.Expression, col: Column) -> np.ndarray | None:
+def candidate_cells(node: exp.Expr, col: Column) -> np.ndarray | None:
     """Cells where a single-column expression on a large integer column can change, or None.
 
     ``v op c`` on integers changes only between ``floor(c)``, ``ceil(c)`` and the next
@@ -186,17 +207,21 @@ def _candidate_cells(node: exp.Expression, col: Column) -> np.ndarray | None:
     IN against constants (and IS NULL), evaluating at those cells (plus 0 and NULL) is
     exact, and a 500 001-cell income column costs a handful of evaluations.
     """
-    if col.kind != "integer" or col.n_cells <= _SPARSE_MIN_CELLS:
+    low = col.min
+    if col.kind != "integer" or low is None or col.n_cells <= _SPARSE_MIN_CELLS:
         return None
     consts: list[Fraction] = []
     for ref in walk(node):
         if not isinstance(ref, exp.Column):
             continue
-        child, parent = ref, ref.parent
+        child: exp.Expr = ref
+        parent = ref.parent
         while isinstance(parent, exp.Paren):
             child, parent = parent, parent.parent
+        if parent is None:  # a bare column: its value, not a comparison, is what is evaluated
+            return None
         try:
-            if type(parent) in _CMP:
+            if type(parent) in CMP:
                 other = parent.expression if parent.this is child else parent.this
                 found = [constant(other)]
             elif isinstance(parent, exp.Between) and parent.this is child:
@@ -211,35 +236,35 @@ def _candidate_cells(node: exp.Expression, col: Column) -> np.ndarray | None:
             return None
         if any(c is None for c in found):
             return None
-        consts.extend(found)  # type: ignore[arg-type]
+        consts.extend(c for c in found if c is not None)
     cand = {0, col.null_cell}
     for c in consts:
         for v in (math.floor(c), math.ceil(c), math.floor(c) + 1, math.ceil(c) + 1):
-            cell = v - col.min  # type: ignore[operator]
+            cell = v - low
             if 0 <= cell < col.null_cell:
                 cand.add(cell)
     return np.array(sorted(cand), dtype=np.int64)
 
 
-def _changes(val: Val) -> np.ndarray:
+def change_points(val: Val) -> np.ndarray:
     """Cell indices where a 1-D value (or its NULL-ness) changes."""
     v, null = val.v, val.null
     if val.kind in (CAT, BIN, STR):
         return np.arange(1, len(v))
-    # A condition is already False on NULL cells (``_bool``); other values are masked so that
+    # A condition is already False on NULL cells (``boolean``); other values are masked so that
     # what a NULL cell holds never adds a breakpoint.
     vv = v if val.kind == BOOL else np.where(null, 0, v)
     diff = (vv[1:] != vv[:-1]) | (null[1:] != null[:-1])
     return np.flatnonzero(diff) + 1
 
 
-def _bin_truth(col: Column, sym: str, lo: float, hi: float, c: float, node: exp.Expression) -> bool:
+def bin_truth(col: Column, sym: str, lo: float, hi: float, c: float, node: exp.Expr) -> bool:
     """Truth of ``value sym c`` for every value of the bin [lo, hi), or refuse when it splits the bin.
 
     Integer-valued binned columns (declared with ``min``/``max``) hold integers, so
     the bin is the integers ``ceil(lo) .. ceil(hi) - 1``; other bins are real intervals.
     """
-    op = _OPS[sym]
+    op = OPS[sym]
     if col.min is not None:  # integer bins
         a, b = math.ceil(lo), math.ceil(hi) - 1
         if a > b:
@@ -264,7 +289,59 @@ def _bin_truth(col: Column, sym: str, lo: float, hi: float, c: float, node: exp.
             if at_a == at_b:
                 return at_a
     raise UnsupportedQuery(
-        f"{node.sql()!r} splits bin [{_fmt(lo)}, {_fmt(hi)}) of column {col.name!r} "
-        f"(declared edges: {', '.join(_fmt(e) for e in col.edges)}); compare against a bin edge instead, "
-        f"e.g. {col.name} < {_fmt(lo)} or {col.name} < {_fmt(hi)}."
+        f"{node.sql()!r} splits bin [{fmt_number(lo)}, {fmt_number(hi)}) of column {col.name!r} "
+        f"(declared edges: {', '.join(fmt_number(e) for e in col.edges)}); compare against a bin edge instead, "
+        f"e.g. {col.name} < {fmt_number(lo)} or {col.name} < {fmt_number(hi)}."
     )
+
+
+# -- categorical and binned columns against constants ---------------------------------------------
+def _literal_of(b: Val, a: Val, node: exp.Expr) -> str:
+    """The declared value of categorical column ``a.col`` that the constant ``b`` names, or refuse."""
+    col = column_of(a)
+    if b.kind == STR:
+        text = str(b.v)
+    elif b.kind == NUM and np.ndim(b.v) == 0:
+        text = b.text if b.text is not None else fmt_number(b.v)
+        if text not in col.values and float(b.v).is_integer():
+            text = fmt_number(b.v)
+    else:
+        raise UnsupportedQuery(
+            f"{node.sql()!r}: categorical column {col.name!r} can only be compared with constants "
+            f"(one of {list(col.values)})."
+        )
+    if text not in col.values:
+        raise UnsupportedQuery(
+            f"{text!r} is not a declared value of categorical column {col.name!r} (in {node.sql()!r}); "
+            f"declared values: {list(col.values)}. Rows with undeclared values are counted in the "
+            f"column's 'other' cell, which no comparison selects."
+        )
+    return text
+
+
+def categorical_compare(sym: str, a: Val, b: Val, node: exp.Expr) -> Val:
+    """``a sym b`` for a categorical column ``a`` and a constant ``b`` (only ``=`` and ``<>``)."""
+    col = column_of(a)
+    if sym not in ("=", "<>"):
+        raise UnsupportedQuery(
+            f"{node.sql()!r}: categorical column {col.name!r} supports =, <>, IN, LIKE and IS NULL, "
+            f"not {sym}; list the wanted values with IN (...)."
+        )
+    idx = col.values.index(_literal_of(b, a, node))
+    hit = np.asarray(a.v) == idx
+    return boolean(hit if sym == "=" else ~hit, a.null)
+
+
+def binned_compare(sym: str, a: Val, b: Val, node: exp.Expr) -> Val:
+    """``a sym b`` for a binned column ``a`` and a numeric constant ``b`` that keeps every bin whole."""
+    col = column_of(a)
+    if b.kind != NUM or np.ndim(b.v) != 0:
+        raise UnsupportedQuery(
+            f"{node.sql()!r}: binned column {col.name!r} can only be compared with numeric constants "
+            f"on its bin edges {[fmt_number(e) for e in col.edges]}."
+        )
+    c = float(b.v)
+    table = np.zeros(col.n_cells, dtype=bool)
+    for i, (lo, hi) in enumerate(zip(col.edges, col.edges[1:], strict=False)):
+        table[i] = bin_truth(col, sym, lo, hi, c, node)
+    return boolean(table[np.asarray(a.v)], a.null)

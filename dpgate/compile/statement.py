@@ -1,11 +1,14 @@
-"""Statement-level handling for the compiler (private): tokens, hints, SET, parameters.
+"""One statement: tokens, hints, SET, parameters, parse.
 
+The first stage of the compiler: the SQL text is tokenized (hints are read from
+the tokens' comments, several statements are refused from the tokens alone),
+parsed into exactly one sqlglot tree, and PEP 249 parameters are bound as
+literal nodes.  ``SET dpgate.<option> = <value>`` becomes a :class:`SetOption`.
 Everything here works on sqlglot's tokens and trees; nothing is executed.
 """
 
 from __future__ import annotations
 
-import math
 import numbers
 import re
 from collections.abc import Mapping, Sequence
@@ -19,7 +22,13 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from dpgate.errors import InvalidRequirement, ProgrammingError, QuerySyntaxError, UnsupportedQuery
+from dpgate._validate import FALSE_WORDS, TRUE_WORDS, finite, positive_finite, probability
+from dpgate.errors import InvalidArgumentType, InvalidRequirement, ProgrammingError, QuerySyntaxError, UnsupportedQuery
+
+__all__ = [
+    "SetOption", "HINT_KEYS", "METHOD_VALUES", "MODEL_METHODS", "SET_OPTIONS",
+    "bind", "dialect_of", "hints", "literal", "parse", "set_option", "split_check", "tokenize",
+]
 
 #: Values of the ``method`` option: ``exact`` (the default: guaranteed answers from
 #: history or fresh measurements) or a free, biased, model-based estimate
@@ -30,9 +39,6 @@ METHOD_VALUES = ("exact", *MODEL_METHODS)
 HINT_KEYS = ("accuracy", "confidence", "method", "allow_partial")
 #: Options accepted by ``SET dpgate.<option> = <value>``.
 SET_OPTIONS = ("accuracy", "confidence", "intervals", "method", "allow_partial")
-
-_TRUE = {"on", "true", "1", "yes"}
-_FALSE = {"off", "false", "0", "no"}
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class SetOption:
 
 
 def dialect_of(dialect: str) -> Dialect:
+    """sqlglot's dialect named ``dialect``; an unknown name is a ProgrammingError."""
     try:
         return Dialect.get_or_raise(dialect)
     except (ValueError, KeyError) as exc:
@@ -94,7 +101,7 @@ def split_check(tokens: list[Token]) -> None:
         )
 
 
-def parse(sql: str, dialect: Dialect) -> exp.Expression:
+def parse(sql: str, dialect: Dialect) -> exp.Expr:
     """Parse exactly one statement; wrap sqlglot's ParseError with its line and column."""
     try:
         trees = [t for t in dialect.parse(sql) if t is not None]
@@ -160,21 +167,20 @@ def hints(tokens: list[Token], sql: str = "") -> dict[str, str]:
 
 
 def _check_option(key: str, value: Any, where: str) -> str | float | bool:
+    """The value of option ``key`` (a hint or SET value) as dpgate uses it, or InvalidRequirement."""
     text = str(value).strip()
     if key in ("accuracy", "confidence"):
         try:
             x = float(text)
         except ValueError:
             raise InvalidRequirement(f"{where} {key}={text!r} is not a number.") from None
-        if key == "accuracy" and not (math.isfinite(x) and x > 0):
-            raise InvalidRequirement(f"{where} accuracy must be a finite number > 0, got {text}.")
-        if key == "confidence" and not 0 < x < 1:
-            raise InvalidRequirement(f"{where} confidence must lie strictly between 0 and 1, got {text}.")
-        return x
+        if key == "accuracy":
+            return positive_finite(x, f"{where} accuracy", error=InvalidRequirement)
+        return probability(x, f"{where} confidence", error=InvalidRequirement)
     if key in ("intervals", "allow_partial"):
-        if text.lower() in _TRUE:
+        if text.lower() in TRUE_WORDS:
             return True
-        if text.lower() in _FALSE:
+        if text.lower() in FALSE_WORDS:
             return False
         raise InvalidRequirement(f"{where} {key} must be on or off, got {text!r}.")
     if text.lower() not in METHOD_VALUES:
@@ -218,7 +224,7 @@ def set_option(tree: exp.Set) -> SetOption:
 
 
 # -- parameters ----------------------------------------------------------------------------------
-def bind(tree: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | None) -> exp.Expression:
+def bind(tree: exp.Expr, params: Sequence[Any] | Mapping[str, Any] | None) -> exp.Expr:
     """Replace placeholders (``?``, ``$1``, ``:name``) by sqlglot literal nodes (PEP 249 binding).
 
     Values become ``exp.Literal.number`` / ``exp.Literal.string`` / ``exp.null()`` /
@@ -247,7 +253,7 @@ def bind(tree: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | None)
         raise ProgrammingError("the statement mixes parameter styles; use only ?, only $1 … or only :name.")
     if style == "named":
         if not isinstance(params, Mapping):
-            raise ProgrammingError("named parameters (:name) need a mapping of name to value.")
+            raise InvalidArgumentType("named parameters (:name) need a mapping of name to value.")
         lookup = {str(k).lower(): v for k, v in params.items()}
         want = {str(n).lower() for n in names}
         missing, extra = sorted(want - set(lookup)), sorted(set(lookup) - want)
@@ -256,7 +262,7 @@ def bind(tree: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | None)
         values = [lookup[str(n).lower()] for n in names]
     else:
         if isinstance(params, Mapping) or isinstance(params, (str, bytes)):
-            raise ProgrammingError(f"{style} parameters need a sequence of values, got {type(params).__name__}.")
+            raise InvalidArgumentType(f"{style} parameters need a sequence of values, got {type(params).__name__}.")
         seq = list(params)
         if style == "qmark":
             if len(seq) != len(holders):
@@ -272,12 +278,12 @@ def bind(tree: exp.Expression, params: Sequence[Any] | Mapping[str, Any] | None)
                     f"but {len(seq)} parameters were given."
                 )
             values = [seq[i - 1] for i in idx]
-    for node, value in zip(holders, values):
+    for node, value in zip(holders, values, strict=True):
         node.replace(literal(value))
     return tree
 
 
-def literal(value: Any) -> exp.Expression:
+def literal(value: Any) -> exp.Expr:
     """A sqlglot literal node for a Python parameter value."""
     if value is None:
         return exp.null()
@@ -293,13 +299,8 @@ def literal(value: Any) -> exp.Expression:
     if isinstance(value, numbers.Integral):
         return exp.Literal.number(int(value))
     if isinstance(value, numbers.Real):
-        f = float(value)
-        if not math.isfinite(f):
-            raise ProgrammingError(f"parameter {value!r} is not a finite number.")
+        f = finite(value, f"the parameter {value!r}", error=ProgrammingError)
         return exp.Literal.number(repr(f))
-    raise ProgrammingError(
+    raise InvalidArgumentType(
         f"parameter of type {type(value).__name__} is not supported; pass None, bool, int, float, Decimal or str."
     )
-
-
-__all__ = ["SetOption", "HINT_KEYS", "METHOD_VALUES", "MODEL_METHODS", "SET_OPTIONS", "bind", "hints", "parse", "set_option", "split_check", "tokenize"]

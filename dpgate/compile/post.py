@@ -1,4 +1,4 @@
-"""HAVING / ORDER BY / LIMIT / OFFSET as post-processing of released rows (private).
+"""HAVING / ORDER BY / LIMIT / OFFSET as post-processing of released rows.
 
 These clauses act only on the *released* table — one row per group, one
 column per SELECT output, values already noisy — so they cost no privacy.
@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from sqlglot import exp
 
 from dpgate.errors import ProgrammingError, SchemaError, UnsupportedQuery
 from dpgate.schema import Table
+
+__all__ = ["PostProcess", "build", "ROW_ID", "RELEASED"]
 
 ROW_ID = "__dpgate_row"
 RELEASED = "released"
@@ -44,7 +46,7 @@ class PostProcess:
     order_by: tuple[str, ...] = ()
     limit: int | None = None
     offset: int | None = None
-    _having: exp.Expression | None = field(default=None, repr=False, compare=False)
+    _having: exp.Expr | None = field(default=None, repr=False, compare=False)
     _order: tuple[exp.Ordered, ...] = field(default=(), repr=False, compare=False)
 
     @property
@@ -88,21 +90,22 @@ class PostProcess:
         # Output names may hold any characters; the registered frame uses c0, c1, … instead.
         mapping = {n: f"c{i}" for i, n in enumerate(names)}
 
-        def rename(node: exp.Expression) -> exp.Expression:
+        def rename(node: exp.Expr) -> exp.Expr:
             if isinstance(node, exp.Column) and node.name in mapping:
                 return exp.column(mapping[node.name], quoted=True)
             return node
 
         having = self._having.transform(rename) if self._having is not None else None
-        order = tuple(o.transform(rename) for o in self._order)
-        return PostProcess(None, (), self.limit, self.offset, having, order).sql()  # type: ignore[arg-type]
+        # transform keeps the root's type (rename replaces columns only), so each item stays an Ordered.
+        order = tuple(cast(exp.Ordered, o.transform(rename)) for o in self._order)
+        return PostProcess(None, (), self.limit, self.offset, having, order).sql()
 
 
 def build(
     tree: exp.Select,
     table: Table,
     qualifiers: set[str],
-    items: Sequence[tuple[str, exp.Expression, str | None]],
+    items: Sequence[tuple[str, exp.Expr, str | None]],
     dialect: str,
 ) -> PostProcess:
     """Build the post-processing of a SELECT.
@@ -110,6 +113,9 @@ def build(
     ``items`` lists, per output: (output name, SELECT expression without alias,
     declared column name for group outputs or None).
     """
+    args = tree.args
+    if not (args.get("having") or args.get("order") or args.get("limit") or args.get("offset")):
+        return _NOTHING  # most queries: skip building a new (frozen, equal) value
     having_node = tree.args.get("having")
     having = _rewrite(having_node.this, items, table, qualifiers, "HAVING") if having_node else None
     order: list[exp.Ordered] = []
@@ -122,7 +128,7 @@ def build(
             k = _int(key, "ORDER BY position")
             if not 1 <= k <= len(items):
                 raise UnsupportedQuery(f"ORDER BY {k} is out of range: the SELECT has {len(items)} output columns.")
-            new_key: exp.Expression = exp.column(items[k - 1][0], quoted=True)
+            new_key: exp.Expr = exp.column(items[k - 1][0], quoted=True)
         else:
             new_key = _rewrite(key, items, table, qualifiers, "ORDER BY")
         extra = set(o.args) - {"this", "desc", "nulls_first"}
@@ -148,7 +154,11 @@ def build(
     )
 
 
-def _int(node: exp.Expression | None, what: str) -> int:
+_NOTHING = PostProcess()
+
+
+def _int(node: exp.Expr | None, what: str) -> int:
+    """The value of a non-negative integer constant (LIMIT, OFFSET, ORDER BY position), or refuse."""
     if isinstance(node, exp.Literal) and not node.is_string:
         try:
             value = int(node.this)
@@ -161,16 +171,16 @@ def _int(node: exp.Expression | None, what: str) -> int:
 
 
 def _rewrite(
-    node: exp.Expression,
-    items: Sequence[tuple[str, exp.Expression, str | None]],
+    node: exp.Expr,
+    items: Sequence[tuple[str, exp.Expr, str | None]],
     table: Table,
     qualifiers: set[str],
     clause: str,
-) -> exp.Expression:
+) -> exp.Expr:
     by_name = {name.lower(): name for name, _, _ in items}
     by_group = {col.lower(): name for name, _, col in items if col is not None}
 
-    def fn(n: exp.Expression) -> exp.Expression:
+    def fn(n: exp.Expr) -> exp.Expr:
         for name, expr, _ in items:
             if n == expr:
                 return exp.column(name, quoted=True)

@@ -1,23 +1,30 @@
-"""SELECT items → linear combinations of aggregates; GROUP BY columns; weights per group (private).
+"""SELECT items → linear combinations of aggregates; GROUP BY columns; weights per group.
 
-Used by :mod:`dpgate.compile`.
+Used by the stages in :mod:`dpgate.compile.stages`: :func:`linear` splits a SELECT
+item into ``Σ coef·aggregate + offset``, :func:`group_columns` resolves GROUP BY,
+and :func:`group_weights` turns one output into one LinearQuery per group key.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple, cast
 
 import numpy as np
 from sqlglot import exp
 
-from dpgate._compile_cells import walk
-from dpgate._compile_eval import NULL, Evaluator, constant
+from dpgate.compile.cells import NULL, NUM, Val, constant, walk
+from dpgate.compile.evaluate import Evaluator
 from dpgate.errors import UnsupportedQuery
 from dpgate.query import LinearQuery
 from dpgate.schema import Column, Table
+
+__all__ = [
+    "Aggregate", "SelectItem", "linear", "no_aggregates", "unparen", "group_columns", "group_weights",
+]
 
 _AGG_ADVICE = {
     "Avg": "AVG is not a linear query; ask for SUM(x) and COUNT(x) as two output columns and divide the "
@@ -40,13 +47,14 @@ for _k in ("ApproxDistinct", "CountDistinct"):
     _AGG_ADVICE[_k] = _AGG_ADVICE["Distinct"]
 
 
-def _unparen(node: exp.Expression) -> exp.Expression:
+def unparen(node: exp.Expr) -> exp.Expr:
+    """``node`` without enclosing parentheses."""
     while isinstance(node, exp.Paren):
         node = node.this
     return node
 
 
-def _no_aggregates(node: exp.Expression, clause: str, candidates: list[exp.Expression] | None = None) -> None:
+def no_aggregates(node: exp.Expr, clause: str, candidates: list[exp.Expr] | None = None) -> None:
     """Refuse an aggregate inside ``node``; ``candidates``: the aggregates of an enclosing
     tree already walked (breadth-first), to check by ancestry instead of walking again."""
     subs = walk(node) if candidates is None else [a for a in candidates if _within(a, node)]
@@ -57,7 +65,7 @@ def _no_aggregates(node: exp.Expression, clause: str, candidates: list[exp.Expre
             )
 
 
-def _within(sub: exp.Expression, node: exp.Expression) -> bool:
+def _within(sub: exp.Expr | None, node: exp.Expr) -> bool:
     while sub is not None:
         if sub is node:
             return True
@@ -67,25 +75,49 @@ def _within(sub: exp.Expression, node: exp.Expression) -> bool:
 
 # -- aggregates ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Agg:
+class Aggregate:
+    """One COUNT / SUM of a SELECT item: its argument (None: every row) and FILTER condition."""
+
     kind: Literal["count", "sum"]
-    arg: exp.Expression | None  # None: COUNT(*)
-    cond: exp.Expression | None  # FILTER (WHERE …)
-    node: exp.Expression
+    arg: exp.Expr | None  # None: COUNT(*)
+    cond: exp.Expr | None  # FILTER (WHERE …)
+    node: exp.Expr
 
 
-def _linear(node: exp.Expression) -> tuple[list[tuple[Fraction, _Agg]], Fraction]:
+Terms = list[tuple[Fraction, Aggregate]]
+
+
+class SelectItem(NamedTuple):
+    """One SELECT item, classified (a NamedTuple: immutable, and built in a fraction of a frozen
+    dataclass's time — compile is on the hot path).
+
+    Attributes:
+        node: the item as written (with its alias, if any).
+        body: the item without its alias.
+        column: the declared column a bare column reference names (a GROUP BY output), else None.
+        terms: for an aggregate output, its linear combination ``Σ coef·aggregate``.
+        offset: for an aggregate output, its constant term.
+    """
+
+    node: exp.Expr
+    body: exp.Expr
+    column: Column | None
+    terms: Terms
+    offset: Fraction
+
+
+def linear(node: exp.Expr) -> tuple[Terms, Fraction]:
     """Split a SELECT item into Σ coef·aggregate + offset, or refuse."""
-    node = _unparen(node)
+    node = unparen(node)
     c = constant(node)
     if c is not None:
         return [], c
     if isinstance(node, exp.Neg):
-        terms, off = _linear(node.this)
+        terms, off = linear(node.this)
         return [(-k, a) for k, a in terms], -off
     if isinstance(node, (exp.Add, exp.Sub)):
-        t1, o1 = _linear(node.this)
-        t2, o2 = _linear(node.expression)
+        t1, o1 = linear(node.this)
+        t2, o2 = linear(node.expression)
         s = 1 if isinstance(node, exp.Add) else -1
         return t1 + [(s * k, a) for k, a in t2], o1 + s * o2
     if isinstance(node, (exp.Mul, exp.Div)):
@@ -98,47 +130,50 @@ def _linear(node: exp.Expression) -> tuple[list[tuple[Fraction, _Agg]], Fraction
                 )
             if right == 0:
                 raise UnsupportedQuery(f"{node.sql()!r} divides by zero.")
-            terms, off = _linear(node.this)
+            terms, off = linear(node.this)
             return [(k / right, a) for k, a in terms], off / right
-        if left is None and right is None:
+        if left is not None:
+            k0, sub = left, node.expression
+        elif right is not None:
+            k0, sub = right, node.this
+        else:
             raise UnsupportedQuery(
                 f"{node.sql()!r} multiplies two non-constant terms; outputs must be linear combinations of "
                 "aggregates with numeric constants (e.g. 2*COUNT(*) - 10)."
             )
-        k0, sub = (left, node.expression) if left is not None else (right, node.this)
-        terms, off = _linear(sub)
+        terms, off = linear(sub)
         return [(k0 * k, a) for k, a in terms], k0 * off
     if isinstance(node, exp.Filter):
-        inner = _unparen(node.this)
+        inner = unparen(node.this)
         cond = node.expression.this if isinstance(node.expression, exp.Where) else node.expression
-        _no_aggregates(cond, "FILTER")
+        no_aggregates(cond, "FILTER")
         ((k, agg),), _ = _linear_agg(inner)
         if agg.cond is not None:
             cond = exp.and_(agg.cond.copy(), cond.copy())
-        return [(k, _Agg(agg.kind, agg.arg, cond, node))], Fraction(0)
+        return [(k, Aggregate(agg.kind, agg.arg, cond, node))], Fraction(0)
     return _linear_agg(node)
 
 
-def _linear_agg(node: exp.Expression) -> tuple[list[tuple[Fraction, _Agg]], Fraction]:
+def _linear_agg(node: exp.Expr) -> tuple[Terms, Fraction]:
     if isinstance(node, exp.Count):
         arg = node.this
         if isinstance(arg, exp.Distinct) or node.args.get("distinct"):
             raise UnsupportedQuery(f"{node.sql()!r}: {_AGG_ADVICE['Distinct']}.")
         if arg is None or isinstance(arg, exp.Star):
-            return [(Fraction(1), _Agg("count", None, None, node))], Fraction(0)
-        _no_aggregates(arg, "COUNT's argument")
-        return [(Fraction(1), _Agg("count", arg, None, node))], Fraction(0)
+            return [(Fraction(1), Aggregate("count", None, None, node))], Fraction(0)
+        no_aggregates(arg, "COUNT's argument")
+        return [(Fraction(1), Aggregate("count", arg, None, node))], Fraction(0)
     if isinstance(node, exp.CountIf):
-        _no_aggregates(node.this, "COUNT_IF")
-        return [(Fraction(1), _Agg("count", None, node.this, node))], Fraction(0)
+        no_aggregates(node.this, "COUNT_IF")
+        return [(Fraction(1), Aggregate("count", None, node.this, node))], Fraction(0)
     if isinstance(node, exp.Sum):
         arg = node.this
         if isinstance(arg, exp.Distinct):
             raise UnsupportedQuery(f"{node.sql()!r}: {_AGG_ADVICE['Distinct']}.")
         if isinstance(arg, exp.Star) or arg is None:
             raise UnsupportedQuery(f"{node.sql()!r}: SUM needs an expression, e.g. SUM(age).")
-        _no_aggregates(arg, "SUM's argument")
-        return [(Fraction(1), _Agg("sum", arg, None, node))], Fraction(0)
+        no_aggregates(arg, "SUM's argument")
+        return [(Fraction(1), Aggregate("sum", arg, None, node))], Fraction(0)
     if isinstance(node, exp.Column):
         raise UnsupportedQuery(
             f"the column {node.sql()!r} appears outside an aggregate in an arithmetic output; use SUM({node.sql()}) "
@@ -162,9 +197,8 @@ def _linear_agg(node: exp.Expression) -> tuple[list[tuple[Fraction, _Agg]], Frac
 
 
 # -- GROUP BY ----------------------------------------------------------------------------------------
-def _group_columns(
-    select: exp.Select, items: list[exp.Expression], kinds: list[tuple[str, Any]], ev: Evaluator
-) -> list[Column]:
+def group_columns(select: exp.Select, items: Sequence[SelectItem], ev: Evaluator) -> list[Column]:
+    """The declared GROUP BY columns (by name, SELECT alias, position or ALL), without repeats, in order."""
     group = select.args.get("group")
     if group is None:
         return []
@@ -175,24 +209,24 @@ def _group_columns(
             )
     cols: list[Column] = []
     if group.args.get("all"):
-        cols = [what for kind, what in kinds if kind == "column"]
+        cols = [it.column for it in items if it.column is not None]
     aliases = {
-        item.alias.lower(): what
-        for item, (kind, what) in zip(items, kinds)
-        if isinstance(item, exp.Alias) and kind == "column"
+        it.node.alias.lower(): it.column
+        for it in items
+        if isinstance(it.node, exp.Alias) and it.column is not None
     }
     for e in group.expressions:
-        e = _unparen(e)
+        e = unparen(e)
         if isinstance(e, exp.Literal) and not e.is_string:
             k = constant(e)
             if k is None or k.denominator != 1 or not 1 <= k <= len(items):
                 raise UnsupportedQuery(f"GROUP BY {e.sql()} is not a position in the SELECT list (1..{len(items)}).")
-            kind, what = kinds[int(k) - 1]
-            if kind != "column":
+            picked = items[int(k) - 1]
+            if picked.column is None:
                 raise UnsupportedQuery(
-                    f"GROUP BY {e.sql()} refers to an aggregate ({items[int(k) - 1].sql()!r}); group by columns."
+                    f"GROUP BY {e.sql()} refers to an aggregate ({picked.node.sql()!r}); group by columns."
                 )
-            cols.append(what)
+            cols.append(picked.column)
         elif isinstance(e, exp.Column) and not isinstance(e.this, exp.Star):
             if not e.table and not ev.table.has_column(e.name) and e.name.lower() in aliases:
                 cols.append(aliases[e.name.lower()])
@@ -213,12 +247,12 @@ def _group_columns(
 
 
 # -- weights -------------------------------------------------------------------------------------------
-def _weights(
+def group_weights(
     ev: Evaluator,
-    where: exp.Expression | None,
-    terms: list[tuple[Fraction, _Agg]],
+    where: exp.Expr | None,
+    terms: Terms,
     offset: Fraction,
-    group_cols: list[Column],
+    group_cols: Sequence[Column],
     table: Table,
     label: str,
 ) -> list[LinearQuery]:
@@ -232,7 +266,7 @@ def _weights(
     base = ev.truth(where)
     w = np.zeros(shape)
     for coef, agg in terms:
-        mask = np.logical_and(base, ev.truth(agg.cond))
+        mask = base if agg.cond is None else np.logical_and(base, ev.truth(agg.cond))
         if agg.arg is None:
             contrib: Any = 1.0
         elif agg.kind == "count":
@@ -248,30 +282,35 @@ def _weights(
         w = w + float(coef) * np.where(mask, contrib, 0.0)
     w = np.broadcast_to(w, shape)
     if not group_cols:
-        return [LinearQuery.from_grid(table, cols, bps, w, offset, label=label)]
+        return [LinearQuery.from_grid(table, cols, _ints(bps), w, offset, label=label)]
     gax = [cols.index(c.name) for c in group_cols]
     out = []
     for key in itertools.product(*[range(c.n_cells) for c in group_cols]):
         index: list[Any] = [slice(None)] * len(cols)
         new_bps = list(bps)
         new_shape = list(shape)
-        for ax, k, c in zip(gax, key, group_cols):
+        for ax, k, c in zip(gax, key, group_cols, strict=True):
             small = sorted({0, k, k + 1} - {c.n_cells})
             new_bps[ax] = np.array(small)
             new_shape[ax] = len(small)
             index[ax] = small.index(k)
         sel: list[Any] = [slice(None)] * len(cols)
-        for ax, k in zip(gax, key):
+        for ax, k in zip(gax, key, strict=True):
             sel[ax] = slice(k, k + 1)
         weights = np.zeros(new_shape)
         weights[tuple(slice(i, i + 1) if isinstance(i, int) else i for i in index)] = w[tuple(sel)]
-        group = tuple((c.name, c.labels()[k]) for c, k in zip(group_cols, key))
-        out.append(LinearQuery.from_grid(table, cols, new_bps, weights, offset, label=label, group=group))
+        group = tuple((c.name, c.labels()[k]) for c, k in zip(group_cols, key, strict=True))
+        out.append(LinearQuery.from_grid(table, cols, _ints(new_bps), weights, offset, label=label, group=group))
     return out
 
 
-def _finite_where(val: Any, mask: Any, node: exp.Expression) -> None:
-    if val.kind != "number":
+def _ints(breakpoints: list[np.ndarray]) -> Sequence[Sequence[int]]:
+    # from_grid reads any sequences of integers; numpy's stubs do not make an int64 array a Sequence[int].
+    return cast("Sequence[Sequence[int]]", breakpoints)
+
+
+def _finite_where(val: Val, mask: Any, node: exp.Expr) -> None:
+    if val.kind != NUM:
         return
     bad = np.logical_and(np.logical_and(mask, np.logical_not(val.null)), ~np.isfinite(val.v))
     if np.any(bad):

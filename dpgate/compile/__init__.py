@@ -1,0 +1,184 @@
+"""Compile SQL counting queries to :class:`~dpgate.query.LinearQuery` objects.
+
+The package's modules are the compiler's stages: :mod:`~dpgate.compile.statement`
+(tokens, hints, SET, parameters, parse), :mod:`~dpgate.compile.stages` (the
+:data:`~dpgate.compile.stages.STAGES` tuple that :func:`compile_tree` runs),
+:mod:`~dpgate.compile.aggregates` (SELECT items → linear combinations, GROUP BY,
+weights), :mod:`~dpgate.compile.evaluate` and :mod:`~dpgate.compile.nodes`
+(row-level expressions on cells, one handler per node type),
+:mod:`~dpgate.compile.cells` (values, constants, bins) and
+:mod:`~dpgate.compile.post` (ORDER BY / LIMIT / HAVING on released rows).
+
+The compiler reads SQL with sqlglot (DuckDB dialect by default) and turns each
+output column of each group into a linear query ``θ = Σ_cells w(cell)·count(cell) + c``
+over one declared table.  It never runs the SQL and needs no database: the
+weights are computed from the public schema alone.
+
+Supported SQL
+=============
+
+One ``SELECT`` from one declared table (``pums``, ``main.pums``, ``"PUMS"``;
+names are case-insensitive, quoted or not) whose output columns are
+
+* ``COUNT(*)``, ``COUNT(1)``, ``COUNT(expr)`` (rows where ``expr`` is not NULL),
+  ``COUNT_IF(cond)``;
+* ``SUM(expr)`` where ``expr`` depends only on the row's cell: numeric and boolean
+  columns (booleans count 0/1), constants, ``+ - * /`` and ``%``, ``ABS``,
+  ``CASE WHEN … THEN … ELSE … END`` (also the ``CASE x WHEN v`` form), ``IF``,
+  ``COALESCE``, ``CAST(… AS INTEGER | DOUBLE | BOOLEAN)`` and comparisons
+  (a condition counts 0/1);
+* any of these with ``FILTER (WHERE cond)``;
+* linear combinations of those with numeric constants, e.g.
+  ``2*COUNT(*) - 10`` or ``COUNT(*) FILTER (WHERE a) - COUNT(*) FILTER (WHERE b)``;
+  the constants go to the query's offset and do not change its sensitivity;
+* the ``GROUP BY`` columns themselves (aliases allowed).
+
+``WHERE`` / ``FILTER`` conditions may use ``= <> != < <= > >=`` (constants on
+either side), ``BETWEEN``, ``IN (…)``, ``NOT``, ``AND``, ``OR``, ``IS [NOT] NULL``,
+``IS [NOT] TRUE/FALSE``, ``LIKE`` / ``ILIKE`` / ``NOT LIKE`` (with ``ESCAPE``) on
+categorical columns, and boolean columns as conditions (``WHERE married``,
+``married = true``, ``married = 1``).  ``GROUP BY`` takes declared columns by
+name, alias or position (and ``GROUP BY ALL``) and returns one row per *domain*
+key (``Column.labels()``), in row-major order over the columns as written —
+keys never come from the data, empty groups included.  ``HAVING``, ``ORDER BY``,
+``LIMIT`` and ``OFFSET`` are post-processing of the released noisy rows (see
+:meth:`CompiledStatement.apply_postprocessing`).  Parameters (``?``, ``$1``,
+``:name``) are bound as literal nodes, and a ``/*+ dpgate accuracy=25
+confidence=0.95 */`` comment anywhere in the text (keys: accuracy, confidence,
+method, allow_partial) is returned as hints.  ``SET dpgate.accuracy = 25``,
+``SET dpgate.confidence = 0.95``, ``SET dpgate.intervals = on|off`` (also
+``method``, ``allow_partial``) compile to a :class:`SetOption`.
+
+Semantics of cells, NULL, ``other`` and clamping
+================================================
+
+Queries are evaluated on a row's *cell* (see :mod:`dpgate.schema`), i.e. on its
+value after the schema's mapping: integer values are floored and clamped to
+``[min, max]``; binned values are clamped into the first / last bin; categorical
+values outside the declared list are ``other``; a boolean is true when non-zero.
+So on ``age`` declared ``0..100`` a raw age of 130 counts as 100 and
+``age < 29.5`` means ``age <= 29``.
+
+* SQL three-valued logic: a comparison with NULL is unknown, unknown rows are
+  not counted, and ``NOT`` keeps unknown unknown — ``NOT (age < 30)`` does not
+  count NULL ages.  ``COUNT(*)`` counts NULL rows; ``COUNT(col)`` and ``SUM``
+  skip them.  ``SUM`` over no rows is 0, not NULL (a linear query).
+* ``other`` equals no declared value (so ``sex <> '1'`` counts it, ``sex = '1'``
+  and ``sex IN ('0', '1')`` do not) and matches no ``LIKE`` pattern.
+* Categorical columns support only ``=``, ``<>``, ``IN``, ``LIKE`` and
+  ``IS NULL``, against declared values; any other literal is refused (also in
+  ``<>`` / ``NOT IN``), listing the declared values.  A numeric literal is
+  compared by its text (``sex = 1`` means ``sex = '1'``).
+* Binned columns may only be compared with constants, and every comparison must
+  keep each bin whole; a comparison that splits a bin is refused naming the bin
+  and the edges.  Bins of an integer-valued binned column (declared with
+  ``min``/``max``) hold integers, so ``income <= 24999`` keeps ``[10000, 25000)``
+  whole.
+* Weights must be finite rationals (constants with at most six decimals):
+  a division by a value that can be 0 is refused unless guarded by CASE/FILTER.
+
+Refused, before any data is touched: ``SELECT *``, raw (ungrouped) columns,
+MIN/MAX/AVG/MEDIAN/STDDEV and other aggregates, DISTINCT, joins, subqueries,
+CTEs, set operations, window functions, table functions, non-SELECT statements,
+several statements, undeclared tables and columns (``SchemaError``), GROUP BY
+expressions, non-constant LIMIT/OFFSET, ``SELECT`` without ``FROM``.  Parse
+errors raise :class:`~dpgate.errors.QuerySyntaxError` with line and column.
+
+Example:
+    >>> schema = {"tables": {"pums": {"columns": {
+    ...     "age": {"type": "integer", "min": 0, "max": 100},
+    ...     "sex": {"type": "categorical", "values": ["0", "1"]}}}}}
+    >>> (q,) = compile_sql("SELECT COUNT(*) FROM pums WHERE age BETWEEN 20 AND 29", schema)
+    >>> q == compile_sql("SELECT COUNT(*) FROM pums WHERE age >= 20 AND age < 30", schema)[0]
+    True
+    >>> q.sensitivity
+    1.0
+    >>> qs = compile_sql("SELECT sex, 2*COUNT(*) - 10 AS n FROM pums GROUP BY sex", schema)
+    >>> [(dict(q.group)["sex"], q.label, q.sensitivity, q.offset) for q in qs]
+    [('0', 'n', 2.0, Fraction(-10, 1)), ('1', 'n', 2.0, Fraction(-10, 1)), ('<other>', 'n', 2.0, Fraction(-10, 1)), (None, 'n', 2.0, Fraction(-10, 1))]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlglot import exp
+
+from dpgate.compile.post import PostProcess
+from dpgate.compile.stages import MAX_GROUPS, STAGES, CompiledStatement, Output, compile_tree
+from dpgate.compile.statement import (
+    HINT_KEYS,
+    METHOD_VALUES,
+    MODEL_METHODS,
+    SET_OPTIONS,
+    SetOption,
+    bind,
+    dialect_of,
+    hints,
+    parse,
+    set_option,
+    split_check,
+    tokenize,
+)
+from dpgate.errors import InvalidArgumentType, UnsupportedQuery
+from dpgate.query import LinearQuery
+from dpgate.schema import Schema
+
+__all__ = [
+    "compile_sql",
+    "compile_statement",
+    "compile_tree",
+    "CompiledStatement",
+    "Output",
+    "PostProcess",
+    "SetOption",
+    "STAGES",
+    "HINT_KEYS",
+    "SET_OPTIONS",
+    "METHOD_VALUES",
+    "MODEL_METHODS",
+    "MAX_GROUPS",
+]
+
+
+def compile_sql(sql: str, schema: Schema | Mapping[str, Any] | str, dialect: str = "duckdb") -> tuple[LinearQuery, ...]:
+    """Compile one SELECT to its linear queries (one per group key and output column).
+
+    Raises:
+        UnsupportedQuery: the SQL is not a supported counting query (the message says what to write).
+        QuerySyntaxError: the SQL does not parse.
+        SchemaError: an undeclared table or column.
+    """
+    stmt = compile_statement(sql, schema, dialect)
+    if isinstance(stmt, SetOption):
+        raise UnsupportedQuery(
+            f"SET dpgate.{stmt.name} is a session option, not a query; pass it to the gateway / cursor."
+        )
+    return stmt.queries
+
+
+def compile_statement(
+    sql: str,
+    schema: Schema | Mapping[str, Any] | str,
+    dialect: str = "duckdb",
+    params: Sequence[Any] | Mapping[str, Any] | None = None,
+) -> CompiledStatement | SetOption:
+    """Compile one statement: a SELECT (→ CompiledStatement) or ``SET dpgate.x = v`` (→ SetOption).
+
+    ``params`` binds PEP 249 placeholders (``?`` with a sequence, ``$1`` with a
+    sequence, ``:name`` with a mapping); a mismatch raises ``ProgrammingError``.
+    """
+    if not isinstance(sql, str):
+        raise InvalidArgumentType(f"the SQL must be a string, got {type(sql).__name__}.")
+    schema = Schema.load(schema)
+    if not sql.strip():
+        raise UnsupportedQuery("the SQL text is empty; send one SELECT statement.")
+    d = dialect_of(dialect)
+    tokens = tokenize(sql, d)
+    found = hints(tokens, sql)
+    split_check(tokens)
+    tree = bind(parse(sql, d), params)
+    if isinstance(tree, exp.Set):
+        return set_option(tree)
+    return compile_tree(tree, schema, dialect, hints=found, sql=sql)
