@@ -1,12 +1,14 @@
 """Stage "decide": answer from history, or pick the cheapest fresh measurement.
 
-Pure planning on copies of a table's state — no data, no I/O.  For each
-compiled query ``Q`` (a vector ``h`` over atoms):
+Pure planning on copies of a table's state — no data, no I/O.  The method is
+Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012).  For each
+compiled query ``Q`` (a vector ``h`` over atoms), given the analyst's
+:class:`Requirement` (resolved once, by :func:`resolve_requirement`):
 
 1. if the BLUE of ``Q`` from history has a certified (1−δ) half-width ≤ ε,
    answer from history (cost 0);
 2. otherwise choose a fresh measurement.  Policy ``"paper"`` measures ``Q``
-   itself at α = S·ln(1/δ)/ε (seed 001, Theorem 5.3).  Policy ``"minimal"``
+   itself at α = S·ln(1/δ)/ε (Xiao & Xiong (2012), Theorem 5.3).  Policy ``"minimal"``
    prices several *candidate* measurements, each at the largest noise scale for
    which the BLUE of ``Q`` over history plus that measurement meets the
    requirement, and takes the one that raises the system cost
@@ -32,25 +34,44 @@ of the independent noises, whose law the interval is computed from.
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Literal
 
 import numpy as np
 
+from dpgate._validate import is_true, positive_finite, probability
 from dpgate.accounting import CellCosts
 from dpgate.atoms import AtomPartition
-from dpgate.inference import IncrementalBLUE, minimal_scale
+from dpgate.errors import InvalidRequirement
+from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, minimal_scale
 from dpgate.noise import lattice_for
 from dpgate.query import LinearQuery
+from dpgate.result import Answer, Source
 from dpgate.schema import Table
 
-__all__ = ["TableState", "Measurement", "Step", "plan", "measurement", "meets", "paper_scale", "POLICIES"]
+__all__ = [
+    "TableState",
+    "TableView",
+    "Measurement",
+    "Step",
+    "Requirement",
+    "resolve_requirement",
+    "resolve_confidence",
+    "plan",
+    "answers",
+    "measurement",
+    "meets",
+    "paper_scale",
+    "POLICIES",
+    "DEFAULT_CONFIDENCE",
+]
 
 #: ``minimal``: cheapest candidate measurement meeting the requirement (default);
-#: ``paper``: seed 001's α = S·ln(1/δ)/ε whenever history falls short;
+#: ``paper``: Xiao & Xiong (2012)'s α = S·ln(1/δ)/ε whenever history falls short;
 #: ``no_reuse``: baseline that ignores history and answers every query fresh at the paper's α.
 POLICIES: tuple[str, ...] = ("minimal", "paper", "no_reuse")
 
@@ -63,6 +84,74 @@ _TIE = 1e-12
 #: Relative slack when comparing a certified half-width with the requested accuracy
 #: (floating-point noise in the quantile search, never more).
 ACCURACY_RTOL = 1e-9
+#: Confidence 1−δ when no level of a requirement gives one.
+DEFAULT_CONFIDENCE = 0.95
+
+
+# -- the requirement ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Requirement:
+    """What the analyst asked for: ``±accuracy`` at ``confidence`` (1−δ), and whether
+    history's best (wider) estimate is acceptable when the budget cannot pay."""
+
+    accuracy: float
+    confidence: float = DEFAULT_CONFIDENCE
+    allow_partial: bool = False
+
+
+def resolve_requirement(*levels: Mapping[str, object], missing: str) -> Requirement:
+    """The requirement given by ``levels``, most specific first, validated once.
+
+    For each of ``accuracy``, ``confidence`` and ``allow_partial`` the first level
+    holding a value other than ``None`` wins.  A level is a statement's hints
+    (strings, already checked by the compiler), a DB-API session's settings or a
+    call's arguments; ``Gateway.query`` passes ``(arguments, hints)``, the DB-API
+    ``(hints, session settings)`` (the session starts from the connection's
+    arguments).  Confidence defaults to :data:`DEFAULT_CONFIDENCE`; on/off words
+    follow :data:`dpgate._validate.TRUE_WORDS`.
+
+    Raises:
+        InvalidRequirement: no level gives an accuracy (the message is ``missing``,
+            which says where the caller can set one), or a value is out of range.
+
+    >>> resolve_requirement({"accuracy": None}, {"accuracy": "25", "allow_partial": "on"}, missing="")
+    Requirement(accuracy=25.0, confidence=0.95, allow_partial=True)
+    """
+    accuracy = _first(levels, "accuracy")
+    if accuracy is None:
+        raise InvalidRequirement(missing)
+    allow_partial = _first(levels, "allow_partial")
+    return Requirement(
+        positive_finite(_number(accuracy, "accuracy"), "accuracy (the interval half-width)", error=InvalidRequirement),
+        resolve_confidence(*levels),
+        False if allow_partial is None else is_true(allow_partial) if isinstance(allow_partial, str) else bool(allow_partial),
+    )
+
+
+def resolve_confidence(*levels: Mapping[str, object]) -> float:
+    """The confidence of ``levels`` (most specific first), else :data:`DEFAULT_CONFIDENCE`; validated.
+
+    Raises:
+        InvalidRequirement: the value is not a number strictly between 0 and 1.
+    """
+    given = _first(levels, "confidence")
+    value = DEFAULT_CONFIDENCE if given is None else _number(given, "confidence")
+    return probability(value, "confidence (1−δ)", error=InvalidRequirement)
+
+
+def _first(levels: Sequence[Mapping[str, object]], name: str) -> object:
+    return next((lv[name] for lv in levels if lv.get(name) is not None), None)
+
+
+def _number(value: object, name: str) -> object:
+    """A hint's text as a float; anything else unchanged (the range checks name the type)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise InvalidRequirement(f"{name}={value!r} is not a number; write e.g. {name}=25.") from None
+
 
 
 def meets(halfwidth: float, accuracy: float) -> bool:
@@ -71,7 +160,7 @@ def meets(halfwidth: float, accuracy: float) -> bool:
 
 
 def paper_scale(accuracy: float, confidence: float) -> float:
-    """Seed 001's Theorem 5.3 scale ``ε/ln(1/δ)`` for dpgate's discrete noise.
+    """Xiao & Xiong (2012)'s Theorem 5.3 scale ``ε/ln(1/δ)`` for dpgate's discrete noise.
 
     One Laplace release of scale ``b`` is within ``b·ln(1/δ)`` of the truth with
     probability ``1−δ``; the lattice noise adds at most ``γ ≤ b/1024`` (the
@@ -83,12 +172,20 @@ def paper_scale(accuracy: float, confidence: float) -> float:
 
 @dataclass
 class TableState:
-    """Everything known about one table's releases, on the current atoms."""
+    """Everything known about one table's releases, on the current atoms.
+
+    ``queries``, ``record_ids``, ``alphas`` and ``sensitivities`` list the applied
+    ledger records in order (row ``i`` of ``blue`` is record ``record_ids[i]``).
+    """
 
     table: Table
     atoms: AtomPartition
     blue: IncrementalBLUE
     costs: CellCosts
+    queries: list[LinearQuery] = field(default_factory=list)
+    record_ids: list[int] = field(default_factory=list)
+    alphas: list[float] = field(default_factory=list)
+    sensitivities: list[float] = field(default_factory=list)
 
     @classmethod
     def new(cls, table: Table) -> TableState:
@@ -105,16 +202,101 @@ class TableState:
             self.blue.split(parent, self.atoms.cell_sizes)
             self.costs.split(parent)
 
-    def record(self, h: np.ndarray, scale: float, value: float, lattice: float, alpha: float, sensitivity: float) -> None:
-        """Add one release (atom vector ``h``) to the inference state and the costs."""
+    def record(
+        self, record_id: int, query: LinearQuery, scale: float, value: float, lattice: float, alpha: float,
+        sensitivity: float,
+    ) -> None:
+        """Add one released answer of ``query`` (ledger record ``record_id``) to the inference state and the costs."""
+        self.refine(query)
+        h = self.atoms.vector(query)
         self.blue.append(h, scale, value, lattice=lattice)
         self.costs.add(h, alpha, sensitivity)
+        self.queries.append(query)
+        self.record_ids.append(record_id)
+        self.alphas.append(alpha)
+        self.sensitivities.append(sensitivity)
+
+    def view(self) -> TableView:
+        """A frozen snapshot of this history (copies: later releases and refinements do not show)."""
+        # refine() replaces the partition's arrays and never writes into them, so a shallow
+        # copy is a snapshot; the BLUE is copied deeply (append/split write in place).
+        return TableView(
+            self.table,
+            copy.copy(self.atoms),
+            _frozen(self.blue.rows),
+            _frozen(self.blue.values),
+            _frozen(self.blue.scales),
+            _frozen(self.blue.lattice),
+            _frozen(self.alphas),
+            _frozen(self.sensitivities),
+            tuple(self.queries),
+            tuple(self.record_ids),
+            self.blue.copy(),
+        )
 
     def atom_query(self, query: LinearQuery, keep: np.ndarray) -> LinearQuery:
         """``query`` with its weight zeroed outside the atoms ``keep`` (a boolean mask)."""
         grid = query.expand(self.table, self.atoms.columns, self.atoms.breakpoints) / query.denominator
         weights = np.where(keep[self.atoms.labels], grid, 0.0)
         return LinearQuery.from_grid(self.table, self.atoms.columns, self.atoms.breakpoints, weights)
+
+
+@dataclass(frozen=True, eq=False)
+class TableView:
+    """A frozen snapshot of one table's released history, taken by ``Gateway.locked_view``.
+
+    This is the seam between the gateway and its extensions (``dpgate.model``,
+    ``dpgate.warmstart``): they read history here, never the gateway's state.
+    Everything in it is public structure (query vectors, the schema) or already
+    released (noisy answers, their scales and budgets), so reading it is
+    post-processing and spends nothing.  It holds copies: later releases or
+    refinements do not change it, and it may be read after the lock is released.
+
+    Attributes:
+        table: the declared table.
+        atoms: the atom partition at snapshot time (a private copy; every released
+            query, and every query the view was asked to refine, is constant on its atoms).
+        rows: ``m × n_atoms`` weights of the released queries over atoms, release order (read-only).
+        values: the ``m`` released noisy answers (read-only).
+        scales: their Laplace scales ``b_i = S_i/α_i`` (read-only).
+        lattice: their lattice steps ``γ_i`` (0 = continuous; read-only).
+        alphas: the budget ``α_i`` of each release (read-only).
+        sensitivities: ``S_i = max|q_i|`` of each release (read-only).
+        queries: the released linear queries (offset 0), release order.
+        record_ids: the ledger record id of each release.
+    """
+
+    table: Table
+    atoms: AtomPartition
+    rows: np.ndarray = field(repr=False)
+    values: np.ndarray = field(repr=False)
+    scales: np.ndarray = field(repr=False)
+    lattice: np.ndarray = field(repr=False)
+    alphas: np.ndarray = field(repr=False)
+    sensitivities: np.ndarray = field(repr=False)
+    queries: tuple[LinearQuery, ...] = field(repr=False)
+    record_ids: tuple[int, ...] = field(repr=False)
+    _blue: IncrementalBLUE = field(repr=False)
+
+    @property
+    def m(self) -> int:
+        """Number of released answers."""
+        return len(self.record_ids)
+
+    def vector(self, query: LinearQuery) -> np.ndarray:
+        """``query``'s weight on each atom (it must be constant on them: pass it to ``locked_view``)."""
+        return self.atoms.vector(query)
+
+    def estimate(self, query: LinearQuery | np.ndarray) -> Estimate:
+        """The BLUE of ``query`` (or of an atom vector) from this history (Xiao & Xiong (2012), Theorem 3.1)."""
+        h = self.vector(query) if isinstance(query, LinearQuery) else query
+        return self._blue.estimate(h)  # estimate() only reads the BLUE's state
+
+
+def _frozen(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    arr = np.array(values, dtype=float)
+    arr.setflags(write=False)
+    return arr
 
 
 @dataclass(frozen=True)
@@ -162,7 +344,7 @@ def plan(
         h = state.atoms.vector(q)
         if policy != "no_reuse":
             est = blue.estimate(h)
-            if est.estimable and meets(est.posterior.law.halfwidth(confidence), accuracy):
+            if meets(est.halfwidth(confidence), accuracy):  # inf when not estimable
                 steps.append(Step(q, "history", h))
                 continue
         candidates = _candidates(state, blue, costs, q, h, accuracy, confidence, policy)
@@ -173,6 +355,58 @@ def plan(
             costs.add(m.h, m.alpha, m.sensitivity)
         steps.append(Step(q, "fresh", h, tuple(parts), increase))
     return steps
+
+
+def answers(
+    blue: IncrementalBLUE, steps: Sequence[Step], accuracy: float, confidence: float, policy: str
+) -> tuple[Answer, ...]:
+    """Answer each step with the estimator its decision was verified on.
+
+    ``blue`` is the state before this statement's releases; replaying the
+    measurements in plan order means each query is estimated from exactly the
+    history its plan saw (earlier releases plus its own), so a fresh answer's
+    certified half-width is the one the plan checked.  (Adding the statement's
+    later releases would lower the variance but can widen the certified interval
+    by a lattice step.)  Which estimator is used depends only on the design, so
+    coverage is unaffected.
+    """
+    replay = blue.copy() if any(s.measurements for s in steps) else blue
+    out = []
+    for s in steps:
+        for m, v in zip(s.measurements, s.values, strict=True):
+            replay.append(m.h, m.scale, v, lattice=m.lattice)
+        out.append(_answer(replay, s, accuracy, confidence, policy))
+    return tuple(out)
+
+
+def _answer(blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str) -> Answer:
+    q = step.query
+    off = float(q.offset)
+
+    def answer(value: float, low: float, high: float, source: Source, epsilon_spent: float,
+               posterior: Posterior | None = None, meets_requirement: bool = True) -> Answer:
+        return Answer(value, low, high, confidence, accuracy, source, epsilon_spent, posterior, meets_requirement,
+                      label=q.label, group=q.group, query=q)
+
+    if step.kind == "exact":
+        return answer(off, off, off, source="exact", epsilon_spent=0.0)
+    if policy == "no_reuse" and step.kind == "fresh":
+        # The baseline answers from its own fresh release only (one measurement of Q).
+        (m,) = step.measurements
+        post = Posterior(step.values[0], ErrorLaw([1.0], [m.scale], lattice=[m.lattice]))
+    else:
+        est = blue.estimate(step.h) if step.h is not None else None
+        if est is None or est.posterior is None:
+            return answer(math.nan, -math.inf, math.inf, source="unavailable", epsilon_spent=0.0,
+                          meets_requirement=False)
+        post = est.posterior
+    post = Posterior(post.mean() + off, post.law)
+    low, high = post.interval(confidence)
+    return answer(
+        float(post.mean()), float(low), float(high),
+        source="history" if step.kind in ("history", "unavailable") else "fresh",
+        epsilon_spent=step.increase, posterior=post, meets_requirement=meets((high - low) / 2, accuracy),
+    )
 
 
 def measurement(state: TableState, query: LinearQuery, scale: float) -> Measurement:
@@ -200,7 +434,7 @@ def _verified(
         for m in parts:
             trial.append(m.h, m.scale, 0.0, lattice=m.lattice)  # weights do not depend on the value
         est = trial.estimate(h)
-        if policy == "no_reuse" or (est.estimable and meets(est.posterior.law.halfwidth(confidence), accuracy)):
+        if policy == "no_reuse" or meets(est.halfwidth(confidence), accuracy):
             break
         parts = [measurement(state, m.query, m.scale * (1 - 2.0**-9)) for m in parts]
     return trial, parts
@@ -227,7 +461,7 @@ def _candidates(
     paper = paper_scale(accuracy, confidence)
     scale = paper
     if policy == "minimal":
-        found = minimal_scale(blue, h, h, accuracy, confidence, lattice=lambda b: lattice_for(b, q.denominator)[0])
+        found = minimal_scale(blue, h, h, accuracy, confidence, lattice=_lattice_step(q.denominator))
         if found is not None:
             scale = max(scale, found)
     parts = [measurement(state, q, scale)]
@@ -244,7 +478,8 @@ def _candidates(
             continue  # leaving out an atom no more charged than the rest cannot help
         h_keep = np.where(keep, h, 0.0)
         part_q = state.atom_query(q, keep)
-        b = minimal_scale(blue, h, h_keep, accuracy, confidence, lattice=lambda s: lattice_for(s, part_q.denominator)[0])
+        b = minimal_scale(blue, h, h_keep, accuracy, confidence, 
+                          lattice=_lattice_step(part_q.denominator))
         if b is not None and math.isfinite(b):
             parts = [measurement(state, part_q, b)]
             out.append((_price(costs, parts), 2, parts))
@@ -261,6 +496,11 @@ def _candidates(
             out.append((_price(costs, parts), 0, parts))
     # Round increases so that ties are ties.
     return [(round(c / _TIE) * _TIE, r, p) for c, r, p in out]
+
+
+def _lattice_step(denominator: int) -> Callable[[float], float]:
+    """The lattice step γ of a release at scale ``b`` of a query with this denominator."""
+    return lambda b: lattice_for(b, denominator)[0]
 
 
 def _unit(state: TableState, q: LinearQuery) -> LinearQuery:
@@ -286,7 +526,7 @@ def _common_scale(
         for r in rows:
             trial.append(r, b, 0.0, lattice=lattice_for(b, 1)[0])
         est = trial.estimate(h)
-        return bool(est.estimable and meets(est.posterior.law.halfwidth(confidence), accuracy))
+        return meets(est.halfwidth(confidence), accuracy)
 
     lo = hi = start
     if enough(start):

@@ -106,14 +106,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpgate import _ispe
+from dpgate._validate import positive_finite, probability
 from dpgate.errors import BudgetExhausted, InvalidRequirement, SchemaError, UnsupportedQuery
 from dpgate.query import LinearQuery
+from dpgate.result import Answer, Result
 from dpgate.schema import Table
+
+if TYPE_CHECKING:  # dpgate.gateway imports this module; the type checker alone needs the class
+    from dpgate.gateway import Gateway
 
 __all__ = ["STRATEGIES", "MAX_IDENTITY_CELLS", "WarmStart", "warm_start", "mmse_estimate", "mmse_values"]
 
@@ -173,7 +178,7 @@ class WarmStart:
 
 # -- entry point -------------------------------------------------------------------------
 def warm_start(
-    gw: Any, strategy: str, epsilon: float, columns: str | Sequence[str], *, table: str | None = None, **options: Any
+    gw: Gateway, strategy: str, epsilon: float, columns: str | Sequence[str], *, table: str | None = None, **options: Any
 ) -> WarmStart:
     """Release ``strategy``'s design at total per-cell cost ``epsilon`` through ``gw``.
 
@@ -188,13 +193,11 @@ def warm_start(
     """
     if strategy not in STRATEGIES:
         raise InvalidRequirement(f"strategy must be one of {list(STRATEGIES)}, got {strategy!r}.")
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (0 < epsilon < math.inf):
-        raise InvalidRequirement(f"epsilon must be a positive finite number, got {epsilon!r}.")
-    epsilon = float(epsilon)
+    epsilon = positive_finite(epsilon, "epsilon", error=InvalidRequirement)
     t = _table(gw, table)
     cols = _columns(t, columns)
     opts = _options(strategy, options)
-    with gw._lock:  # one gateway's threads do not interleave with a two-phase release
+    with gw.locked_view(t.name):  # one gateway's threads do not interleave with a two-phase release
         _check_budget(gw, t, epsilon, strategy)
         if strategy == "identity":
             return _identity(gw, t, cols, epsilon, opts)
@@ -203,7 +206,7 @@ def warm_start(
         return _ispe_release(gw, t, cols, epsilon, opts)
 
 
-def _table(gw: Any, table: str | None) -> Table:
+def _table(gw: Gateway, table: str | None) -> Table:
     if table is None:
         if len(gw.schema.tables) != 1:
             raise InvalidRequirement(
@@ -233,7 +236,7 @@ def _options(strategy: str, given: dict[str, Any]) -> dict[str, Any]:
     return {**allowed, **given}
 
 
-def _check_budget(gw: Any, t: Table, epsilon: float, strategy: str) -> None:
+def _check_budget(gw: Gateway, t: Table, epsilon: float, strategy: str) -> None:
     needed = t.max_rows_per_individual * epsilon
     spent = gw.spent
     if spent + needed > gw.budget + _SLACK:
@@ -245,7 +248,7 @@ def _check_budget(gw: Any, t: Table, epsilon: float, strategy: str) -> None:
         )
 
 
-def _release(gw: Any, t: Table, ms: list[tuple[LinearQuery, float]], label: str) -> list[float]:
+def _release(gw: Gateway, t: Table, ms: list[tuple[LinearQuery, float]], label: str) -> list[float]:
     return gw.release_measurements(t.name, ms, kind="warm_start", label=label)
 
 
@@ -288,7 +291,7 @@ def _grid_size(t: Table, cols: Sequence[str], strategy: str) -> tuple[int, ...]:
 
 
 # -- identity ----------------------------------------------------------------------------
-def _identity(gw: Any, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
+def _identity(gw: Gateway, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
     shape = _grid_size(t, cols, "identity")
     qs = [_box(t, cols, [(i, i + 1) for i in idx]) for idx in np.ndindex(*shape)]
     ms = [(q, epsilon) for q in qs]
@@ -326,7 +329,7 @@ def level_budgets(epsilon: float, n_levels: int, split: str, ratio: float = 2.0)
     raise InvalidRequirement(f"split must be 'even' or 'geometric', got {split!r}.")
 
 
-def _hierarchical(gw: Any, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
+def _hierarchical(gw: Gateway, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
     if len(cols) != 1:
         raise InvalidRequirement(f"the hierarchical strategy takes ONE ordered column, got {list(cols)}.")
     col = t.column(cols[0])
@@ -338,11 +341,10 @@ def _hierarchical(gw: Any, t: Table, cols: tuple[str, ...], epsilon: float, opts
     if isinstance(b, bool) or not isinstance(b, int) or b < 2:
         raise InvalidRequirement(f"branching must be an integer ≥ 2, got {b!r}.")
     ratio = opts["ratio"]
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (0 < ratio < math.inf):
-        raise InvalidRequirement(f"ratio must be a positive number, got {ratio!r}.")
+    ratio = positive_finite(ratio, "ratio", error=InvalidRequirement)
     m = col.n_cells - 1
     levels = tree_levels(m, b)
-    alphas = level_budgets(epsilon, len(levels), opts["split"], float(ratio))
+    alphas = level_budgets(epsilon, len(levels), opts["split"], ratio)
     ms: list[tuple[LinearQuery, float]] = []
     for nodes, a in zip(levels, alphas):
         ms.extend((_box(t, cols, [node]), a) for node in nodes)
@@ -355,7 +357,7 @@ def _hierarchical(gw: Any, t: Table, cols: tuple[str, ...], epsilon: float, opts
 
 
 # -- ISPE ------------------------------------------------------------------------------------
-def _ispe_release(gw: Any, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
+def _ispe_release(gw: Gateway, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
     for c in cols:
         col = t.column(c)
         if not col.ordered:
@@ -363,22 +365,18 @@ def _ispe_release(gw: Any, t: Table, cols: tuple[str, ...], epsilon: float, opts
                 f"column {col.name!r} is {col.kind}; ISPE grows regions of neighbouring cells and needs ordered "
                 "(integer or binned) columns."
             )
-    f = opts["alpha1_fraction"]
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not (0 < f < 1):
-        raise InvalidRequirement(f"alpha1_fraction must lie strictly between 0 and 1, got {f!r}.")
+    f = probability(opts["alpha1_fraction"], "alpha1_fraction", error=InvalidRequirement)
     shape = _grid_size(t, cols, "ispe")
     _ispe.gaussian_mask(opts["mask_size"], opts["sigma"])  # validates
     _ispe.neighbour_offsets(len(cols), opts["connectivity"])  # validates
     if int(opts["iterations"]) != opts["iterations"] or opts["iterations"] < 0:
         raise InvalidRequirement(f"iterations must be a non-negative integer, got {opts['iterations']!r}.")
-    alpha1 = epsilon * float(f)
+    alpha1 = epsilon * f
     alpha2 = epsilon - alpha1
     xi = opts["xi"]
     if xi is None:
         xi = math.sqrt(2.0) / alpha1  # std of one phase-1 count's noise: public, data-free
-    if isinstance(xi, bool) or not isinstance(xi, (int, float)) or not (0 < xi < math.inf):
-        raise InvalidRequirement(f"xi must be a positive number, got {xi!r}.")
-    opts = {**opts, "xi": float(xi)}
+    opts = {**opts, "xi": positive_finite(xi, "xi", error=InvalidRequirement)}
 
     # Phase 1: the cell histogram at α₁.
     cells = list(np.ndindex(*shape))
@@ -476,8 +474,8 @@ def mmse_values(release: WarmStart, query: LinearQuery, *, neighbours: bool = Tr
 
 
 def mmse_estimate(
-    gw: Any, sql: str, release: WarmStart, *, confidence: float = 0.95, neighbours: bool = True, params: Any = None
-) -> Any:
+    gw: Gateway, sql: str, release: WarmStart, *, confidence: float = 0.95, neighbours: bool = True, params: Any = None
+) -> Result:
     """Answer ``sql`` by ISPE's MMSE estimator with neighbourhood reference; free, model-based.
 
     Returns a ``dpgate.Result`` whose answers have ``source="model"``,
@@ -492,14 +490,8 @@ def mmse_estimate(
     """
     from statistics import NormalDist
 
-    from dpgate.compile import CompiledStatement, compile_statement
-    from dpgate.result import Answer, Result
-
-    if not (0 < confidence < 1):
-        raise InvalidRequirement(f"confidence must lie strictly between 0 and 1, got {confidence!r}.")
-    stmt = compile_statement(sql, gw.schema, dialect=gw.dialect, params=params)
-    if not isinstance(stmt, CompiledStatement):
-        raise InvalidRequirement("mmse_estimate takes a SELECT statement.")
+    confidence = probability(confidence, "confidence", error=InvalidRequirement)
+    stmt = gw.compile(sql, params)
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     answers = []
     for q in stmt.queries:
