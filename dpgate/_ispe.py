@@ -68,7 +68,7 @@ def _convolve_axis(a: np.ndarray, g: np.ndarray, axis: int) -> np.ndarray:
     n = moved.shape[-1]
     num = np.zeros_like(moved)
     den = np.zeros(n)
-    for k, w in zip(range(-r, r + 1), g):
+    for k, w in zip(range(-r, r + 1), g, strict=True):
         lo, hi = max(0, -k), min(n, n - k)  # target positions t with t + k in range
         if lo >= hi:
             continue
@@ -124,8 +124,8 @@ def grow_regions(smoothed: np.ndarray, xi: float, d: float = 1.0) -> np.ndarray:
             cj = queue.popleft()
             vj = sm[cj]
             for off in offs:
-                ck = tuple(a + b for a, b in zip(cj, off))
-                if any(c < 0 or c >= s for c, s in zip(ck, shape)) or labels[ck] >= 0:
+                ck = tuple(a + b for a, b in zip(cj, off, strict=True))
+                if any(c < 0 or c >= s for c, s in zip(ck, shape, strict=True)) or labels[ck] >= 0:
                     continue
                 if abs(sm[ck] - vj) < xi:
                     labels[ck] = n_regions
@@ -145,7 +145,7 @@ def is_connected(mask: np.ndarray, d: float = 1.0) -> bool:
     while queue:
         c = queue.popleft()
         for off in offs:
-            k = tuple(a + b for a, b in zip(c, off))
+            k = tuple(a + b for a, b in zip(c, off, strict=True))
             if k in cells and k not in seen:
                 seen.add(k)
                 queue.append(k)

@@ -37,8 +37,11 @@ wins — **statement hint > session SET > connection argument**:
 
 ``method`` (same three levels; default ``exact``) switches to free, *biased*
 model-based estimates (:meth:`dpgate.Gateway.estimate`): ``SET dpgate.method =
-pca`` or ``maxent`` (seed 002), or ``/*+ dpgate method=mmse */`` (seed 003's
-MMSE over an ISPE warm start of the connection's gateway).  Their rows carry
+pca`` or ``maxent`` (Chen, Zhou & Bhowmick, "Integrating Historical Noisy Answers
+for Improving Data Utility under Differential Privacy", EDBT 2016), or
+``/*+ dpgate method=mmse */`` (the MMSE of Xiao, Xiong & Yuan, "ISPE: Adaptive
+Differentially Private Data Release and Query Estimation", Emory TR-2011-005,
+2011, §4, over an ISPE warm start of the connection's gateway).  Their rows carry
 ``source = 'model'`` and a heuristic band, never a guaranteed interval; no
 accuracy is needed and nothing is spent or recorded in the ledger.
 
@@ -111,8 +114,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from dpgate import errors as _errors
 from dpgate.compile import CompiledStatement, SetOption, compile_statement
+from dpgate.decide import Policy, resolve_accuracy, resolve_confidence, resolve_requirement
 from dpgate.errors import (
     BudgetExhausted,
     DatabaseError,
@@ -122,6 +125,8 @@ from dpgate.errors import (
     IntegrityError,
     InterfaceError,
     InternalError,
+    InvalidArgument,
+    InvalidArgumentType,
     InvalidRequirement,
     LedgerError,
     NotEstimable,
@@ -155,7 +160,27 @@ __all__ = [
     "NUMBER",
     "DATETIME",
     "ROWID",
-    *_errors.__all__,
+    # PEP 249: the exception classes are module attributes.
+    "Warning",
+    "Error",
+    "InterfaceError",
+    "DatabaseError",
+    "DataError",
+    "OperationalError",
+    "IntegrityError",
+    "InternalError",
+    "ProgrammingError",
+    "NotSupportedError",
+    "InvalidArgument",
+    "InvalidArgumentType",
+    "SchemaError",
+    "UnsupportedQuery",
+    "QuerySyntaxError",
+    "BudgetExhausted",
+    "LedgerError",
+    "InvalidRequirement",
+    "NotEstimable",
+    "DPGateInternalError",
 ]
 
 #: PEP 249: the DB-API level supported.
@@ -224,7 +249,7 @@ def connect(
     confidence: float = 0.95,
     intervals: bool = False,
     allow_partial: bool = False,
-    policy: str | None = None,
+    policy: Policy | None = None,
     seed: int | None = None,
     dialect: str = "duckdb",
 ) -> Connection:
@@ -283,9 +308,10 @@ def connect(
         except TypeError as exc:
             raise InterfaceError(str(exc)) from None
         owns = True
+    # Checked now, by the resolver every statement uses, so that a bad argument fails at connect().
     settings = {
-        "accuracy": None if accuracy is None else _check_value("accuracy", accuracy),
-        "confidence": _check_value("confidence", confidence),
+        "accuracy": resolve_accuracy({"accuracy": accuracy}),
+        "confidence": resolve_confidence({"confidence": confidence}),
         "intervals": _check_flag("intervals", intervals),
         "allow_partial": _check_flag("allow_partial", allow_partial),
         "method": None,
@@ -307,17 +333,6 @@ def _check_database(database: Any) -> None:
         "database must be a DuckDB file path, a duckdb connection, a pandas DataFrame, a dict of DataFrames or "
         f"a dpgate.Gateway, got {type(database).__name__}."
     )
-
-
-def _check_value(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
-        raise InvalidRequirement(f"{name} must be a number, got {value!r}.")
-    value = float(value)
-    if name == "accuracy" and not (0 < value < math.inf):
-        raise InvalidRequirement(f"accuracy is the interval half-width and must be > 0 and finite, got {value!r}.")
-    if name == "confidence" and not (0 < value < 1):
-        raise InvalidRequirement(f"confidence is 1−δ and must lie strictly between 0 and 1, got {value!r}.")
-    return value
 
 
 def _check_flag(name: str, value: Any) -> bool:
@@ -380,7 +395,7 @@ def _result_set(result: Result, intervals: bool, schema: Any) -> _ResultSet:
         )
     records: list[list[Any]] = []
     for g, key in enumerate(st.group_keys):
-        keys = dict(zip(st.group_columns, key))
+        keys: dict[str | None, Any] = dict(zip(st.group_columns, key, strict=True))
         chunk = result.answers[g * n_aggs : (g + 1) * n_aggs]
         row: list[Any] = []
         agg_i = 0
@@ -404,7 +419,7 @@ def _result_set(result: Result, intervals: bool, schema: Any) -> _ResultSet:
         order = [int(g) for g in frame[_ROW_KEY]]
     rows = tuple(tuple(_python(v) for v in records[g][:-1]) for g in order)
     answers = tuple(a for g in order for a in result.answers[g * n_aggs : (g + 1) * n_aggs])
-    description = tuple((n, t, None, None, None, None, null_ok) for n, (t, null_ok) in zip(names, types))
+    description = tuple((n, t, None, None, None, None, null_ok) for n, (t, null_ok) in zip(names, types, strict=True))
     return _ResultSet(description, rows, result, answers)
 
 
@@ -535,11 +550,11 @@ class Connection:
             settings = dict(self._settings)
             method = (stmt.hints.get("method") or settings["method"] or "exact").lower()
             if method != "exact":  # a free, model-based estimate (Gateway.estimate): no accuracy needed
-                confidence = float(stmt.hints.get("confidence", settings["confidence"]))
+                confidence = resolve_confidence(stmt.hints, settings)
                 result = gw.estimate(operation, method, confidence=confidence, params=params)
                 return _result_set(result, bool(settings["intervals"]), gw.schema)
-            accuracy, confidence, allow_partial = _requirement(stmt.hints, settings)
-            result = gw.query(operation, accuracy, confidence, params=params, allow_partial=allow_partial)
+            req = resolve_requirement(stmt.hints, settings, missing=_NO_ACCURACY)  # hint > session SET > connect()
+            result = gw.query(operation, req.accuracy, req.confidence, params=params, allow_partial=req.allow_partial)
             return _result_set(result, bool(settings["intervals"]), gw.schema)
         except Error:
             raise
@@ -558,21 +573,11 @@ def _params(parameters: Any) -> Sequence[Any] | Mapping[str, Any] | None:
     return list(parameters)
 
 
-def _requirement(hints: Mapping[str, str], settings: Mapping[str, Any]) -> tuple[float, float, bool]:
-    """Statement hint > session SET > connection argument (the session starts from the connection's)."""
-    accuracy = float(hints["accuracy"]) if "accuracy" in hints else settings["accuracy"]
-    confidence = float(hints["confidence"]) if "confidence" in hints else settings["confidence"]
-    if "allow_partial" in hints:
-        allow_partial = str(hints["allow_partial"]).strip().lower() in ("on", "true", "1", "yes")
-    else:
-        allow_partial = bool(settings["allow_partial"])
-    if accuracy is None:
-        raise InvalidRequirement(
-            "no accuracy requirement: say how close the answer must be, as the half-width of its interval — "
-            "per statement with a hint /*+ dpgate accuracy=25 */, per session with SET dpgate.accuracy = 25, "
-            "or per connection with dpgate.connect(..., accuracy=25). Nothing was read or spent."
-        )
-    return accuracy, confidence, allow_partial
+_NO_ACCURACY = (
+    "no accuracy requirement: say how close the answer must be, as the half-width of its interval — "
+    "per statement with a hint /*+ dpgate accuracy=25 */, per session with SET dpgate.accuracy = 25, "
+    "or per connection with dpgate.connect(..., accuracy=25). Nothing was read or spent."
+)
 
 
 # -- Cursor -------------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ __all__ = [
     "Step",
     "Requirement",
     "resolve_requirement",
+    "resolve_accuracy",
     "resolve_confidence",
     "plan",
     "answers",
@@ -67,6 +68,7 @@ __all__ = [
     "meets",
     "paper_scale",
     "POLICIES",
+    "Policy",
     "DEFAULT_CONFIDENCE",
 ]
 
@@ -74,6 +76,8 @@ __all__ = [
 #: ``paper``: Xiao & Xiong (2012)'s α = S·ln(1/δ)/ε whenever history falls short;
 #: ``no_reuse``: baseline that ignores history and answers every query fresh at the paper's α.
 POLICIES: tuple[str, ...] = ("minimal", "paper", "no_reuse")
+#: The policy names as a type.
+Policy = Literal["minimal", "paper", "no_reuse"]
 
 #: Support sizes (in atoms) up to which separate atom counts are a candidate.
 MAX_ATOM_CANDIDATE = 16
@@ -117,15 +121,25 @@ def resolve_requirement(*levels: Mapping[str, object], missing: str) -> Requirem
     >>> resolve_requirement({"accuracy": None}, {"accuracy": "25", "allow_partial": "on"}, missing="")
     Requirement(accuracy=25.0, confidence=0.95, allow_partial=True)
     """
-    accuracy = _first(levels, "accuracy")
+    accuracy = resolve_accuracy(*levels)
     if accuracy is None:
         raise InvalidRequirement(missing)
     allow_partial = _first(levels, "allow_partial")
-    return Requirement(
-        positive_finite(_number(accuracy, "accuracy"), "accuracy (the interval half-width)", error=InvalidRequirement),
-        resolve_confidence(*levels),
-        False if allow_partial is None else is_true(allow_partial) if isinstance(allow_partial, str) else bool(allow_partial),
-    )
+    if isinstance(allow_partial, str):
+        allow_partial = is_true(allow_partial)
+    return Requirement(accuracy, resolve_confidence(*levels), bool(allow_partial))
+
+
+def resolve_accuracy(*levels: Mapping[str, object]) -> float | None:
+    """The accuracy of ``levels`` (most specific first), validated; ``None`` when no level gives one.
+
+    Raises:
+        InvalidRequirement: the value is not a finite number > 0.
+    """
+    given = _first(levels, "accuracy")
+    if given is None:
+        return None
+    return positive_finite(_number(given, "accuracy"), "accuracy (the interval half-width)", error=InvalidRequirement)
 
 
 def resolve_confidence(*levels: Mapping[str, object]) -> float:

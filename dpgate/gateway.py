@@ -36,7 +36,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from dpgate._compile_statement import MODEL_METHODS
 from dpgate._validate import positive_finite
@@ -45,6 +45,7 @@ from dpgate.cube import Cube
 from dpgate.decide import (
     POLICIES,
     Measurement,
+    Policy,
     Step,
     TableState,
     TableView,
@@ -69,8 +70,6 @@ if TYPE_CHECKING:  # the extensions import this module; only the type checker ne
     from dpgate.warmstart import WarmStart
 
 __all__ = ["Gateway", "POLICIES"]
-
-Policy = Literal["minimal", "paper", "no_reuse"]
 
 # Budget comparisons allow this much floating-point slack (never more).
 _BUDGET_SLACK = 1e-12

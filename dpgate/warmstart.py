@@ -256,7 +256,7 @@ def _release(gw: Gateway, t: Table, ms: list[tuple[LinearQuery, float]], label: 
 def _box(t: Table, cols: Sequence[str], ranges: Sequence[tuple[int, int]]) -> LinearQuery:
     """Count of the grid box ``Π [lo, hi)`` (cell indices) over ``cols``."""
     bps, shape, idx = [], [], []
-    for c, (lo, hi) in zip(cols, ranges):
+    for c, (lo, hi) in zip(cols, ranges, strict=True):
         n = t.column(c).n_cells
         bp = sorted({0, lo, hi} - {n})
         bps.append(bp)
@@ -277,7 +277,7 @@ def _grid_size(t: Table, cols: Sequence[str], strategy: str) -> tuple[int, ...]:
     shape = tuple(t.column(c).n_cells for c in cols)
     size = math.prod(shape)
     if size > MAX_IDENTITY_CELLS:
-        dims = " × ".join(f"{c} ({n})" for c, n in zip(cols, shape))
+        dims = " × ".join(f"{c} ({n})" for c, n in zip(cols, shape, strict=True))
         hint = (
             ' Use strategy="hierarchical" on one ordered column, or declare coarser bins.'
             if strategy == "identity"
@@ -346,7 +346,7 @@ def _hierarchical(gw: Gateway, t: Table, cols: tuple[str, ...], epsilon: float, 
     levels = tree_levels(m, b)
     alphas = level_budgets(epsilon, len(levels), opts["split"], ratio)
     ms: list[tuple[LinearQuery, float]] = []
-    for nodes, a in zip(levels, alphas):
+    for nodes, a in zip(levels, alphas, strict=True):
         ms.extend((_box(t, cols, [node]), a) for node in nodes)
     ms.append((_box(t, cols, [(m, m + 1)]), epsilon))  # the NULL cell, once at ε
     values = _release(gw, t, ms, f"warm_start hierarchical({col.name}) ε={epsilon:g}")
@@ -445,8 +445,9 @@ def mmse_values(release: WarmStart, query: LinearQuery, *, neighbours: bool = Tr
             "MMSE answers only queries on the released grid."
         )
     shape = release.labels.shape
-    # expand() reads only the grid (column names and breakpoints), not the table.
-    w = np.asarray(query.expand(None, release.columns, [range(n) for n in shape]), dtype=float) / query.denominator
+    # expand() reads only the grid (column names and breakpoints), never its table argument.
+    grid = query.expand(None, release.columns, [range(n) for n in shape])  # type: ignore[arg-type]
+    w = grid.astype(float) / query.denominator
     labels, y1 = release.labels, release.cell_values
     b1, b2 = 1.0 / release.alpha1, 1.0 / release.alpha2
     offs = _ispe.neighbour_offsets(len(shape), release.options["connectivity"])
@@ -462,10 +463,10 @@ def mmse_values(release: WarmStart, query: LinearQuery, *, neighbours: bool = Tr
             nb: list[float] = []
             if neighbours and part_r.sum() == 1:
                 (c,) = [tuple(int(v) for v in x) for x in np.argwhere(part)]
-                if all(ci < si for ci, si in zip(c, spatial)):
+                if all(ci < si for ci, si in zip(c, spatial, strict=True)):
                     for off in offs:
-                        k = tuple(a + b for a, b in zip(c, off))
-                        if all(0 <= ki < si for ki, si in zip(k, spatial)) and labels[k] == r:
+                        k = tuple(a + b for a, b in zip(c, off, strict=True))
+                        if all(0 <= ki < si for ki, si in zip(k, spatial, strict=True)) and labels[k] == r:
                             nb.append(float(y1[k]))
             mean, std = _ispe.mmse_part(cells_r, release.region_values[int(r)], part_r, np.ones_like(part_r), b1, b2, nb)
             total += float(weight) * mean
@@ -498,7 +499,7 @@ def mmse_estimate(
         value, std = mmse_values(release, q, neighbours=neighbours)
         answers.append(
             Answer(
-                value, value - z * std, value + z * std, confidence, math.nan, "model", 0.0,  # type: ignore[arg-type]
+                value, value - z * std, value + z * std, confidence, math.nan, "model", 0.0,
                 posterior=None, meets_requirement=False, label=q.label, group=q.group, query=q,
             )
         )

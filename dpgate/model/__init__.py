@@ -229,15 +229,14 @@ def estimate(
     halves = z * (rmse if mc_se is None else np.hypot(rmse, mc_se)) * np.ones(len(stmt.queries))
     acc = math.nan if accuracy is None else float(accuracy)
     answers = []
-    for q, v, half in zip(stmt.queries, values, halves.tolist()):
-        meta = dict(label=q.label, group=q.group, query=q, confidence=float(confidence), accuracy=acc)
+    for q, v, half in zip(stmt.queries, values, halves.tolist(), strict=True):
         off = float(q.offset)
         if q.is_zero:
-            answers.append(Answer(off, off, off, source="exact", epsilon_spent=0.0, **meta))
+            answers.append(Answer(off, off, off, confidence, acc, "exact", 0.0, label=q.label, group=q.group, query=q))
             continue
         val = float(v) + off
-        answers.append(Answer(val, val - half, val + half, source="model", epsilon_spent=0.0,
-                              posterior=None, meets_requirement=False, **meta))
+        answers.append(Answer(val, val - half, val + half, confidence, acc, "model", 0.0, posterior=None,
+                              meets_requirement=False, label=q.label, group=q.group, query=q))
     info = dict(fitted.info)
     if mc_se is not None:
         info["mc_stderr"] = tuple(float(s) for s in mc_se)

@@ -134,7 +134,7 @@ def _slab_masses(table: Table, col: str, bp: Sequence[int], marginals: Mapping[s
 def box_mass(table: Table, atoms: AtomPartition, marginals: Mapping[str, np.ndarray]) -> np.ndarray:
     """Prior mass of every grid box of ``atoms`` (shape of ``atoms.labels``; sums to 1)."""
     box = np.ones((), dtype=float)
-    for c, bp in zip(atoms.columns, atoms.breakpoints):
+    for c, bp in zip(atoms.columns, atoms.breakpoints, strict=True):
         box = np.multiply.outer(box, _slab_masses(table, c, bp, marginals))
     return box
 

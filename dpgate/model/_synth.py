@@ -66,7 +66,7 @@ def _masked(values: np.ndarray, null: np.ndarray, dtype: str) -> Any:
 def _values(col: Column, cells: np.ndarray, rng: np.random.Generator) -> Any:
     null = cells == col.null_cell
     if col.kind == "integer":
-        return _masked(np.where(null, 0, col.min + cells), null, "Int64")  # type: ignore[operator]
+        return _masked(np.where(null, 0, col.min + cells), null, "Int64")
     if col.kind == "boolean":
         return _masked(np.where(null, False, cells == 1), null, "boolean")
     if col.kind == "categorical":
@@ -132,7 +132,7 @@ def sample_frame(
     box = np.ravel(box_mass(t, atoms, marginals)) if marginals else None
     if box is None:
         sizes = np.ones(())
-        for c, bp in zip(atoms.columns, atoms.breakpoints):
+        for c, bp in zip(atoms.columns, atoms.breakpoints, strict=True):
             sizes = np.multiply.outer(sizes, np.diff(np.append(bp, t.column(c).n_cells)).astype(float))
         box = np.ravel(sizes)
     within = np.zeros(atoms.n_atoms)
@@ -143,7 +143,7 @@ def sample_frame(
     picks = rng.choice(p_box.size, size=n, p=p_box) if n else np.zeros(0, dtype=np.int64)
     shape = tuple(len(b) for b in atoms.breakpoints)
     coords = np.unravel_index(picks, shape) if shape else ()
-    grid = {c.lower(): (k, bp) for k, (c, bp) in enumerate(zip(atoms.columns, atoms.breakpoints))}
+    grid = {c.lower(): (k, bp) for k, (c, bp) in enumerate(zip(atoms.columns, atoms.breakpoints, strict=True))}
     data = {}
     for col in t.columns:
         if col.name.lower() in grid:

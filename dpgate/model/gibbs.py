@@ -58,11 +58,11 @@ class _Features:
         sizes = [int(q.numerators.size) for q in queries]
         self.offsets = np.cumsum([0, *sizes])[:-1].astype(np.int64)
         self.flat = np.concatenate(
-            [np.ravel(q.numerators) / (q.denominator * float(s)) for q, s in zip(queries, scales)] or [np.zeros(0)])
+            [np.ravel(q.numerators) / (q.denominator * float(s)) for q, s in zip(queries, scales, strict=True)] or [np.zeros(0)])
         per_col: dict[int, list[tuple[int, np.ndarray, int]]] = {}
         for i, q in enumerate(queries):
             shape = q.numerators.shape
-            for a, (c, bp) in enumerate(zip(q.columns, q.breakpoints)):
+            for a, (c, bp) in enumerate(zip(q.columns, q.breakpoints, strict=True)):
                 per_col.setdefault(table.axis(c), []).append((i, np.asarray(bp, np.int64), math.prod(shape[a + 1:])))
         self.cols = tuple(sorted(per_col))
         self.users: dict[int, np.ndarray] = {}

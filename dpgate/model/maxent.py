@@ -133,7 +133,7 @@ def fit(
     x = np.zeros(m) if w0 is None else np.clip(w0, -beta, beta)
     iterations, pg = 0, math.inf
     for _ in range(6):  # L-BFGS-B can stop early on a flat step: restart until the KKT check passes
-        res = minimize(f, x, jac=True, method="L-BFGS-B", bounds=list(zip(-beta, beta)),
+        res = minimize(f, x, jac=True, method="L-BFGS-B", bounds=list(zip(-beta, beta, strict=True)),
                        options=dict(maxiter=maxiter, maxfun=2 * maxiter, ftol=1e-15, gtol=1e-9, maxcor=20))
         x, iterations = res.x, iterations + int(res.nit)
         pg = _projected_gradient(x, f(x)[1], beta)
@@ -261,7 +261,7 @@ def fit_with_cv(
         else:
             i = int(np.argmin(got[0]))
             chosen, cv = ALPHA_GRID[i], (got[0][i], got[1])
-            curve = tuple(zip(ALPHA_GRID, got[0]))  # stops where the scan stopped
+            curve = tuple(zip(ALPHA_GRID, got[0], strict=False))  # stops where the scan stopped
     else:
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
             raise InvalidRequirement(f"alpha must be a positive number or 'cv', got {alpha!r}.")

@@ -206,12 +206,12 @@ def cross_validate(
     perm = np.random.default_rng(seed).permutation(m)
     groups = np.array_split(perm, k)
     shared = None if callable(mass_for) else np.asarray(mass_for)
-    Kfull = kernel(H, shared) if shared is not None else None
-    kufull = H @ shared if shared is not None else None
+    full = (kernel(H, shared), H @ shared) if shared is not None else None
     parts = []
     for test in groups:
         train = np.setdiff1d(perm, test)
-        if shared is not None:
+        if full is not None:
+            Kfull, kufull = full
             K, ku, Kt, kut = Kfull[np.ix_(train, train)], kufull[train], Kfull[np.ix_(test, train)], kufull[test]
         else:
             mass = np.asarray(mass_for(train))
@@ -226,7 +226,7 @@ def cross_validate(
     logs = np.linspace(math.log(lo) - 4.0, math.log(hi) + 4.0, grid_points)
     evals: dict[float, float] = {0.0: cv.mse(0.0), math.inf: cv.mse(math.inf)}
     vals = [cv.mse(math.exp(x)) for x in logs]
-    for x, v in zip(logs, vals):
+    for x, v in zip(logs, vals, strict=True):
         evals[math.exp(x)] = v
     # Ternary (golden-section) search between the grid neighbours of the best grid point.
     i = int(np.argmin(vals))
