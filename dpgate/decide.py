@@ -12,7 +12,7 @@ compiled query ``Q`` (a vector ``h`` over atoms), given the analyst's
    prices several *candidate* measurements, each at the largest noise scale for
    which the BLUE of ``Q`` over history plus that measurement meets the
    requirement, and takes the one that raises the system cost
-   ``k·max_j B_j`` (Theorem 5.5) least:
+   ``k·max_j B_j`` (Xiao & Xiong (2012), Theorem 5.5) least:
 
    * ``Q`` itself (never at more than the paper's α);
    * ``Q`` restricted to its atoms minus the ``t`` most-charged ones
@@ -387,7 +387,8 @@ def answers(
     replay = blue.copy() if any(s.measurements for s in steps) else blue
     out = []
     for s in steps:
-        for m, v in zip(s.measurements, s.values, strict=True):
+        # An unpaid ("unavailable") step keeps its planned measurements but has no values.
+        for m, v in zip(s.measurements, s.values, strict=False):
             replay.append(m.h, m.scale, v, lattice=m.lattice)
         out.append(_answer(replay, s, accuracy, confidence, policy))
     return tuple(out)

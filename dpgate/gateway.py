@@ -467,7 +467,7 @@ class Gateway:
         ``"hierarchical"`` (Hay et al. tree over one ordered column; options
         ``branching``, ``split="even"|"geometric"``, ``ratio``) or ``"ispe"`` (Xiao, Xiong & Yuan (2011);
         options ``alpha1_fraction``, ``iterations``, ``mask_size``, ``sigma``, ``xi``,
-        ``connectivity``).  Every cell's cost rises by exactly ε (Theorem 5.5), released
+        ``connectivity``).  Every cell's cost rises by exactly ε (Xiao & Xiong (2012), Theorem 5.5), released
         through :meth:`release_measurements`; see ``dpgate.warmstart`` for the privacy
         proof and what intervals mean afterwards.  Returns a ``dpgate.warmstart.WarmStart``.
 

@@ -5,6 +5,9 @@
 ``Gateway.release_measurements`` — budget-checked before any data is read,
 recorded durably in the ledger, added to the history that the decision loop
 answers from — and returns a :class:`WarmStart` describing what was released.
+ISPE, the geometric budget split and the MMSE estimator are from Xiao, Xiong &
+Yuan, "ISPE: Adaptive Differentially Private Data Release and Query Estimation"
+(Emory TR-2011-005, 2011).
 
 Strategies (every one raises the per-cell cost of *every* cell of the table by
 exactly ε, so the system cost rises by ``k·ε``, ``k = max_rows_per_individual``):
@@ -12,7 +15,8 @@ exactly ε, so the system cost rises by ``k·ε``, ``k = max_rows_per_individual
 ``"identity"``
     one count per cell of the product grid of ``columns`` (NULL / ``other``
     cells included), each at α = ε.  The cells are disjoint, so every cell is
-    charged ε (Theorem 5.5).  Refused above ``MAX_IDENTITY_CELLS`` cells.
+    charged ε (per-cell accounting: Xiao & Xiong, "Bayesian Inference under
+    Differential Privacy" (2012), Theorem 5.5).  Refused above ``MAX_IDENTITY_CELLS`` cells.
 ``"hierarchical"``
     the tree of Hay et al. over ONE ordered column (integer or binned): the
     column's ``m`` non-NULL cells are padded virtually to ``B^L ≥ m``
@@ -20,12 +24,12 @@ exactly ε, so the system cost rises by ``k·ε``, ``k = max_rows_per_individual
     nodes ``[i·B^(L−ℓ), (i+1)·B^(L−ℓ)) ∩ [0, m)``, all at α_ℓ; the NULL cell is
     one more count at ε.  Every non-NULL cell lies in exactly one node per level,
     so it is charged ``Σ_ℓ α_ℓ = ε``.  ``split="even"``: α_ℓ = ε/(L+1);
-    ``split="geometric"`` (seed 003 §5.3.3): α_ℓ ∝ ``ratio^ℓ`` (default 2, so the
-    leaves get the largest share), normalised to sum to ε — the paper's printed
+    ``split="geometric"`` (Xiao, Xiong & Yuan (2011), §5.3.3): α_ℓ ∝ ``ratio^ℓ``
+    (default 2, so the leaves get the largest share), normalised to sum to ε — the paper's printed
     ``α·2^(h−L−1)`` sums to ``α(1 − 2^−L)``, which would waste budget.
 ``"ispe"``
-    seed 003 §3 on a grid of ordered columns (any number of them): phase 1 is
-    the identity release at ``α₁ = alpha1_fraction·ε``; the *noisy* non-NULL
+    Xiao, Xiong & Yuan (2011), §3, on a grid of ordered columns (any number of
+    them): phase 1 is the identity release at ``α₁ = alpha1_fraction·ε``; the *noisy* non-NULL
     histogram is smoothed by a Gaussian filter (``iterations``, ``mask_size``,
     ``sigma``); region growing (threshold ``xi``, connectivity distance
     ``connectivity``) partitions the grid into connected regions of similar
@@ -42,8 +46,8 @@ cell ``j`` changes one count per level/phase, so its loss is the sum of those
 α's, = ε.  For ISPE, phase 2's *design* (the partition) is a function of phase
 1's released noisy values only — never of the data — so phase 2 is an
 ``(ε − α₁)``-DP mechanism chosen by post-processing of an α₁-DP output; by
-adaptive sequential composition (McSherry's PINQ, seed 003 Theorems 2.1–2.2,
-3.1) the pair is ε-DP, and the per-cell charge recorded in the ledger is exactly
+adaptive sequential composition (McSherry's PINQ; Xiao, Xiong & Yuan (2011),
+Theorems 2.1–2.2, 3.1) the pair is ε-DP, and the per-cell charge recorded in the ledger is exactly
 α₁ + (ε − α₁) = ε for every cell.  Before anything is read the whole ``k·ε`` is
 checked against the remaining budget (the increase is exactly ``k·ε`` because
 every cell's cost rises by ε), so an overspending warm start raises
@@ -80,9 +84,9 @@ intervals matter, use "identity" or "hierarchical".
 
 ISPE's ``xi`` is in count units.  Its default, ``√2/α₁`` (the standard deviation
 of one phase-1 count's noise), is public and data-free but merges little on
-dense data; the paper tunes ξ per data set (seed 003 §5.2.3).
+dense data; the paper tunes ξ per data set (Xiao, Xiong & Yuan (2011), §5.2.3).
 
-MMSE with neighbourhood reference (seed 003 §4): :func:`mmse_estimate` answers
+MMSE with neighbourhood reference (Xiao, Xiong & Yuan (2011), §4): :func:`mmse_estimate` answers
 from an ISPE release by a *model* that treats neighbouring cells of a region as
 further observations of a cell.  It is biased by design, costs nothing (pure
 post-processing), and its answers carry ``source="model"``,
@@ -420,7 +424,7 @@ def _ispe_release(gw: Gateway, t: Table, cols: tuple[str, ...], epsilon: float, 
 def mmse_values(release: WarmStart, query: LinearQuery, *, neighbours: bool = True) -> tuple[float, float]:
     """Model-based estimate of ``query`` from an ISPE release: ``(value, model std)``.
 
-    Splits the query's cells by weight and by region (seed 003 §4.1: "divide the
+    Splits the query's cells by weight and by region (Xiao, Xiong & Yuan (2011), §4.1: "divide the
     query into several parts with every part belonging to one partition"), takes
     the MMSE of each part (:func:`dpgate._ispe.mmse_part`; for a single cell with
     ``neighbours=True`` the other cells of its region within the connectivity

@@ -1,4 +1,7 @@
-"""Synthetic rows from the maximum-entropy model (seed 002 §4.2, last paragraph).
+"""Synthetic rows from the maximum-entropy model.
+
+The sampler of Chen, Zhou & Bhowmick, "Integrating Historical Noisy Answers for
+Improving Data Utility under Differential Privacy" (EDBT 2016), §4.2, last paragraph.
 
 Sampling is post-processing of the fitted model (released answers only), so it
 spends no budget and needs no secure randomness; ``seed`` makes it reproducible.

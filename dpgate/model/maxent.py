@@ -1,4 +1,7 @@
-"""Seed 002 §4: the maximum-entropy model of the table, fitted to released answers.
+"""The maximum-entropy model of the table, fitted to released answers.
+
+From Chen, Zhou & Bhowmick, "Integrating Historical Noisy Answers for Improving
+Data Utility under Differential Privacy" (EDBT 2016), §4.
 
 Post-processing only (no data read, ε spent = 0).  The model is a distribution
 ``p`` over the table's cells that maximises entropy relative to a prior ``p₀``
@@ -18,7 +21,7 @@ Two solvers (``solver=``; ``"auto"``, the default, picks by the atom count):
   uniform (relative to ``p₀``) inside an atom and the dual is exact on atoms:
   ``Z_w = Σ_atoms mass · exp(Fᵀw)``, solved by L-BFGS-B (``O(m · atoms)`` per
   iteration).  Used up to ``max_atoms`` atoms (default :data:`MAX_ATOMS` = 100 000).
-* ``"sgd"`` (:func:`dpgate.model.gibbs.fit_sgd`) — the seed's stochastic-gradient / Gibbs-sampling scheme
+* ``"sgd"`` (:func:`dpgate.model.gibbs.fit_sgd`) — the paper's stochastic-gradient / Gibbs-sampling scheme
   (§4.2), used beyond ``max_atoms``: batches of Metropolis-within-Gibbs chains over
   rows of cells (never a vector over the domain or the atoms) estimate ``p_w[f_i]``,
   and ``w_i ← clip(w_i + γ_i (π_i − f̄_i), ±β_i)``.  It is **approximate**: answers
@@ -176,7 +179,7 @@ def _cv_mse(hist: History, fold_prior: Callable[[np.ndarray], Any], fit_fold: _F
     the estimate is of the model's error, to which the final fit adds its own (smaller)
     Monte Carlo error per answer.
 
-    Like the seed's ternary search this assumes the CV error is unimodal in α: the
+    Like the paper's ternary search this assumes the CV error is unimodal in α: the
     scan stops once it has risen twice in a row (larger α also fit slowest).
     """
     m = hist.m
