@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from dpgate.errors import DPGateInternalError
 from dpgate.model._history import History, box_mass
 from dpgate.schema import OTHER_LABEL, Column
 
@@ -129,7 +130,7 @@ def sample_frame(
     t, atoms = hist.table, hist.atoms
     n, source = _row_count(hist, model, rows)
     if not math.isfinite(float(p.sum())):
-        raise ValueError("the model's probabilities are not finite; this is a bug in dpgate")
+        raise DPGateInternalError("the model's probabilities are not finite")
     rng = np.random.default_rng(seed)
     labels = atoms.labels.ravel()
     box = np.ravel(box_mass(t, atoms, marginals)) if marginals else None

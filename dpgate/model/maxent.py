@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from dpgate._validate import real
 from dpgate.errors import InvalidRequirement, NotEstimable
 from dpgate.model._history import History, atom_mass, fit_marginals
 from dpgate.model.gibbs import MC_DRAWS, SGD_MAX_ITER, GibbsFit, fit_sgd, kkt_violation
@@ -266,9 +267,9 @@ def fit_with_cv(
             chosen, cv = ALPHA_GRID[i], (got[0][i], got[1])
             curve = tuple(zip(ALPHA_GRID, got[0], strict=False))  # stops where the scan stopped
     else:
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
+        chosen = real(alpha, "alpha (a positive number or 'cv')", error=InvalidRequirement)
+        if not chosen > 0:  # any positive value, inf included
             raise InvalidRequirement(f"alpha must be a positive number or 'cv', got {alpha!r}.")
-        chosen = float(alpha)
         one = _cv_mse(hist, fold_prior, fit_fold, (chosen,), folds, seed)
         cv = None if one is None else (one[0][0], one[1])
         curve = None
