@@ -115,7 +115,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dpgate.compile import CompiledStatement, SetOption, compile_statement
-from dpgate.decide import Policy, resolve_accuracy, resolve_confidence, resolve_requirement
+from dpgate.decide import Policy, hinted, resolve_accuracy, resolve_confidence, resolve_requirement
 from dpgate.errors import (
     BudgetExhausted,
     DatabaseError,
@@ -550,10 +550,10 @@ class Connection:
             settings = dict(self._settings)
             method = (stmt.hints.get("method") or settings["method"] or "exact").lower()
             if method != "exact":  # a free, model-based estimate (Gateway.estimate): no accuracy needed
-                confidence = resolve_confidence(stmt.hints, settings)
+                confidence = resolve_confidence(hinted(stmt.hints), settings)
                 result = gw.estimate(operation, method, confidence=confidence, params=params)
                 return _result_set(result, bool(settings["intervals"]), gw.schema)
-            req = resolve_requirement(stmt.hints, settings, missing=_NO_ACCURACY)  # hint > session SET > connect()
+            req = resolve_requirement(hinted(stmt.hints), settings, missing=_NO_ACCURACY)  # hint > session SET > connect()
             result = gw.query(operation, req.accuracy, req.confidence, params=params, allow_partial=req.allow_partial)
             return _result_set(result, bool(settings["intervals"]), gw.schema)
         except Error:

@@ -60,6 +60,7 @@ __all__ = [
     "Step",
     "Requirement",
     "resolve_requirement",
+    "hinted",
     "resolve_accuracy",
     "resolve_confidence",
     "plan",
@@ -107,27 +108,41 @@ def resolve_requirement(*levels: Mapping[str, object], missing: str) -> Requirem
     """The requirement given by ``levels``, most specific first, validated once.
 
     For each of ``accuracy``, ``confidence`` and ``allow_partial`` the first level
-    holding a value other than ``None`` wins.  A level is a statement's hints
-    (strings, already checked by the compiler), a DB-API session's settings or a
-    call's arguments; ``Gateway.query`` passes ``(arguments, hints)``, the DB-API
-    ``(hints, session settings)`` (the session starts from the connection's
-    arguments).  Confidence defaults to :data:`DEFAULT_CONFIDENCE`; on/off words
-    follow :data:`dpgate._validate.TRUE_WORDS`.
+    holding a value other than ``None`` wins.  A level is a call's arguments, a
+    DB-API session's settings or a statement's hints read by :func:`hinted`;
+    ``Gateway.query`` passes ``(arguments, hints)``, the DB-API ``(hints, session
+    settings)`` (the session starts from the connection's arguments).  Confidence
+    defaults to :data:`DEFAULT_CONFIDENCE`.
 
     Raises:
         InvalidRequirement: no level gives an accuracy (the message is ``missing``,
             which says where the caller can set one), or a value is out of range.
 
-    >>> resolve_requirement({"accuracy": None}, {"accuracy": "25", "allow_partial": "on"}, missing="")
+    >>> resolve_requirement({"accuracy": None}, hinted({"accuracy": "25", "allow_partial": "on"}), missing="")
     Requirement(accuracy=25.0, confidence=0.95, allow_partial=True)
     """
     accuracy = resolve_accuracy(*levels)
     if accuracy is None:
         raise InvalidRequirement(missing)
-    allow_partial = _first(levels, "allow_partial")
-    if isinstance(allow_partial, str):
-        allow_partial = is_true(allow_partial)
-    return Requirement(accuracy, resolve_confidence(*levels), bool(allow_partial))
+    return Requirement(accuracy, resolve_confidence(*levels), bool(_first(levels, "allow_partial")))
+
+
+def hinted(hints: Mapping[str, str]) -> dict[str, float | bool]:
+    """A statement's ``/*+ dpgate … */`` hints as a requirement level: numbers and an on/off flag.
+
+    On/off words follow :data:`dpgate._validate.TRUE_WORDS`.  (Only hints are text:
+    a string given as an argument is refused by the range checks.)
+
+    Raises:
+        InvalidRequirement: a hinted accuracy or confidence is not a number.
+    """
+    out: dict[str, float | bool] = {}
+    for name in ("accuracy", "confidence"):
+        if name in hints:
+            out[name] = _number(hints[name], name)
+    if "allow_partial" in hints:
+        out["allow_partial"] = is_true(hints["allow_partial"])
+    return out
 
 
 def resolve_accuracy(*levels: Mapping[str, object]) -> float | None:
@@ -139,7 +154,7 @@ def resolve_accuracy(*levels: Mapping[str, object]) -> float | None:
     given = _first(levels, "accuracy")
     if given is None:
         return None
-    return positive_finite(_number(given, "accuracy"), "accuracy (the interval half-width)", error=InvalidRequirement)
+    return positive_finite(given, "accuracy (the interval half-width)", error=InvalidRequirement)
 
 
 def resolve_confidence(*levels: Mapping[str, object]) -> float:
@@ -149,7 +164,7 @@ def resolve_confidence(*levels: Mapping[str, object]) -> float:
         InvalidRequirement: the value is not a number strictly between 0 and 1.
     """
     given = _first(levels, "confidence")
-    value = DEFAULT_CONFIDENCE if given is None else _number(given, "confidence")
+    value = DEFAULT_CONFIDENCE if given is None else given
     return probability(value, "confidence (1−δ)", error=InvalidRequirement)
 
 
@@ -157,14 +172,11 @@ def _first(levels: Sequence[Mapping[str, object]], name: str) -> object:
     return next((lv[name] for lv in levels if lv.get(name) is not None), None)
 
 
-def _number(value: object, name: str) -> object:
-    """A hint's text as a float; anything else unchanged (the range checks name the type)."""
-    if not isinstance(value, str):
-        return value
+def _number(text: str, name: str) -> float:
     try:
-        return float(value)
+        return float(text)
     except ValueError:
-        raise InvalidRequirement(f"{name}={value!r} is not a number; write e.g. {name}=25.") from None
+        raise InvalidRequirement(f"hint {name}={text!r} is not a number; write e.g. {name}=25.") from None
 
 
 

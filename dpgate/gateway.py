@@ -50,6 +50,7 @@ from dpgate.decide import (
     TableState,
     TableView,
     answers,
+    hinted,
     measurement,
     plan,
     resolve_confidence,
@@ -200,11 +201,11 @@ class Gateway:
         stmt = self.compile(sql, params)
         method = stmt.hints.get("method", "exact")  # validated and lower-cased by the compiler
         if method != "exact":  # a hint asked for a free, model-based estimate instead
-            confidence = resolve_confidence({"confidence": confidence}, stmt.hints)
+            confidence = resolve_confidence({"confidence": confidence}, hinted(stmt.hints))
             return self.estimate(sql, method, confidence=confidence, params=params)
         req = resolve_requirement(
             {"accuracy": accuracy, "confidence": confidence, "allow_partial": allow_partial or None},
-            stmt.hints,
+            hinted(stmt.hints),
             missing="no accuracy given: pass accuracy= (the half-width of the interval you need, e.g. 25) "
             "or add a hint /*+ dpgate accuracy=25 */.",
         )

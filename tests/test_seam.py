@@ -20,7 +20,14 @@ import pytest
 import dpgate
 import dpgate.datasets
 from dpgate import dbapi
-from dpgate.decide import Requirement, TableView, resolve_accuracy, resolve_confidence, resolve_requirement
+from dpgate.decide import (
+    Requirement,
+    TableView,
+    hinted,
+    resolve_accuracy,
+    resolve_confidence,
+    resolve_requirement,
+)
 from dpgate.errors import InvalidRequirement, ProgrammingError
 
 PACKAGE = pathlib.Path(dpgate.__file__).parent
@@ -111,21 +118,27 @@ def test_release_measurements_states_its_privacy_guarantee() -> None:
 # -- one requirement resolver ------------------------------------------------------------------------
 def test_first_level_that_gives_a_value_wins() -> None:
     args = {"accuracy": None, "confidence": 0.9, "allow_partial": None}
-    hints = {"accuracy": "25", "confidence": "0.99", "allow_partial": "ON"}
+    hints = hinted({"accuracy": "25", "confidence": "0.99", "allow_partial": "ON"})
+    assert hints == {"accuracy": 25.0, "confidence": 0.99, "allow_partial": True}
     assert resolve_requirement(args, hints, missing="") == Requirement(25.0, 0.9, True)
     assert resolve_requirement(hints, args, missing="") == Requirement(25.0, 0.99, True)
     assert resolve_requirement({"accuracy": 3}, missing="") == Requirement(3.0, 0.95, False)
-    assert resolve_requirement({"accuracy": 3, "allow_partial": "no"}, missing="").allow_partial is False
+    assert resolve_requirement(hinted({"accuracy": "3", "allow_partial": "no"}), missing="").allow_partial is False
 
 
 @pytest.mark.parametrize("level", [
     {"accuracy": 0}, {"accuracy": -1}, {"accuracy": math.inf}, {"accuracy": math.nan}, {"accuracy": True},
-    {"accuracy": "many"}, {"accuracy": 5, "confidence": 1.0}, {"accuracy": 5, "confidence": 0},
+    {"accuracy": "10"}, {"accuracy": 5, "confidence": 1.0}, {"accuracy": 5, "confidence": 0},
     {"accuracy": 5, "confidence": "high"},
 ])
 def test_bad_values_raise_invalid_requirement(level) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidRequirement):
         resolve_requirement(level, missing="")
+
+
+def test_a_hint_that_is_not_a_number_is_refused() -> None:
+    with pytest.raises(InvalidRequirement, match="hint accuracy='many' is not a number"):
+        hinted({"accuracy": "many"})
 
 
 def test_missing_accuracy_uses_the_callers_message() -> None:
