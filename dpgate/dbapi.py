@@ -115,7 +115,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dpgate.compile import CompiledStatement, SetOption, compile_statement
-from dpgate.decide import Policy, hinted, resolve_accuracy, resolve_confidence, resolve_requirement
+from dpgate.decide import Policy
 from dpgate.errors import (
     BudgetExhausted,
     DatabaseError,
@@ -139,6 +139,7 @@ from dpgate.errors import (
     Warning,
 )
 from dpgate.gateway import Gateway
+from dpgate.requirement import hinted, resolve_accuracy, resolve_confidence, resolve_requirement
 from dpgate.result import Answer, Result
 
 __all__ = [

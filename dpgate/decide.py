@@ -3,7 +3,7 @@
 Pure planning on copies of a table's state — no data, no I/O.  The method is
 Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012).  For each
 compiled query ``Q`` (a vector ``h`` over atoms), given the analyst's
-:class:`Requirement` (resolved once, by :func:`resolve_requirement`):
+requirement (resolved once, by :func:`dpgate.requirement.resolve_requirement`):
 
 1. if the BLUE of ``Q`` from history has a certified (1−δ) half-width ≤ ε,
    answer from history (cost 0);
@@ -34,35 +34,24 @@ of the independent noises, whose law the interval is computed from.
 
 from __future__ import annotations
 
-import copy
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Literal
 
 import numpy as np
 
-from dpgate._validate import is_true, positive_finite, probability
 from dpgate.accounting import CellCosts
-from dpgate.atoms import AtomPartition
-from dpgate.errors import InvalidRequirement
-from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, minimal_scale
+from dpgate.inference import ErrorLaw, IncrementalBLUE, Posterior, minimal_scale
 from dpgate.noise import lattice_for
 from dpgate.query import LinearQuery
 from dpgate.result import Answer, Source
-from dpgate.schema import Table
+from dpgate.state import TableState
 
 __all__ = [
-    "TableState",
-    "TableView",
     "Measurement",
     "Step",
-    "Requirement",
-    "resolve_requirement",
-    "hinted",
-    "resolve_accuracy",
-    "resolve_confidence",
     "plan",
     "answers",
     "measurement",
@@ -70,7 +59,6 @@ __all__ = [
     "paper_scale",
     "POLICIES",
     "Policy",
-    "DEFAULT_CONFIDENCE",
 ]
 
 #: ``minimal``: cheapest candidate measurement meeting the requirement (default);
@@ -89,95 +77,6 @@ _TIE = 1e-12
 #: Relative slack when comparing a certified half-width with the requested accuracy
 #: (floating-point noise in the quantile search, never more).
 ACCURACY_RTOL = 1e-9
-#: Confidence 1−δ when no level of a requirement gives one.
-DEFAULT_CONFIDENCE = 0.95
-
-
-# -- the requirement ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Requirement:
-    """What the analyst asked for: ``±accuracy`` at ``confidence`` (1−δ), and whether
-    history's best (wider) estimate is acceptable when the budget cannot pay."""
-
-    accuracy: float
-    confidence: float = DEFAULT_CONFIDENCE
-    allow_partial: bool = False
-
-
-def resolve_requirement(*levels: Mapping[str, object], missing: str) -> Requirement:
-    """The requirement given by ``levels``, most specific first, validated once.
-
-    For each of ``accuracy``, ``confidence`` and ``allow_partial`` the first level
-    holding a value other than ``None`` wins.  A level is a call's arguments, a
-    DB-API session's settings or a statement's hints read by :func:`hinted`;
-    ``Gateway.query`` passes ``(arguments, hints)``, the DB-API ``(hints, session
-    settings)`` (the session starts from the connection's arguments).  Confidence
-    defaults to :data:`DEFAULT_CONFIDENCE`.
-
-    Raises:
-        InvalidRequirement: no level gives an accuracy (the message is ``missing``,
-            which says where the caller can set one), or a value is out of range.
-
-    >>> resolve_requirement({"accuracy": None}, hinted({"accuracy": "25", "allow_partial": "on"}), missing="")
-    Requirement(accuracy=25.0, confidence=0.95, allow_partial=True)
-    """
-    accuracy = resolve_accuracy(*levels)
-    if accuracy is None:
-        raise InvalidRequirement(missing)
-    return Requirement(accuracy, resolve_confidence(*levels), bool(_first(levels, "allow_partial")))
-
-
-def hinted(hints: Mapping[str, str]) -> dict[str, float | bool]:
-    """A statement's ``/*+ dpgate … */`` hints as a requirement level: numbers and an on/off flag.
-
-    On/off words follow :data:`dpgate._validate.TRUE_WORDS`.  (Only hints are text:
-    a string given as an argument is refused by the range checks.)
-
-    Raises:
-        InvalidRequirement: a hinted accuracy or confidence is not a number.
-    """
-    out: dict[str, float | bool] = {}
-    for name in ("accuracy", "confidence"):
-        if name in hints:
-            out[name] = _number(hints[name], name)
-    if "allow_partial" in hints:
-        out["allow_partial"] = is_true(hints["allow_partial"])
-    return out
-
-
-def resolve_accuracy(*levels: Mapping[str, object]) -> float | None:
-    """The accuracy of ``levels`` (most specific first), validated; ``None`` when no level gives one.
-
-    Raises:
-        InvalidRequirement: the value is not a finite number > 0.
-    """
-    given = _first(levels, "accuracy")
-    if given is None:
-        return None
-    return positive_finite(given, "accuracy (the interval half-width)", error=InvalidRequirement)
-
-
-def resolve_confidence(*levels: Mapping[str, object]) -> float:
-    """The confidence of ``levels`` (most specific first), else :data:`DEFAULT_CONFIDENCE`; validated.
-
-    Raises:
-        InvalidRequirement: the value is not a number strictly between 0 and 1.
-    """
-    given = _first(levels, "confidence")
-    value = DEFAULT_CONFIDENCE if given is None else given
-    return probability(value, "confidence (1−δ)", error=InvalidRequirement)
-
-
-def _first(levels: Sequence[Mapping[str, object]], name: str) -> object:
-    return next((lv[name] for lv in levels if lv.get(name) is not None), None)
-
-
-def _number(text: str, name: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise InvalidRequirement(f"hint {name}={text!r} is not a number; write e.g. {name}=25.") from None
-
 
 
 def meets(halfwidth: float, accuracy: float) -> bool:
@@ -194,135 +93,6 @@ def paper_scale(accuracy: float, confidence: float) -> float:
     answer alone certifiably meet ``±ε`` (α is 0.1 % above the paper's at δ = 0.05).
     """
     return accuracy / (math.log(1.0 / (1.0 - confidence)) + 1.0 / 1024)
-
-
-@dataclass
-class TableState:
-    """Everything known about one table's releases, on the current atoms.
-
-    ``queries``, ``record_ids``, ``alphas`` and ``sensitivities`` list the applied
-    ledger records in order (row ``i`` of ``blue`` is record ``record_ids[i]``).
-    """
-
-    table: Table
-    atoms: AtomPartition
-    blue: IncrementalBLUE
-    costs: CellCosts
-    queries: list[LinearQuery] = field(default_factory=list)
-    record_ids: list[int] = field(default_factory=list)
-    alphas: list[float] = field(default_factory=list)
-    sensitivities: list[float] = field(default_factory=list)
-
-    @classmethod
-    def new(cls, table: Table) -> TableState:
-        """Empty history on the one-atom partition."""
-        atoms = AtomPartition(table)
-        return cls(
-            table, atoms, IncrementalBLUE(atoms.cell_sizes), CellCosts(atoms.n_atoms, table.max_rows_per_individual)
-        )
-
-    def refine(self, query: LinearQuery) -> None:
-        """Split atoms so that ``query`` is constant on each (public structure only)."""
-        parent = self.atoms.refine(query)
-        if parent is not None:
-            self.blue.split(parent, self.atoms.cell_sizes)
-            self.costs.split(parent)
-
-    def record(
-        self, record_id: int, query: LinearQuery, scale: float, value: float, lattice: float, alpha: float,
-        sensitivity: float,
-    ) -> None:
-        """Add one released answer of ``query`` (ledger record ``record_id``) to the inference state and the costs."""
-        self.refine(query)
-        h = self.atoms.vector(query)
-        self.blue.append(h, scale, value, lattice=lattice)
-        self.costs.add(h, alpha, sensitivity)
-        self.queries.append(query)
-        self.record_ids.append(record_id)
-        self.alphas.append(alpha)
-        self.sensitivities.append(sensitivity)
-
-    def view(self) -> TableView:
-        """A frozen snapshot of this history (copies: later releases and refinements do not show)."""
-        # refine() replaces the partition's arrays and never writes into them, so a shallow
-        # copy is a snapshot; the BLUE is copied deeply (append/split write in place).
-        return TableView(
-            self.table,
-            copy.copy(self.atoms),
-            _frozen(self.blue.rows),
-            _frozen(self.blue.values),
-            _frozen(self.blue.scales),
-            _frozen(self.blue.lattice),
-            _frozen(self.alphas),
-            _frozen(self.sensitivities),
-            tuple(self.queries),
-            tuple(self.record_ids),
-            self.blue.copy(),
-        )
-
-    def atom_query(self, query: LinearQuery, keep: np.ndarray) -> LinearQuery:
-        """``query`` with its weight zeroed outside the atoms ``keep`` (a boolean mask)."""
-        grid = query.expand(self.table, self.atoms.columns, self.atoms.breakpoints) / query.denominator
-        weights = np.where(keep[self.atoms.labels], grid, 0.0)
-        return LinearQuery.from_grid(self.table, self.atoms.columns, self.atoms.breakpoints, weights)
-
-
-@dataclass(frozen=True, eq=False)
-class TableView:
-    """A frozen snapshot of one table's released history, taken by ``Gateway.locked_view``.
-
-    This is the seam between the gateway and its extensions (``dpgate.model``,
-    ``dpgate.warmstart``): they read history here, never the gateway's state.
-    Everything in it is public structure (query vectors, the schema) or already
-    released (noisy answers, their scales and budgets), so reading it is
-    post-processing and spends nothing.  It holds copies: later releases or
-    refinements do not change it, and it may be read after the lock is released.
-
-    Attributes:
-        table: the declared table.
-        atoms: the atom partition at snapshot time (a private copy; every released
-            query, and every query the view was asked to refine, is constant on its atoms).
-        rows: ``m × n_atoms`` weights of the released queries over atoms, release order (read-only).
-        values: the ``m`` released noisy answers (read-only).
-        scales: their Laplace scales ``b_i = S_i/α_i`` (read-only).
-        lattice: their lattice steps ``γ_i`` (0 = continuous; read-only).
-        alphas: the budget ``α_i`` of each release (read-only).
-        sensitivities: ``S_i = max|q_i|`` of each release (read-only).
-        queries: the released linear queries (offset 0), release order.
-        record_ids: the ledger record id of each release.
-    """
-
-    table: Table
-    atoms: AtomPartition
-    rows: np.ndarray = field(repr=False)
-    values: np.ndarray = field(repr=False)
-    scales: np.ndarray = field(repr=False)
-    lattice: np.ndarray = field(repr=False)
-    alphas: np.ndarray = field(repr=False)
-    sensitivities: np.ndarray = field(repr=False)
-    queries: tuple[LinearQuery, ...] = field(repr=False)
-    record_ids: tuple[int, ...] = field(repr=False)
-    _blue: IncrementalBLUE = field(repr=False)
-
-    @property
-    def m(self) -> int:
-        """Number of released answers."""
-        return len(self.record_ids)
-
-    def vector(self, query: LinearQuery) -> np.ndarray:
-        """``query``'s weight on each atom (it must be constant on them: pass it to ``locked_view``)."""
-        return self.atoms.vector(query)
-
-    def estimate(self, query: LinearQuery | np.ndarray) -> Estimate:
-        """The BLUE of ``query`` (or of an atom vector) from this history (Xiao & Xiong (2012), Theorem 3.1)."""
-        h = self.vector(query) if isinstance(query, LinearQuery) else query
-        return self._blue.estimate(h)  # estimate() only reads the BLUE's state
-
-
-def _frozen(values: Sequence[float] | np.ndarray) -> np.ndarray:
-    arr = np.array(values, dtype=float)
-    arr.setflags(write=False)
-    return arr
 
 
 @dataclass(frozen=True)

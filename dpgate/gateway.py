@@ -19,7 +19,7 @@ queries and requirements, never on the data, so the BLUE's error law given the
 design is exact and the stated intervals cover at their nominal rate.
 
 Extensions (``dpgate.model``, ``dpgate.warmstart``) read a table's history only
-through :meth:`Gateway.locked_view`, a frozen :class:`~dpgate.decide.TableView`,
+through :meth:`Gateway.locked_view`, a frozen :class:`~dpgate.state.TableView`,
 and release only through :meth:`Gateway.release_measurements`; they never touch
 the gateway's private state.  Model-based answers follow Chen, Zhou &
 Bhowmick, "Integrating Historical Noisy Answers for Improving Data Utility
@@ -42,27 +42,16 @@ from dpgate._compile_statement import MODEL_METHODS
 from dpgate._validate import positive_finite
 from dpgate.compile import CompiledStatement, compile_statement
 from dpgate.cube import Cube
-from dpgate.decide import (
-    POLICIES,
-    Measurement,
-    Policy,
-    Step,
-    TableState,
-    TableView,
-    answers,
-    hinted,
-    measurement,
-    plan,
-    resolve_confidence,
-    resolve_requirement,
-)
+from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, measurement, plan
 from dpgate.errors import BudgetExhausted, InvalidRequirement, NotEstimable, ProgrammingError
 from dpgate.inference import IncrementalBLUE
 from dpgate.ledger import Ledger, LedgerRecord, LedgerTransaction
 from dpgate.noise import noise_source, release
 from dpgate.query import LinearQuery
+from dpgate.requirement import hinted, resolve_confidence, resolve_requirement
 from dpgate.result import Result
 from dpgate.schema import Schema
+from dpgate.state import TableState, TableView
 
 if TYPE_CHECKING:  # the extensions import this module; only the type checker needs them here
     import pandas as pd

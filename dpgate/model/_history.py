@@ -38,7 +38,7 @@ from dpgate.query import LinearQuery
 from dpgate.schema import Table
 
 if TYPE_CHECKING:
-    from dpgate.decide import TableView
+    from dpgate.state import TableView
 
 __all__ = ["History", "history_of", "atom_mass", "box_mass", "fit_marginals", "noise_variance"]
 
