@@ -1,5 +1,11 @@
 """PEP 249 (DB-API 2.0) driver: ``dpgate.connect(...)`` in front of a :class:`~dpgate.Gateway`.
 
+(Over 500 lines on purpose: about 130 are this docstring, which records every
+decision PEP 249 leaves open; the rest is ``connect``, ``Connection`` and
+``Cursor``, which are each other's only users — a cursor runs its statements
+through its connection's session.  Type objects and result-set rows live in
+``dpgate._dbapi_rows``.)
+
 Any DB-API client — ``pandas.read_sql_query``, a notebook, a BI tool's Python
 bridge — can ask dpgate counting queries as if it were a read-only database::
 
@@ -103,18 +109,31 @@ Decisions where PEP 249 leaves a choice
 
 from __future__ import annotations
 
-import datetime as _dt
-import math
 import numbers
 import os
 import threading
-import time as _time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from dpgate.compile import CompiledStatement, SetOption, compile_statement
+from dpgate._dbapi_rows import (
+    BINARY,
+    DATETIME,
+    NO_ROWS,
+    NUMBER,
+    ROWID,
+    STRING,
+    Binary,
+    Date,
+    DateFromTicks,
+    ResultSet,
+    Time,
+    TimeFromTicks,
+    Timestamp,
+    TimestampFromTicks,
+    result_set,
+)
+from dpgate.compile import SetOption, compile_statement
 from dpgate.decide import Policy
 from dpgate.errors import (
     BudgetExhausted,
@@ -190,53 +209,6 @@ apilevel = "2.0"
 threadsafety = 2
 #: PEP 249: question-mark placeholders (``WHERE age < ?``); ``$1`` and ``:name`` also work.
 paramstyle = "qmark"
-
-
-# -- PEP 249 type objects and constructors ----------------------------------------------------
-class DBAPITypeObject:
-    """Compares equal to every type code of its group (PEP 249 "Type Objects")."""
-
-    def __init__(self, name: str, *values: str) -> None:
-        self.name = name
-        self.values = frozenset(values)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, DBAPITypeObject):
-            return self.values == other.values
-        return other in self.values
-
-    def __hash__(self) -> int:
-        return hash(self.values)
-
-    def __repr__(self) -> str:
-        return f"<dpgate.dbapi.{self.name}>"
-
-
-STRING = DBAPITypeObject("STRING", "VARCHAR")
-BINARY = DBAPITypeObject("BINARY", "BLOB")
-NUMBER = DBAPITypeObject("NUMBER", "DOUBLE", "BIGINT", "BOOLEAN")
-DATETIME = DBAPITypeObject("DATETIME", "DATE", "TIME", "TIMESTAMP")
-ROWID = DBAPITypeObject("ROWID", "ROWID")
-
-Date = _dt.date
-Time = _dt.time
-Timestamp = _dt.datetime
-Binary = bytes
-
-
-def DateFromTicks(ticks: float) -> _dt.date:  # noqa: N802 - PEP 249 name
-    """PEP 249 constructor: the local date of a POSIX timestamp."""
-    return Date(*_time.localtime(ticks)[:3])
-
-
-def TimeFromTicks(ticks: float) -> _dt.time:  # noqa: N802 - PEP 249 name
-    """PEP 249 constructor: the local time of a POSIX timestamp."""
-    return Time(*_time.localtime(ticks)[3:6])
-
-
-def TimestampFromTicks(ticks: float) -> _dt.datetime:  # noqa: N802 - PEP 249 name
-    """PEP 249 constructor: the local date and time of a POSIX timestamp."""
-    return Timestamp(*_time.localtime(ticks)[:6])
 
 
 # -- connect ---------------------------------------------------------------------------------------
@@ -340,88 +312,6 @@ def _check_flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise InvalidRequirement(f"{name} must be True or False, got {value!r}.")
     return value
-
-
-# -- result sets -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _ResultSet:
-    """The outcome of one statement run: rows (tuples), their description and answers."""
-
-    description: tuple[tuple[Any, ...], ...] | None
-    rows: tuple[tuple[Any, ...], ...]
-    result: Result | None
-    answers: tuple[Answer, ...]
-
-    @property
-    def rowcount(self) -> int:
-        return -1 if self.description is None else len(self.rows)
-
-
-_NO_ROWS = _ResultSet(None, (), None, ())
-_GROUP_TYPES = {"integer": "BIGINT", "binned": "VARCHAR", "categorical": "VARCHAR", "boolean": "BOOLEAN"}
-_ROW_KEY = "\x00dpgate_group"
-
-
-def _python(v: Any) -> Any:
-    """A plain Python value for a cell of a returned row (NaN → None)."""
-    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        v = v.item()
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    return v
-
-
-def _result_set(result: Result, intervals: bool, schema: Any) -> _ResultSet:
-    """Rows of a released Result, one per group, after HAVING / ORDER BY / LIMIT."""
-    st: CompiledStatement = result.statement
-    n_aggs = st.n_aggregates
-    table = schema.table(st.table)
-    names: list[str] = []
-    types: list[tuple[str, bool]] = []
-    for out in st.outputs:
-        if out.kind == "group":
-            names.append(out.name)
-            types.append((_GROUP_TYPES[table.column(out.column).kind], True))
-        else:
-            names.append(out.name)
-            types.append(("DOUBLE", True))
-            if intervals:
-                names += [f"{out.name}_low", f"{out.name}_high", f"{out.name}_source"]
-                types += [("DOUBLE", False), ("DOUBLE", False), ("VARCHAR", False)]
-    if len(set(names)) != len(names):
-        dup = sorted({n for n in names if names.count(n) > 1})
-        raise ProgrammingError(
-            f"with dpgate.intervals on, the output columns {dup} appear twice; rename the SELECT items "
-            "(an alias ending in _low, _high or _source collides with the interval columns)."
-        )
-    records: list[list[Any]] = []
-    for g, key in enumerate(st.group_keys):
-        keys: dict[str | None, Any] = dict(zip(st.group_columns, key, strict=True))
-        chunk = result.answers[g * n_aggs : (g + 1) * n_aggs]
-        row: list[Any] = []
-        agg_i = 0
-        for out in st.outputs:
-            if out.kind == "group":
-                row.append(keys.get(out.column))
-                continue
-            a = chunk[agg_i]
-            agg_i += 1
-            row.append(a.value)
-            if intervals:
-                row += [a.low, a.high, a.source]
-        row.append(g)
-        records.append(row)
-    order = list(range(len(records)))
-    if not st.postprocess.is_noop:
-        import pandas as pd
-
-        frame = pd.DataFrame(records, columns=[*names, _ROW_KEY])
-        frame = st.apply_postprocessing(frame)
-        order = [int(g) for g in frame[_ROW_KEY]]
-    rows = tuple(tuple(_python(v) for v in records[g][:-1]) for g in order)
-    answers = tuple(a for g in order for a in result.answers[g * n_aggs : (g + 1) * n_aggs])
-    description = tuple((n, t, None, None, None, None, null_ok) for n, (t, null_ok) in zip(names, types, strict=True))
-    return _ResultSet(description, rows, result, answers)
 
 
 # -- Connection --------------------------------------------------------------------------------------
@@ -537,7 +427,7 @@ class Connection:
         if self._closed:
             raise InterfaceError("this dpgate connection is closed.")
 
-    def _run(self, operation: str, parameters: Any) -> _ResultSet:
+    def _run(self, operation: str, parameters: Any) -> ResultSet:
         """Compile one statement; apply a SET, or answer a SELECT through the gateway."""
         self._check_open()
         params = _params(parameters)
@@ -547,16 +437,16 @@ class Connection:
             if isinstance(stmt, SetOption):
                 with self._lock:
                     self._settings[stmt.name] = stmt.value
-                return _NO_ROWS
+                return NO_ROWS
             settings = dict(self._settings)
             method = (stmt.hints.get("method") or settings["method"] or "exact").lower()
             if method != "exact":  # a free, model-based estimate (Gateway.estimate): no accuracy needed
                 confidence = resolve_confidence(hinted(stmt.hints), settings)
                 result = gw.estimate(operation, method, confidence=confidence, params=params)
-                return _result_set(result, bool(settings["intervals"]), gw.schema)
+                return result_set(result, bool(settings["intervals"]), gw.schema)
             req = resolve_requirement(hinted(stmt.hints), settings, missing=_NO_ACCURACY)  # hint > session SET > connect()
             result = gw.query(operation, req.accuracy, req.confidence, params=params, allow_partial=req.allow_partial)
-            return _result_set(result, bool(settings["intervals"]), gw.schema)
+            return result_set(result, bool(settings["intervals"]), gw.schema)
         except Error:
             raise
         except Exception as exc:  # the DB-API contract: every failure is a dpgate.Error
@@ -594,7 +484,7 @@ class Cursor:
         self.connection = connection
         self.arraysize = 1
         self._closed = False
-        self._sets: list[_ResultSet] = []
+        self._sets: list[ResultSet] = []
         self._set = -1
         self._pos = 0
 
@@ -741,8 +631,8 @@ class Cursor:
 
     # -- internals ----------------------------------------------------------------------------------
     @property
-    def _current(self) -> _ResultSet:
-        return self._sets[self._set] if self._set >= 0 else _NO_ROWS
+    def _current(self) -> ResultSet:
+        return self._sets[self._set] if self._set >= 0 else NO_ROWS
 
     def _check_open(self) -> None:
         if self._closed:

@@ -1,5 +1,10 @@
 """The gateway: decide, for each compiled query, between history and a fresh measurement.
 
+(Over 500 lines on purpose: it is one class, the public API, and about half of it
+is docstrings — each method that releases states its privacy guarantee.  Planning
+and answering live in ``dpgate.decide``, a table's history in ``dpgate.state``,
+the requirement rules in ``dpgate.requirement``.)
+
 Pipeline of one ``Gateway.query`` call::
 
     compile_statement ─▶ refine atoms ─▶ plan (history? else the smallest budget)
