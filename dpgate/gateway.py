@@ -1,9 +1,9 @@
 """The gateway: decide, for each compiled query, between history and a fresh measurement.
 
-(Over 500 lines on purpose: it is one class, the public API, and about half of it
-is docstrings — each method that releases states its privacy guarantee.  Planning
-and answering live in ``dpgate.decide``, a table's history in ``dpgate.state``,
-the requirement rules in ``dpgate.requirement``.)
+(Over 500 lines on purpose: it is one class, the public API, and a third of it
+is docstrings — each method that releases states its privacy guarantee.
+Planning and answering live in ``dpgate.decide``, a table's history in
+``dpgate.state``, the requirement rules in ``dpgate.requirement``.)
 
 Pipeline of one ``Gateway.query`` call::
 
