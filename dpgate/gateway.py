@@ -468,6 +468,7 @@ class Gateway:
 
         Raises:
             InvalidRequirement: bad strategy, ε or option (nothing read, nothing spent).
+            InvalidArgument: a malformed ISPE smoothing or connectivity option (nothing read, nothing spent).
             BudgetExhausted: ``k·ε`` exceeds what remains (nothing read, nothing spent).
         """
         from dpgate import warmstart

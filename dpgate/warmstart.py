@@ -191,6 +191,7 @@ def warm_start(
 
     Raises:
         InvalidRequirement: bad ε, strategy, option or column kind (nothing read, nothing spent).
+        InvalidArgument: a malformed ISPE smoothing or connectivity option (nothing read, nothing spent).
         SchemaError: unknown table or column.
         UnsupportedQuery: the grid is too large for an identity / ISPE release.
         BudgetExhausted: ``k·ε`` exceeds what remains (nothing read, nothing spent).
