@@ -134,7 +134,7 @@ from dpgate._dbapi_rows import (
     result_set,
 )
 from dpgate.compile import SetOption, compile_statement
-from dpgate.decide import Policy
+from dpgate.decide import check_policy
 from dpgate.errors import (
     BudgetExhausted,
     DatabaseError,
@@ -222,7 +222,7 @@ def connect(
     confidence: float = 0.95,
     intervals: bool = False,
     allow_partial: bool = False,
-    policy: Policy | None = None,
+    policy: str | None = None,
     seed: int | None = None,
     dialect: str = "duckdb",
 ) -> Connection:
@@ -274,7 +274,7 @@ def connect(
                 schema,
                 budget=1.0 if budget is None else budget,
                 ledger=ledger,
-                policy=policy or "minimal",
+                policy=check_policy(policy or "minimal"),
                 seed=seed,
                 dialect=dialect,
             )

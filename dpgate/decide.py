@@ -38,11 +38,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
 from dpgate.accounting import CellCosts
+from dpgate.errors import InvalidRequirement
 from dpgate.inference import ErrorLaw, IncrementalBLUE, Posterior, minimal_scale
 from dpgate.noise import lattice_for
 from dpgate.query import LinearQuery
@@ -59,6 +60,7 @@ __all__ = [
     "paper_scale",
     "POLICIES",
     "Policy",
+    "check_policy",
 ]
 
 #: ``minimal``: cheapest candidate measurement meeting the requirement (default);
@@ -67,6 +69,17 @@ __all__ = [
 POLICIES: tuple[str, ...] = ("minimal", "paper", "no_reuse")
 #: The policy names as a type.
 Policy = Literal["minimal", "paper", "no_reuse"]
+
+
+def check_policy(policy: object) -> Policy:
+    """``policy`` if it names a policy.
+
+    Raises:
+        InvalidRequirement: it does not.
+    """
+    if policy not in POLICIES:
+        raise InvalidRequirement(f"policy must be one of {list(POLICIES)}, got {policy!r}.")
+    return cast(Policy, policy)
 
 #: Support sizes (in atoms) up to which separate atom counts are a candidate.
 MAX_ATOM_CANDIDATE = 16

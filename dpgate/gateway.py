@@ -47,7 +47,7 @@ from dpgate._compile_statement import MODEL_METHODS
 from dpgate._validate import positive_finite
 from dpgate.compile import CompiledStatement, compile_statement
 from dpgate.cube import Cube
-from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, measurement, plan
+from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
 from dpgate.errors import BudgetExhausted, InvalidRequirement, NotEstimable, ProgrammingError
 from dpgate.inference import IncrementalBLUE
 from dpgate.ledger import Ledger, LedgerRecord, LedgerTransaction
@@ -106,9 +106,8 @@ class Gateway:
         dialect: str = "duckdb",
     ):
         budget = positive_finite(budget, "budget", error=InvalidRequirement)
-        _check_policy(policy)
+        self.policy = check_policy(policy)
         self.schema = Schema.load(schema)
-        self.policy = policy
         self.dialect = dialect
         self._cube = Cube(data, self.schema)
         fingerprint = hashlib.sha256(
@@ -204,8 +203,7 @@ class Gateway:
             "or add a hint /*+ dpgate accuracy=25 */.",
         )
         accuracy, confidence, allow_partial = req.accuracy, req.confidence, req.allow_partial
-        policy = policy or self.policy
-        _check_policy(policy)
+        policy = check_policy(policy or self.policy)
         with self._lock:
             self._sync()
             state = self._state(stmt.table)
@@ -594,7 +592,3 @@ class Gateway:
 
         return _synthesize(self, table, rows, seed, **options)
 
-
-def _check_policy(policy: str) -> None:
-    if policy not in POLICIES:
-        raise InvalidRequirement(f"policy must be one of {list(POLICIES)}, got {policy!r}.")
