@@ -1,4 +1,7 @@
-"""ISPE internals (seed 003): Gaussian smoothing, region growing, MMSE with neighbourhood reference.
+"""ISPE internals: Gaussian smoothing, region growing, MMSE with neighbourhood reference.
+
+The method is Xiao, Xiong & Yuan, "ISPE: Adaptive Differentially Private Data
+Release and Query Estimation" (Emory TR-2011-005, 2011).
 
 Pure functions on public arrays — the *noisy* phase-1 histogram and the released
 region counts — never on data.  ``dpgate.warmstart`` wires them to the gateway.
@@ -13,13 +16,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dpgate._validate import finite, positive_finite, real
+from dpgate.errors import InvalidArgument
 from dpgate.inference import ErrorLaw
 
 __all__ = ["gaussian_mask", "smooth", "neighbour_offsets", "grow_regions", "is_connected", "mmse_part"]
 
 
 def gaussian_mask(size: int = 3, sigma: float = 0.5) -> np.ndarray:
-    """1-D normalised Gaussian mask of odd ``size`` (seed 003 App. B; separable in d dims).
+    """1-D normalised Gaussian mask of odd ``size`` (Xiao, Xiong & Yuan (2011), App. B; separable in d dims).
 
     With ``size=3, sigma=0.5`` its outer square is the paper's ``Gaussian(3)`` mask
     (centre 0.6193, edges 0.0838, corners 0.0113).
@@ -28,17 +33,16 @@ def gaussian_mask(size: int = 3, sigma: float = 0.5) -> np.ndarray:
     >>> [round(float(v), 4) for v in np.outer(m, m)[1]]
     [0.0838, 0.6193, 0.0838]
     """
-    if size < 1 or size % 2 == 0:
-        raise ValueError(f"mask_size must be a positive odd integer, got {size!r}.")
-    if not (sigma > 0 and math.isfinite(sigma)):
-        raise ValueError(f"sigma must be positive and finite, got {sigma!r}.")
-    r = size // 2
+    if real(size, "mask_size") < 1 or int(size) != size or int(size) % 2 == 0:
+        raise InvalidArgument(f"mask_size must be a positive odd integer, got {size!r}.")
+    sigma = positive_finite(sigma, "sigma")
+    r = int(size) // 2
     g = np.exp(-(np.arange(-r, r + 1) ** 2) / (2.0 * sigma**2))
     return g / g.sum()
 
 
 def smooth(values: np.ndarray, iterations: int = 5, mask_size: int = 3, sigma: float = 0.5) -> np.ndarray:
-    """Apply the separable Gaussian filter ``iterations`` times (seed 003 §3.2).
+    """Apply the separable Gaussian filter ``iterations`` times (Xiao, Xiong & Yuan (2011), §3.2).
 
     At the border the mask is renormalised over the cells inside the grid, so a
     constant histogram stays constant.
@@ -48,8 +52,8 @@ def smooth(values: np.ndarray, iterations: int = 5, mask_size: int = 3, sigma: f
     >>> bool(np.allclose(smooth(np.full((4, 5), 3.0), 4), 3.0))
     True
     """
-    if iterations < 0 or int(iterations) != iterations:
-        raise ValueError(f"iterations must be a non-negative integer, got {iterations!r}.")
+    if real(iterations, "iterations") < 0 or int(iterations) != iterations:
+        raise InvalidArgument(f"iterations must be a non-negative integer, got {iterations!r}.")
     g = gaussian_mask(mask_size, sigma)
     out = np.asarray(values, dtype=float).copy()
     for _ in range(int(iterations)):
@@ -64,7 +68,7 @@ def _convolve_axis(a: np.ndarray, g: np.ndarray, axis: int) -> np.ndarray:
     n = moved.shape[-1]
     num = np.zeros_like(moved)
     den = np.zeros(n)
-    for k, w in zip(range(-r, r + 1), g):
+    for k, w in zip(range(-r, r + 1), g, strict=True):
         lo, hi = max(0, -k), min(n, n - k)  # target positions t with t + k in range
         if lo >= hi:
             continue
@@ -79,8 +83,8 @@ def neighbour_offsets(ndim: int, d: float) -> list[tuple[int, ...]]:
     >>> len(neighbour_offsets(2, 1)), len(neighbour_offsets(2, math.sqrt(2)))
     (4, 8)
     """
-    if not (d >= 1 and math.isfinite(d)):
-        raise ValueError(f"connectivity d must be a finite distance ≥ 1 (one cell), got {d!r}.")
+    if not finite(d, "connectivity d") >= 1:
+        raise InvalidArgument(f"connectivity d must be a finite distance ≥ 1 (one cell), got {d!r}.")
     r = int(math.floor(d + 1e-9))
     out = []
     for off in itertools.product(range(-r, r + 1), repeat=ndim):
@@ -90,7 +94,7 @@ def neighbour_offsets(ndim: int, d: float) -> list[tuple[int, ...]]:
 
 
 def grow_regions(smoothed: np.ndarray, xi: float, d: float = 1.0) -> np.ndarray:
-    """Region growing (seed 003 Algorithm 2) on a grid of smoothed noisy counts.
+    """Region growing (Xiao, Xiong & Yuan (2011), Algorithm 2) on a grid of smoothed noisy counts.
 
     Seeds are taken in C order (the first cell not yet clustered); a region grows
     breadth-first from each of its cells ``C_j`` to every unclustered cell ``C_k``
@@ -105,8 +109,8 @@ def grow_regions(smoothed: np.ndarray, xi: float, d: float = 1.0) -> np.ndarray:
     [0, 0, 1, 1, 2]
     """
     sm = np.asarray(smoothed, dtype=float)
-    if not (xi > 0):
-        raise ValueError(f"threshold xi must be positive, got {xi!r}.")
+    if not real(xi, "threshold xi") > 0:  # inf is allowed: one region per connected component
+        raise InvalidArgument(f"threshold xi must be positive, got {xi!r}.")
     shape = sm.shape
     labels = np.full(shape, -1, dtype=np.int64)
     offs = neighbour_offsets(sm.ndim, d)
@@ -120,8 +124,8 @@ def grow_regions(smoothed: np.ndarray, xi: float, d: float = 1.0) -> np.ndarray:
             cj = queue.popleft()
             vj = sm[cj]
             for off in offs:
-                ck = tuple(a + b for a, b in zip(cj, off))
-                if any(c < 0 or c >= s for c, s in zip(ck, shape)) or labels[ck] >= 0:
+                ck = tuple(a + b for a, b in zip(cj, off, strict=True))
+                if any(c < 0 or c >= s for c, s in zip(ck, shape, strict=True)) or labels[ck] >= 0:
                     continue
                 if abs(sm[ck] - vj) < xi:
                     labels[ck] = n_regions
@@ -141,7 +145,7 @@ def is_connected(mask: np.ndarray, d: float = 1.0) -> bool:
     while queue:
         c = queue.popleft()
         for off in offs:
-            k = tuple(a + b for a, b in zip(c, off))
+            k = tuple(a + b for a, b in zip(c, off, strict=True))
             if k in cells and k not in seen:
                 seen.add(k)
                 queue.append(k)
@@ -163,7 +167,7 @@ def mmse_part(
     neighbours: Sequence[float] = (),
     grid_points: int = 2001,
 ) -> tuple[float, float]:
-    """MMSE of the count of ``part`` ⊆ ``region`` (seed 003 §4, Algorithms 3–4).
+    """MMSE of the count of ``part`` ⊆ ``region`` (Xiao, Xiong & Yuan (2011), §4, Algorithms 3–4).
 
     Observations (each ``θ̃_i = θ + Ñ_i`` with the law of ``Ñ_i`` known):
 

@@ -70,6 +70,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dpgate.decide import Policy
 from dpgate.errors import ProgrammingError, SchemaError
 from dpgate.gateway import Gateway
 from dpgate.ledger import Ledger
@@ -114,7 +115,7 @@ class _Config:
     bins: tuple[tuple[str, tuple[float, ...]], ...]
     budget: float
     ledger: str | None
-    policy: str
+    policy: Policy
     seed: int | None
 
     def schema_for(self, df: pd.DataFrame) -> Schema:
@@ -242,7 +243,7 @@ class DPAccessor:
         name: str | None = None,
         bounds: Mapping[str, tuple[int, int]] | None = None,
         bins: Mapping[str, Iterable[float]] | None = None,
-        policy: str = "minimal",
+        policy: Policy = "minimal",
         seed: int | None = None,
     ) -> None:
         """Declare the frame's public schema and its privacy budget.

@@ -1,5 +1,11 @@
 """PEP 249 (DB-API 2.0) driver: ``dpgate.connect(...)`` in front of a :class:`~dpgate.Gateway`.
 
+(Over 500 lines on purpose: about 130 are this docstring, which records every
+decision PEP 249 leaves open; the rest is ``connect``, ``Connection`` and
+``Cursor``, which are each other's only users — a cursor runs its statements
+through its connection's session.  Type objects and result-set rows live in
+``dpgate._dbapi_rows``.)
+
 Any DB-API client — ``pandas.read_sql_query``, a notebook, a BI tool's Python
 bridge — can ask dpgate counting queries as if it were a read-only database::
 
@@ -37,8 +43,11 @@ wins — **statement hint > session SET > connection argument**:
 
 ``method`` (same three levels; default ``exact``) switches to free, *biased*
 model-based estimates (:meth:`dpgate.Gateway.estimate`): ``SET dpgate.method =
-pca`` or ``maxent`` (seed 002), or ``/*+ dpgate method=mmse */`` (seed 003's
-MMSE over an ISPE warm start of the connection's gateway).  Their rows carry
+pca`` or ``maxent`` (Chen, Zhou & Bhowmick, "Integrating Historical Noisy Answers
+for Improving Data Utility under Differential Privacy", EDBT 2016), or
+``/*+ dpgate method=mmse */`` (the MMSE of Xiao, Xiong & Yuan, "ISPE: Adaptive
+Differentially Private Data Release and Query Estimation", Emory TR-2011-005,
+2011, §4, over an ISPE warm start of the connection's gateway).  Their rows carry
 ``source = 'model'`` and a heuristic band, never a guaranteed interval; no
 accuracy is needed and nothing is spent or recorded in the ledger.
 
@@ -100,19 +109,32 @@ Decisions where PEP 249 leaves a choice
 
 from __future__ import annotations
 
-import datetime as _dt
-import math
 import numbers
 import os
 import threading
-import time as _time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from dpgate import errors as _errors
-from dpgate.compile import CompiledStatement, SetOption, compile_statement
+from dpgate._dbapi_rows import (
+    BINARY,
+    DATETIME,
+    NO_ROWS,
+    NUMBER,
+    ROWID,
+    STRING,
+    Binary,
+    Date,
+    DateFromTicks,
+    ResultSet,
+    Time,
+    TimeFromTicks,
+    Timestamp,
+    TimestampFromTicks,
+    result_set,
+)
+from dpgate.compile import SetOption, compile_statement
+from dpgate.decide import check_policy
 from dpgate.errors import (
     BudgetExhausted,
     DatabaseError,
@@ -122,6 +144,8 @@ from dpgate.errors import (
     IntegrityError,
     InterfaceError,
     InternalError,
+    InvalidArgument,
+    InvalidArgumentType,
     InvalidRequirement,
     LedgerError,
     NotEstimable,
@@ -134,6 +158,7 @@ from dpgate.errors import (
     Warning,
 )
 from dpgate.gateway import Gateway
+from dpgate.requirement import hinted, resolve_accuracy, resolve_confidence, resolve_requirement
 from dpgate.result import Answer, Result
 
 __all__ = [
@@ -155,7 +180,27 @@ __all__ = [
     "NUMBER",
     "DATETIME",
     "ROWID",
-    *_errors.__all__,
+    # PEP 249: the exception classes are module attributes.
+    "Warning",
+    "Error",
+    "InterfaceError",
+    "DatabaseError",
+    "DataError",
+    "OperationalError",
+    "IntegrityError",
+    "InternalError",
+    "ProgrammingError",
+    "NotSupportedError",
+    "InvalidArgument",
+    "InvalidArgumentType",
+    "SchemaError",
+    "UnsupportedQuery",
+    "QuerySyntaxError",
+    "BudgetExhausted",
+    "LedgerError",
+    "InvalidRequirement",
+    "NotEstimable",
+    "DPGateInternalError",
 ]
 
 #: PEP 249: the DB-API level supported.
@@ -164,53 +209,6 @@ apilevel = "2.0"
 threadsafety = 2
 #: PEP 249: question-mark placeholders (``WHERE age < ?``); ``$1`` and ``:name`` also work.
 paramstyle = "qmark"
-
-
-# -- PEP 249 type objects and constructors ----------------------------------------------------
-class DBAPITypeObject:
-    """Compares equal to every type code of its group (PEP 249 "Type Objects")."""
-
-    def __init__(self, name: str, *values: str) -> None:
-        self.name = name
-        self.values = frozenset(values)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, DBAPITypeObject):
-            return self.values == other.values
-        return other in self.values
-
-    def __hash__(self) -> int:
-        return hash(self.values)
-
-    def __repr__(self) -> str:
-        return f"<dpgate.dbapi.{self.name}>"
-
-
-STRING = DBAPITypeObject("STRING", "VARCHAR")
-BINARY = DBAPITypeObject("BINARY", "BLOB")
-NUMBER = DBAPITypeObject("NUMBER", "DOUBLE", "BIGINT", "BOOLEAN")
-DATETIME = DBAPITypeObject("DATETIME", "DATE", "TIME", "TIMESTAMP")
-ROWID = DBAPITypeObject("ROWID", "ROWID")
-
-Date = _dt.date
-Time = _dt.time
-Timestamp = _dt.datetime
-Binary = bytes
-
-
-def DateFromTicks(ticks: float) -> _dt.date:  # noqa: N802 - PEP 249 name
-    """PEP 249 constructor: the local date of a POSIX timestamp."""
-    return Date(*_time.localtime(ticks)[:3])
-
-
-def TimeFromTicks(ticks: float) -> _dt.time:  # noqa: N802 - PEP 249 name
-    """PEP 249 constructor: the local time of a POSIX timestamp."""
-    return Time(*_time.localtime(ticks)[3:6])
-
-
-def TimestampFromTicks(ticks: float) -> _dt.datetime:  # noqa: N802 - PEP 249 name
-    """PEP 249 constructor: the local date and time of a POSIX timestamp."""
-    return Timestamp(*_time.localtime(ticks)[:6])
 
 
 # -- connect ---------------------------------------------------------------------------------------
@@ -276,16 +274,17 @@ def connect(
                 schema,
                 budget=1.0 if budget is None else budget,
                 ledger=ledger,
-                policy=policy or "minimal",
+                policy=check_policy(policy or "minimal"),
                 seed=seed,
                 dialect=dialect,
             )
         except TypeError as exc:
             raise InterfaceError(str(exc)) from None
         owns = True
+    # Checked now, by the resolver every statement uses, so that a bad argument fails at connect().
     settings = {
-        "accuracy": None if accuracy is None else _check_value("accuracy", accuracy),
-        "confidence": _check_value("confidence", confidence),
+        "accuracy": resolve_accuracy({"accuracy": accuracy}),
+        "confidence": resolve_confidence({"confidence": confidence}),
         "intervals": _check_flag("intervals", intervals),
         "allow_partial": _check_flag("allow_partial", allow_partial),
         "method": None,
@@ -309,103 +308,10 @@ def _check_database(database: Any) -> None:
     )
 
 
-def _check_value(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
-        raise InvalidRequirement(f"{name} must be a number, got {value!r}.")
-    value = float(value)
-    if name == "accuracy" and not (0 < value < math.inf):
-        raise InvalidRequirement(f"accuracy is the interval half-width and must be > 0 and finite, got {value!r}.")
-    if name == "confidence" and not (0 < value < 1):
-        raise InvalidRequirement(f"confidence is 1−δ and must lie strictly between 0 and 1, got {value!r}.")
-    return value
-
-
 def _check_flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise InvalidRequirement(f"{name} must be True or False, got {value!r}.")
     return value
-
-
-# -- result sets -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _ResultSet:
-    """The outcome of one statement run: rows (tuples), their description and answers."""
-
-    description: tuple[tuple[Any, ...], ...] | None
-    rows: tuple[tuple[Any, ...], ...]
-    result: Result | None
-    answers: tuple[Answer, ...]
-
-    @property
-    def rowcount(self) -> int:
-        return -1 if self.description is None else len(self.rows)
-
-
-_NO_ROWS = _ResultSet(None, (), None, ())
-_GROUP_TYPES = {"integer": "BIGINT", "binned": "VARCHAR", "categorical": "VARCHAR", "boolean": "BOOLEAN"}
-_ROW_KEY = "\x00dpgate_group"
-
-
-def _python(v: Any) -> Any:
-    """A plain Python value for a cell of a returned row (NaN → None)."""
-    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        v = v.item()
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    return v
-
-
-def _result_set(result: Result, intervals: bool, schema: Any) -> _ResultSet:
-    """Rows of a released Result, one per group, after HAVING / ORDER BY / LIMIT."""
-    st: CompiledStatement = result.statement
-    n_aggs = st.n_aggregates
-    table = schema.table(st.table)
-    names: list[str] = []
-    types: list[tuple[str, bool]] = []
-    for out in st.outputs:
-        if out.kind == "group":
-            names.append(out.name)
-            types.append((_GROUP_TYPES[table.column(out.column).kind], True))
-        else:
-            names.append(out.name)
-            types.append(("DOUBLE", True))
-            if intervals:
-                names += [f"{out.name}_low", f"{out.name}_high", f"{out.name}_source"]
-                types += [("DOUBLE", False), ("DOUBLE", False), ("VARCHAR", False)]
-    if len(set(names)) != len(names):
-        dup = sorted({n for n in names if names.count(n) > 1})
-        raise ProgrammingError(
-            f"with dpgate.intervals on, the output columns {dup} appear twice; rename the SELECT items "
-            "(an alias ending in _low, _high or _source collides with the interval columns)."
-        )
-    records: list[list[Any]] = []
-    for g, key in enumerate(st.group_keys):
-        keys = dict(zip(st.group_columns, key))
-        chunk = result.answers[g * n_aggs : (g + 1) * n_aggs]
-        row: list[Any] = []
-        agg_i = 0
-        for out in st.outputs:
-            if out.kind == "group":
-                row.append(keys.get(out.column))
-                continue
-            a = chunk[agg_i]
-            agg_i += 1
-            row.append(a.value)
-            if intervals:
-                row += [a.low, a.high, a.source]
-        row.append(g)
-        records.append(row)
-    order = list(range(len(records)))
-    if not st.postprocess.is_noop:
-        import pandas as pd
-
-        frame = pd.DataFrame(records, columns=[*names, _ROW_KEY])
-        frame = st.apply_postprocessing(frame)
-        order = [int(g) for g in frame[_ROW_KEY]]
-    rows = tuple(tuple(_python(v) for v in records[g][:-1]) for g in order)
-    answers = tuple(a for g in order for a in result.answers[g * n_aggs : (g + 1) * n_aggs])
-    description = tuple((n, t, None, None, None, None, null_ok) for n, (t, null_ok) in zip(names, types))
-    return _ResultSet(description, rows, result, answers)
 
 
 # -- Connection --------------------------------------------------------------------------------------
@@ -521,7 +427,7 @@ class Connection:
         if self._closed:
             raise InterfaceError("this dpgate connection is closed.")
 
-    def _run(self, operation: str, parameters: Any) -> _ResultSet:
+    def _run(self, operation: str, parameters: Any) -> ResultSet:
         """Compile one statement; apply a SET, or answer a SELECT through the gateway."""
         self._check_open()
         params = _params(parameters)
@@ -531,16 +437,16 @@ class Connection:
             if isinstance(stmt, SetOption):
                 with self._lock:
                     self._settings[stmt.name] = stmt.value
-                return _NO_ROWS
+                return NO_ROWS
             settings = dict(self._settings)
             method = (stmt.hints.get("method") or settings["method"] or "exact").lower()
             if method != "exact":  # a free, model-based estimate (Gateway.estimate): no accuracy needed
-                confidence = float(stmt.hints.get("confidence", settings["confidence"]))
+                confidence = resolve_confidence(hinted(stmt.hints), settings)
                 result = gw.estimate(operation, method, confidence=confidence, params=params)
-                return _result_set(result, bool(settings["intervals"]), gw.schema)
-            accuracy, confidence, allow_partial = _requirement(stmt.hints, settings)
-            result = gw.query(operation, accuracy, confidence, params=params, allow_partial=allow_partial)
-            return _result_set(result, bool(settings["intervals"]), gw.schema)
+                return result_set(result, bool(settings["intervals"]), gw.schema)
+            req = resolve_requirement(hinted(stmt.hints), settings, missing=_NO_ACCURACY)  # hint > session SET > connect()
+            result = gw.query(operation, req.accuracy, req.confidence, params=params, allow_partial=req.allow_partial)
+            return result_set(result, bool(settings["intervals"]), gw.schema)
         except Error:
             raise
         except Exception as exc:  # the DB-API contract: every failure is a dpgate.Error
@@ -558,21 +464,11 @@ def _params(parameters: Any) -> Sequence[Any] | Mapping[str, Any] | None:
     return list(parameters)
 
 
-def _requirement(hints: Mapping[str, str], settings: Mapping[str, Any]) -> tuple[float, float, bool]:
-    """Statement hint > session SET > connection argument (the session starts from the connection's)."""
-    accuracy = float(hints["accuracy"]) if "accuracy" in hints else settings["accuracy"]
-    confidence = float(hints["confidence"]) if "confidence" in hints else settings["confidence"]
-    if "allow_partial" in hints:
-        allow_partial = str(hints["allow_partial"]).strip().lower() in ("on", "true", "1", "yes")
-    else:
-        allow_partial = bool(settings["allow_partial"])
-    if accuracy is None:
-        raise InvalidRequirement(
-            "no accuracy requirement: say how close the answer must be, as the half-width of its interval — "
-            "per statement with a hint /*+ dpgate accuracy=25 */, per session with SET dpgate.accuracy = 25, "
-            "or per connection with dpgate.connect(..., accuracy=25). Nothing was read or spent."
-        )
-    return accuracy, confidence, allow_partial
+_NO_ACCURACY = (
+    "no accuracy requirement: say how close the answer must be, as the half-width of its interval — "
+    "per statement with a hint /*+ dpgate accuracy=25 */, per session with SET dpgate.accuracy = 25, "
+    "or per connection with dpgate.connect(..., accuracy=25). Nothing was read or spent."
+)
 
 
 # -- Cursor -------------------------------------------------------------------------------------------
@@ -588,7 +484,7 @@ class Cursor:
         self.connection = connection
         self.arraysize = 1
         self._closed = False
-        self._sets: list[_ResultSet] = []
+        self._sets: list[ResultSet] = []
         self._set = -1
         self._pos = 0
 
@@ -735,8 +631,8 @@ class Cursor:
 
     # -- internals ----------------------------------------------------------------------------------
     @property
-    def _current(self) -> _ResultSet:
-        return self._sets[self._set] if self._set >= 0 else _NO_ROWS
+    def _current(self) -> ResultSet:
+        return self._sets[self._set] if self._set >= 0 else NO_ROWS
 
     def _check_open(self) -> None:
         if self._closed:

@@ -1,16 +1,18 @@
 """Stage "decide": answer from history, or pick the cheapest fresh measurement.
 
-Pure planning on copies of a table's state — no data, no I/O.  For each
-compiled query ``Q`` (a vector ``h`` over atoms):
+Pure planning on copies of a table's state — no data, no I/O.  The method is
+Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012).  For each
+compiled query ``Q`` (a vector ``h`` over atoms), given the analyst's
+requirement (resolved once, by :func:`dpgate.requirement.resolve_requirement`):
 
 1. if the BLUE of ``Q`` from history has a certified (1−δ) half-width ≤ ε,
    answer from history (cost 0);
 2. otherwise choose a fresh measurement.  Policy ``"paper"`` measures ``Q``
-   itself at α = S·ln(1/δ)/ε (seed 001, Theorem 5.3).  Policy ``"minimal"``
+   itself at α = S·ln(1/δ)/ε (Xiao & Xiong (2012), Theorem 5.3).  Policy ``"minimal"``
    prices several *candidate* measurements, each at the largest noise scale for
    which the BLUE of ``Q`` over history plus that measurement meets the
    requirement, and takes the one that raises the system cost
-   ``k·max_j B_j`` (Theorem 5.5) least:
+   ``k·max_j B_j`` (Xiao & Xiong (2012), Theorem 5.5) least:
 
    * ``Q`` itself (never at more than the paper's α);
    * ``Q`` restricted to its atoms minus the ``t`` most-charged ones
@@ -33,26 +35,51 @@ of the independent noises, whose law the interval is computed from.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
 from dpgate.accounting import CellCosts
-from dpgate.atoms import AtomPartition
-from dpgate.inference import IncrementalBLUE, minimal_scale
+from dpgate.errors import InvalidRequirement
+from dpgate.inference import ErrorLaw, IncrementalBLUE, Posterior, minimal_scale
 from dpgate.noise import lattice_for
 from dpgate.query import LinearQuery
-from dpgate.schema import Table
+from dpgate.result import Answer, Source
+from dpgate.state import TableState
 
-__all__ = ["TableState", "Measurement", "Step", "plan", "measurement", "meets", "paper_scale", "POLICIES"]
+__all__ = [
+    "Measurement",
+    "Step",
+    "plan",
+    "answers",
+    "measurement",
+    "meets",
+    "paper_scale",
+    "POLICIES",
+    "Policy",
+    "check_policy",
+]
 
 #: ``minimal``: cheapest candidate measurement meeting the requirement (default);
-#: ``paper``: seed 001's α = S·ln(1/δ)/ε whenever history falls short;
+#: ``paper``: Xiao & Xiong (2012)'s α = S·ln(1/δ)/ε whenever history falls short;
 #: ``no_reuse``: baseline that ignores history and answers every query fresh at the paper's α.
 POLICIES: tuple[str, ...] = ("minimal", "paper", "no_reuse")
+#: The policy names as a type.
+Policy = Literal["minimal", "paper", "no_reuse"]
+
+
+def check_policy(policy: object) -> Policy:
+    """``policy`` if it names a policy.
+
+    Raises:
+        InvalidRequirement: it does not.
+    """
+    if policy not in POLICIES:
+        raise InvalidRequirement(f"policy must be one of {list(POLICIES)}, got {policy!r}.")
+    return cast(Policy, policy)
 
 #: Support sizes (in atoms) up to which separate atom counts are a candidate.
 MAX_ATOM_CANDIDATE = 16
@@ -71,7 +98,7 @@ def meets(halfwidth: float, accuracy: float) -> bool:
 
 
 def paper_scale(accuracy: float, confidence: float) -> float:
-    """Seed 001's Theorem 5.3 scale ``ε/ln(1/δ)`` for dpgate's discrete noise.
+    """Xiao & Xiong (2012)'s Theorem 5.3 scale ``ε/ln(1/δ)`` for dpgate's discrete noise.
 
     One Laplace release of scale ``b`` is within ``b·ln(1/δ)`` of the truth with
     probability ``1−δ``; the lattice noise adds at most ``γ ≤ b/1024`` (the
@@ -79,42 +106,6 @@ def paper_scale(accuracy: float, confidence: float) -> float:
     answer alone certifiably meet ``±ε`` (α is 0.1 % above the paper's at δ = 0.05).
     """
     return accuracy / (math.log(1.0 / (1.0 - confidence)) + 1.0 / 1024)
-
-
-@dataclass
-class TableState:
-    """Everything known about one table's releases, on the current atoms."""
-
-    table: Table
-    atoms: AtomPartition
-    blue: IncrementalBLUE
-    costs: CellCosts
-
-    @classmethod
-    def new(cls, table: Table) -> TableState:
-        """Empty history on the one-atom partition."""
-        atoms = AtomPartition(table)
-        return cls(
-            table, atoms, IncrementalBLUE(atoms.cell_sizes), CellCosts(atoms.n_atoms, table.max_rows_per_individual)
-        )
-
-    def refine(self, query: LinearQuery) -> None:
-        """Split atoms so that ``query`` is constant on each (public structure only)."""
-        parent = self.atoms.refine(query)
-        if parent is not None:
-            self.blue.split(parent, self.atoms.cell_sizes)
-            self.costs.split(parent)
-
-    def record(self, h: np.ndarray, scale: float, value: float, lattice: float, alpha: float, sensitivity: float) -> None:
-        """Add one release (atom vector ``h``) to the inference state and the costs."""
-        self.blue.append(h, scale, value, lattice=lattice)
-        self.costs.add(h, alpha, sensitivity)
-
-    def atom_query(self, query: LinearQuery, keep: np.ndarray) -> LinearQuery:
-        """``query`` with its weight zeroed outside the atoms ``keep`` (a boolean mask)."""
-        grid = query.expand(self.table, self.atoms.columns, self.atoms.breakpoints) / query.denominator
-        weights = np.where(keep[self.atoms.labels], grid, 0.0)
-        return LinearQuery.from_grid(self.table, self.atoms.columns, self.atoms.breakpoints, weights)
 
 
 @dataclass(frozen=True)
@@ -162,7 +153,7 @@ def plan(
         h = state.atoms.vector(q)
         if policy != "no_reuse":
             est = blue.estimate(h)
-            if est.estimable and meets(est.posterior.law.halfwidth(confidence), accuracy):
+            if meets(est.halfwidth(confidence), accuracy):  # inf when not estimable
                 steps.append(Step(q, "history", h))
                 continue
         candidates = _candidates(state, blue, costs, q, h, accuracy, confidence, policy)
@@ -173,6 +164,59 @@ def plan(
             costs.add(m.h, m.alpha, m.sensitivity)
         steps.append(Step(q, "fresh", h, tuple(parts), increase))
     return steps
+
+
+def answers(
+    blue: IncrementalBLUE, steps: Sequence[Step], accuracy: float, confidence: float, policy: str
+) -> tuple[Answer, ...]:
+    """Answer each step with the estimator its decision was verified on.
+
+    ``blue`` is the state before this statement's releases; replaying the
+    measurements in plan order means each query is estimated from exactly the
+    history its plan saw (earlier releases plus its own), so a fresh answer's
+    certified half-width is the one the plan checked.  (Adding the statement's
+    later releases would lower the variance but can widen the certified interval
+    by a lattice step.)  Which estimator is used depends only on the design, so
+    coverage is unaffected.
+    """
+    replay = blue.copy() if any(s.measurements for s in steps) else blue
+    out = []
+    for s in steps:
+        # An unpaid ("unavailable") step keeps its planned measurements but has no values.
+        for m, v in zip(s.measurements, s.values, strict=False):
+            replay.append(m.h, m.scale, v, lattice=m.lattice)
+        out.append(_answer(replay, s, accuracy, confidence, policy))
+    return tuple(out)
+
+
+def _answer(blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str) -> Answer:
+    q = step.query
+    off = float(q.offset)
+
+    def answer(value: float, low: float, high: float, source: Source, epsilon_spent: float,
+               posterior: Posterior | None = None, meets_requirement: bool = True) -> Answer:
+        return Answer(value, low, high, confidence, accuracy, source, epsilon_spent, posterior, meets_requirement,
+                      label=q.label, group=q.group, query=q)
+
+    if step.kind == "exact":
+        return answer(off, off, off, source="exact", epsilon_spent=0.0)
+    if policy == "no_reuse" and step.kind == "fresh":
+        # The baseline answers from its own fresh release only (one measurement of Q).
+        (m,) = step.measurements
+        post = Posterior(step.values[0], ErrorLaw([1.0], [m.scale], lattice=[m.lattice]))
+    else:
+        est = blue.estimate(step.h) if step.h is not None else None
+        if est is None or est.posterior is None:
+            return answer(math.nan, -math.inf, math.inf, source="unavailable", epsilon_spent=0.0,
+                          meets_requirement=False)
+        post = est.posterior
+    post = Posterior(post.mean() + off, post.law)
+    low, high = post.interval(confidence)
+    return answer(
+        float(post.mean()), float(low), float(high),
+        source="history" if step.kind in ("history", "unavailable") else "fresh",
+        epsilon_spent=step.increase, posterior=post, meets_requirement=meets((high - low) / 2, accuracy),
+    )
 
 
 def measurement(state: TableState, query: LinearQuery, scale: float) -> Measurement:
@@ -200,7 +244,7 @@ def _verified(
         for m in parts:
             trial.append(m.h, m.scale, 0.0, lattice=m.lattice)  # weights do not depend on the value
         est = trial.estimate(h)
-        if policy == "no_reuse" or (est.estimable and meets(est.posterior.law.halfwidth(confidence), accuracy)):
+        if policy == "no_reuse" or meets(est.halfwidth(confidence), accuracy):
             break
         parts = [measurement(state, m.query, m.scale * (1 - 2.0**-9)) for m in parts]
     return trial, parts
@@ -227,7 +271,7 @@ def _candidates(
     paper = paper_scale(accuracy, confidence)
     scale = paper
     if policy == "minimal":
-        found = minimal_scale(blue, h, h, accuracy, confidence, lattice=lambda b: lattice_for(b, q.denominator)[0])
+        found = minimal_scale(blue, h, h, accuracy, confidence, lattice=_lattice_step(q.denominator))
         if found is not None:
             scale = max(scale, found)
     parts = [measurement(state, q, scale)]
@@ -244,7 +288,8 @@ def _candidates(
             continue  # leaving out an atom no more charged than the rest cannot help
         h_keep = np.where(keep, h, 0.0)
         part_q = state.atom_query(q, keep)
-        b = minimal_scale(blue, h, h_keep, accuracy, confidence, lattice=lambda s: lattice_for(s, part_q.denominator)[0])
+        b = minimal_scale(blue, h, h_keep, accuracy, confidence, 
+                          lattice=_lattice_step(part_q.denominator))
         if b is not None and math.isfinite(b):
             parts = [measurement(state, part_q, b)]
             out.append((_price(costs, parts), 2, parts))
@@ -261,6 +306,11 @@ def _candidates(
             out.append((_price(costs, parts), 0, parts))
     # Round increases so that ties are ties.
     return [(round(c / _TIE) * _TIE, r, p) for c, r, p in out]
+
+
+def _lattice_step(denominator: int) -> Callable[[float], float]:
+    """The lattice step γ of a release at scale ``b`` of a query with this denominator."""
+    return lambda b: lattice_for(b, denominator)[0]
 
 
 def _unit(state: TableState, q: LinearQuery) -> LinearQuery:
@@ -286,7 +336,7 @@ def _common_scale(
         for r in rows:
             trial.append(r, b, 0.0, lattice=lattice_for(b, 1)[0])
         est = trial.estimate(h)
-        return bool(est.estimable and meets(est.posterior.law.halfwidth(confidence), accuracy))
+        return meets(est.halfwidth(confidence), accuracy)
 
     lo = hi = start
     if enough(start):

@@ -1,5 +1,10 @@
 """The gateway: decide, for each compiled query, between history and a fresh measurement.
 
+(Over 500 lines on purpose: it is one class, the public API, and a third of it
+is docstrings — each method that releases states its privacy guarantee.
+Planning and answering live in ``dpgate.decide``, a table's history in
+``dpgate.state``, the requirement rules in ``dpgate.requirement``.)
+
 Pipeline of one ``Gateway.query`` call::
 
     compile_statement ─▶ refine atoms ─▶ plan (history? else the smallest budget)
@@ -11,11 +16,21 @@ individual, or ``max_rows_per_individual`` rows, see ``dpgate.accounting``).
 Each fresh measurement of a linear query ``q`` (sensitivity ``S = max|q|``) adds
 two-sided geometric noise on the lattice ``γ`` (``dpgate.noise``) of scale
 ``b = S/α``, which is ``α``-DP for ``q`` and costs cell ``j`` ``(α/S)|q_j|``
-(seed 001, Theorem 5.5).  Everything else — answers from history, intervals,
+(Xiao & Xiong, "Bayesian Inference under Differential Privacy", 2012,
+Theorem 5.5).  Everything else — answers from history, intervals,
 probabilities — is post-processing of released values and costs nothing.  The
 *design* (which queries are measured, at which scale) depends only on the
 queries and requirements, never on the data, so the BLUE's error law given the
 design is exact and the stated intervals cover at their nominal rate.
+
+Extensions (``dpgate.model``, ``dpgate.warmstart``) read a table's history only
+through :meth:`Gateway.locked_view`, a frozen :class:`~dpgate.state.TableView`,
+and release only through :meth:`Gateway.release_measurements`; they never touch
+the gateway's private state.  Model-based answers follow Chen, Zhou &
+Bhowmick, "Integrating Historical Noisy Answers for Improving Data Utility
+under Differential Privacy" (EDBT 2016); the ISPE warm start and its MMSE
+estimator follow Xiao, Xiong & Yuan, "ISPE: Adaptive Differentially Private
+Data Release and Query Estimation" (Emory TR-2011-005, 2011).
 """
 
 from __future__ import annotations
@@ -23,30 +38,32 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
-
+from dpgate._validate import positive_finite
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
 from dpgate.cube import Cube
-from dpgate.errors import (
-    BudgetExhausted,
-    InvalidRequirement,
-    NotEstimable,
-    ProgrammingError,
-)
-from dpgate.decide import POLICIES, Measurement, Step, TableState, measurement, meets, plan
-from dpgate.inference import ErrorLaw, IncrementalBLUE, Posterior
-from dpgate.ledger import Ledger, LedgerRecord
+from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
+from dpgate.errors import BudgetExhausted, InvalidRequirement, NotEstimable, ProgrammingError
+from dpgate.inference import IncrementalBLUE
+from dpgate.ledger import Ledger, LedgerRecord, LedgerTransaction
 from dpgate.noise import noise_source, release
 from dpgate.query import LinearQuery
-from dpgate.result import Answer, Result
+from dpgate.requirement import hinted, resolve_confidence, resolve_requirement
+from dpgate.result import Result
 from dpgate.schema import Schema
+from dpgate.state import TableState, TableView
+
+if TYPE_CHECKING:  # the extensions import this module; only the type checker needs them here
+    import pandas as pd
+
+    from dpgate.model import ModelResult
+    from dpgate.warmstart import WarmStart
 
 __all__ = ["Gateway", "POLICIES"]
-
-Policy = Literal["minimal", "paper", "no_reuse"]
 
 # Budget comparisons allow this much floating-point slack (never more).
 _BUDGET_SLACK = 1e-12
@@ -87,11 +104,9 @@ class Gateway:
         *,
         dialect: str = "duckdb",
     ):
-        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not (0 < budget < math.inf):
-            raise InvalidRequirement(f"budget must be a positive finite number, got {budget!r}.")
-        _check_policy(policy)
+        budget = positive_finite(budget, "budget", error=InvalidRequirement)
+        self.policy = check_policy(policy)
         self.schema = Schema.load(schema)
-        self.policy = policy
         self.dialect = dialect
         self._cube = Cube(data, self.schema)
         fingerprint = hashlib.sha256(
@@ -101,7 +116,7 @@ class Gateway:
         self._owns_ledger = not isinstance(ledger, Ledger)
         self._noise = noise_source(seed)
         self._tables: dict[str, TableState] = {}
-        self._ispe_releases: list[Any] = []  # this object's ISPE warm starts, for method="mmse"
+        self._ispe_releases: list[WarmStart] = []  # this object's ISPE warm starts, for method="mmse"
         self._last_id = 0
         self._lock = threading.RLock()
         self._sync()
@@ -114,7 +129,7 @@ class Gateway:
 
     @property
     def spent(self) -> float:
-        """System privacy cost so far: Σ over tables of ``k · max_j B_j`` (Theorem 5.5)."""
+        """System privacy cost so far: Σ over tables of ``k · max_j B_j`` (Xiao & Xiong (2012), Theorem 5.5)."""
         with self._lock:
             self._sync()
             return self._spent()
@@ -125,7 +140,7 @@ class Gateway:
         return max(0.0, self.budget - self.spent)
 
     @property
-    def history(self) -> Any:
+    def history(self) -> pd.DataFrame:
         """Every release so far as a pandas DataFrame (one row per noisy measurement)."""
         import pandas as pd
 
@@ -175,14 +190,19 @@ class Gateway:
             InvalidRequirement: accuracy/confidence out of range.
             BudgetExhausted: the answer would overspend (nothing read, nothing spent).
         """
-        stmt = self._compile(sql, params)
+        stmt = self.compile(sql, params)
         method = stmt.hints.get("method", "exact")  # validated and lower-cased by the compiler
         if method != "exact":  # a hint asked for a free, model-based estimate instead
-            confidence = _hinted(stmt, "confidence", confidence)
-            return self.estimate(sql, method, confidence=0.95 if confidence is None else confidence, params=params)
-        accuracy, confidence, allow_partial = _requirement(stmt, accuracy, confidence, allow_partial)
-        policy = policy or self.policy
-        _check_policy(policy)
+            confidence = resolve_confidence({"confidence": confidence}, hinted(stmt.hints))
+            return self.estimate(sql, method, confidence=confidence, params=params)
+        req = resolve_requirement(
+            {"accuracy": accuracy, "confidence": confidence, "allow_partial": allow_partial or None},
+            hinted(stmt.hints),
+            missing="no accuracy given: pass accuracy= (the half-width of the interval you need, e.g. 25) "
+            "or add a hint /*+ dpgate accuracy=25 */.",
+        )
+        accuracy, confidence, allow_partial = req.accuracy, req.confidence, req.allow_partial
+        policy = check_policy(policy or self.policy)
         with self._lock:
             self._sync()
             state = self._state(stmt.table)
@@ -193,16 +213,16 @@ class Gateway:
                 steps, blue = self._measure(stmt, sql, steps, accuracy, confidence, policy, allow_partial)
             else:
                 blue = state.blue
-            answers = self._answers(blue, steps, accuracy, confidence, policy)
-        return Result(answers, stmt, float(sum(s.increase for s in steps)))
+            out = answers(blue, steps, accuracy, confidence, policy)
+        return Result(out, stmt, float(sum(s.increase for s in steps)))
 
     def probability(self, sql: str, low: float | None = None, high: float | None = None, *, params: Any = None) -> float:
-        """P(low ≤ θ ≤ high | history) for a single-output query; free (seed 001 §5.2).
+        """P(low ≤ θ ≤ high | history) for a single-output query; free (Xiao & Xiong (2012), §5.2).
 
         Raises:
             NotEstimable: history does not determine this query.
         """
-        stmt = self._compile(sql, params)
+        stmt = self.compile(sql, params)
         if len(stmt.queries) != 1:
             raise ProgrammingError(
                 f"probability() needs a query with one output, this one has {len(stmt.queries)}."
@@ -216,7 +236,7 @@ class Gateway:
                 v = float(q.offset)
                 return float((low is None or low <= v) and (high is None or v <= high))
             est = state.blue.estimate(state.atoms.vector(q))
-        if not est.estimable:
+        if est.posterior is None:
             raise NotEstimable(
                 "history does not determine this query yet (it is not a linear combination of released "
                 "answers); ask gw.query(...) for it first."
@@ -238,8 +258,14 @@ class Gateway:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- internals -------------------------------------------------------------------
-    def _compile(self, sql: str, params: Any) -> CompiledStatement:
+    # -- the seam for extensions (dpgate.model, dpgate.warmstart) ------------------------
+    def compile(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> CompiledStatement:
+        """Compile one SELECT against this gateway's schema and dialect (reads no data, spends nothing).
+
+        Raises:
+            UnsupportedQuery, SchemaError: the SQL is refused.
+            ProgrammingError: a ``SET dpgate.*`` statement (those configure DB-API sessions).
+        """
         stmt = compile_statement(sql, self.schema, dialect=self.dialect, params=params)
         if not isinstance(stmt, CompiledStatement):
             raise ProgrammingError(
@@ -247,6 +273,32 @@ class Gateway:
                 "confidence= to Gateway.query instead."
             )
         return stmt
+
+    @contextmanager
+    def locked_view(self, table: str, queries: Sequence[LinearQuery] = ()) -> Iterator[TableView]:
+        """Hold the gateway's lock and give a frozen snapshot of ``table``'s history.
+
+        On entry: take the lock (re-entrant), apply the ledger records other processes
+        wrote, refine the atoms with ``queries`` (public structure only, so that their
+        vectors over the view's atoms exist) and snapshot the table's history.  The
+        lock is held until the block ends, so an extension's reads and its releases
+        through :meth:`release_measurements` are not interleaved with this gateway's
+        other threads.  The view holds copies and stays valid after the block.
+
+        Reading the view is post-processing of released values: nothing is spent.
+
+        Raises:
+            SchemaError: ``table`` is not declared.
+            UnsupportedQuery: refining with ``queries`` would exceed the atom limits.
+        """
+        with self._lock:
+            self._sync()
+            state = self._state(table)
+            for q in queries:
+                state.refine(q)
+            yield state.view()
+
+    # -- internals -------------------------------------------------------------------
 
     def _state(self, table: str) -> TableState:
         t = self.schema.table(table)
@@ -267,10 +319,9 @@ class Gateway:
                 self._apply(rec)
 
     def _apply(self, rec: LedgerRecord) -> None:
-        q = LinearQuery.from_json(rec.query)
         state = self._state(rec.table)
-        state.refine(q)
-        state.record(state.atoms.vector(q), rec.scale, rec.value, rec.lattice, rec.alpha, rec.sensitivity)
+        state.record(rec.id, LinearQuery.from_json(rec.query), rec.scale, rec.value, rec.lattice, rec.alpha,
+                     rec.sensitivity)
         self._last_id = rec.id
 
     def _measure(
@@ -309,14 +360,15 @@ class Gateway:
         return [replace(s, values=tuple(next(it) for _ in s.measurements)) for s in steps], before
 
     def _record(
-        self, tx: Any, state: TableState, parts: Sequence[Measurement], sql: str, kind: str, spent: float
+        self, tx: LedgerTransaction, state: TableState, parts: Sequence[Measurement], sql: str, kind: str,
+        spent: float,
     ) -> list[float]:
         """Inside an open ledger transaction: read the true answers, add noise, append
         one record per measurement.  Values leave only after the caller commits."""
         truths = self._cube.true_numerators([m.query for m in parts])
         trial = state.costs.copy()
         values = []
-        for m, truth in zip(parts, truths):
+        for m, truth in zip(parts, truths, strict=True):
             rel = release(truth, m.query.denominator, m.sensitivity, m.alpha, self._noise)
             trial.add(m.h, m.alpha, m.sensitivity)
             tx.append(
@@ -339,21 +391,41 @@ class Gateway:
     def release_measurements(
         self, table: str, measurements: Sequence[tuple[LinearQuery, float]], *, kind: str = "warm_start", label: str = ""
     ) -> list[float]:
-        """Release noisy answers of given linear queries at given budgets α (e.g. a warm start).
+        """**Spends budget**: release noisy answers of given linear queries at given budgets α.
 
-        Privacy: each query ``q`` (sensitivity ``S = max|q|``) gets two-sided geometric
-        noise of scale ``S/α`` on its lattice, which is α-DP for ``q`` under add/remove-one-row;
-        the system cost rises by the per-cell formula (Theorem 5.5) over all of them,
-        checked against the budget before any data is read.  The values join the history
-        and are returned after the ledger commit.
+        The release primitive behind :meth:`warm_start` (and designed workloads): no
+        requirement, no reuse of history — every pair ``(q, α)`` is measured.
+
+        Privacy guarantee:
+
+        * Neighbouring relation: add/remove one row (one row per individual, or
+          ``max_rows_per_individual`` rows, see ``dpgate.accounting``).
+        * Sensitivity: ``S = max|q|`` of each query's weights (its linear part; the
+          offset is public).
+        * Noise law and scale: two-sided geometric (discrete Laplace) noise on the
+          query's lattice ``γ`` with scale ``b = S/α`` (``dpgate.noise.release``), so
+          each release is ``α``-DP for its query.
+        * Cost charged: cell ``j`` is charged ``(α/S)|q_j|`` per release, and the
+          system cost rises to ``k · max_j B_j`` (Xiao & Xiong (2012), Theorem 5.5).
+          The whole increase is checked against the budget before any data is read;
+          the values are recorded in the ledger and returned only after it commits.
+          They join the history that later queries answer from.
+
+        Args:
+            table: the declared table.
+            measurements: ``(query, α)`` pairs; each α > 0 and finite, each query non-zero.
+            kind: the ledger record kind (``"warm_start"``, ``"query"``).
+            label: recorded as the release's SQL text.
+
+        Returns:
+            The released noisy values, in the order of ``measurements``.
 
         Raises:
             BudgetExhausted: the releases would overspend (nothing read, nothing spent).
-            InvalidRequirement: an α is not positive and finite.
+            InvalidRequirement: an α is not positive and finite, or a query is zero.
         """
         for q, alpha in measurements:
-            if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (0 < alpha < math.inf):
-                raise InvalidRequirement(f"every budget α must be positive and finite, got {alpha!r}.")
+            positive_finite(alpha, "every budget α", error=InvalidRequirement)
             if q.is_zero:
                 raise InvalidRequirement("a measured query must have a non-zero weight somewhere.")
         with self._lock:
@@ -380,30 +452,30 @@ class Gateway:
 
     def warm_start(
         self, strategy: str, epsilon: float, columns: str | Sequence[str], *, table: str | None = None, **options: Any
-    ) -> Any:
-        """Spend ``epsilon`` up front on a designed release that later queries reuse for free.
+    ) -> WarmStart:
+        """**Spends budget**: ``epsilon`` up front on a designed release that later queries reuse for free.
 
         ``strategy``: ``"identity"`` (one count per cell of ``columns``' grid),
         ``"hierarchical"`` (Hay et al. tree over one ordered column; options
-        ``branching``, ``split="even"|"geometric"``, ``ratio``) or ``"ispe"`` (seed 003;
+        ``branching``, ``split="even"|"geometric"``, ``ratio``) or ``"ispe"`` (Xiao, Xiong & Yuan (2011);
         options ``alpha1_fraction``, ``iterations``, ``mask_size``, ``sigma``, ``xi``,
-        ``connectivity``).  Every cell's cost rises by exactly ε (Theorem 5.5), released
+        ``connectivity``).  Every cell's cost rises by exactly ε (Xiao & Xiong (2012), Theorem 5.5), released
         through :meth:`release_measurements`; see ``dpgate.warmstart`` for the privacy
         proof and what intervals mean afterwards.  Returns a ``dpgate.warmstart.WarmStart``.
 
         Raises:
             InvalidRequirement: bad strategy, ε or option (nothing read, nothing spent).
+            InvalidArgument: a malformed ISPE smoothing or connectivity option (nothing read, nothing spent).
             BudgetExhausted: ``k·ε`` exceeds what remains (nothing read, nothing spent).
         """
         from dpgate import warmstart
 
         if strategy not in warmstart.STRATEGIES:
             raise InvalidRequirement(f"strategy must be one of {list(warmstart.STRATEGIES)}, got {strategy!r}.")
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (0 < epsilon < math.inf):
-            raise InvalidRequirement(f"epsilon must be a positive finite number, got {epsilon!r}.")
+        epsilon = positive_finite(epsilon, "epsilon", error=InvalidRequirement)
         if not isinstance(columns, str) and not (isinstance(columns, Sequence) and columns):
             raise InvalidRequirement(f"columns must be a column name or a non-empty list of names, got {columns!r}.")
-        release = warmstart.warm_start(self, strategy, float(epsilon), columns, table=table, **options)
+        release = warmstart.warm_start(self, strategy, epsilon, columns, table=table, **options)
         if release.strategy == "ispe":
             with self._lock:
                 self._ispe_releases.append(release)
@@ -419,7 +491,7 @@ class Gateway:
         confidence: float,
     ) -> BudgetExhausted:
         unpaid = [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps]
-        best = self._answers(state.blue, unpaid, accuracy, confidence, "minimal")
+        best = answers(state.blue, unpaid, accuracy, confidence, "minimal")
         single = best[0] if len(best) == 1 else None
         hint = ""
         if single is not None and math.isfinite(single.value):
@@ -438,57 +510,10 @@ class Gateway:
             estimate=single,
         )
 
-    def _answers(
-        self, blue: IncrementalBLUE, steps: Sequence[Step], accuracy: float, confidence: float, policy: str
-    ) -> tuple[Answer, ...]:
-        """Answer each step with the estimator its decision was verified on.
-
-        ``blue`` is the state before this statement's releases; replaying the
-        measurements in plan order means each query is estimated from exactly the
-        history its plan saw (earlier releases plus its own), so a fresh answer's
-        certified half-width is the one the plan checked.  (Adding the statement's
-        later releases would lower the variance but can widen the certified interval
-        by a lattice step.)  Which estimator is used depends only on the design, so
-        coverage is unaffected.
-        """
-        replay = blue.copy() if any(s.measurements for s in steps) else blue
-        out = []
-        for s in steps:
-            for m, v in zip(s.measurements, s.values):
-                replay.append(m.h, m.scale, v, lattice=m.lattice)
-            out.append(self._answer(replay, s, accuracy, confidence, policy))
-        return tuple(out)
-
-    def _answer(self, blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str) -> Answer:
-        q = step.query
-        meta = dict(label=q.label, group=q.group, query=q, confidence=confidence, accuracy=accuracy)
-        off = float(q.offset)
-        if step.kind == "exact":
-            return Answer(off, off, off, source="exact", epsilon_spent=0.0, **meta)
-        if policy == "no_reuse" and step.kind == "fresh":
-            # The baseline answers from its own fresh release only (one measurement of Q).
-            (m,) = step.measurements
-            post = Posterior(step.values[0], ErrorLaw([1.0], [m.scale], lattice=[m.lattice]))
-        else:
-            est = blue.estimate(step.h)
-            if not est.estimable:
-                nan = math.nan
-                return Answer(nan, -math.inf, math.inf, source="unavailable", epsilon_spent=0.0,
-                              meets_requirement=False, **meta)
-            post = est.posterior
-        post = Posterior(post.mean() + off, post.law)
-        low, high = post.interval(confidence)
-        source = "history" if step.kind in ("history", "unavailable") else "fresh"
-        return Answer(
-            float(post.mean()), float(low), float(high), source=source, epsilon_spent=step.increase,
-            posterior=post, meets_requirement=meets((high - low) / 2, accuracy), **meta,
-        )
-
-
-    # -- model-based answers (seed 002; dpgate.model) ---------------------------------
+    # -- model-based answers (Chen, Zhou & Bhowmick (2016); dpgate.model) -------------
     def estimate(self, sql: str, method: str = "pca", *, confidence: float = 0.95, params: Any = None,
-                 **options: Any) -> Result:
-        """Biased model-based answers from history alone (seed 002): free, never charged.
+                 **options: Any) -> ModelResult | Result:
+        """Biased model-based answers from history alone (Chen, Zhou & Bhowmick (2016)): free, never charged.
 
         For queries history does not pin down (or when the budget is spent).  Reads only
         released answers, their scales, public query structure and the public schema, so
@@ -497,8 +522,8 @@ class Gateway:
         Args:
             sql: one SELECT of linear aggregates, as for :meth:`query`.
             method: ``"pca"`` (kernel-PCA with cross-validated shrinkage ``a``),
-                ``"maxent"`` (maximum-entropy Gibbs model) or ``"mmse"`` (seed 003's
-                MMSE with neighbourhood reference over an ISPE warm start; see
+                ``"maxent"`` (maximum-entropy Gibbs model) or ``"mmse"`` (the MMSE with
+                neighbourhood reference of Xiao, Xiong & Yuan (2011), §4, over an ISPE warm start; see
                 ``dpgate.warmstart.mmse_estimate``).  SQL clients choose it with the
                 hint ``/*+ dpgate method=mmse */`` or ``SET dpgate.method = mmse``.
             confidence: sets the width of the *heuristic* band below.
@@ -506,8 +531,9 @@ class Gateway:
                 ``"uniform"``, or ``{column: cell probabilities}``), ``folds``, ``cv_seed``;
                 pca: ``a`` (``"cv"`` or a number, ``inf`` = unbiased projection);
                 maxent: ``alpha`` (number or ``"cv"``), ``solver`` (``"auto"``: exact over
-                atoms up to ``max_atoms``, default 100 000, else seed 002 §4.2's approximate
-                stochastic-gradient / Gibbs-sampling fit; ``"exact"``; ``"sgd"``), ``max_atoms``;
+                atoms up to ``max_atoms``, default 100 000, else the approximate
+                stochastic-gradient / Gibbs-sampling fit of Chen, Zhou & Bhowmick (2016), §4.2;
+                ``"exact"``; ``"sgd"``), ``max_atoms``;
                 mmse: ``release`` (a ``WarmStart``; default the latest ISPE warm start
                 this gateway object made whose grid holds the query's columns),
                 ``neighbours`` (default True).
@@ -516,8 +542,8 @@ class Gateway:
             A ``dpgate.model.ModelResult`` (a ``Result`` with ``.model`` diagnostics) whose
             answers have ``source="model"``, ``epsilon_spent=0``, ``meets_requirement=False``,
             ``posterior=None`` and ``low/high = value ∓ z·RMSE_cv``: the cross-validated RMSE
-            on held-out past queries (seed 002 Theorem 4); for a stochastic maxent fit,
-            ``z·√(RMSE_cv² + mc_stderr²)`` with the Monte Carlo error per answer in
+            on held-out past queries (Chen, Zhou & Bhowmick (2016), Theorem 4); for a stochastic
+            maxent fit, ``z·√(RMSE_cv² + mc_stderr²)`` with the Monte Carlo error per answer in
             ``.model``.  **Not a guaranteed interval**: it is an average error scale, and
             can be far too narrow for unusual queries.
         """
@@ -532,9 +558,9 @@ class Gateway:
 
         return _estimate(self, sql, method, confidence=confidence, params=params, **options)
 
-    def _ispe_release_for(self, sql: str, params: Any) -> Any:
+    def _ispe_release_for(self, sql: str, params: Any) -> WarmStart:
         """The latest ISPE warm start of this object whose grid holds every column ``sql`` uses."""
-        stmt = self._compile(sql, params)
+        stmt = self.compile(sql, params)
         used = {c.lower() for q in stmt.queries for c in q.columns}
         with self._lock:
             for ispe in reversed(self._ispe_releases):
@@ -547,8 +573,8 @@ class Gateway:
         )
 
     def synthesize(self, table: str | None = None, rows: int | None = None, seed: int | None = None,
-                   **options: Any) -> Any:
-        """A synthetic pandas DataFrame drawn from the maximum-entropy model (seed 002 §4).
+                   **options: Any) -> pd.DataFrame:
+        """A synthetic pandas DataFrame from the maximum-entropy model (Chen, Zhou & Bhowmick (2016), §4).
 
         Post-processing of released answers: nothing is spent, the ledger is unchanged.
         Columns follow the schema exactly (``dpgate.model._synth`` lists the value emitted
@@ -565,43 +591,3 @@ class Gateway:
 
         return _synthesize(self, table, rows, seed, **options)
 
-
-def _check_policy(policy: str) -> None:
-    if policy not in POLICIES:
-        raise InvalidRequirement(f"policy must be one of {list(POLICIES)}, got {policy!r}.")
-
-
-def _hinted(stmt: CompiledStatement, name: str, given: float | None) -> float | None:
-    """An argument, else the statement's hint for it, else None."""
-    return _number(stmt.hints[name], name) if given is None and name in stmt.hints else given
-
-
-def _requirement(
-    stmt: CompiledStatement, accuracy: float | None, confidence: float | None, allow_partial: bool
-) -> tuple[float, float, bool]:
-    hints = stmt.hints
-    accuracy = _hinted(stmt, "accuracy", accuracy)
-    confidence = _hinted(stmt, "confidence", confidence)
-    if "allow_partial" in hints:
-        allow_partial = allow_partial or str(hints["allow_partial"]).lower() in ("1", "true", "on", "yes")
-    if accuracy is None:
-        raise InvalidRequirement(
-            "no accuracy given: pass accuracy= (the half-width of the interval you need, e.g. 25) "
-            "or add a hint /*+ dpgate accuracy=25 */."
-        )
-    confidence = 0.95 if confidence is None else confidence
-    for name, v in (("accuracy", accuracy), ("confidence", confidence)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v):
-            raise InvalidRequirement(f"{name} must be a number, got {v!r}.")
-    if not (0 < accuracy < math.inf):
-        raise InvalidRequirement(f"accuracy is the interval half-width and must be > 0 and finite, got {accuracy!r}.")
-    if not (0 < confidence < 1):
-        raise InvalidRequirement(f"confidence is 1−δ and must lie strictly between 0 and 1, got {confidence!r}.")
-    return float(accuracy), float(confidence), bool(allow_partial)
-
-
-def _number(text: str, name: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise InvalidRequirement(f"hint {name}={text!r} is not a number.") from None

@@ -23,8 +23,10 @@ __all__ = ["Answer", "Result", "Source"]
 #:  - ``"exact"``: the answer is a public constant (every weight is zero);
 #:  - ``"unavailable"``: nothing could be released (budget exhausted, history silent);
 #:  - ``"model"``: a *biased* model-based estimate from history (``Gateway.estimate``,
-#:    seed 002): free, ``meets_requirement=False``, no posterior, and ``low``/``high``
-#:    are ``value ∓ z·RMSE_cv`` — a cross-validated error scale, NOT a guaranteed interval.
+#:    Chen, Zhou & Bhowmick, "Integrating Historical Noisy Answers for Improving Data
+#:    Utility under Differential Privacy", EDBT 2016): free, ``meets_requirement=False``,
+#:    no posterior, and ``low``/``high`` are ``value ∓ z·RMSE_cv`` — a cross-validated
+#:    error scale, NOT a guaranteed interval.
 Source = Literal["history", "fresh", "exact", "unavailable", "model"]
 
 
@@ -106,7 +108,7 @@ class Result:
         for g in range(len(self.answers) // max(n_aggs, 1)):
             row: dict[str, Any] = {}
             chunk = self.answers[g * n_aggs : (g + 1) * n_aggs]
-            keys = dict(chunk[0].group) if chunk else {}
+            keys: dict[str | None, Any] = dict(chunk[0].group) if chunk else {}
             agg_i = 0
             for out in st.outputs:
                 if out.kind == "group":

@@ -5,6 +5,9 @@
 ``Gateway.release_measurements`` — budget-checked before any data is read,
 recorded durably in the ledger, added to the history that the decision loop
 answers from — and returns a :class:`WarmStart` describing what was released.
+ISPE, the geometric budget split and the MMSE estimator are from Xiao, Xiong &
+Yuan, "ISPE: Adaptive Differentially Private Data Release and Query Estimation"
+(Emory TR-2011-005, 2011).
 
 Strategies (every one raises the per-cell cost of *every* cell of the table by
 exactly ε, so the system cost rises by ``k·ε``, ``k = max_rows_per_individual``):
@@ -12,7 +15,8 @@ exactly ε, so the system cost rises by ``k·ε``, ``k = max_rows_per_individual
 ``"identity"``
     one count per cell of the product grid of ``columns`` (NULL / ``other``
     cells included), each at α = ε.  The cells are disjoint, so every cell is
-    charged ε (Theorem 5.5).  Refused above ``MAX_IDENTITY_CELLS`` cells.
+    charged ε (per-cell accounting: Xiao & Xiong, "Bayesian Inference under
+    Differential Privacy" (2012), Theorem 5.5).  Refused above ``MAX_IDENTITY_CELLS`` cells.
 ``"hierarchical"``
     the tree of Hay et al. over ONE ordered column (integer or binned): the
     column's ``m`` non-NULL cells are padded virtually to ``B^L ≥ m``
@@ -20,12 +24,12 @@ exactly ε, so the system cost rises by ``k·ε``, ``k = max_rows_per_individual
     nodes ``[i·B^(L−ℓ), (i+1)·B^(L−ℓ)) ∩ [0, m)``, all at α_ℓ; the NULL cell is
     one more count at ε.  Every non-NULL cell lies in exactly one node per level,
     so it is charged ``Σ_ℓ α_ℓ = ε``.  ``split="even"``: α_ℓ = ε/(L+1);
-    ``split="geometric"`` (seed 003 §5.3.3): α_ℓ ∝ ``ratio^ℓ`` (default 2, so the
-    leaves get the largest share), normalised to sum to ε — the paper's printed
+    ``split="geometric"`` (Xiao, Xiong & Yuan (2011), §5.3.3): α_ℓ ∝ ``ratio^ℓ``
+    (default 2, so the leaves get the largest share), normalised to sum to ε — the paper's printed
     ``α·2^(h−L−1)`` sums to ``α(1 − 2^−L)``, which would waste budget.
 ``"ispe"``
-    seed 003 §3 on a grid of ordered columns (any number of them): phase 1 is
-    the identity release at ``α₁ = alpha1_fraction·ε``; the *noisy* non-NULL
+    Xiao, Xiong & Yuan (2011), §3, on a grid of ordered columns (any number of
+    them): phase 1 is the identity release at ``α₁ = alpha1_fraction·ε``; the *noisy* non-NULL
     histogram is smoothed by a Gaussian filter (``iterations``, ``mask_size``,
     ``sigma``); region growing (threshold ``xi``, connectivity distance
     ``connectivity``) partitions the grid into connected regions of similar
@@ -42,8 +46,8 @@ cell ``j`` changes one count per level/phase, so its loss is the sum of those
 α's, = ε.  For ISPE, phase 2's *design* (the partition) is a function of phase
 1's released noisy values only — never of the data — so phase 2 is an
 ``(ε − α₁)``-DP mechanism chosen by post-processing of an α₁-DP output; by
-adaptive sequential composition (McSherry's PINQ, seed 003 Theorems 2.1–2.2,
-3.1) the pair is ε-DP, and the per-cell charge recorded in the ledger is exactly
+adaptive sequential composition (McSherry's PINQ; Xiao, Xiong & Yuan (2011),
+Theorems 2.1–2.2, 3.1) the pair is ε-DP, and the per-cell charge recorded in the ledger is exactly
 α₁ + (ε − α₁) = ε for every cell.  Before anything is read the whole ``k·ε`` is
 checked against the remaining budget (the increase is exactly ``k·ε`` because
 every cell's cost rises by ε), so an overspending warm start raises
@@ -80,9 +84,9 @@ intervals matter, use "identity" or "hierarchical".
 
 ISPE's ``xi`` is in count units.  Its default, ``√2/α₁`` (the standard deviation
 of one phase-1 count's noise), is public and data-free but merges little on
-dense data; the paper tunes ξ per data set (seed 003 §5.2.3).
+dense data; the paper tunes ξ per data set (Xiao, Xiong & Yuan (2011), §5.2.3).
 
-MMSE with neighbourhood reference (seed 003 §4): :func:`mmse_estimate` answers
+MMSE with neighbourhood reference (Xiao, Xiong & Yuan (2011), §4): :func:`mmse_estimate` answers
 from an ISPE release by a *model* that treats neighbouring cells of a region as
 further observations of a cell.  It is biased by design, costs nothing (pure
 post-processing), and its answers carry ``source="model"``,
@@ -106,14 +110,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpgate import _ispe
+from dpgate._validate import positive_finite, probability
 from dpgate.errors import BudgetExhausted, InvalidRequirement, SchemaError, UnsupportedQuery
 from dpgate.query import LinearQuery
+from dpgate.result import Answer, Result
 from dpgate.schema import Table
+
+if TYPE_CHECKING:  # dpgate.gateway imports this module; the type checker alone needs the class
+    from dpgate.gateway import Gateway
 
 __all__ = ["STRATEGIES", "MAX_IDENTITY_CELLS", "WarmStart", "warm_start", "mmse_estimate", "mmse_values"]
 
@@ -173,7 +182,7 @@ class WarmStart:
 
 # -- entry point -------------------------------------------------------------------------
 def warm_start(
-    gw: Any, strategy: str, epsilon: float, columns: str | Sequence[str], *, table: str | None = None, **options: Any
+    gw: Gateway, strategy: str, epsilon: float, columns: str | Sequence[str], *, table: str | None = None, **options: Any
 ) -> WarmStart:
     """Release ``strategy``'s design at total per-cell cost ``epsilon`` through ``gw``.
 
@@ -182,19 +191,18 @@ def warm_start(
 
     Raises:
         InvalidRequirement: bad ε, strategy, option or column kind (nothing read, nothing spent).
+        InvalidArgument: a malformed ISPE smoothing or connectivity option (nothing read, nothing spent).
         SchemaError: unknown table or column.
         UnsupportedQuery: the grid is too large for an identity / ISPE release.
         BudgetExhausted: ``k·ε`` exceeds what remains (nothing read, nothing spent).
     """
     if strategy not in STRATEGIES:
         raise InvalidRequirement(f"strategy must be one of {list(STRATEGIES)}, got {strategy!r}.")
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (0 < epsilon < math.inf):
-        raise InvalidRequirement(f"epsilon must be a positive finite number, got {epsilon!r}.")
-    epsilon = float(epsilon)
+    epsilon = positive_finite(epsilon, "epsilon", error=InvalidRequirement)
     t = _table(gw, table)
     cols = _columns(t, columns)
     opts = _options(strategy, options)
-    with gw._lock:  # one gateway's threads do not interleave with a two-phase release
+    with gw.locked_view(t.name):  # one gateway's threads do not interleave with a two-phase release
         _check_budget(gw, t, epsilon, strategy)
         if strategy == "identity":
             return _identity(gw, t, cols, epsilon, opts)
@@ -203,7 +211,7 @@ def warm_start(
         return _ispe_release(gw, t, cols, epsilon, opts)
 
 
-def _table(gw: Any, table: str | None) -> Table:
+def _table(gw: Gateway, table: str | None) -> Table:
     if table is None:
         if len(gw.schema.tables) != 1:
             raise InvalidRequirement(
@@ -233,7 +241,7 @@ def _options(strategy: str, given: dict[str, Any]) -> dict[str, Any]:
     return {**allowed, **given}
 
 
-def _check_budget(gw: Any, t: Table, epsilon: float, strategy: str) -> None:
+def _check_budget(gw: Gateway, t: Table, epsilon: float, strategy: str) -> None:
     needed = t.max_rows_per_individual * epsilon
     spent = gw.spent
     if spent + needed > gw.budget + _SLACK:
@@ -245,7 +253,7 @@ def _check_budget(gw: Any, t: Table, epsilon: float, strategy: str) -> None:
         )
 
 
-def _release(gw: Any, t: Table, ms: list[tuple[LinearQuery, float]], label: str) -> list[float]:
+def _release(gw: Gateway, t: Table, ms: list[tuple[LinearQuery, float]], label: str) -> list[float]:
     return gw.release_measurements(t.name, ms, kind="warm_start", label=label)
 
 
@@ -253,7 +261,7 @@ def _release(gw: Any, t: Table, ms: list[tuple[LinearQuery, float]], label: str)
 def _box(t: Table, cols: Sequence[str], ranges: Sequence[tuple[int, int]]) -> LinearQuery:
     """Count of the grid box ``Π [lo, hi)`` (cell indices) over ``cols``."""
     bps, shape, idx = [], [], []
-    for c, (lo, hi) in zip(cols, ranges):
+    for c, (lo, hi) in zip(cols, ranges, strict=True):
         n = t.column(c).n_cells
         bp = sorted({0, lo, hi} - {n})
         bps.append(bp)
@@ -274,7 +282,7 @@ def _grid_size(t: Table, cols: Sequence[str], strategy: str) -> tuple[int, ...]:
     shape = tuple(t.column(c).n_cells for c in cols)
     size = math.prod(shape)
     if size > MAX_IDENTITY_CELLS:
-        dims = " × ".join(f"{c} ({n})" for c, n in zip(cols, shape))
+        dims = " × ".join(f"{c} ({n})" for c, n in zip(cols, shape, strict=True))
         hint = (
             ' Use strategy="hierarchical" on one ordered column, or declare coarser bins.'
             if strategy == "identity"
@@ -288,7 +296,7 @@ def _grid_size(t: Table, cols: Sequence[str], strategy: str) -> tuple[int, ...]:
 
 
 # -- identity ----------------------------------------------------------------------------
-def _identity(gw: Any, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
+def _identity(gw: Gateway, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
     shape = _grid_size(t, cols, "identity")
     qs = [_box(t, cols, [(i, i + 1) for i in idx]) for idx in np.ndindex(*shape)]
     ms = [(q, epsilon) for q in qs]
@@ -326,7 +334,7 @@ def level_budgets(epsilon: float, n_levels: int, split: str, ratio: float = 2.0)
     raise InvalidRequirement(f"split must be 'even' or 'geometric', got {split!r}.")
 
 
-def _hierarchical(gw: Any, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
+def _hierarchical(gw: Gateway, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
     if len(cols) != 1:
         raise InvalidRequirement(f"the hierarchical strategy takes ONE ordered column, got {list(cols)}.")
     col = t.column(cols[0])
@@ -338,13 +346,12 @@ def _hierarchical(gw: Any, t: Table, cols: tuple[str, ...], epsilon: float, opts
     if isinstance(b, bool) or not isinstance(b, int) or b < 2:
         raise InvalidRequirement(f"branching must be an integer ≥ 2, got {b!r}.")
     ratio = opts["ratio"]
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (0 < ratio < math.inf):
-        raise InvalidRequirement(f"ratio must be a positive number, got {ratio!r}.")
+    ratio = positive_finite(ratio, "ratio", error=InvalidRequirement)
     m = col.n_cells - 1
     levels = tree_levels(m, b)
-    alphas = level_budgets(epsilon, len(levels), opts["split"], float(ratio))
+    alphas = level_budgets(epsilon, len(levels), opts["split"], ratio)
     ms: list[tuple[LinearQuery, float]] = []
-    for nodes, a in zip(levels, alphas):
+    for nodes, a in zip(levels, alphas, strict=True):
         ms.extend((_box(t, cols, [node]), a) for node in nodes)
     ms.append((_box(t, cols, [(m, m + 1)]), epsilon))  # the NULL cell, once at ε
     values = _release(gw, t, ms, f"warm_start hierarchical({col.name}) ε={epsilon:g}")
@@ -355,7 +362,7 @@ def _hierarchical(gw: Any, t: Table, cols: tuple[str, ...], epsilon: float, opts
 
 
 # -- ISPE ------------------------------------------------------------------------------------
-def _ispe_release(gw: Any, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
+def _ispe_release(gw: Gateway, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
     for c in cols:
         col = t.column(c)
         if not col.ordered:
@@ -363,22 +370,18 @@ def _ispe_release(gw: Any, t: Table, cols: tuple[str, ...], epsilon: float, opts
                 f"column {col.name!r} is {col.kind}; ISPE grows regions of neighbouring cells and needs ordered "
                 "(integer or binned) columns."
             )
-    f = opts["alpha1_fraction"]
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not (0 < f < 1):
-        raise InvalidRequirement(f"alpha1_fraction must lie strictly between 0 and 1, got {f!r}.")
+    f = probability(opts["alpha1_fraction"], "alpha1_fraction", error=InvalidRequirement)
     shape = _grid_size(t, cols, "ispe")
     _ispe.gaussian_mask(opts["mask_size"], opts["sigma"])  # validates
     _ispe.neighbour_offsets(len(cols), opts["connectivity"])  # validates
     if int(opts["iterations"]) != opts["iterations"] or opts["iterations"] < 0:
         raise InvalidRequirement(f"iterations must be a non-negative integer, got {opts['iterations']!r}.")
-    alpha1 = epsilon * float(f)
+    alpha1 = epsilon * f
     alpha2 = epsilon - alpha1
     xi = opts["xi"]
     if xi is None:
         xi = math.sqrt(2.0) / alpha1  # std of one phase-1 count's noise: public, data-free
-    if isinstance(xi, bool) or not isinstance(xi, (int, float)) or not (0 < xi < math.inf):
-        raise InvalidRequirement(f"xi must be a positive number, got {xi!r}.")
-    opts = {**opts, "xi": float(xi)}
+    opts = {**opts, "xi": positive_finite(xi, "xi", error=InvalidRequirement)}
 
     # Phase 1: the cell histogram at α₁.
     cells = list(np.ndindex(*shape))
@@ -422,7 +425,7 @@ def _ispe_release(gw: Any, t: Table, cols: tuple[str, ...], epsilon: float, opts
 def mmse_values(release: WarmStart, query: LinearQuery, *, neighbours: bool = True) -> tuple[float, float]:
     """Model-based estimate of ``query`` from an ISPE release: ``(value, model std)``.
 
-    Splits the query's cells by weight and by region (seed 003 §4.1: "divide the
+    Splits the query's cells by weight and by region (Xiao, Xiong & Yuan (2011), §4.1: "divide the
     query into several parts with every part belonging to one partition"), takes
     the MMSE of each part (:func:`dpgate._ispe.mmse_part`; for a single cell with
     ``neighbours=True`` the other cells of its region within the connectivity
@@ -447,8 +450,9 @@ def mmse_values(release: WarmStart, query: LinearQuery, *, neighbours: bool = Tr
             "MMSE answers only queries on the released grid."
         )
     shape = release.labels.shape
-    # expand() reads only the grid (column names and breakpoints), not the table.
-    w = np.asarray(query.expand(None, release.columns, [range(n) for n in shape]), dtype=float) / query.denominator
+    # expand() reads only the grid (column names and breakpoints), never its table argument.
+    grid = query.expand(None, release.columns, [range(n) for n in shape])  # type: ignore[arg-type]
+    w = grid.astype(float) / query.denominator
     labels, y1 = release.labels, release.cell_values
     b1, b2 = 1.0 / release.alpha1, 1.0 / release.alpha2
     offs = _ispe.neighbour_offsets(len(shape), release.options["connectivity"])
@@ -464,10 +468,10 @@ def mmse_values(release: WarmStart, query: LinearQuery, *, neighbours: bool = Tr
             nb: list[float] = []
             if neighbours and part_r.sum() == 1:
                 (c,) = [tuple(int(v) for v in x) for x in np.argwhere(part)]
-                if all(ci < si for ci, si in zip(c, spatial)):
+                if all(ci < si for ci, si in zip(c, spatial, strict=True)):
                     for off in offs:
-                        k = tuple(a + b for a, b in zip(c, off))
-                        if all(0 <= ki < si for ki, si in zip(k, spatial)) and labels[k] == r:
+                        k = tuple(a + b for a, b in zip(c, off, strict=True))
+                        if all(0 <= ki < si for ki, si in zip(k, spatial, strict=True)) and labels[k] == r:
                             nb.append(float(y1[k]))
             mean, std = _ispe.mmse_part(cells_r, release.region_values[int(r)], part_r, np.ones_like(part_r), b1, b2, nb)
             total += float(weight) * mean
@@ -476,8 +480,8 @@ def mmse_values(release: WarmStart, query: LinearQuery, *, neighbours: bool = Tr
 
 
 def mmse_estimate(
-    gw: Any, sql: str, release: WarmStart, *, confidence: float = 0.95, neighbours: bool = True, params: Any = None
-) -> Any:
+    gw: Gateway, sql: str, release: WarmStart, *, confidence: float = 0.95, neighbours: bool = True, params: Any = None
+) -> Result:
     """Answer ``sql`` by ISPE's MMSE estimator with neighbourhood reference; free, model-based.
 
     Returns a ``dpgate.Result`` whose answers have ``source="model"``,
@@ -492,21 +496,15 @@ def mmse_estimate(
     """
     from statistics import NormalDist
 
-    from dpgate.compile import CompiledStatement, compile_statement
-    from dpgate.result import Answer, Result
-
-    if not (0 < confidence < 1):
-        raise InvalidRequirement(f"confidence must lie strictly between 0 and 1, got {confidence!r}.")
-    stmt = compile_statement(sql, gw.schema, dialect=gw.dialect, params=params)
-    if not isinstance(stmt, CompiledStatement):
-        raise InvalidRequirement("mmse_estimate takes a SELECT statement.")
+    confidence = probability(confidence, "confidence", error=InvalidRequirement)
+    stmt = gw.compile(sql, params)
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     answers = []
     for q in stmt.queries:
         value, std = mmse_values(release, q, neighbours=neighbours)
         answers.append(
             Answer(
-                value, value - z * std, value + z * std, confidence, math.nan, "model", 0.0,  # type: ignore[arg-type]
+                value, value - z * std, value + z * std, confidence, math.nan, "model", 0.0,
                 posterior=None, meets_requirement=False, label=q.label, group=q.group, query=q,
             )
         )

@@ -1,4 +1,7 @@
-"""Seed 002 §3: kernel-PCA estimates from history (dpgate.model.pca via Gateway.estimate).
+"""Kernel-PCA estimates from history (dpgate.model.pca via Gateway.estimate).
+
+The estimator of Chen, Zhou & Bhowmick, "Integrating Historical Noisy Answers for
+Improving Data Utility under Differential Privacy" (EDBT 2016), §3.
 
 Acceptance: on PUMS with a history of random 2-D range queries (age × educ,
 released through the gateway with seeded noise), the cross-validated trade-off
@@ -109,10 +112,8 @@ def test_a_infinite_is_the_blue_for_estimable_queries(pums_history) -> None:  # 
     sql = f"SELECT COUNT(*) FILTER (WHERE {_pred(r0)}) + 2 * COUNT(*) FILTER (WHERE {_pred(r1)}) FROM pums"
     got = gw.estimate(sql, a=math.inf).answer.value
     (q,) = dpgate.compile_sql(sql, gw.schema)
-    with gw._lock:
-        state = gw._state("pums")
-        state.refine(q)
-        blue = state.blue.estimate(state.atoms.vector(q))
+    with gw.locked_view("pums", [q]) as view:
+        blue = view.estimate(q)
     assert blue.estimable
     assert math.isclose(got, blue.value, rel_tol=1e-7, abs_tol=1e-6)
 

@@ -1,8 +1,9 @@
-"""Model-based answers beyond the row space of history (seed 002): free, biased, labelled.
+"""Model-based answers beyond the row space of history: free, biased, labelled.
 
 When the budget is spent, or history does not determine a query, the BLUE of
-:mod:`dpgate.inference` has nothing to say.  Seed 002 (Chen, Zhou & Bhowmick)
-gives two post-processing estimators of *any* linear query from the released
+:mod:`dpgate.inference` has nothing to say.  Chen, Zhou & Bhowmick, "Integrating
+Historical Noisy Answers for Improving Data Utility under Differential Privacy"
+(EDBT 2016) give two post-processing estimators of *any* linear query from the released
 answers alone:
 
 * ``method="pca"`` — :mod:`dpgate.model.pca`: eigen-queries of the prior-weighted
@@ -49,23 +50,31 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dpgate._validate import probability
 from dpgate.errors import InvalidRequirement, NotEstimable
 from dpgate.model import maxent as _maxent
-from dpgate.model.gibbs import GibbsFit
 from dpgate.model import pca as _pca
 from dpgate.model._history import History, atom_mass, check_marginals, fit_marginals, history_of
+from dpgate.model.gibbs import GibbsFit
 from dpgate.result import Answer, Result
+
+if TYPE_CHECKING:  # dpgate.gateway imports this package; the type checker alone needs the class
+    import pandas as pd
+
+    from dpgate.gateway import Gateway
+    from dpgate.query import LinearQuery
 
 __all__ = ["ModelResult", "estimate", "synthesize", "METHODS"]
 
 #: Estimators accepted by :func:`estimate`.
 METHODS = ("pca", "maxent")
 
-_CACHE: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+# Fitted models per gateway object, keyed by (table, method, options); refitted when history grew.
+_CACHE: weakref.WeakKeyDictionary[Gateway, dict[Any, _Fitted]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,7 @@ def _prior(hist: History, prior: Any) -> tuple[Any, str]:
     raise InvalidRequirement(f"prior must be 'auto', 'uniform' or {{column: cell probabilities}}, got {prior!r}.")
 
 
-def _fit(gw: Any, hist: History, method: str, options: dict[str, Any]) -> _Fitted:
+def _fit(hist: History, method: str, options: dict[str, Any]) -> _Fitted:
     t0 = time.perf_counter()
     opts = dict(options)
     prior = opts.pop("prior", "auto")
@@ -160,18 +169,20 @@ def _pca_cv_at(cv: _pca.CVResult, a: float) -> float:
     return cv.mse_at(a)
 
 
-def _model(gw: Any, hist: History, method: str, options: dict[str, Any]) -> _Fitted:
+def _model(gw: Gateway, hist: History, method: str, options: dict[str, Any]) -> _Fitted:
     cache = _CACHE.setdefault(gw, {})
     options = {"prior": "auto", "folds": 5, "cv_seed": 0, **options}
     options.setdefault("a" if method == "pca" else "alpha", "cv")
     key = (hist.table.name.lower(), method, _options_key(options))
     got = cache.get(key)
     if got is None or got.m != hist.m:
-        got = cache[key] = _fit(gw, hist, method, options)
+        got = cache[key] = _fit(hist, method, options)
     return got
 
 
-def _predict(fitted: _Fitted, hist: History, queries: Any) -> tuple[np.ndarray, np.ndarray | None]:
+def _predict(
+    fitted: _Fitted, hist: History, queries: tuple[LinearQuery, ...]
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Model answers to ``queries`` and, for a stochastic fit, their Monte Carlo standard errors."""
     if isinstance(fitted.core, GibbsFit):
         return fitted.core.expect(queries)  # rows of cells: no atom vectors, no prior mass over atoms
@@ -186,7 +197,7 @@ def _predict(fitted: _Fitted, hist: History, queries: Any) -> tuple[np.ndarray, 
 
 
 def estimate(
-    gw: Any,
+    gw: Gateway,
     sql: str,
     method: str = "pca",
     *,
@@ -198,15 +209,11 @@ def estimate(
     """Model-based answers for every output of ``sql``; see :meth:`dpgate.Gateway.estimate`."""
     if method not in METHODS:
         raise InvalidRequirement(f"method must be one of {list(METHODS)}, got {method!r}.")
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
-        raise InvalidRequirement(f"confidence must lie strictly between 0 and 1, got {confidence!r}.")
-    stmt = gw._compile(sql, params)
-    with gw._lock:
-        gw._sync()
-        state = gw._state(stmt.table)
-        for q in stmt.queries:
-            state.refine(q)
-        hist = history_of(gw, stmt.table, _CACHE.setdefault(gw, {}).setdefault("parsed", {}))
+    confidence = probability(confidence, "confidence", error=InvalidRequirement)
+    stmt = gw.compile(sql, params)
+    # Under the gateway lock: fits of one gateway run one at a time against its cache.
+    with gw.locked_view(stmt.table, stmt.queries) as view:
+        hist = history_of(view)
         if hist.m == 0 and hist.total is None:
             raise NotEstimable(
                 f"nothing has been released about table {stmt.table!r} yet and it declares no public row "
@@ -222,23 +229,22 @@ def estimate(
     halves = z * (rmse if mc_se is None else np.hypot(rmse, mc_se)) * np.ones(len(stmt.queries))
     acc = math.nan if accuracy is None else float(accuracy)
     answers = []
-    for q, v, half in zip(stmt.queries, values, halves.tolist()):
-        meta = dict(label=q.label, group=q.group, query=q, confidence=float(confidence), accuracy=acc)
+    for q, v, half in zip(stmt.queries, values, halves.tolist(), strict=True):
         off = float(q.offset)
         if q.is_zero:
-            answers.append(Answer(off, off, off, source="exact", epsilon_spent=0.0, **meta))
+            answers.append(Answer(off, off, off, confidence, acc, "exact", 0.0, label=q.label, group=q.group, query=q))
             continue
         val = float(v) + off
-        answers.append(Answer(val, val - half, val + half, source="model", epsilon_spent=0.0,
-                              posterior=None, meets_requirement=False, **meta))
+        answers.append(Answer(val, val - half, val + half, confidence, acc, "model", 0.0, posterior=None,
+                              meets_requirement=False, label=q.label, group=q.group, query=q))
     info = dict(fitted.info)
     if mc_se is not None:
         info["mc_stderr"] = tuple(float(s) for s in mc_se)
     return ModelResult(tuple(answers), stmt, 0.0, model=info)
 
 
-def synthesize(gw: Any, table: str | None = None, rows: int | None = None, seed: int | None = None,
-               **options: Any) -> Any:
+def synthesize(gw: Gateway, table: str | None = None, rows: int | None = None, seed: int | None = None,
+               **options: Any) -> pd.DataFrame:
     """A synthetic table drawn from the maximum-entropy model; see :meth:`dpgate.Gateway.synthesize`."""
     from dpgate.model._synth import sample_frame, sample_frame_gibbs
 
@@ -251,10 +257,8 @@ def synthesize(gw: Any, table: str | None = None, rows: int | None = None, seed:
         table = gw.schema.tables[0].name
     if rows is not None and (isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 0):
         raise InvalidRequirement(f"rows must be a non-negative integer, got {rows!r}.")
-    with gw._lock:
-        gw._sync()
-        gw.schema.table(table)
-        hist = history_of(gw, table, _CACHE.setdefault(gw, {}).setdefault("parsed", {}))
+    with gw.locked_view(table) as view:
+        hist = history_of(view)
         if hist.m == 0 and hist.total is None and rows is None:
             raise NotEstimable(
                 f"nothing has been released about table {table!r} and it declares no public row count; "

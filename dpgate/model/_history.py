@@ -4,20 +4,22 @@ Everything here is *public* or *already released*: query vectors (public
 structure), noisy answers, noise scales, the declared schema and its optional
 public row count.  No data is read, no budget is spent.
 
-Geometry.  Both estimators of seed 002 work with a prior ``p₀`` over the table's
-cells (uniform by default).  On atoms, ``p₀`` becomes one *mass* per atom (the
-prior probability of the atom's cells), so the seed's inner product
+Geometry.  Both estimators of Chen, Zhou & Bhowmick, "Integrating Historical
+Noisy Answers for Improving Data Utility under Differential Privacy" (EDBT 2016)
+work with a prior ``p₀`` over the table's cells (uniform by default).  On atoms,
+``p₀`` becomes one *mass* per atom (the prior probability of the atom's cells),
+so the paper's inner product
 ``⟨q₁, q₂⟩ = Σ_t p₀(t) q₁(t) q₂(t)`` (Eq. 18) is ``Σ_j mass_j q₁_j q₂_j`` over atoms —
 exact, because every history query is constant on each atom.  The prior is a
 product of per-column cell probabilities (Eq. 19), so an atom's mass is a sum of
 products of slab masses over the grid boxes it holds; it never needs the full domain.
 
-Prior from noisy 1-D marginals (seed 002 §3.4).  For every column that some
+Prior from noisy 1-D marginals (Chen, Zhou & Bhowmick (2016), §3.4).  For every column that some
 released query depends on *alone* (e.g. ``GROUP BY age`` or ``age < 30``), the
 released answers of those queries are fitted by non-negative least squares over the
 column's slabs (weights ``1/σ``; the public row count as an extra equation when
 declared), spread uniformly inside each slab and mixed with 0.1 % of the uniform
-distribution so that no cell has probability 0 (the seed's footnote 3: negative
+distribution so that no cell has probability 0 (the paper's footnote 3: negative
 answers are truncated).  Columns without such queries stay uniform.
 """
 
@@ -26,14 +28,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpgate.atoms import AtomPartition
-from dpgate.errors import DPGateInternalError, InvalidRequirement
+from dpgate.errors import InvalidRequirement
 from dpgate.query import LinearQuery
 from dpgate.schema import Table
+
+if TYPE_CHECKING:
+    from dpgate.state import TableView
 
 __all__ = ["History", "history_of", "atom_mass", "box_mass", "fit_marginals", "noise_variance"]
 
@@ -43,12 +48,12 @@ UNIFORM_MIX = 1e-3
 
 @dataclass(frozen=True)
 class History:
-    """One table's released history on its current atoms (copies; safe outside the lock).
+    """One table's released history on its atoms (copies; safe outside the gateway lock).
 
     Attributes:
         table: the declared table.
-        atoms: the gateway's live atom partition (read it only under the gateway lock).
-        H: ``m × n`` query weights over atoms, in release order.
+        atoms: the atom partition of the gateway's view (a snapshot).
+        H: ``m × n`` query weights over atoms, in release order (read-only).
         values: the ``m`` released noisy answers.
         scales: Laplace scales ``b_i``.
         variances: noise variances (discrete Laplace on its lattice; ``2b²`` in the limit).
@@ -88,41 +93,27 @@ def noise_variance(scales: np.ndarray, lattice: np.ndarray) -> np.ndarray:
     return out
 
 
-def history_of(gw: Any, table: str, parsed: dict[int, LinearQuery] | None = None) -> History:
-    """Snapshot of ``table``'s history.  Call with ``gw._lock`` held, after ``gw._sync()``.
+def history_of(view: TableView) -> History:
+    """The model's reading of a table's history, from the gateway's frozen view.
 
-    ``parsed`` caches ledger record id → parsed query across calls (records never change).
+    Take the view with ``Gateway.locked_view(table, queries)`` so that the queries
+    to answer are constant on its atoms.
     """
-    state = gw._state(table)
-    t = state.table
-    blue = state.blue
-    recs = [r for r in gw._ledger.records() if r.table.lower() == t.name.lower() and r.id <= gw._last_id]
-    if len(recs) != blue.n_rows:
-        raise DPGateInternalError(
-            f"the ledger holds {len(recs)} releases of table {t.name!r} but the inference state "
-            f"{blue.n_rows}; this is a bug in dpgate"
-        )
-    parsed = {} if parsed is None else parsed
-    for r in recs:
-        if r.id not in parsed:
-            parsed[r.id] = LinearQuery.from_json(r.query)
-    queries = tuple(parsed[r.id] for r in recs)
-    sens = np.array([r.sensitivity for r in recs], dtype=float)
-    total = None if t.rows is None else float(t.rows)
+    t = view.table
     blue_total = None
-    if blue.n_rows:
-        est = blue.estimate(np.ones(blue.n_atoms))
+    if view.m:
+        est = view.estimate(np.ones(view.atoms.n_atoms))
         blue_total = float(est.value) if est.estimable else None
     return History(
         t,
-        state.atoms,
-        np.array(blue.rows, dtype=float),
-        np.array(blue.values, dtype=float),
-        np.array(blue.scales, dtype=float),
-        noise_variance(blue.scales, blue.lattice),
-        sens,
-        queries,
-        total,
+        view.atoms,
+        view.rows,
+        view.values,
+        view.scales,
+        noise_variance(view.scales, view.lattice),
+        view.sensitivities,
+        view.queries,
+        None if t.rows is None else float(t.rows),
         blue_total,
     )
 
@@ -143,7 +134,7 @@ def _slab_masses(table: Table, col: str, bp: Sequence[int], marginals: Mapping[s
 def box_mass(table: Table, atoms: AtomPartition, marginals: Mapping[str, np.ndarray]) -> np.ndarray:
     """Prior mass of every grid box of ``atoms`` (shape of ``atoms.labels``; sums to 1)."""
     box = np.ones((), dtype=float)
-    for c, bp in zip(atoms.columns, atoms.breakpoints):
+    for c, bp in zip(atoms.columns, atoms.breakpoints, strict=True):
         box = np.multiply.outer(box, _slab_masses(table, c, bp, marginals))
     return box
 

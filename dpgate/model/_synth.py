@@ -1,4 +1,7 @@
-"""Synthetic rows from the maximum-entropy model (seed 002 §4.2, last paragraph).
+"""Synthetic rows from the maximum-entropy model.
+
+The sampler of Chen, Zhou & Bhowmick, "Integrating Historical Noisy Answers for
+Improving Data Utility under Differential Privacy" (EDBT 2016), §4.2, last paragraph.
 
 Sampling is post-processing of the fitted model (released answers only), so it
 spends no budget and needs no secure randomness; ``seed`` makes it reproducible.
@@ -38,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from dpgate.errors import DPGateInternalError
 from dpgate.model._history import History, box_mass
 from dpgate.schema import OTHER_LABEL, Column
 
@@ -66,7 +70,7 @@ def _masked(values: np.ndarray, null: np.ndarray, dtype: str) -> Any:
 def _values(col: Column, cells: np.ndarray, rng: np.random.Generator) -> Any:
     null = cells == col.null_cell
     if col.kind == "integer":
-        return _masked(np.where(null, 0, col.min + cells), null, "Int64")  # type: ignore[operator]
+        return _masked(np.where(null, 0, col.min + cells), null, "Int64")
     if col.kind == "boolean":
         return _masked(np.where(null, False, cells == 1), null, "boolean")
     if col.kind == "categorical":
@@ -126,13 +130,13 @@ def sample_frame(
     t, atoms = hist.table, hist.atoms
     n, source = _row_count(hist, model, rows)
     if not math.isfinite(float(p.sum())):
-        raise ValueError("the model's probabilities are not finite; this is a bug in dpgate")
+        raise DPGateInternalError("the model's probabilities are not finite")
     rng = np.random.default_rng(seed)
     labels = atoms.labels.ravel()
     box = np.ravel(box_mass(t, atoms, marginals)) if marginals else None
     if box is None:
         sizes = np.ones(())
-        for c, bp in zip(atoms.columns, atoms.breakpoints):
+        for c, bp in zip(atoms.columns, atoms.breakpoints, strict=True):
             sizes = np.multiply.outer(sizes, np.diff(np.append(bp, t.column(c).n_cells)).astype(float))
         box = np.ravel(sizes)
     within = np.zeros(atoms.n_atoms)
@@ -143,7 +147,7 @@ def sample_frame(
     picks = rng.choice(p_box.size, size=n, p=p_box) if n else np.zeros(0, dtype=np.int64)
     shape = tuple(len(b) for b in atoms.breakpoints)
     coords = np.unravel_index(picks, shape) if shape else ()
-    grid = {c.lower(): (k, bp) for k, (c, bp) in enumerate(zip(atoms.columns, atoms.breakpoints))}
+    grid = {c.lower(): (k, bp) for k, (c, bp) in enumerate(zip(atoms.columns, atoms.breakpoints, strict=True))}
     data = {}
     for col in t.columns:
         if col.name.lower() in grid:

@@ -1,4 +1,7 @@
-"""Seed 002 §4.2: the stochastic-gradient / Gibbs-sampling fit of the maximum-entropy model.
+"""The stochastic-gradient / Gibbs-sampling fit of the maximum-entropy model.
+
+From Chen, Zhou & Bhowmick, "Integrating Historical Noisy Answers for Improving
+Data Utility under Differential Privacy" (EDBT 2016), §4.2.
 
 Used by :mod:`dpgate.model.maxent` beyond ``max_atoms`` atoms (or with
 ``solver="sgd"``); see that module for the model and the dual it solves, and
@@ -58,11 +61,11 @@ class _Features:
         sizes = [int(q.numerators.size) for q in queries]
         self.offsets = np.cumsum([0, *sizes])[:-1].astype(np.int64)
         self.flat = np.concatenate(
-            [np.ravel(q.numerators) / (q.denominator * float(s)) for q, s in zip(queries, scales)] or [np.zeros(0)])
+            [np.ravel(q.numerators) / (q.denominator * float(s)) for q, s in zip(queries, scales, strict=True)] or [np.zeros(0)])
         per_col: dict[int, list[tuple[int, np.ndarray, int]]] = {}
         for i, q in enumerate(queries):
             shape = q.numerators.shape
-            for a, (c, bp) in enumerate(zip(q.columns, q.breakpoints)):
+            for a, (c, bp) in enumerate(zip(q.columns, q.breakpoints, strict=True)):
                 per_col.setdefault(table.axis(c), []).append((i, np.asarray(bp, np.int64), math.prod(shape[a + 1:])))
         self.cols = tuple(sorted(per_col))
         self.users: dict[int, np.ndarray] = {}
@@ -312,7 +315,7 @@ def fit_sgd(
     tol: float | None = None,
     draws: int | None = None,
 ) -> GibbsFit:
-    """Solve the dual of Theorem 6 by stochastic gradient with Gibbs sampling (seed 002 §4.2).
+    """Solve the dual of Theorem 6 by stochastic gradient with Gibbs sampling (Chen, Zhou & Bhowmick (2016), §4.2).
 
     Same objective, features, box and prior as :func:`fit`: maximise
     ``Σ w_i π_i − ln Z_w`` over ``|w_i| ≤ β_i``.  From ``w = w0`` (default 0) each
@@ -322,7 +325,7 @@ def fit_sgd(
 
         ``w_i ← clip(w_i + γ (π_i − f̄_i) / v_i, −β_i, β_i)``
 
-    — the seed's update with a per-answer rate: ``v_i`` is a running estimate of
+    — the paper's update with a per-answer rate: ``v_i`` is a running estimate of
     ``Var_pw(f_i)`` (the diagonal of the dual's Hessian, floored at ``1/chains``), so a
     rare feature moves as fast as a common one, and ``γ = 1/λ_max`` of the batch
     correlation matrix of ``f`` (power iteration, re-estimated at every checkpoint),

@@ -1,4 +1,7 @@
-"""Seed 002 §4: the maximum-entropy model of the table, fitted to released answers.
+"""The maximum-entropy model of the table, fitted to released answers.
+
+From Chen, Zhou & Bhowmick, "Integrating Historical Noisy Answers for Improving
+Data Utility under Differential Privacy" (EDBT 2016), §4.
 
 Post-processing only (no data read, ε spent = 0).  The model is a distribution
 ``p`` over the table's cells that maximises entropy relative to a prior ``p₀``
@@ -18,7 +21,7 @@ Two solvers (``solver=``; ``"auto"``, the default, picks by the atom count):
   uniform (relative to ``p₀``) inside an atom and the dual is exact on atoms:
   ``Z_w = Σ_atoms mass · exp(Fᵀw)``, solved by L-BFGS-B (``O(m · atoms)`` per
   iteration).  Used up to ``max_atoms`` atoms (default :data:`MAX_ATOMS` = 100 000).
-* ``"sgd"`` (:func:`dpgate.model.gibbs.fit_sgd`) — the seed's stochastic-gradient / Gibbs-sampling scheme
+* ``"sgd"`` (:func:`dpgate.model.gibbs.fit_sgd`) — the paper's stochastic-gradient / Gibbs-sampling scheme
   (§4.2), used beyond ``max_atoms``: batches of Metropolis-within-Gibbs chains over
   rows of cells (never a vector over the domain or the atoms) estimate ``p_w[f_i]``,
   and ``w_i ← clip(w_i + γ_i (π_i − f̄_i), ±β_i)``.  It is **approximate**: answers
@@ -51,9 +54,10 @@ from typing import Any
 
 import numpy as np
 
+from dpgate._validate import real
 from dpgate.errors import InvalidRequirement, NotEstimable
 from dpgate.model._history import History, atom_mass, fit_marginals
-from dpgate.model.gibbs import MC_DRAWS, SGD_MAX_ITER, GibbsFit, kkt_violation, fit_sgd
+from dpgate.model.gibbs import MC_DRAWS, SGD_MAX_ITER, GibbsFit, fit_sgd, kkt_violation
 
 __all__ = ["MaxEntFit", "GibbsFit", "fit", "fit_sgd", "fit_with_cv", "ALPHA_GRID", "MAX_ATOMS", "SOLVERS"]
 
@@ -133,7 +137,7 @@ def fit(
     x = np.zeros(m) if w0 is None else np.clip(w0, -beta, beta)
     iterations, pg = 0, math.inf
     for _ in range(6):  # L-BFGS-B can stop early on a flat step: restart until the KKT check passes
-        res = minimize(f, x, jac=True, method="L-BFGS-B", bounds=list(zip(-beta, beta)),
+        res = minimize(f, x, jac=True, method="L-BFGS-B", bounds=list(zip(-beta, beta, strict=True)),
                        options=dict(maxiter=maxiter, maxfun=2 * maxiter, ftol=1e-15, gtol=1e-9, maxcor=20))
         x, iterations = res.x, iterations + int(res.nit)
         pg = _projected_gradient(x, f(x)[1], beta)
@@ -176,7 +180,7 @@ def _cv_mse(hist: History, fold_prior: Callable[[np.ndarray], Any], fit_fold: _F
     the estimate is of the model's error, to which the final fit adds its own (smaller)
     Monte Carlo error per answer.
 
-    Like the seed's ternary search this assumes the CV error is unimodal in α: the
+    Like the paper's ternary search this assumes the CV error is unimodal in α: the
     scan stops once it has risen twice in a row (larger α also fit slowest).
     """
     m = hist.m
@@ -261,11 +265,11 @@ def fit_with_cv(
         else:
             i = int(np.argmin(got[0]))
             chosen, cv = ALPHA_GRID[i], (got[0][i], got[1])
-            curve = tuple(zip(ALPHA_GRID, got[0]))  # stops where the scan stopped
+            curve = tuple(zip(ALPHA_GRID, got[0], strict=False))  # stops where the scan stopped
     else:
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
+        chosen = real(alpha, "alpha (a positive number or 'cv')", error=InvalidRequirement)
+        if not chosen > 0:  # any positive value, inf included
             raise InvalidRequirement(f"alpha must be a positive number or 'cv', got {alpha!r}.")
-        chosen = float(alpha)
         one = _cv_mse(hist, fold_prior, fit_fold, (chosen,), folds, seed)
         cv = None if one is None else (one[0][0], one[1])
         curve = None

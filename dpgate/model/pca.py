@@ -1,4 +1,7 @@
-"""Seed 002 §3: the kernel-PCA estimator with a cross-validated bias–variance trade-off.
+"""The kernel-PCA estimator with a cross-validated bias–variance trade-off.
+
+From Chen, Zhou & Bhowmick, "Integrating Historical Noisy Answers for Improving
+Data Utility under Differential Privacy" (EDBT 2016), §3.
 
 Post-processing of released answers only: no data is read, no budget is spent.
 The estimates are **biased** on purpose (that is how they beat the unbiased BLUE
@@ -6,7 +9,7 @@ on queries history does not pin down); their accuracy is summarised by a
 cross-validated RMSE, which is an *average over queries like the past ones*, not
 a guarantee for any single query.
 
-Method (notation of the seed, on atoms — see :mod:`dpgate.model._history`):
+Method (notation of the paper, on atoms — see :mod:`dpgate.model._history`):
 
 * kernel ``K_ij = ⟨q_i, q_j⟩ = Σ_atoms mass · q_i · q_j`` (Eq. 18), ``O(m² n_atoms)``;
 * universal query (§3.1).  When the table declares a public row count ``N``, the
@@ -105,7 +108,7 @@ class PCAFit:
 
 
 def fit(K: np.ndarray, ku: np.ndarray, values: np.ndarray, variances: np.ndarray, total: float | None) -> PCAFit:
-    """Eigen-queries from the kernel ``K`` (m × m) of released queries (seed 002 §3.1–3.2)."""
+    """Eigen-queries from the kernel ``K`` (m × m) of released queries (Chen, Zhou & Bhowmick (2016), §3.1–3.2)."""
     a = np.asarray(values, dtype=float)
     if total is not None:
         K = K - np.outer(ku, ku)
@@ -186,7 +189,7 @@ def cross_validate(
     seed: int = 0,
     grid_points: int = 33,
 ) -> CVResult | None:
-    """k-fold cross-validation of the trade-off ``a`` (seed 002 §3.5, Theorem 4).
+    """k-fold cross-validation of the trade-off ``a`` (Chen, Zhou & Bhowmick (2016), §3.5, Theorem 4).
 
     Args:
         H: ``m × n`` released queries over atoms; values, variances: their answers and noise.
@@ -206,12 +209,12 @@ def cross_validate(
     perm = np.random.default_rng(seed).permutation(m)
     groups = np.array_split(perm, k)
     shared = None if callable(mass_for) else np.asarray(mass_for)
-    Kfull = kernel(H, shared) if shared is not None else None
-    kufull = H @ shared if shared is not None else None
+    full = (kernel(H, shared), H @ shared) if shared is not None else None
     parts = []
     for test in groups:
         train = np.setdiff1d(perm, test)
-        if shared is not None:
+        if full is not None:
+            Kfull, kufull = full
             K, ku, Kt, kut = Kfull[np.ix_(train, train)], kufull[train], Kfull[np.ix_(test, train)], kufull[test]
         else:
             mass = np.asarray(mass_for(train))
@@ -226,7 +229,7 @@ def cross_validate(
     logs = np.linspace(math.log(lo) - 4.0, math.log(hi) + 4.0, grid_points)
     evals: dict[float, float] = {0.0: cv.mse(0.0), math.inf: cv.mse(math.inf)}
     vals = [cv.mse(math.exp(x)) for x in logs]
-    for x, v in zip(logs, vals):
+    for x, v in zip(logs, vals, strict=True):
         evals[math.exp(x)] = v
     # Ternary (golden-section) search between the grid neighbours of the best grid point.
     i = int(np.argmin(vals))
