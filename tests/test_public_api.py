@@ -68,7 +68,7 @@ def _defining_module(module: ModuleType, name: str) -> ModuleType:
 
 
 def _assignment_is_documented(module: ModuleType, name: str) -> bool:
-    """A ``#:`` comment on the line(s) just above the assignment, or a string just after it (Sphinx's two forms)."""
+    """A ``#:`` comment on the line just above the assignment, or a string just after it (Sphinx's two forms)."""
     source = inspect.getsource(module)
     lines = source.splitlines()
     body = ast.parse(source).body
