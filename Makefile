@@ -15,7 +15,11 @@ $(BIN)/activate: pyproject.toml
 demo: $(BIN)/activate
 	$(BIN)/dpgate demo
 
+# Lint, types, then the tests (doctests included: tests/test_docs.py). Make stops at
+# the first command that fails, and pytest's exit code 5 (no tests collected) fails too.
 test: $(BIN)/activate
+	$(BIN)/ruff check dpgate tests benchmarks examples
+	$(BIN)/mypy dpgate
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(BIN)/activate

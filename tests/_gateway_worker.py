@@ -1,6 +1,7 @@
 """Helpers for the gateway tests, and a worker process for the crash/concurrency tests.
 
-As a module: :func:`independent_spent` recomputes seed 001's per-cell system cost
+As a module: :func:`independent_spent` recomputes the per-cell system cost of Xiao & Xiong,
+"Bayesian Inference under Differential Privacy" (2012),
 from a gateway's released history alone (not from the gateway's bookkeeping), and
 :func:`nettrace_binned` gives NETTRACE with a small declared domain.
 
@@ -78,7 +79,7 @@ def history_matrix(history, table):
 
 
 def independent_spent(history, schema) -> float:
-    """``Σ_tables k · max_j Σ_i (α_i/S_i)|H_ij|`` (seed 001, Theorem 5.5) from the history alone.
+    """``Σ_tables k · max_j Σ_i (α_i/S_i)|H_ij|`` (Xiao & Xiong (2012), Theorem 5.5) from the history alone.
 
     Also checks that the recorded sensitivity is ``max|q|`` of the recorded query and
     that ``dpgate.inference.system_cost`` agrees with the formula written out here.

@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 
 import dpgate.accessor as accessor
-import dpgate.datasets
 from dpgate.errors import BudgetExhausted, LedgerError, ProgrammingError, SchemaError
 from dpgate.result import Result
 
@@ -38,14 +37,16 @@ def fresh_registry():
 
 
 @pytest.fixture
-def pums() -> pd.DataFrame:
-    return prepare(dpgate.datasets.load_pums()[0])
+def pums_frame(pums) -> pd.DataFrame:
+    """A fresh copy of PUMS per test (``prepare`` copies): tests configure and mutate it."""
+    return prepare(pums[0])
 
 
 @pytest.fixture
 def csv_path(tmp_path, pums):
+    """PUMS as the CSV file it ships as (plain codes, no categoricals)."""
     path = tmp_path / "pums.csv"
-    dpgate.datasets.load_pums()[0].to_csv(path, index=False)
+    pums[0].to_csv(path, index=False)
     return path
 
 
@@ -54,51 +55,51 @@ def configure(df: pd.DataFrame, **kw) -> None:
     df.dp.configure(bounds=BOUNDS, **kw)
 
 
-def test_registered_and_query_shape(pums):
+def test_registered_and_query_shape(pums_frame):
     assert hasattr(pd.DataFrame, "dp")
-    configure(pums, budget=1.0)
-    out = pums.dp.query(Q, accuracy=15, confidence=0.9)
+    configure(pums_frame, budget=1.0)
+    out = pums_frame.dp.query(Q, accuracy=15, confidence=0.9)
     assert list(out.columns) == ["sex", "n", "n_low", "n_high", "n_source"]
     assert out["sex"].tolist()[:3] == ["0", "1", "<other>"] and pd.isna(out["sex"].iloc[3])
     assert (out["n_source"] == "fresh").all()
     assert (out["n_high"] - out["n"] <= 15 * (1 + 1e-6) + 0.01).all()
-    true = pums["sex"].value_counts()
+    true = pums_frame["sex"].value_counts()
     assert abs(out["n"][0] - true["0"]) < 60
-    assert 0 < pums.dp.spent <= 1.0 and pums.dp.remaining == pytest.approx(1.0 - pums.dp.spent)
-    assert pums.dp.budget == 1.0 and len(pums.dp.history) == 4
-    res = pums.dp.result("SELECT COUNT(*) FROM df WHERE sex = '1'", accuracy=20)
+    assert 0 < pums_frame.dp.spent <= 1.0 and pums_frame.dp.remaining == pytest.approx(1.0 - pums_frame.dp.spent)
+    assert pums_frame.dp.budget == 1.0 and len(pums_frame.dp.history) == 4
+    res = pums_frame.dp.result("SELECT COUNT(*) FROM df WHERE sex = '1'", accuracy=20)
     assert isinstance(res, Result) and res.answer.source == "history"  # free: implied by the histogram
-    assert pums.dp.query("/*+ dpgate accuracy=20 */ SELECT COUNT(*) AS n FROM df", intervals=False).columns.tolist() == ["n"]
+    assert pums_frame.dp.query("/*+ dpgate accuracy=20 */ SELECT COUNT(*) AS n FROM df", intervals=False).columns.tolist() == ["n"]
 
 
-def test_schema_from_categoricals_and_bounds(pums):
+def test_schema_from_categoricals_and_bounds(pums_frame):
     with pytest.raises(SchemaError, match="bounds"):
-        pums.dp.configure()  # numeric columns need public bounds
+        pums_frame.dp.configure()  # numeric columns need public bounds
     with pytest.raises(SchemaError, match="configure"):
-        pums.dp.query(Q, accuracy=10)  # unconfigured, no way to guess the domain
-    only_codes = pums[["sex", "race", "married"]]
+        pums_frame.dp.query(Q, accuracy=10)  # unconfigured, no way to guess the domain
+    only_codes = pums_frame[["sex", "race", "married"]]
     out = only_codes.dp.query("SELECT married, COUNT(*) AS n FROM df GROUP BY married", accuracy=20)
     assert out["married"].tolist()[:2] == [False, True] and pd.isna(out["married"].iloc[2])
     schema = {"tables": {"people": {"columns": {"age": {"type": "integer", "min": 0, "max": 100}}}}}
-    pums.dp.configure(schema=schema, seed=0)
-    assert len(pums.dp.query("SELECT COUNT(*) AS n FROM people WHERE age < 30", accuracy=20)) == 1
+    pums_frame.dp.configure(schema=schema, seed=0)
+    assert len(pums_frame.dp.query("SELECT COUNT(*) AS n FROM people WHERE age < 30", accuracy=20)) == 1
     with pytest.raises(SchemaError, match="differs"):
-        pums.dp.configure(schema=schema, name="df")
+        pums_frame.dp.configure(schema=schema, name="df")
     with pytest.raises(SchemaError):
-        pums.dp.configure(name="t", bounds={"nope": (0, 1)})
+        pums_frame.dp.configure(name="t", bounds={"nope": (0, 1)})
 
 
-def test_copy_shares_budget(pums):
-    configure(pums, budget=1.0)
-    pums.dp.query(Q, accuracy=10)
-    spent = pums.dp.spent
-    twin = pums.copy()
+def test_copy_shares_budget(pums_frame):
+    configure(pums_frame, budget=1.0)
+    pums_frame.dp.query(Q, accuracy=10)
+    spent = pums_frame.dp.spent
+    twin = pums_frame.copy()
     assert twin.dp.spent == spent  # not configured: adopts the configuration of equal content
-    assert twin.dp.gateway is pums.dp.gateway
+    assert twin.dp.gateway is pums_frame.dp.gateway
     configure(twin, budget=1.0)  # configured identically: same budget, not a fresh one
     again = twin.dp.query(Q, accuracy=11)
     assert (again["n_source"] == "history").all() and twin.dp.spent == spent
-    shuffled = pums.sample(frac=1.0, random_state=3).reset_index(drop=True)
+    shuffled = pums_frame.sample(frac=1.0, random_state=3).reset_index(drop=True)
     assert shuffled.dp.spent == spent
 
 
@@ -113,42 +114,42 @@ def test_reread_of_same_file_shares_budget(csv_path):
     assert (second.dp.query(Q, accuracy=11)["n_source"] == "history").all()
 
 
-def test_new_accessor_on_equal_content_shares_budget(pums):
-    configure(pums, budget=1.0)
-    pums.dp.query(Q, accuracy=10)
-    rebuilt = pd.DataFrame({c: list(pums[c]) for c in pums.columns})  # fresh object, fresh accessor
+def test_new_accessor_on_equal_content_shares_budget(pums_frame):
+    configure(pums_frame, budget=1.0)
+    pums_frame.dp.query(Q, accuracy=10)
+    rebuilt = pd.DataFrame({c: list(pums_frame[c]) for c in pums_frame.columns})  # fresh object, fresh accessor
     for c in ("sex", "race"):
-        rebuilt[c] = rebuilt[c].astype(pums[c].dtype)
-    assert rebuilt.dp is not pums.dp
-    assert rebuilt.dp.spent == pums.dp.spent > 0
+        rebuilt[c] = rebuilt[c].astype(pums_frame[c].dtype)
+    assert rebuilt.dp is not pums_frame.dp
+    assert rebuilt.dp.spent == pums_frame.dp.spent > 0
 
 
-def test_different_content_gets_a_fresh_budget(pums):
-    configure(pums, budget=1.0)
-    pums.dp.query(Q, accuracy=10)
-    fewer = pums.iloc[1:].copy()
+def test_different_content_gets_a_fresh_budget(pums_frame):
+    configure(pums_frame, budget=1.0)
+    pums_frame.dp.query(Q, accuracy=10)
+    fewer = pums_frame.iloc[1:].copy()
     configure(fewer, budget=1.0)
     assert fewer.dp.spent == 0
-    changed = pums.copy()
+    changed = pums_frame.copy()
     changed.loc[0, "age"] = (changed.loc[0, "age"] + 1) % 100
     configure(changed, budget=1.0)
     assert changed.dp.spent == 0
     # Editing a configured frame in place makes it other data; the original budget stays with the original.
-    spent = pums.dp.spent
-    pums.loc[1, "educ"] = 1 + pums.loc[1, "educ"] % 16
-    assert pums.dp.spent == 0
-    pums.loc[1, "educ"] = 1 + (pums.loc[1, "educ"] - 2) % 16  # back to the original content
-    assert pums.dp.spent == spent
+    spent = pums_frame.dp.spent
+    pums_frame.loc[1, "educ"] = 1 + pums_frame.loc[1, "educ"] % 16
+    assert pums_frame.dp.spent == 0
+    pums_frame.loc[1, "educ"] = 1 + (pums_frame.loc[1, "educ"] - 2) % 16  # back to the original content
+    assert pums_frame.dp.spent == spent
 
 
-def test_reconfiguring_live_data_with_other_settings_is_refused(pums):
-    configure(pums, budget=1.0)
-    pums.dp.query(Q, accuracy=10)
+def test_reconfiguring_live_data_with_other_settings_is_refused(pums_frame):
+    configure(pums_frame, budget=1.0)
+    pums_frame.dp.query(Q, accuracy=10)
     with pytest.raises(ProgrammingError, match="budget=1.0 \\(asked 5.0\\)"):
-        configure(pums.copy(), budget=5.0)
+        configure(pums_frame.copy(), budget=5.0)
     with pytest.raises(ProgrammingError, match="ledger"):
-        configure(pums.copy(), budget=1.0, ledger="elsewhere.db")
-    configure(pums.copy(), budget=1.0, policy="paper")  # the policy is per query, not per budget
+        configure(pums_frame.copy(), budget=1.0, ledger="elsewhere.db")
+    configure(pums_frame.copy(), budget=1.0, policy="paper")  # the policy is per query, not per budget
 
 
 def test_ledger_path_persists_budget_across_processes(tmp_path, csv_path):
@@ -180,12 +181,12 @@ def test_ledger_path_persists_budget_across_processes(tmp_path, csv_path):
         configure(df.iloc[5:].copy(), budget=1.0, ledger=ledger)
 
 
-def test_budget_exhausted(pums):
-    configure(pums, budget=0.05)
+def test_budget_exhausted(pums_frame):
+    configure(pums_frame, budget=0.05)
     with pytest.raises(BudgetExhausted):
-        pums.dp.query(Q, accuracy=5)
-    assert pums.dp.spent == 0
-    out = pums.dp.query(Q, accuracy=5, allow_partial=True)
+        pums_frame.dp.query(Q, accuracy=5)
+    assert pums_frame.dp.spent == 0
+    out = pums_frame.dp.query(Q, accuracy=5, allow_partial=True)
     assert (out["n_source"] == "unavailable").all() and out["n"].isna().all()
 
 

@@ -19,22 +19,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from _gateway_worker import NET_EDGES, independent_spent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpgate
-from _gateway_worker import NET_EDGES, independent_spent, nettrace_binned
-from dpgate.datasets import load_pums
-
-
-@pytest.fixture(scope="module")
-def net():
-    return nettrace_binned()
-
-
-@pytest.fixture(scope="module")
-def pums():
-    return load_pums()
 
 
 class DataSpy:

@@ -30,7 +30,6 @@ import numpy as np
 import pytest
 
 import dpgate
-from dpgate.datasets import load_histogram, load_pums
 
 CONFIDENCES = (0.8, 0.95)
 POLICIES = ("minimal", "paper")
@@ -42,14 +41,8 @@ NET_EDGES = list(range(0, 129, 8)) + [4096]  # 16 bins of 8 non-zero cells, then
 
 
 @pytest.fixture(scope="module")
-def nettrace():
-    df, schema = load_histogram("nettrace")
-    assert (np.bincount(df["value"], minlength=4096)[:128] > 0).all()
-    return df, schema
-
-
-@pytest.fixture(scope="module")
-def nettrace_binned(nettrace):
+def nettrace_bins8(nettrace):
+    """NETTRACE with ``value`` declared in 16 bins of 8 over 0..127 (``pums``, ``nettrace``: conftest)."""
     df, _ = nettrace
     schema = dpgate.Schema.from_dict(
         {"tables": {"nettrace": {"columns": {"value": {"type": "integer", "min": 0, "max": 4095, "bins": NET_EDGES}}}}}
@@ -58,8 +51,9 @@ def nettrace_binned(nettrace):
 
 
 @pytest.fixture(scope="module")
-def pums():
-    df, schema = load_pums()
+def pums_all_cells_nonzero(pums):
+    """PUMS, after checking that every queried age (18..89) and educ code (1..16) occurs."""
+    df, schema = pums
     ages = df["age"].astype(int)
     assert all((ages == a).any() for a in range(18, 90))
     assert all((df["educ"] == e).any() for e in range(1, 17))
@@ -196,7 +190,7 @@ def run_sessions(data, workload, n_sessions, policy, seed0, tally, **kw):
                 confidence = float(rng.choice(CONFIDENCES))
                 res = gw.query(sql, accuracy=acc, confidence=confidence)
                 assert len(res.answers) == len(truths), sql
-                for a, t in zip(res.answers, truths):
+                for a, t in zip(res.answers, truths, strict=True):
                     assert a.source in ("history", "fresh"), (sql, a)
                     assert a.confidence == confidence
                     if not a.meets_requirement:  # reported, not asserted: test_gateway.py checks it
@@ -233,12 +227,12 @@ SCALE = max(1, int(os.environ.get("DPGATE_COVERAGE_SCALE", "1")))
 
 
 @pytest.mark.parametrize("policy", POLICIES)
-def test_coverage_mixed_sessions(nettrace, nettrace_binned, pums, policy):
+def test_coverage_mixed_sessions(nettrace, nettrace_bins8, pums_all_cells_nonzero, policy):
     """Random sessions on NETTRACE (declared bins and unit cells) and PUMS, at 0.8 and 0.95."""
     tally = Tally()
-    run_sessions(nettrace_binned, binned_workload, 40 * SCALE, policy, 1000, tally)
+    run_sessions(nettrace_bins8, binned_workload, 40 * SCALE, policy, 1000, tally)
     run_sessions(nettrace, unit_cell_workload, 3 * SCALE, policy, 2000, tally, n_chains=2)
-    run_sessions(pums, pums_workload, 3 * SCALE, policy, 3000, tally, n_queries=5)
+    run_sessions(pums_all_cells_nonzero, pums_workload, 3 * SCALE, policy, 3000, tally, n_queries=5)
     total = sum(tally.n[(c, s)] for c in CONFIDENCES for s in ("history", "fresh"))
     assert total >= 1000
     for c in CONFIDENCES:
@@ -275,7 +269,7 @@ def test_coverage_single_laplace_term_at_95(nettrace_unit_bins, policy):
             res = gw.query("SELECT value, COUNT(*) FROM nettrace GROUP BY value", accuracy=acc, confidence=0.95)
             hist = gw.history
             assert len(hist) == len(res.answers) == len(truths)
-            for a, t, scale, gamma in zip(res.answers, truths, hist["scale"], hist["lattice"]):
+            for a, t, scale, gamma in zip(res.answers, truths, hist["scale"], hist["lattice"], strict=True):
                 assert a.source == "fresh" and a.posterior.law.n_terms == 1
                 # The exact quantile of one Laplace term, not a normal approximation.
                 assert a.halfwidth >= scale * math.log(20) - 2 * gamma
@@ -297,7 +291,7 @@ def test_coverage_dominant_term_after_loose_history(nettrace_unit_bins, policy):
         with dpgate.Gateway(df, schema, budget=1e6, seed=seed, policy=policy) as gw:
             gw.query("SELECT value, COUNT(*) FROM nettrace GROUP BY value", accuracy=40, confidence=0.95)
             res = gw.query("SELECT value, COUNT(*) FROM nettrace GROUP BY value", accuracy=10, confidence=0.95)
-            for a, t in zip(res.answers, truths):
+            for a, t in zip(res.answers, truths, strict=True):
                 assert a.source == "fresh"
                 a_k = np.sort(np.abs(a.posterior.law.coefficients * a.posterior.law.scales))[::-1]
                 assert a_k[1] > 0.05 * a_k[0]  # two real terms ...

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _gateway_worker import independent_spent
 
 import dpgate
-from _gateway_worker import independent_spent, nettrace_binned
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork and SIGKILL")
 
@@ -60,11 +60,6 @@ def zygote():
     z = Zygote()
     yield z
     z.close()
-
-
-@pytest.fixture(scope="module")
-def data():
-    return nettrace_binned()
 
 
 def alive(pid: int) -> bool:
@@ -107,7 +102,7 @@ def check_ledger(gw: dpgate.Gateway, schema) -> tuple[float, dict[int, float]]:
         assert list(hist["id"]) == sorted(hist["id"]) and hist["id"].is_unique
         assert (np.diff(hist["cost_after"].to_numpy()) >= -1e-12).all()
         assert hist["cost_after"].iloc[-1] == pytest.approx(spent, rel=1e-9, abs=1e-12)
-    return spent, dict(zip(hist["id"].tolist(), hist["value"].tolist()))
+    return spent, dict(zip(hist["id"].tolist(), hist["value"].tolist(), strict=True))
 
 
 # --------------------------------------------------------------------------- SIGKILL
@@ -115,8 +110,8 @@ def check_ledger(gw: dpgate.Gateway, schema) -> tuple[float, dict[int, float]]:
 CRASH_BUDGET = 1000.0
 
 
-def test_sigkill_at_random_moments_never_undercounts(zygote, data, tmp_path):
-    df, schema = data
+def test_sigkill_at_random_moments_never_undercounts(zygote, net, tmp_path):
+    df, schema = net
     ledger = tmp_path / "crash.db"
     rnd = random.Random(20240)
     trials, killed_mid_session, answers_seen = 20, 0, 0
@@ -163,9 +158,9 @@ def test_sigkill_at_random_moments_never_undercounts(zygote, data, tmp_path):
 # --------------------------------------------------------------------------- concurrency
 
 
-def check_shared_ledger(per_worker: list[list[dict]], data, ledger: Path, budget: float) -> None:
+def check_shared_ledger(per_worker: list[list[dict]], net, ledger: Path, budget: float) -> None:
     """What several workers sharing one ledger reported, against the reopened ledger."""
-    df, schema = data
+    df, schema = net
     for events in per_worker:
         assert not [e for e in events if e["event"] == "error"], events[-1]
         assert events and events[-1]["event"] == "done"
@@ -201,7 +196,7 @@ def check_shared_ledger(per_worker: list[list[dict]], data, ledger: Path, budget
 
 
 @pytest.mark.parametrize("n_procs", [5])
-def test_processes_sharing_a_ledger_never_overspend(zygote, data, tmp_path, n_procs):
+def test_processes_sharing_a_ledger_never_overspend(zygote, net, tmp_path, n_procs):
     budget = 1.5
     ledger = tmp_path / "shared.db"
     start = time.time() + 1.5
@@ -212,14 +207,14 @@ def test_processes_sharing_a_ledger_never_overspend(zygote, data, tmp_path, n_pr
         for i in range(n_procs)
     ]
     wait_gone(pids, timeout=240)
-    check_shared_ledger([read_events(o) for o in outs], data, ledger, budget)
+    check_shared_ledger([read_events(o) for o in outs], net, ledger, budget)
 
 
-def test_threads_sharing_a_ledger_never_overspend(data, tmp_path):
+def test_threads_sharing_a_ledger_never_overspend(net, tmp_path):
     """The same with threads of one process, each with its own Gateway on the file."""
     from _gateway_worker import run
 
-    df, schema = data
+    df, schema = net
     budget = 1.0
     ledger = tmp_path / "threads.db"
     start = time.time() + 0.5
@@ -240,4 +235,4 @@ def test_threads_sharing_a_ledger_never_overspend(data, tmp_path):
     for t in threads:
         t.join(timeout=240)
     assert not errors, errors
-    check_shared_ledger([read_events(o) for o in outs], data, ledger, budget)
+    check_shared_ledger([read_events(o) for o in outs], net, ledger, budget)

@@ -11,11 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
-import dpgate.datasets
 import dpgate.dbapi as dbapi
 from dpgate.errors import LedgerError, UnsupportedQuery
-
-PUMS_COLUMNS = dpgate.datasets.schema_of("pums").to_dict()["tables"]["pums"]["columns"]
 
 
 def sha256(path: os.PathLike[str] | str) -> str:
@@ -23,9 +20,9 @@ def sha256(path: os.PathLike[str] | str) -> str:
 
 
 @pytest.fixture
-def warehouse(tmp_path):
+def warehouse(tmp_path, pums):
     """A warehouse file with two tables and two views over files (absolute paths), plus its schema."""
-    pums, _ = dpgate.datasets.load_pums()
+    pums_df, pums_schema = pums
     rng = np.random.default_rng(5)
     visits = pd.DataFrame({"day": rng.integers(0, 7, 400), "device": rng.choice(["web", "ios", "android"], 400)})
     orders = pd.DataFrame({"amount": rng.integers(0, 200, 300), "paid": rng.random(300) < 0.8})
@@ -33,7 +30,7 @@ def warehouse(tmp_path):
     visits.to_csv(csv_path, index=False)
     path = tmp_path / "warehouse.duckdb"
     con = duckdb.connect(str(path))
-    con.register("src_pums", pums)
+    con.register("src_pums", pums_df)
     con.register("src_orders", orders)
     con.execute("CREATE TABLE pums AS SELECT * FROM src_pums")
     con.execute("CREATE SCHEMA sales")
@@ -44,7 +41,7 @@ def warehouse(tmp_path):
     con.close()
     schema = {
         "tables": {
-            "pums": {"columns": PUMS_COLUMNS},
+            "pums": {"columns": pums_schema.to_dict()["tables"]["pums"]["columns"]},
             "visits": {"columns": {"day": {"type": "integer", "min": 0, "max": 6},
                                    "device": {"type": "categorical", "values": ["web", "ios", "android"]}}},
             "orders": {"columns": {"amount": {"type": "integer", "min": 0, "max": 199, "bins": [0, 50, 100, 200]},
@@ -53,7 +50,7 @@ def warehouse(tmp_path):
     }
     schema_path = tmp_path / "schema.yaml"
     schema_path.write_text(yaml.safe_dump(schema))
-    return path, schema_path, {"pums": pums, "visits": visits, "orders": orders}
+    return path, schema_path, {"pums": pums_df, "visits": visits, "orders": orders}
 
 
 def test_serves_tables_and_views_read_only_and_never_modifies_the_file(warehouse, tmp_path):

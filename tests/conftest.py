@@ -1,0 +1,49 @@
+"""Fixtures shared by the test modules: the embedded data sets and their schemas.
+
+Each fixture is module-scoped, as the local fixtures it replaces were: every
+test module gets its own copy of the data, so a test that alters a frame cannot
+leak into another module.  Schemas are frozen values and travel with their data.
+
+Seeds are not shared on purpose: each test keeps the seed it was tuned with
+(statistical tests pass at a stated rate, and moving them to a common seed
+would redraw their noise).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from _gateway_worker import nettrace_binned
+
+import dpgate
+from dpgate.datasets import load_histogram, load_pums
+
+
+@pytest.fixture(scope="module")
+def pums() -> tuple[Any, dpgate.Schema]:
+    """The embedded 1000-row PUMS sample (table ``pums``) and its schema, as ``load_pums()`` gives them."""
+    return load_pums()
+
+
+@pytest.fixture(scope="module")
+def nettrace() -> tuple[Any, dpgate.Schema]:
+    """NETTRACE as one row per unit (column ``value`` = cell 0..4095, undivided) and its schema.
+
+    Every cell 0..127 is non-zero (checked): tests that need a bias to show up
+    query these cells (the first cells of SEARCHLOGS are all zero).
+    """
+    df, schema = load_histogram("nettrace")
+    assert (np.bincount(df["value"], minlength=4096)[:128] > 0).all()
+    return df, schema
+
+
+@pytest.fixture(scope="module")
+def net() -> tuple[Any, dpgate.Schema]:
+    """NETTRACE with ``value`` declared in 8 bins of 16 over 0..127 plus the tail (a small domain).
+
+    The same data and schema as the crash test's worker processes use
+    (``_gateway_worker.nettrace_binned``), so ledgers written there open here.
+    """
+    return nettrace_binned()
