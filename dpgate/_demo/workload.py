@@ -1,4 +1,8 @@
-"""Seed 001's online workload (§6.4) and its metrics (definitions 6.1–6.3).
+"""The online workload of Xiao & Xiong, "Bayesian Inference under Differential
+Privacy" (2012), §6.4: query generation (eq. 73–74) and the unbounded setting's
+hierarchical tree.  The metrics (definitions 6.1–6.3) are in
+:mod:`dpgate._demo.metrics`, running a workload through a gateway in
+:mod:`dpgate._demo.runner`.
 
 The workload is a sequence of weighted counting queries over a 1-D ordered
 domain of ``n`` cells (NETTRACE and SEARCHLOGS: ``n = 4096``, one row per unit,
@@ -6,8 +10,8 @@ domain of ``n`` cells (NETTRACE and SEARCHLOGS: ``n = 4096``, one row per unit,
 analyst wants an interval of half-width ``ε`` that holds the truth with
 probability ``1 − δ``.
 
-Construction (seed 001, eq. 73–74), with the choices this module makes where
-the paper is silent marked *[decision]*:
+Construction (Xiao & Xiong (2012), eq. 73–74), with the choices this module
+makes where the paper is silent marked *[decision]*:
 
 * **Cell probabilities (eq. 73).**  ``P_j = 0.9 · 10^(−floor((j−1)/10))`` for
   ``j = 1..n``: ten cells at 0.9, ten at 0.09, and so on — a "region of
@@ -28,14 +32,15 @@ the paper is silent marked *[decision]*:
   same seed gives the same queries (and the same quantile of ``ε``) in both
   settings: the settings differ only where the paper says they do.
 * **Unbounded setting's history.**  A binary hierarchical tree (Hay et al.,
-  seed 001's ref. [13]) over the ``n = 2^L`` cells: levels ``0..L`` (root to
-  leaves, ``L + 1 = 13`` levels for 4096 cells), every node a range count with
-  ``S = 1``.  *[decision]* "0.3-differential privacy split evenly over levels"
-  is read as ``α = 0.3 / (L + 1)`` per node: every cell lies in exactly one node
-  per level, so the tree costs every cell exactly 0.3 under per-cell accounting
-  (Theorem 5.5).  Its noisy answers are released *through the gateway*
-  (:func:`release_tree`), so they land in the ledger like any other release and
-  the system cost α̅ includes them, for every system compared.
+  Xiao & Xiong (2012)'s ref. [13]) over the ``n = 2^L`` cells: levels ``0..L``
+  (root to leaves, ``L + 1 = 13`` levels for 4096 cells), every node a range
+  count with ``S = 1``.  *[decision]* "0.3-differential privacy split evenly over
+  levels" is read as ``α = 0.3 / (L + 1)`` per node: every cell lies in exactly
+  one node per level, so the tree costs every cell exactly 0.3 under per-cell
+  accounting (Theorem 5.5).  Its noisy answers are released *through the
+  gateway* (:func:`dpgate._demo.runner.release_tree`), so they land in the
+  ledger like any other release and the system cost α̅ includes them, for every
+  system compared.
   *[decision, for run time]* by default only the nodes that intersect the first
   ``TREE_CELLS = 256`` cells of the region of interest are released (515 of the
   8191 nodes: the 511 nodes of that block's subtree and its 4 ancestors).  Every
@@ -51,19 +56,6 @@ the paper is silent marked *[decision]*:
   and an 8191 × 4096 coefficient matrix (hundreds of ms per query).
   ``tree_cells=None`` releases the full tree.
 
-Metrics (pure functions of a list of :class:`QueryRecord`):
-
-* answering ratio ``Ra`` (def. 6.1): answers whose interval meets the
-  requirement, over all queries;
-* system cost ``α̅`` (Theorem 5.5): ``gw.spent`` after the last query;
-* coverage ``Ri`` (def. 6.2): over answered queries, the share whose *reported*
-  interval ``[low, high]`` contains the truth.  The paper's definition checks
-  ``L ≤ θ ≤ L + 2ε``, which is wider whenever the reported interval is narrower
-  than ``2ε`` (answers from history); it is available as
-  :func:`coverage_paper` and is never smaller than :func:`coverage`;
-* relative error ``E`` (def. 6.3): mean over answered queries of
-  ``|θ̂ − θ| / (2ε)``.
-
 Example:
     >>> w = generate(n=4096, queries=3, setting="bounded", seed=1)
     >>> len(w.queries), w.budget, w.delta
@@ -78,38 +70,27 @@ Example:
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
+
+from dpgate import _validate
+from dpgate.errors import InvalidArgument, InvalidRequirement
 
 __all__ = [
     "Setting",
     "SETTINGS",
+    "DELTA",
+    "MAX_TRIALS",
+    "TREE_CELLS",
     "WorkloadQuery",
     "TreeNode",
     "Workload",
-    "QueryRecord",
     "cell_probabilities",
     "generate",
     "tree_nodes",
-    "release_tree",
-    "run",
-    "answering_ratio",
-    "system_cost",
-    "coverage",
-    "coverage_paper",
-    "coverage_se",
-    "released_share",
-    "relative_error",
-    "free_share",
-    "summarize",
-    "SYSTEMS",
-    "noise_seed",
-    "load_histogram",
-    "run_systems",
 ]
 
 Setting = Literal["bounded", "unbounded"]
@@ -119,7 +100,7 @@ SETTINGS: dict[str, dict[str, float]] = {
     "bounded": {"budget": 1.0, "two_eps_low": 1.0, "two_eps_high": 1000.0, "tree_epsilon": 0.0},
     "unbounded": {"budget": math.inf, "two_eps_low": 50.0, "two_eps_high": 1000.0, "tree_epsilon": 0.3},
 }
-#: δ of every query in seed 001 §6.4.
+#: δ of every query in Xiao & Xiong (2012), §6.4.
 DELTA = 0.2
 #: Largest number of multinomial trials per query (``n_t`` in ``1..MAX_TRIALS``).
 MAX_TRIALS = 10
@@ -132,7 +113,7 @@ TREE_CELLS = 256
 def _ranges(cells: Sequence[int], weights: Sequence[int | float]) -> list[tuple[int, int, int | float]]:
     """Merge runs of adjacent cells with equal weights into ``(lo, hi, w)`` ranges."""
     out: list[tuple[int, int, int | float]] = []
-    for c, w in zip(cells, weights):
+    for c, w in zip(cells, weights, strict=True):
         if out and out[-1][1] == c - 1 and out[-1][2] == w:
             out[-1] = (out[-1][0], c, w)
         else:
@@ -172,11 +153,15 @@ class WorkloadQuery:
 
     def __post_init__(self) -> None:
         if len(self.cells) != len(self.weights) or not self.cells:
-            raise ValueError("a workload query needs as many weights as cells, and at least one cell.")
-        if any(b <= a for a, b in zip(self.cells, self.cells[1:])) or self.cells[0] < 0 or self.cells[-1] >= self.n:
-            raise ValueError(f"cells must increase strictly within 0..{self.n - 1}, got {self.cells}.")
-        if not (self.accuracy > 0 and 0 < self.confidence < 1):
-            raise ValueError(f"bad requirement ±{self.accuracy} at {self.confidence}.")
+            raise InvalidArgument(
+                f"A workload query needs as many weights as cells and at least one cell; got {len(self.cells)} "
+                f"cells and {len(self.weights)} weights."
+            )
+        increasing = all(a < b for a, b in zip(self.cells, self.cells[1:], strict=False))
+        if not increasing or self.cells[0] < 0 or self.cells[-1] >= self.n:
+            raise InvalidArgument(f"The cells must increase strictly within 0..{self.n - 1}, got {self.cells}.")
+        _validate.positive_finite(self.accuracy, "accuracy", error=InvalidRequirement)
+        _validate.probability(self.confidence, "confidence", error=InvalidRequirement)
 
     @property
     def sensitivity(self) -> int:
@@ -224,7 +209,7 @@ class WorkloadQuery:
                 agg = f"COUNT(*) FILTER (WHERE {_predicate(column, lo, hi)})"
                 terms.append(agg if w == 1 else f"{_weight_sql(w)} * {agg}")
             return f"SELECT {' + '.join(terms)} FROM {table}"
-        raise ValueError(f"style must be 'case' or 'filter', got {style!r}.")
+        raise InvalidArgument(f"style must be 'case' or 'filter', got {style!r}.")
 
 
 @dataclass(frozen=True)
@@ -278,7 +263,7 @@ def cell_probabilities(n: int, roi_start: int = 0) -> np.ndarray:
     (0.9, 1.0)
     """
     if n < 1:
-        raise ValueError(f"the domain needs at least one cell, got n = {n}.")
+        raise InvalidArgument(f"The domain needs at least one cell, got n = {n}.")
     j = np.arange(n)
     # 10^-k underflows to 0 past k ≈ 323; those cells are never drawn anyway.
     p = 0.9 * np.power(10.0, -np.minimum(j // 10, 400).astype(float))
@@ -297,13 +282,14 @@ def tree_nodes(n: int, epsilon: float, region: tuple[int, int] | None = None) ->
     that changes.
     """
     if n < 1 or n & (n - 1):
-        raise ValueError(f"the binary tree needs a power-of-two number of cells, got {n}.")
+        raise InvalidArgument(f"The binary tree needs a power-of-two number of cells, got {n}.")
+    _validate.positive_finite(epsilon, "the tree's epsilon", error=InvalidRequirement)
     lo_r, hi_r = (0, n - 1) if region is None else region
     if not (0 <= lo_r <= hi_r < n):
-        raise ValueError(f"region must satisfy 0 <= lo <= hi < {n}, got {region}.")
+        raise InvalidArgument(f"The region must satisfy 0 <= lo <= hi < {n}, got {region}.")
     levels = n.bit_length()  # L + 1
     alpha = epsilon / levels
-    out = []
+    out: list[TreeNode] = []
     for level in range(levels):
         width = n >> level
         out.extend(
@@ -324,7 +310,7 @@ def generate(
     delta: float = DELTA,
     tree_cells: int | None = TREE_CELLS,
 ) -> Workload:
-    """Generate seed 001's online workload (pure: same arguments, same workload).
+    """Generate Xiao & Xiong (2012)'s online workload, §6.4 (pure: same arguments, same workload).
 
     Args:
         n: number of cells of the 1-D domain.
@@ -339,9 +325,10 @@ def generate(
             nodes); ``None`` keeps the full tree.  See the module docstring.
     """
     if setting not in SETTINGS:
-        raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}.")
+        raise InvalidArgument(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}.")
     if queries < 0:
-        raise ValueError(f"the number of queries must be ≥ 0, got {queries}.")
+        raise InvalidArgument(f"The number of queries must be ≥ 0, got {queries}.")
+    _validate.probability(delta, "delta", error=InvalidRequirement)
     cfg = SETTINGS[setting]
     p = cell_probabilities(n, roi_start)
     q_rng, r_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
@@ -367,262 +354,3 @@ def generate(
     return Workload(setting, n, seed, tuple(out), cfg["budget"], delta, tree)
 
 
-# -- running it through a gateway ----------------------------------------------------------
-@dataclass(frozen=True)
-class QueryRecord:
-    """What happened to one workload query (one row of a benchmark's raw results).
-
-    ``source`` is the answer's source, or ``"refused"`` when the gateway raised
-    ``BudgetExhausted``.  ``spent`` is ``gw.spent`` right after the query;
-    ``seconds`` the wall-clock time of ``gw.query``.
-    """
-
-    index: int
-    truth: float
-    accuracy: float
-    confidence: float
-    source: str
-    value: float = math.nan
-    low: float = math.nan
-    high: float = math.nan
-    meets_requirement: bool = False
-    epsilon_spent: float = 0.0
-    spent: float = 0.0
-    seconds: float = 0.0
-
-    @property
-    def answered(self) -> bool:
-        """Answered within the requirement (counts towards ``Ra``)."""
-        return self.source in ("history", "fresh", "exact") and self.meets_requirement
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def release_tree(gateway: Any, workload: Workload, table: str, column: str = "value") -> int:
-    """Release the unbounded setting's tree through ``gateway``; returns the node count.
-
-    With ``Gateway.release_measurements`` (the warm-start API) every node is
-    compiled from its SQL and released in one batch at its budget ``α``.
-    Otherwise each node is sent as a query with ``policy="no_reuse"`` and the
-    requirement for which Theorem 5.3 spends exactly the node's ``α``
-    (``ε = ln(1/δ)/α``).  Either way each node is a fresh release of scale
-    ``1/α`` recorded in the ledger like any other, and the system cost rises by
-    the tree's ε (0.3).
-    """
-    if not workload.tree:
-        return 0
-    if hasattr(gateway, "release_measurements"):
-        from dpgate.compile import compile_sql
-
-        batch = []
-        for node in workload.tree:
-            (q,) = compile_sql(node.sql(table, column), gateway.schema)
-            batch.append((q, node.alpha))
-        gateway.release_measurements(table, batch, label="hierarchical tree")
-        return len(batch)
-    for node in workload.tree:
-        acc, conf = node.requirement(workload.delta)
-        gateway.query(node.sql(table, column), accuracy=acc, confidence=conf, policy="no_reuse")
-    return len(workload.tree)
-
-
-def run(
-    gateway: Any,
-    queries: Iterable[WorkloadQuery],
-    histogram: np.ndarray,
-    table: str,
-    column: str = "value",
-    *,
-    style: Literal["case", "filter"] = "case",
-    on_record: Callable[[QueryRecord], None] | None = None,
-) -> list[QueryRecord]:
-    """Send every query through ``gateway.query`` and record what came back.
-
-    ``BudgetExhausted`` is recorded as ``source="refused"`` (the bounded system's
-    end of life); every other error propagates.  The truth is computed from
-    ``histogram`` for the metrics only; it never reaches the gateway.
-    """
-    from dpgate.errors import BudgetExhausted
-
-    records: list[QueryRecord] = []
-    for wq in queries:
-        truth = wq.truth(histogram)
-        sql = wq.sql(table, column, style)
-        t0 = time.perf_counter()
-        try:
-            a = gateway.query(sql, accuracy=wq.accuracy, confidence=wq.confidence).answer
-        except BudgetExhausted:
-            dt = time.perf_counter() - t0
-            rec = QueryRecord(wq.index, truth, wq.accuracy, wq.confidence, "refused", spent=gateway.spent, seconds=dt)
-        else:
-            dt = time.perf_counter() - t0
-            rec = QueryRecord(
-                wq.index, truth, wq.accuracy, wq.confidence, a.source, float(a.value), float(a.low), float(a.high),
-                bool(a.meets_requirement), float(a.epsilon_spent), gateway.spent, dt,
-            )
-        records.append(rec)
-        if on_record is not None:
-            on_record(rec)
-    return records
-
-
-# -- metrics ---------------------------------------------------------------------------------
-def _answered(records: Sequence[QueryRecord]) -> list[QueryRecord]:
-    return [r for r in records if r.answered]
-
-
-def answering_ratio(records: Sequence[QueryRecord]) -> float:
-    """``Ra`` (def. 6.1): answers meeting their requirement over all queries (NaN if none)."""
-    return len(_answered(records)) / len(records) if records else math.nan
-
-
-def system_cost(records: Sequence[QueryRecord]) -> float:
-    """``α̅`` (Theorem 5.5): the system privacy cost after the last query."""
-    return float(records[-1].spent) if records else 0.0
-
-
-def _contains(low: float, high: float, truth: float) -> bool:
-    # Relative slack of 1e-9 absorbs float dust in the interval ends, nothing more.
-    tol = 1e-9 * max(1.0, abs(truth))
-    return low - tol <= truth <= high + tol
-
-
-def _released(records: Sequence[QueryRecord]) -> list[QueryRecord]:
-    return [r for r in records if r.source in ("history", "fresh", "exact") and math.isfinite(r.value)]
-
-
-def released_share(records: Sequence[QueryRecord]) -> float:
-    """Share of queries that received an estimate at all, meeting the requirement or not."""
-    return len(_released(records)) / len(records) if records else math.nan
-
-
-def coverage(records: Sequence[QueryRecord], *, released: bool = False) -> float:
-    """``Ri``: share of answered queries whose reported ``[low, high]`` holds the truth
-    (``released=True``: over every released estimate, including those whose interval
-    is wider than asked)."""
-    ans = _released(records) if released else _answered(records)
-    return sum(_contains(r.low, r.high, r.truth) for r in ans) / len(ans) if ans else math.nan
-
-
-def coverage_paper(records: Sequence[QueryRecord]) -> float:
-    """Def. 6.2 as printed: share of answered queries with ``L ≤ θ ≤ L + 2ε`` (≥ :func:`coverage`)."""
-    ans = _answered(records)
-    return sum(_contains(r.low, r.low + 2 * r.accuracy, r.truth) for r in ans) / len(ans) if ans else math.nan
-
-
-def coverage_se(records: Sequence[QueryRecord]) -> float:
-    """Standard error of :func:`coverage` under the hypothesis that it equals the stated
-    confidence ``c``: ``sqrt(c(1−c)/N)`` over the ``N`` answered queries.  Answers of
-    one session share history noise and are positively correlated, so this
-    *understates* the spread of one session's coverage; compare sessions with
-    independent noise for a sound test."""
-    ans = _answered(records)
-    if not ans:
-        return math.nan
-    c = float(np.mean([r.confidence for r in ans]))
-    return math.sqrt(c * (1 - c) / len(ans))
-
-
-def relative_error(records: Sequence[QueryRecord]) -> float:
-    """``E`` (def. 6.3): mean of ``|θ̂ − θ| / (2ε)`` over answered queries."""
-    ans = _answered(records)
-    return sum(abs(r.value - r.truth) / (2 * r.accuracy) for r in ans) / len(ans) if ans else math.nan
-
-
-def free_share(records: Sequence[QueryRecord]) -> float:
-    """Share of all queries answered from history at zero cost."""
-    return sum(r.answered and r.source == "history" for r in records) / len(records) if records else math.nan
-
-
-def summarize(records: Sequence[QueryRecord]) -> dict[str, float]:
-    """All metrics of one run, plus the median and p95 of ``gw.query`` time (seconds)."""
-    secs = np.array([r.seconds for r in records]) if records else np.array([math.nan])
-    return {
-        "queries": float(len(records)),
-        "Ra": answering_ratio(records),
-        "alpha_bar": system_cost(records),
-        "Ri": coverage(records),
-        "Ri_se": coverage_se(records),
-        "Ri_paper": coverage_paper(records),
-        "released": released_share(records),
-        "Ri_released": coverage(records, released=True),
-        "E": relative_error(records),
-        "free": free_share(records),
-        "fresh": sum(r.answered and r.source == "fresh" for r in records) / len(records) if records else math.nan,
-        "median_seconds": float(np.median(secs)),
-        "p95_seconds": float(np.percentile(secs, 95)),
-    }
-
-
-# -- the experiment: one workload through several systems ----------------------------------
-#: The systems the demo and the benchmarks compare: (label, gateway policy).
-SYSTEMS: tuple[tuple[str, str], ...] = (("no-reuse", "no_reuse"), ("paper", "paper"), ("minimal", "minimal"))
-
-
-def noise_seed(seed: int, system: int) -> int:
-    """The gateway noise seed of system number ``system`` in run ``seed`` (reproducible, insecure)."""
-    return int(np.random.SeedSequence([seed, system, 1]).generate_state(1)[0])
-
-
-def load_histogram(dataset: str) -> tuple[Any, Any, np.ndarray, str]:
-    """``(frame, schema, histogram, table name)`` of an embedded 1-D data set
-    (``dpgate.datasets.load_histogram``); the histogram is for computing truths only."""
-    from dpgate import datasets
-
-    df, schema = datasets.load_histogram(dataset)
-    table = schema.tables[0]
-    col = table.column("value")
-    n = int(col.max - col.min + 1)
-    hist = np.bincount(np.asarray(df["value"], dtype=np.int64) - int(col.min), minlength=n)[:n]
-    return df, schema, hist, table.name
-
-
-def run_systems(
-    dataset: str,
-    setting: Setting,
-    queries: int,
-    seed: int,
-    *,
-    systems: Sequence[tuple[str, str]] = SYSTEMS,
-    progress: bool = False,
-    loaded: tuple[Any, Any, np.ndarray, str] | None = None,
-) -> dict[str, Any]:
-    """Run one generated workload through every system, each on a fresh gateway.
-
-    Same data and queries for every system; each has its own seeded (insecure)
-    noise.  In the unbounded setting each gateway first releases the tree
-    (:func:`release_tree`), so ᾱ includes its ε = 0.3 in every system.
-
-    Returns:
-        ``{"dataset", "setting", "queries", "seed", "systems": {label: {"summary", "records"}}}``
-        with records as dicts (:meth:`QueryRecord.as_dict`).
-    """
-    import sys
-
-    from tqdm import tqdm
-
-    from dpgate.gateway import Gateway
-
-    df, schema, hist, table = loaded or load_histogram(dataset)
-    wl = generate(n=len(hist), queries=queries, setting=setting, seed=seed)
-    total = len(systems) * (len(wl.queries) + len(wl.tree))
-    out: dict[str, Any] = {"dataset": dataset, "setting": setting, "queries": queries, "seed": seed, "systems": {}}
-    with tqdm(total=total, disable=not progress, file=sys.stderr, unit="q", leave=False) as bar:
-        for k, (label, policy) in enumerate(systems):
-            bar.set_description(label)
-            gw = Gateway(df, schema, budget=wl.gateway_budget, policy=policy, seed=noise_seed(seed, k))
-            try:
-                t0 = time.perf_counter()
-                release_tree(gw, wl, table)
-                bar.update(len(wl.tree))
-                tree_seconds, tree_cost = time.perf_counter() - t0, gw.spent
-                t0 = time.perf_counter()
-                recs = run(gw, wl.queries, hist, table, on_record=lambda _r: bar.update(1))
-                run_seconds = time.perf_counter() - t0
-            finally:
-                gw.close()
-            summary: dict[str, Any] = dict(summarize(recs))
-            summary.update(tree_cost=tree_cost, tree_seconds=tree_seconds, run_seconds=run_seconds, policy=policy)
-            out["systems"][label] = {"summary": summary, "records": [r.as_dict() for r in recs]}
-    return out
