@@ -25,7 +25,8 @@ def dpgate(*args: str, cwd: str | None = None, timeout: float = 300,
 
 
 def test_demo_prints_the_table_and_writes_a_png(tmp_path):
-    pytest.importorskip("matplotlib")  # the demo extra
+    pytest.importorskip("matplotlib")  # the demo extra (with tqdm)
+    pytest.importorskip("tqdm")
     out = tmp_path / "demo"
     r = dpgate("demo", "--queries", "30", "--out", str(out), "--no-progress")
     assert r.returncode == 0, r.stderr
@@ -53,7 +54,8 @@ def test_demo_prints_the_table_and_writes_a_png(tmp_path):
 
 
 def test_demo_is_reproducible_with_its_seed(tmp_path):
-    pytest.importorskip("matplotlib")  # the demo extra
+    pytest.importorskip("matplotlib")  # the demo extra (with tqdm)
+    pytest.importorskip("tqdm")
     a = dpgate("demo", "--queries", "12", "--out", str(tmp_path / "a"), "--no-progress", "--seed", "7")
     b = dpgate("demo", "--queries", "12", "--out", str(tmp_path / "b"), "--no-progress", "--seed", "7")
     assert a.returncode == b.returncode == 0, a.stderr + b.stderr
