@@ -70,9 +70,8 @@ class QueryRecord:
         return self.source in ("history", "fresh", "exact") and self.meets_requirement
 
     def as_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (``QueryRecord(**d)`` reads it back)."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
 
 
 def _answered(records: Sequence[QueryRecord]) -> list[QueryRecord]:
