@@ -1,5 +1,6 @@
 # The two commands of the README quickstart. Each creates .venv with only
-# Python 3.11 + pip and installs what it needs.
+# Python 3.11 + pip and installs dpgate with the demo extra (plot, progress bar:
+# `make demo`, the CLI demo tests, the benchmarks) and the test extra.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ BIN := $(VENV)/bin
 $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[demo,test]'
 	touch $(BIN)/activate
 
 demo: $(BIN)/activate

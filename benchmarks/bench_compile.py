@@ -25,12 +25,10 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from sqlglot.dialects.dialect import Dialect  # noqa: E402
 

@@ -28,23 +28,19 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import duckdb
 import numpy as np
 
+from dpgate.atoms import AtomPartition
+from dpgate.cube import Cube
+from dpgate.datasets import schema_of
+from dpgate.query import LinearQuery
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-import duckdb  # noqa: E402
-
-from dpgate.atoms import AtomPartition  # noqa: E402
-from dpgate.cube import Cube  # noqa: E402
-from dpgate.datasets import schema_of  # noqa: E402
-from dpgate.query import LinearQuery  # noqa: E402
-
 RESULTS = REPO / "benchmarks" / "results" / "cube.json"
 SCHEMA = schema_of("pums")
 T = SCHEMA.table("pums")

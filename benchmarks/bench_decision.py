@@ -1,4 +1,5 @@
-"""Decision latency of ``Gateway.query`` on seed 001's NETTRACE workload.
+"""Decision latency of ``Gateway.query`` on the NETTRACE online workload of
+Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012), §6.4.
 
 For each history size H (1 000 and 10 000 released answers):
 
@@ -39,12 +40,11 @@ from typing import Any
 
 import numpy as np
 
+from dpgate import _demo as W
+from dpgate.gateway import Gateway
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
-sys.path.insert(0, os.path.dirname(HERE))
-
-from dpgate.gateway import Gateway  # noqa: E402
-from dpgate import workload as W  # noqa: E402
 
 TARGETS_MS = {1000: 5.0, 10000: 50.0}
 

@@ -5,9 +5,10 @@
 Measures, in one run:
 
 1. interval (half-width) computation time vs the number of error terms m for
-   the exact Gil-Pelaez law, seed 001's discrete convolution (PC, γ = 0.01, the
-   paper's unit grid) and Monte Carlo (10⁶ samples), with the accuracy each
-   achieved against the exact law;
+   the exact Gil-Pelaez law, the discrete convolution (PC, γ = 0.01, the paper's
+   unit grid) of Xiao & Xiong, "Bayesian Inference under Differential Privacy"
+   (2012), §4, and Monte Carlo (10⁶ samples), with the accuracy each achieved
+   against the exact law;
 2. PC vs exact as PC's cost β = (Σ|A_k| b_k)² grows (Theorem 4.18);
 3. IncrementalBLUE append time per row at n = 100, 1000, 4096 atoms;
 4. estimate() latency (batch and incremental) and minimal_scale latency.
@@ -29,15 +30,12 @@ import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dpgate.inference import ErrorLaw, IncrementalBLUE, estimate, minimal_scale  # noqa: E402
 
@@ -67,7 +65,7 @@ def machine() -> dict[str, Any]:
 
 
 def problem(m: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """BLUE-like weights and count-query scales (S ≤ 5, α ∈ [0.05, 1] as in seed 001 §6)."""
+    """BLUE-like weights and count-query scales (S ≤ 5, α ∈ [0.05, 1] as in Xiao & Xiong (2012), §6)."""
     c = rng.normal(size=m) * np.exp(rng.uniform(-1.5, 0.5, m)) / math.sqrt(m) * 3
     b = rng.integers(1, 6, m) / rng.uniform(0.05, 1.0, m)
     return c, b
@@ -83,13 +81,13 @@ def bench_intervals(quick: bool) -> list[dict[str, Any]]:
     rows = []
     for m in (10, 100, 1000, 10_000):
         c, b = problem(m, rng)
-        t_ex, q_ex = timed(lambda: ErrorLaw(c, b).halfwidth(CONF), repeat=7)
+        t_ex, q_ex = timed(lambda c=c, b=b: ErrorLaw(c, b).halfwidth(CONF), repeat=7)
         ref = ErrorLaw(c, b)
         beta = float((np.abs(c) * b).sum() ** 2)
         row: dict[str, Any] = {"m": m, "beta": beta, "std": ref.std,
                                "exact": {"seconds": t_ex, "halfwidth": q_ex,
                                          "cdf_error_bound": ref.error_bound}}
-        t_pc, pc = timed(lambda: ErrorLaw(c, b, method="convolution", gamma=0.01, step=1.0), 1)
+        t_pc, pc = timed(lambda c=c, b=b: ErrorLaw(c, b, method="convolution", gamma=0.01, step=1.0), 1)
         q_pc = pc.halfwidth(CONF)
         row["convolution"] = {
             "seconds": t_pc, "gamma": 0.01, "step": 1.0, "halfwidth": q_pc,
@@ -99,7 +97,7 @@ def bench_intervals(quick: bool) -> list[dict[str, Any]]:
         samples = 10**6
         if m >= 10_000 or (quick and m >= 1000):
             samples = 10**5  # timed at 10⁵ and extrapolated linearly (Theorem 4.11: O(m·m_s))
-        t_mc, mc = timed(lambda: (lambda L: (L, L.halfwidth(CONF)))(
+        t_mc, mc = timed(lambda c=c, b=b, samples=samples: (lambda L: (L, L.halfwidth(CONF)))(
             ErrorLaw(c, b, method="montecarlo", samples=samples, rng=1)), 1)
         law_mc, q_mc = mc
         row["montecarlo"] = {
@@ -125,8 +123,8 @@ def bench_beta() -> list[dict[str, Any]]:
     rows = []
     for k in (1, 4, 16, 64):
         cc = c * k
-        t_ex, _ = timed(lambda: ErrorLaw(cc, b).halfwidth(CONF), repeat=7)
-        t_pc, _ = timed(lambda: ErrorLaw(cc, b, method="convolution", gamma=0.01, step=1.0)
+        t_ex, _ = timed(lambda cc=cc: ErrorLaw(cc, b).halfwidth(CONF), repeat=7)
+        t_pc, _ = timed(lambda cc=cc: ErrorLaw(cc, b, method="convolution", gamma=0.01, step=1.0)
                         .halfwidth(CONF), repeat=1)
         beta = float((np.abs(cc) * b).sum() ** 2)
         rows.append({"m": 100, "beta": beta, "exact_seconds": t_ex, "convolution_seconds": t_pc,
@@ -160,9 +158,9 @@ def bench_append(quick: bool) -> list[dict[str, Any]]:
             state.append(h, float(rng.uniform(1, 20)), 0.0)
             per_row.append(time.perf_counter() - t0)
         Q = range_row(n, rng)
-        t_est, _ = timed(lambda: state.estimate(Q).halfwidth(CONF), repeat=5)
-        t_with, _ = timed(lambda: state.estimate_with(Q, Q, 3.0), repeat=5)
-        t_min, b = timed(lambda: minimal_scale(state, Q, Q, 1.0, CONF), repeat=3)
+        t_est, _ = timed(lambda state=state, Q=Q: state.estimate(Q).halfwidth(CONF), repeat=5)
+        t_with, _ = timed(lambda state=state, Q=Q: state.estimate_with(Q, Q, 3.0), repeat=5)
+        t_min, b = timed(lambda state=state, Q=Q: minimal_scale(state, Q, Q, 1.0, CONF), repeat=3)
         rows.append({"n_atoms": n, "rank": state.rank, "rows": state.n_rows,
                      "append_ms_median": 1e3 * statistics.median(per_row),
                      "append_ms_mean": 1e3 * statistics.fmean(per_row),
@@ -182,8 +180,8 @@ def bench_batch() -> list[dict[str, Any]]:
         alpha = rng.uniform(0.05, 1.0, m)
         y = rng.normal(size=m)
         Q = H[:5].sum(axis=0)
-        t, est = timed(lambda: estimate(H, y, alpha, Q), repeat=3)
-        t_int, _ = timed(lambda: estimate(H, y, alpha, Q).posterior.interval(CONF), repeat=3)
+        t, est = timed(lambda H=H, y=y, alpha=alpha, Q=Q: estimate(H, y, alpha, Q), repeat=3)
+        t_int, _ = timed(lambda H=H, y=y, alpha=alpha, Q=Q: estimate(H, y, alpha, Q).posterior.interval(CONF), repeat=3)
         rows.append({"m": m, "n": n, "estimate_ms": 1e3 * t, "estimate_and_interval_ms": 1e3 * t_int})
         print(f"batch estimate m={m:>5} n={n:>4}: {1e3 * t:8.2f} ms (with interval {1e3 * t_int:8.2f} ms)",
               flush=True)

@@ -1,4 +1,5 @@
-"""Benchmark seed 002's model-based estimators (``Gateway.estimate``, dpgate.model).
+"""Benchmark the model-based estimators (``Gateway.estimate``, dpgate.model) of
+Chen, Zhou & Bhowmick, "Integrating Historical Noisy Answers for Improving Data Utility under Differential Privacy" (EDBT 2016).
 
 Accuracy — RMSE on *new* random range queries estimated from history alone:
 
@@ -20,7 +21,7 @@ over the domain's cells), ``pca`` (cross-validated ``a``), ``pca a=inf``, ``maxe
 (Theorem 4) is printed next to the true one.
 
 Time — fit time (including k = 5-fold cross-validation) against the number of past
-queries ``m`` on PUMS (seed 002 Fig. 5: PCA costs ``O(m² n_atoms + k m³)``).
+queries ``m`` on PUMS (Chen, Zhou & Bhowmick (2016), Fig. 5: PCA costs ``O(m² n_atoms + k m³)``).
 
 Writes ``benchmarks/results/model.json`` and prints a table with the machine.
 BLAS threads are pinned to 1 (the shared machine is loaded; CPU time is printed).
@@ -41,14 +42,12 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 import dpgate  # noqa: E402
 import dpgate.datasets  # noqa: E402

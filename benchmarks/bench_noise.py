@@ -28,12 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from dpgate.ledger import Ledger
+from dpgate.noise import SecureNoise, SeededNoise, release
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from dpgate.ledger import Ledger  # noqa: E402
-from dpgate.noise import SecureNoise, SeededNoise, release  # noqa: E402
-
 RESULTS = REPO / "benchmarks" / "results" / "noise.json"
 
 
@@ -57,11 +55,11 @@ def bench_noise(n: int) -> dict:
     for name, src in (("secure", SecureNoise()), ("seeded", SeededNoise(0))):
         per_t = {}
         for t in (2.0, 1024.0, 1e12):
-            single = rate(lambda: src.discrete_laplace(t), n)
-            batch = rate(lambda: src.discrete_laplace_many(t, 10_000), max(3, n // 2000)) * 10_000
+            single = rate(lambda src=src, t=t: src.discrete_laplace(t), n)
+            batch = rate(lambda src=src, t=t: src.discrete_laplace_many(t, 10_000), max(3, n // 2000)) * 10_000
             per_t[f"t={t:g}"] = {"single_per_s": single, "batch_per_s": batch}
-        huge = rate(lambda: src.discrete_laplace(2.0**60), max(50, n // 20))
-        rel = rate(lambda: release(123_456, 7, 1.0, 0.1, src), n)
+        huge = rate(lambda src=src: src.discrete_laplace(2.0**60), max(50, n // 20))
+        rel = rate(lambda src=src: release(123_456, 7, 1.0, 0.1, src), n)
         out[name] = {"samples": per_t, "single_t=2^60_per_s": huge, "release_per_s": rel,
                      "release_latency_us": 1e6 / rel}  # fmt: skip
     return out
@@ -73,8 +71,7 @@ def bench_import() -> dict:
         "n.SecureNoise().discrete_laplace(3.0); t2=time.perf_counter();"
         "print(t1-t, t2-t1)"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     a, b = map(float, res.stdout.split())
     return {"import_dpgate_noise_s": a, "first_secure_draw_incl_opendp_import_s": b}
 

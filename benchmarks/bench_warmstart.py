@@ -14,7 +14,8 @@ each strategy at the same ε:
    share of them that history determines (``estimable``).  Baseline "none":
    the same queries measured directly, each at the α that makes the system cost
    exactly ε (α = ε / max cell coverage; per-cell accounting, Theorem 5.5).
-2. **Share of seed 001's workload answered for free** (``dpgate.workload.generate``,
+2. **Share of the online workload of Xiao & Xiong, "Bayesian Inference under
+   Differential Privacy" (2012), §6.4, answered for free** (``dpgate._demo.generate``,
    unbounded setting, its tree replaced by the warm start; the minimal policy pays
    for the rest), with ᾱ (system cost after the workload, warm start included) and
    coverage Ri — vs no warm start, averaged over ``--sessions`` independent
@@ -45,10 +46,8 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import dpgate  # noqa: E402
-from dpgate import datasets, warmstart, workload  # noqa: E402
+from dpgate import _demo, datasets  # noqa: E402
 from dpgate.query import LinearQuery  # noqa: E402
 from dpgate.warmstart import mmse_values  # noqa: E402
 
@@ -156,7 +155,7 @@ def run_ranges(data: dict[str, Any], eps: float, trials: int, k: int, seed: int)
         cover = sum(np.abs(q.dense(t)) for q in qs)
         alpha = eps / float(cover.max())
         vals = gw.release_measurements(t.name, [(q, alpha) for q in qs], kind="query", label="baseline")
-        errs += [v - truth for v, (_, truth, _) in zip(vals, queries)]
+        errs += [v - truth for v, (_, truth, _) in zip(vals, queries, strict=True)]
         assert abs(gw.spent - eps) < 1e-9
         gw.close()
     out["none"] = {"rmse": rmse(errs), "estimable": 1.0, "alpha_per_query": alpha}
@@ -164,7 +163,7 @@ def run_ranges(data: dict[str, Any], eps: float, trials: int, k: int, seed: int)
 
 
 def run_workload(data: dict[str, Any], eps: float, n_queries: int, seed: int, sessions: int) -> dict[str, Any]:
-    """Seed 001's workload after each warm start, over independent sessions.
+    """Xiao & Xiong (2012)'s workload after each warm start, over independent sessions.
 
     Answers within one session share the history's noise, so one session's Ri is
     strongly correlated (seen from 0.58 to 0.96 with δ = 0.2); coverage is judged
@@ -176,13 +175,13 @@ def run_workload(data: dict[str, Any], eps: float, n_queries: int, seed: int, se
     for k, (label, strat, cols, opts) in enumerate(systems):
         rows, t0 = [], time.perf_counter()
         for s in range(sessions):
-            wl = workload.generate(n=len(hist), queries=n_queries, setting="unbounded", seed=seed + s,
+            wl = _demo.generate(n=len(hist), queries=n_queries, setting="unbounded", seed=seed + s,
                                    tree_cells=None)  # fmt: skip
             gw = dpgate.Gateway(data["df"], data["schema"], budget=wl.gateway_budget,
-                                seed=workload.noise_seed(seed + s, k))  # fmt: skip
+                                seed=_demo.noise_seed(seed + s, k))  # fmt: skip
             if strat is not None:
                 gw.warm_start(strat, eps, cols, **opts)
-            rows.append(workload.summarize(workload.run(gw, wl.queries, hist, data["table"])))
+            rows.append(_demo.summarize(_demo.run(gw, wl.queries, hist, data["table"])))
             gw.close()
         ri = np.array([r["Ri"] for r in rows])
         out[label] = {
@@ -222,7 +221,7 @@ def run_mmse(data: dict[str, Any], eps: float, trials: int, seed: int) -> dict[s
 def _collect(gw, t, data, box, hist, ws, res, kind) -> None:  # type: ignore[no-untyped-def]
     truth = float(hist[tuple(slice(a, b + 1) for a, b in box)].sum())
     bps, w_idx = [], []
-    for c, (a, b) in zip(data["dims"], box):
+    for c, (a, b) in zip(data["dims"], box, strict=True):
         n = t.column(c).n_cells
         bp = sorted({0, a, b + 1} - {n})
         bps.append(bp)

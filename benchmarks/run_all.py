@@ -1,6 +1,8 @@
 """Run every ``benchmarks/bench_*.py`` and regenerate ``benchmarks/RESULTS.md``.
 
-Each benchmark runs in its own interpreter (``sys.executable``), its output is
+Each benchmark runs in its own interpreter (``sys.executable``) and imports the
+installed dpgate (``make bench`` uses the ``.venv`` that ``make`` creates, where this
+checkout is installed in editable mode with the ``demo`` extra); its output is
 kept in ``benchmarks/results/<name>.log``.  ``RESULTS.md`` gets the machine
 description, then one section per benchmark: the Markdown the benchmark wrote
 to ``results/<name>.md`` during this run when it writes one (with its plots),
@@ -9,7 +11,7 @@ the others still run.
 
 Usage::
 
-    python benchmarks/run_all.py [--quick] [--only seed001,decision] [--skip noise]
+    python benchmarks/run_all.py [--quick] [--only workload,decision] [--skip noise]
     python benchmarks/run_all.py --render     # rebuild RESULTS.md from the last run (e.g. after editing NOTES.md)
 
 ``--quick`` passes ``--quick`` to the benchmarks that accept it and sets
@@ -31,16 +33,16 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 #: Run in this order (the rest alphabetically after): fast ones first.
-ORDER = ("compile", "cube", "noise", "inference", "decision", "seed001")
+ORDER = ("compile", "cube", "noise", "inference", "decision", "workload")
 TITLES = {
-    "seed001": "Seed 001 §6.4: the online workload, three systems side by side",
+    "workload": "Xiao & Xiong (2012), §6.4: the online workload, three systems side by side",
     "decision": "Decision latency",
     "noise": "Noise and ledger",
     "inference": "Inference",
     "compile": "Compiler",
     "cube": "Cube",
-    "model": "Model-based estimates and their fit time (seed 002)",
-    "warmstart": "Warm-start releases and ISPE's MMSE estimator (seed 003)",
+    "model": "Model-based estimates and their fit time (Chen, Zhou & Bhowmick, EDBT 2016)",
+    "warmstart": "Warm-start releases and ISPE's MMSE estimator (Xiao, Xiong & Yuan, 2011)",
 }
 
 
@@ -103,7 +105,7 @@ def run_one(name: str, quick: bool) -> dict[str, object]:
     with open(path) as f:
         accepts_quick = "--quick" in f.read()
     cmd = [sys.executable, path] + (["--quick"] if quick and accepts_quick else [])
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ)
     if quick:
         env["DPGATE_BENCH_QUICK"] = "1"
     print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
@@ -142,6 +144,20 @@ def section(r: dict[str, object]) -> list[str]:
     return lines
 
 
+def installed_dpgate() -> str | None:
+    """Why the benchmarks cannot run with ``sys.executable``, or None: they need dpgate
+    installed from this checkout (``pip install -e '.[demo]'``), not another copy."""
+    code = "import dpgate, os; print(os.path.dirname(os.path.dirname(os.path.abspath(dpgate.__file__))))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE)
+    if proc.returncode != 0:
+        return f"{sys.executable} cannot import dpgate; install this checkout: pip install -e '.[demo]'."
+    found = proc.stdout.strip()
+    if os.path.realpath(found) != os.path.realpath(os.path.dirname(HERE)):
+        return (f"{sys.executable} imports dpgate from {found}, not from this checkout "
+                f"{os.path.dirname(HERE)}; install it: pip install -e '.[demo]'.")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
@@ -168,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         order = discover()
         runs.sort(key=lambda r: order.index(r["name"]) if r["name"] in order else len(order))
     else:
+        problem = installed_dpgate()
+        if problem:
+            print(f"run_all: {problem}", file=sys.stderr)
+            return 2
         names = discover()
         if a.only:
             names = [n for n in names if n in a.only.split(",")]

@@ -3,98 +3,35 @@
 Errors print one line (``dpgate: error: …``) and exit non-zero; ``--debug``
 (anywhere on the command line) shows the traceback instead.  Exit codes: 1 for
 errors dpgate raises (refused query, budget exhausted, bad schema …), 2 for
-bad command-line usage, 3 for missing files and other I/O errors.
+bad command-line usage, 3 for missing files and other I/O errors (a missing
+``--data`` or ``--ledger`` file raises ``FileNotFoundError``, an ``OSError``,
+not a dpgate error, so that it gets exit code 3).
 
-``dpgate demo`` runs seed 001's online workload (§6.4, see
-:mod:`dpgate.workload`) on the embedded NETTRACE (or SEARCHLOGS) data through
-three systems — the no-reuse baseline (a fresh answer at Theorem 5.3's α every
-time), policy ``"paper"`` and dpgate's default ``"minimal"`` — each a fresh
-:class:`~dpgate.Gateway`.  **The demo fixes the noise seed so its numbers are
-reproducible; seeded noise is insecure and for demonstrations only.**
+``dpgate demo`` runs the online workload of Xiao & Xiong, "Bayesian Inference
+under Differential Privacy" (2012), §6.4, through three systems; its body lives
+in the private demo harness :mod:`dpgate._demo` (with the table and the plot),
+and its plot needs the ``demo`` extra (``pip install 'dpgate[demo]'``).
+**The demo fixes the noise seed so its numbers are reproducible; seeded noise is
+insecure and for demonstrations only.**
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-import platform
 import sys
-import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-__all__ = ["main", "cli", "format_table", "plot"]
+if TYPE_CHECKING:
+    from dpgate._demo.workload import Setting
+    from dpgate.gateway import Policy
 
-#: Default number of demo queries per setting, measured to finish well under 2 minutes
-#: on 2 cores (Xeon, 2 vCPU: bounded 1000 queries ≈ 50 s; unbounded 300 ≈ 50 s, the
-#: tree's releases and a history that keeps growing make its queries slower).
-DEFAULT_DEMO_QUERIES = {"bounded": 1000, "unbounded": 300}
+__all__ = ["main", "cli"]
 
 EXIT_ERROR, EXIT_USAGE, EXIT_IO = 1, 2, 3
-
-
-def format_table(run: dict[str, Any]) -> str:
-    """The side-by-side table of one run (one column per system)."""
-    systems = list(run["systems"])
-    rows = [
-        ("answering ratio Ra", "Ra", "{:.3f}"),
-        ("system cost ᾱ", "alpha_bar", "{:.3f}"),
-        ("coverage Ri", "Ri", "{:.3f}"),
-        ("relative error E", "E", "{:.4f}"),
-        ("answered free", "free", "{:.1%}"),
-        ("median decision ms", "median_seconds", "ms"),
-    ]
-    width = max(12, *(len(s) + 2 for s in systems))
-    head = f"{'':<22}" + "".join(f"{s:>{width}}" for s in systems)
-    lines = [head, "-" * len(head)]
-    for name, key, fmt in rows:
-        cells = []
-        for s in systems:
-            v = run["systems"][s]["summary"][key]
-            if isinstance(v, float) and math.isnan(v):
-                cells.append("–")
-            elif fmt == "ms":
-                cells.append(f"{1000 * v:.1f}")
-            else:
-                cells.append(fmt.format(v))
-        lines.append(f"{name:<22}" + "".join(f"{c:>{width}}" for c in cells))
-    return "\n".join(lines)
-
-
-def plot(runs: Sequence[dict[str, Any]], path: str, title: str = "") -> str:
-    """PNG of ᾱ and cumulative answered queries vs query index, one line per system.
-
-    With several runs (seeds) of the same systems, plots the mean with a min–max band.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-    for label in runs[0]["systems"]:
-        cost = np.array([[r["spent"] for r in run["systems"][label]["records"]] for run in runs])
-        answered = np.array(
-            [np.cumsum([r["source"] in ("history", "fresh", "exact") and r["meets_requirement"]
-                        for r in run["systems"][label]["records"]]) for run in runs]
-        )
-        x = np.arange(1, cost.shape[1] + 1)
-        for ax, y in ((ax1, cost), (ax2, answered)):
-            (line,) = ax.plot(x, y.mean(axis=0), label=label)
-            if len(runs) > 1:
-                ax.fill_between(x, y.min(axis=0), y.max(axis=0), color=line.get_color(), alpha=0.2)
-    ax1.set(xlabel="query index", ylabel="system cost ᾱ", title="privacy cost")
-    ax2.set(xlabel="query index", ylabel="queries answered", title="answered within requirement")
-    ax1.legend()
-    if title:
-        fig.suptitle(title)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
 
 
 # -- the commands ----------------------------------------------------------------------
@@ -114,39 +51,18 @@ def cli(debug: bool) -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Workload and (insecure) noise seed.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="dpgate-demo", show_default=True)
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr [default: when it is a terminal].")
-def demo(dataset: str, setting: str, queries: int | None, seed: int, out_dir: str, progress: bool | None) -> None:
-    """Run seed 001's online workload through three systems on embedded data.
+def demo(dataset: str, setting: Setting, queries: int | None, seed: int, out_dir: str, progress: bool | None) -> None:
+    """Run Xiao & Xiong (2012)'s online workload (§6.4) through three systems on embedded data.
 
     Compares the no-reuse baseline, the paper's policy and dpgate's default
     ("minimal") on answering ratio Ra, system cost ᾱ, coverage Ri, relative
-    error E, share answered free and decision time, and writes a PNG.
+    error E, share answered free and decision time, and writes a PNG (needs the
+    demo extra: pip install 'dpgate[demo]').
     The noise is seeded so the demo is reproducible: insecure, demo only.
     """
-    queries = queries or DEFAULT_DEMO_QUERIES[setting]
-    os.makedirs(out_dir, exist_ok=True)
-    click.echo(
-        f"dpgate demo: {queries} queries of seed 001's workload on {dataset.upper()} ({setting} setting, "
-        f"δ = 0.2, seed {seed}).\nNoise is seeded for reproducibility — insecure, for this demo only."
-    )
-    if progress is None:
-        progress = sys.stderr.isatty()
-    from dpgate.workload import run_systems
+    from dpgate._demo.report import run_demo
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    run = run_systems(dataset, setting, queries, seed, progress=progress)
-    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-    click.echo("")
-    click.echo(format_table(run))
-    base = os.path.join(out_dir, f"demo_{dataset}_{setting}")
-    png = plot([run], base + ".png", title=f"{dataset.upper()}, {setting}, {queries} queries, seed {seed}")
-    with open(base + ".json", "w") as f:
-        json.dump({k: v for k, v in run.items()}, f, indent=1, default=float)
-    click.echo("")
-    if setting == "unbounded":
-        click.echo("ᾱ includes the hierarchical tree released first (ε = 0.3) in every system.")
-    click.echo(f"Finished in {elapsed:.0f} s ({cpu:.0f} s CPU) on {platform.system()} with {os.cpu_count()} CPUs.")
-    click.echo(f"Plot: {os.path.abspath(png)}")
-    click.echo(f"Per-query records: {os.path.abspath(base + '.json')}")
+    run_demo(dataset, setting, queries, seed, out_dir, progress)
 
 
 def _open_data(data: str, schema: Any) -> Any:
@@ -218,7 +134,7 @@ def _ledger_summary(meta: dict[str, str], recs: Any) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the rows and the budget as JSON.")
 @click.argument("sql")
 def query(schema_path: str, data: str, budget: float, ledger: str | None, accuracy: float | None,
-          confidence: float | None, policy: str, allow_partial: bool, as_json: bool, sql: str) -> None:
+          confidence: float | None, policy: Policy, allow_partial: bool, as_json: bool, sql: str) -> None:
     """Answer one SQL counting query within ±ACCURACY and print the released table."""
     from dpgate.gateway import Gateway
     from dpgate.schema import Schema
@@ -260,7 +176,7 @@ Statements end with ';' and may span lines.  Every answer is differentially priv
 @click.option("--history-file", default=os.path.join("~", ".dpgate_history"), show_default=True,
               help="Where the shell's line history is kept (interactive sessions only).")
 def shell(schema_path: str, data: str, budget: float, ledger: str | None, accuracy: float | None,
-          confidence: float | None, policy: str, intervals: bool, history_file: str) -> None:
+          confidence: float | None, policy: Policy, intervals: bool, history_file: str) -> None:
     """An interactive SQL shell over a DB-API connection (type \\help)."""
     import dpgate
     from dpgate.schema import Schema
@@ -324,7 +240,7 @@ def _shell_loop(conn: Any, interactive: bool) -> None:
                 break
             try:
                 _shell_command(conn, command, args)
-            except (Error, ValueError) as e:
+            except Error as e:
                 click.echo(f"error: {_one_line(e)}", err=True)
             continue
         if stripped:
@@ -351,11 +267,13 @@ def _shell_loop(conn: Any, interactive: bool) -> None:
 
 
 def _shell_command(conn: Any, command: str, args: list[str]) -> None:
+    from dpgate.errors import InvalidArgument
+
     if command == "\\budget":
         click.echo(f"budget {conn.budget:g}   spent {conn.spent:.6g}   remaining {conn.remaining:.6g}")
     elif command == "\\history":
         if len(args) > 1 or (args and not args[0].isdigit()):
-            raise ValueError("usage: \\history [N], N a whole number of releases.")
+            raise InvalidArgument("Usage: \\history [N], with N a whole number of releases.")
         n = int(args[0]) if args else 20
         df = conn.history
         cols = ["id", "table", "sql", "alpha", "value", "cost_after"]
@@ -366,7 +284,7 @@ def _shell_command(conn: Any, command: str, args: list[str]) -> None:
     elif command in ("\\help", "\\?", "\\h"):
         click.echo(_SHELL_HELP)
     else:
-        raise ValueError(f"unknown command {command}; type \\help for the list.")
+        raise InvalidArgument(f"Unknown command {command}; type \\help for the list.")
 
 
 def _pd_display() -> Any:
@@ -449,7 +367,8 @@ def synthesize(schema_path: str, data: str, ledger: str, table: str | None, rows
                seed: int | None, alpha: str, out: str) -> None:
     """Write a synthetic table drawn from the maximum-entropy model of every released answer.
 
-    Post-processing of the ledger's releases (seed 002 §4): spends no budget and
+    Post-processing of the ledger's releases (Chen, Zhou & Bhowmick, "Integrating Historical Noisy
+    Answers for Improving Data Utility under Differential Privacy", EDBT 2016, §4): spends no budget and
     leaves the ledger unchanged.  The values follow the schema exactly; NULL cells
     are missing values and a categorical's out-of-domain cell is the literal "<other>".
     """

@@ -26,8 +26,8 @@ Provenance:
   ``["0", "1"]`` (the file stores integers; the cube matches them numerically).
   Income is served at unit resolution (500 002 cells): atoms keep that cheap.
 * **NETTRACE** and **SEARCHLOGS** (``*.n4096.npy``): the 1-D histograms over 4096
-  cells used in seed 001 §6.4 (Xiao & Xiong, *Bayesian inference under differential
-  privacy*), which took them from Hay, Rastogi, Miklau & Suciu, *Boosting the
+  cells used in Xiao & Xiong, "Bayesian Inference under Differential Privacy"
+  (2012), §6.4, which took them from Hay, Rastogi, Miklau & Suciu, *Boosting the
   accuracy of differentially-private histograms through consistency*, VLDB 2010:
   an IP-level network trace of a university (25 714 units) and search-query logs
   from 2004 onwards (335 889 units).  Each is served as a one-column table with one
@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from dpgate.errors import DPGateInternalError, InvalidArgument
 from dpgate.schema import Schema
 
 __all__ = ["list_datasets", "load", "load_pums", "load_histogram", "connect_duckdb", "schema_of"]
@@ -110,12 +111,12 @@ def load_histogram(name: str) -> tuple[Any, Schema]:
 
     key = str(name).lower()
     if key not in _HISTOGRAMS:
-        raise ValueError(f"unknown histogram data set {name!r}; choose one of {sorted(_HISTOGRAMS)}.")
+        raise InvalidArgument(f"Unknown histogram data set {name!r}; choose one of {sorted(_HISTOGRAMS)}.")
     with _file(_HISTOGRAMS[key]).open("rb") as fh:
         counts = np.load(fh, allow_pickle=False)
     counts = np.asarray(counts)
     if counts.shape != (4096,) or np.any(counts < 0) or np.any(counts != np.round(counts)):
-        raise ValueError(f"embedded histogram {key!r} is not 4096 non-negative integer counts.")
+        raise DPGateInternalError(f"The embedded histogram {key!r} is not 4096 non-negative integer counts")
     values = np.repeat(np.arange(4096, dtype=np.int64), counts.astype(np.int64))
     return pd.DataFrame({"value": values}), _histogram_schema(key)
 
@@ -129,7 +130,7 @@ def load(name: str) -> tuple[Any, Schema]:
         return load_pums(null=True)
     if key in _HISTOGRAMS:
         return load_histogram(key)
-    raise ValueError(f"unknown data set {name!r}; choose one of {list(_NAMES)}.")
+    raise InvalidArgument(f"Unknown data set {name!r}; choose one of {list(_NAMES)}.")
 
 
 def schema_of(name: str) -> Schema:
@@ -139,7 +140,7 @@ def schema_of(name: str) -> Schema:
         return _pums_schema(key == "pums_null")
     if key in _HISTOGRAMS:
         return _histogram_schema(key)
-    raise ValueError(f"unknown data set {name!r}; choose one of {list(_NAMES)}.")
+    raise InvalidArgument(f"Unknown data set {name!r}; choose one of {list(_NAMES)}.")
 
 
 def connect_duckdb(name: str, database: str = ":memory:") -> Any:

@@ -25,6 +25,8 @@ def dpgate(*args: str, cwd: str | None = None, timeout: float = 300,
 
 
 def test_demo_prints_the_table_and_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")  # the demo extra (with tqdm)
+    pytest.importorskip("tqdm")
     out = tmp_path / "demo"
     r = dpgate("demo", "--queries", "30", "--out", str(out), "--no-progress")
     assert r.returncode == 0, r.stderr
@@ -52,6 +54,8 @@ def test_demo_prints_the_table_and_writes_a_png(tmp_path):
 
 
 def test_demo_is_reproducible_with_its_seed(tmp_path):
+    pytest.importorskip("matplotlib")  # the demo extra (with tqdm)
+    pytest.importorskip("tqdm")
     a = dpgate("demo", "--queries", "12", "--out", str(tmp_path / "a"), "--no-progress", "--seed", "7")
     b = dpgate("demo", "--queries", "12", "--out", str(tmp_path / "b"), "--no-progress", "--seed", "7")
     assert a.returncode == b.returncode == 0, a.stderr + b.stderr
@@ -61,6 +65,18 @@ def test_demo_is_reproducible_with_its_seed(tmp_path):
                 ("answering", "system", "coverage", "relative", "answered")]
 
     assert table(a.stdout) == table(b.stdout)
+
+
+def test_demo_without_its_extra_is_one_line_before_any_work(tmp_path):
+    """Without matplotlib (the core install), ``dpgate demo`` says what to install and runs nothing."""
+    code = ("import sys; sys.modules['matplotlib'] = None; from dpgate.cli import main; "
+            f"sys.exit(main(['demo', '--queries', '5', '--out', {str(tmp_path / 'd')!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("dpgate: error: ") and r.stderr.count("\n") == 1
+    assert "pip install 'dpgate[demo]'" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "d").exists()
 
 
 @pytest.fixture

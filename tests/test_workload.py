@@ -1,4 +1,6 @@
-"""Seed 001's online workload (eq. 73–74) and the metrics of definitions 6.1–6.3."""
+"""The demo harness: the online workload of Xiao & Xiong, "Bayesian Inference under Differential
+Privacy" (2012), eq. 73–74, the metrics of its definitions 6.1–6.3, and the demo's optional
+dependencies."""
 
 from __future__ import annotations
 
@@ -8,8 +10,9 @@ import numpy as np
 import pytest
 import sqlglot
 
-from dpgate import workload as W
-from dpgate.workload import QueryRecord, WorkloadQuery
+from dpgate import _demo as W
+from dpgate._demo import QueryRecord, WorkloadQuery
+from dpgate.errors import Error, InvalidArgument, InvalidRequirement
 
 
 # -- eq. 73 ---------------------------------------------------------------------------
@@ -79,6 +82,19 @@ def test_bad_arguments():
         W.tree_nodes(100, 0.3)
     with pytest.raises(ValueError):
         WorkloadQuery(0, 10, (3, 2), (1, 1), 1.0, 0.8)
+    # every refusal is a dpgate error; requirement values are InvalidRequirement
+    with pytest.raises(InvalidArgument):
+        W.generate(queries=-1)
+    with pytest.raises(InvalidArgument):
+        W.cell_probabilities(0)
+    with pytest.raises(InvalidRequirement):
+        WorkloadQuery(0, 10, (2, 3), (1, 1), 0.0, 0.8)
+    with pytest.raises(InvalidRequirement):
+        WorkloadQuery(0, 10, (2, 3), (1, 1), 1.0, 1.0)
+    with pytest.raises(InvalidRequirement):
+        W.tree_nodes(16, math.nan)
+    with pytest.raises(InvalidRequirement):
+        W.generate(delta=1.5)
 
 
 # -- SQL and dense vectors ----------------------------------------------------------------
@@ -93,7 +109,7 @@ def test_sql_merges_runs_and_parses():
     for s in (case, filt):
         tree = sqlglot.parse_one(s, read="duckdb")
         assert tree.find(sqlglot.exp.Table).name == "nettrace"
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument):
         q.sql("t", style="json")
 
 
@@ -204,5 +220,27 @@ def test_run_records_refusals():
     recs = W.run(_FakeGateway(hist, 0.05), w.queries, hist, "t", on_record=seen.append)
     assert len(recs) == 30 and seen == recs
     assert {r.source for r in recs} <= {"fresh", "refused"} and any(r.source == "refused" for r in recs)
-    assert all(r.truth == q.trials for r, q in zip(recs, w.queries))
+    assert all(r.truth == q.trials for r, q in zip(recs, w.queries, strict=True))
     assert recs[-1].spent <= 0.05
+
+
+# -- optional dependencies (the demo extra) -----------------------------------------------
+def test_core_imports_neither_matplotlib_nor_tqdm():
+    """``pip install dpgate`` has no plotting: importing the package and the CLI loads neither."""
+    import subprocess
+    import sys
+
+    code = "import sys, dpgate, dpgate.cli, dpgate._demo; print(sorted({'matplotlib', 'tqdm'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_plot_without_matplotlib_says_what_to_install(monkeypatch, tmp_path):
+    import sys
+
+    from dpgate._demo.report import plot
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes ``import matplotlib`` fail
+    with pytest.raises(W.MissingDependency, match=r"pip install 'dpgate\[demo\]'") as info:
+        plot([], str(tmp_path / "x.png"))
+    assert isinstance(info.value, Error) and isinstance(info.value, ImportError)

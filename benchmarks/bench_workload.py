@@ -1,4 +1,5 @@
-"""Seed 001 §6.4 reproduced: the online workload through three systems, side by side.
+"""The experiment of Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012),
+§6.4, reproduced: the online workload through three systems, side by side.
 
 Both data sets (NETTRACE, SEARCHLOGS), both settings (bounded: budget 1,
 2ε ~ U[1, 1000]; unbounded: hierarchical tree at ε = 0.3 first, 2ε ~ U[50, 1000]),
@@ -13,12 +14,12 @@ the between-seed SE (answers of one session share history noise, so they are
 correlated and the binomial SE alone understates the spread).  A violation is
 printed loudly and makes the script exit with status 1 after writing results.
 
-Writes ``benchmarks/results/seed001.json``, ``seed001.md`` (tables for
+Writes ``benchmarks/results/workload.json``, ``workload.md`` (tables for
 RESULTS.md) and one PNG per (data set, setting).
 
 Usage::
 
-    python benchmarks/bench_seed001.py [--queries 1000] [--seeds 5] [--jobs 2]
+    python benchmarks/bench_workload.py [--queries 1000] [--seeds 5] [--jobs 2]
         [--datasets nettrace,searchlogs] [--settings bounded,unbounded]
 
 ``DPGATE_BENCH_QUICK=1`` shrinks it to 200 queries × 2 seeds (smoke runs).
@@ -37,11 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from dpgate import _demo as W
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
-sys.path.insert(0, os.path.dirname(HERE))
-
-from dpgate import workload as W  # noqa: E402
 
 CONFIDENCE = 1 - W.DELTA
 METRICS = (("Ra", "Ra", 3), ("ᾱ", "alpha_bar", 3), ("Ri", "Ri", 3), ("E", "E", 4), ("answered free", "free", 3),
@@ -86,7 +86,7 @@ def _coverage_check(ns: list[int], covered: list[int]) -> dict[str, Any]:
     n = sum(ns)
     cov = sum(covered) / n if n else math.nan
     se_binom = math.sqrt(CONFIDENCE * (1 - CONFIDENCE) / n) if n else math.nan
-    per_seed = [c / k for c, k in zip(covered, ns) if k]
+    per_seed = [c / k for c, k in zip(covered, ns, strict=True) if k]
     se_seed = float(np.std(per_seed, ddof=1) / math.sqrt(len(per_seed))) if len(per_seed) > 1 else 0.0
     threshold = CONFIDENCE - 3 * max(se_binom, se_seed)
     return {"pooled_Ri": cov, "answered": n, "se_binomial": se_binom, "se_between_seeds": se_seed,
@@ -145,7 +145,7 @@ def markdown(agg: dict[str, Any], meta: dict[str, Any]) -> str:
             mark = "ok" if c["ok"] else "**VIOLATED**"
             cells.append(f"{c['pooled_Ri']:.3f} ≥ {c['threshold']:.3f}: {mark} (n = {c['answered']})")
         lines.append("| same, every released interval | " + " | ".join(cells) + " |")
-        lines += ["", f"![{key}](results/seed001_{dataset}_{setting}.png)", ""]
+        lines += ["", f"![{key}](results/workload_{dataset}_{setting}.png)", ""]
     return "\n".join(lines)
 
 
@@ -171,7 +171,7 @@ def plots(jobs: list[dict[str, Any]]) -> list[str]:
         ax2.set(xlabel="query index", ylabel="queries answered", title="answered within requirement")
         ax1.legend()
         fig.suptitle(f"{dataset.upper()}, {setting} setting")
-        path = os.path.join(RESULTS, f"seed001_{dataset}_{setting}.png")
+        path = os.path.join(RESULTS, f"workload_{dataset}_{setting}.png")
         fig.savefig(path, dpi=90)
         plt.close(fig)
         paths.append(path)
@@ -205,11 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - t0
     agg = aggregate(jobs)
     meta = {"queries": a.queries, "seeds": list(range(a.seeds)), "jobs": a.jobs, "seconds": seconds}
-    with open(os.path.join(RESULTS, "seed001.json"), "w") as f:
+    with open(os.path.join(RESULTS, "workload.json"), "w") as f:
         json.dump({"meta": meta, "aggregate": agg, "runs": jobs}, f, default=float)
     plots(jobs)
     md = markdown(agg, meta)
-    with open(os.path.join(RESULTS, "seed001.md"), "w") as f:
+    with open(os.path.join(RESULTS, "workload.md"), "w") as f:
         f.write(md + "\n")
     print(md)
     bad = [(k, f"{s} ({tag})", c["systems"][s][tag]) for k, c in agg.items() for s in c["systems"]
