@@ -46,11 +46,13 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
 import dpgate  # noqa: E402
 import dpgate.datasets  # noqa: E402
+from dpgate.cube import Cube  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 
@@ -87,24 +89,27 @@ def _batch(table: str, preds: list[str]) -> str:
     return "SELECT " + ", ".join(f"COUNT(*) FILTER (WHERE {p}) AS q{i}" for i, p in enumerate(preds)) + f" FROM {table}"
 
 
-def _truth(gw: dpgate.Gateway, table: str, preds: list[str]) -> np.ndarray:
-    # Exact answers for scoring only (the benchmark owns the data); never released.
-    qs = dpgate.compile_sql(_batch(table, preds), gw.schema)
-    return np.array(gw._cube.true_numerators(list(qs)), dtype=float)
+def _truth(df: pd.DataFrame, schema: dpgate.Schema, table: str, preds: list[str]) -> np.ndarray:
+    # Exact answers for scoring only (the benchmark owns the data), from a cube of its
+    # own beside the gateway; never released.
+    qs = dpgate.compile_sql(_batch(table, preds), schema)
+    return np.array(Cube({table: df}, schema).true_numerators(list(qs)), dtype=float)
 
 
 def _blue(gw: dpgate.Gateway, table: str, preds: list[str]) -> tuple[np.ndarray, np.ndarray]:
     qs = dpgate.compile_sql(_batch(table, preds), gw.schema)
     vals, ok = [], []
-    with gw._lock:
-        state = gw._state(table)
+    with gw.locked_view(table, qs) as view:
         for q in qs:
-            state.refine(q)
-        for q in qs:
-            est = state.blue.estimate(state.atoms.vector(q))
+            est = view.estimate(q)
             ok.append(est.estimable)
             vals.append(est.value if est.estimable else math.nan)
     return np.array(vals), np.array(ok)
+
+
+def _n_atoms(gw: dpgate.Gateway, table: str) -> int:
+    with gw.locked_view(table) as view:
+        return view.atoms.n_atoms
 
 
 def _rmse(est: np.ndarray, truth: np.ndarray) -> float:
@@ -135,7 +140,7 @@ def accuracy(dataset: str, m: int, n_new: int, seed: int, marginals: bool = Fals
         qs.insert(0, dpgate.compile_sql("SELECT COUNT(*) FROM nettrace", schema)[0])
     gw.release_measurements(table, [(q, q.sensitivity / scale) for q in qs])
     new = ranges(rng, n_new)
-    truth = _truth(gw, table, new)
+    truth = _truth(df, schema, table, new)
     sql = _batch(table, new)
     rows: dict[str, dict[str, float]] = {}
     blue, ok = _blue(gw, table, new)
@@ -163,7 +168,7 @@ def accuracy(dataset: str, m: int, n_new: int, seed: int, marginals: bool = Fals
     assert gw.spent == spent, "model answers must not spend"
     label = dataset + (" +marginals" if marginals else "") + ("" if public_n else " (N not public)")
     return dict(dataset=label, m=m, new=n_new, seed=seed,
-                scale=scale, atoms=gw._state(table).atoms.n_atoms, rows=rows)
+                scale=scale, atoms=_n_atoms(gw, table), rows=rows)
 
 
 def timing(ms: list[int], maxent_max: int, seed: int = 0) -> list[dict[str, object]]:
@@ -175,7 +180,7 @@ def timing(ms: list[int], maxent_max: int, seed: int = 0) -> list[dict[str, obje
     for m in ms:
         gw = dpgate.Gateway(df, schema, budget=1e9, seed=seed)
         gw.release_measurements("pums", [(q, 0.1) for q in qs[:m]])
-        row: dict[str, object] = dict(m=m, atoms=gw._state("pums").atoms.n_atoms)
+        row: dict[str, object] = dict(m=m, atoms=_n_atoms(gw, "pums"))
         for method in ("pca", "maxent"):
             if method == "maxent" and m > maxent_max:
                 continue

@@ -229,10 +229,8 @@ def _collect(gw, t, data, box, hist, ws, res, kind) -> None:  # type: ignore[no-
     w = np.zeros([len(b) for b in bps])
     w[tuple(w_idx)] = 1.0
     q = LinearQuery.from_grid(t, data["dims"], bps, w)
-    est = gw._state(t.name)  # BLUE straight from the gateway's state (same as a history answer)
-    with gw._lock:
-        est.refine(q)
-        blue = est.blue.estimate(est.atoms.vector(q)).value
+    with gw.locked_view(t.name, [q]) as view:  # the BLUE a history answer would give
+        blue = view.estimate(q).value
     res[f"{kind}_blue"].append(blue - truth)
     res[f"{kind}_mmse"].append(mmse_values(ws, q)[0] - truth)
     if kind == "cell":
