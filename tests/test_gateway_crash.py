@@ -217,7 +217,9 @@ def test_threads_sharing_a_ledger_never_overspend(net, tmp_path):
     df, schema = net
     budget = 1.0
     ledger = tmp_path / "threads.db"
-    start = time.time() + 0.5
+    # Every thread opens its gateway before start; on a loaded 2-core machine four opens
+    # under one GIL can take seconds, and a thread that starts alone spends the whole budget.
+    start = time.time() + 4.0
     outs = [tmp_path / f"thread{i}.jsonl" for i in range(4)]
     cmds = [dict(mode="hammer", ledger=str(ledger), out=str(outs[i]), seed=200 + i, budget=budget, n=60,
                  max_refusals=8, start_at=start, policy=("minimal", "paper")[i % 2]) for i in range(4)]
