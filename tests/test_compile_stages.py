@@ -15,6 +15,9 @@
 The table is small enough (528 cells) to enumerate: ``age`` integer 0..9, ``sex``
 categorical '0'/'1', ``inc`` in bins [0, 10, 20, 30), ``m`` boolean — each with its
 NULL cell (and ``other`` for ``sex``).
+
+The file is over 500 lines on purpose: one short section per stage module, all sharing
+that table, its per-cell values and the three-valued-logic helpers of the brute force.
 """
 
 from __future__ import annotations
