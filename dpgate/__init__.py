@@ -8,6 +8,10 @@ budget that does.  Every answer carries an honest interval.
 
 from __future__ import annotations
 
+from dpgate import accessor as _accessor  # noqa: F401  (registers DataFrame.dp)
+from dpgate import dbapi, inference
+from dpgate.compile import compile_sql
+from dpgate.dbapi import apilevel, connect, paramstyle, threadsafety
 from dpgate.errors import (
     BudgetExhausted,
     DatabaseError,
@@ -30,11 +34,6 @@ from dpgate.errors import (
     UnsupportedQuery,
     Warning,
 )
-
-from dpgate import accessor as _accessor  # noqa: F401  (registers DataFrame.dp)
-from dpgate import dbapi, inference
-from dpgate.compile import compile_sql
-from dpgate.dbapi import apilevel, connect, paramstyle, threadsafety
 from dpgate.gateway import POLICIES, Gateway
 from dpgate.ledger import Ledger
 from dpgate.query import LinearQuery

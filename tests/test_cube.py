@@ -94,7 +94,7 @@ def ref_cell(col: Any, v: Any) -> int:
 
 def ref_cells(table: Any, df: pd.DataFrame) -> np.ndarray:
     return np.array(
-        [[ref_cell(c, v) for c, v in zip(table.columns, row)] for row in df[[c.name for c in table.columns]].itertuples(index=False)],
+        [[ref_cell(c, v) for c, v in zip(table.columns, row, strict=True)] for row in df[[c.name for c in table.columns]].itertuples(index=False)],
         dtype=np.int64,
     ).reshape(len(df), len(table.columns))
 

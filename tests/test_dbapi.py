@@ -54,7 +54,7 @@ def test_pums_end_to_end_default_policy():
         rows = cur.fetchall()
         assert [r[0] for r in rows] == SEX_KEYS
         true = PUMS["sex"].value_counts()
-        for (key, n), a in zip(rows, cur.answers):
+        for (key, n), a in zip(rows, cur.answers, strict=True):
             assert isinstance(a, Answer) and a.value == n and a.source == "fresh"
             assert a.low <= n <= a.high and a.confidence == 0.95
             assert abs(n - true.get(int(key), 0) if key in ("0", "1") else n) < 60
@@ -198,7 +198,7 @@ def test_intervals_columns_and_types(con):
     assert all(len(d) == 7 for d in cur.description)
     rows = cur.fetchall()
     assert [r[0] for r in rows] == [False, True, None]
-    for (key, n, lo, hi, src), a in zip(rows, cur.answers):
+    for (_key, n, lo, hi, src), a in zip(rows, cur.answers, strict=True):
         assert (n, lo, hi, src) == (a.value, a.low, a.high, a.source)
         assert type(n) is float and type(src) is str
     cur.execute("SET dpgate.intervals = off")

@@ -63,7 +63,7 @@ def test_worked_example_interval_vs_monte_carlo() -> None:
     n = 2_000_000
     rng = np.random.default_rng(2024)
     err = np.zeros(n)
-    for a_k, b_k in zip(est.weights, est.scales):
+    for a_k, b_k in zip(est.weights, est.scales, strict=True):
         err += a_k * rng.laplace(0.0, b_k, n)
     theta = est.value - err  # posterior draws under the uninformative prior
     q_mc = np.quantile(np.abs(err), 0.95)

@@ -135,7 +135,7 @@ def test_coverage_through_incremental_state() -> None:
     trials = 2000
     for _ in range(trials):
         state = IncrementalBLUE(np.ones(n))
-        for h, s in zip(rows, scales):
+        for h, s in zip(rows, scales, strict=True):
             state.append(h, s, float(h @ x + rng.laplace(0.0, s)))
         lo, hi = state.estimate(np.ones(n)).posterior.interval(1 - delta)
         hits += lo <= x.sum() <= hi

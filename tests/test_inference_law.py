@@ -162,7 +162,7 @@ def test_lattice_widening_is_certified() -> None:
     law = ErrorLaw(c, b, g)
     assert law.lattice_width == pytest.approx(float(np.abs(c) @ g))
     n = 1_000_000
-    e = sum(ck * discrete_laplace(rng, bk, gk, n) for ck, bk, gk in zip(c, b, g))
+    e = sum(ck * discrete_laplace(rng, bk, gk, n) for ck, bk, gk in zip(c, b, g, strict=True))
     for conf in (0.8, 0.95):
         q = law.halfwidth(conf)
         assert np.mean(np.abs(e) <= q) >= conf

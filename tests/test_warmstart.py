@@ -8,6 +8,7 @@ embedded histograms.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -120,7 +121,7 @@ def test_hierarchical_levels_and_budgets():
     assert len(lv) == 8 and lv[-1] == [(i, i + 1) for i in range(100)]
     for nodes in lv:  # each level partitions the cells
         assert nodes[0][0] == 0 and nodes[-1][1] == 100
-        assert all(a[1] == b[0] for a, b in zip(nodes, nodes[1:]))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(nodes))
     assert sum(warmstart.level_budgets(0.3, 13, "even")) == pytest.approx(0.3, abs=1e-15)
     geo = warmstart.level_budgets(0.3, 13, "geometric")
     assert sum(geo) == pytest.approx(0.3, abs=1e-15) and geo[-1] == pytest.approx(2 * geo[-2])
@@ -268,7 +269,7 @@ def _check_partition(ws: warmstart.WarmStart, schema: dpgate.Schema) -> None:
     cover = np.zeros(shape)
     for q in ws.queries[math.prod(shape):]:
         w = q.dense(t)
-        w = w.reshape([n if c.name in ws.columns else c.n_cells for c, n in zip(t.columns, w.shape)])
+        w = w.reshape([n if c.name in ws.columns else c.n_cells for c, n in zip(t.columns, w.shape, strict=True)])
         cover = cover + _marginal(w, t, ws.columns)
     np.testing.assert_array_equal(cover, 1.0)
 
