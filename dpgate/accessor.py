@@ -11,7 +11,7 @@ Importing this module (``import dpgate`` does) registers ``df.dp``::
     >>> out = df.dp.query("SELECT sex, COUNT(*) AS n FROM df WHERE age < 30 GROUP BY sex", accuracy=10)
     >>> list(out.columns)
     ['sex', 'n', 'n_low', 'n_high', 'n_secure', 'n_source']
-    >>> out["n_source"].tolist(), out["n_secure"].all()
+    >>> out["n_source"].tolist(), bool(out["n_secure"].all())
     (['fresh', 'fresh', 'fresh', 'fresh'], True)
     >>> df.copy().dp.spent == df.dp.spent > 0      # the budget follows the people
     True
