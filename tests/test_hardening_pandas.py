@@ -24,6 +24,7 @@ import pytest
 import dpgate
 import dpgate.accessor as accessor
 import dpgate.datasets
+from dpgate import _rowhash
 from dpgate.errors import ProgrammingError, SchemaError
 
 BOUNDS = {"age": (0, 100), "educ": (1, 16), "income": (0, 500000)}
@@ -157,7 +158,7 @@ def test_row_hashes_are_keyed_and_dtype_blind(pums):
     assert accessor.content_fingerprint(a) == accessor.content_fingerprint(b)
     # Keyed: what pandas computes without the process's secret is not what the registry holds.
     plain = np.sort(pd.util.hash_pandas_object(pd.DataFrame({"x": [1.0, 2.0, np.nan]}), index=False).to_numpy())
-    keyed = accessor._hashed({"x": np.array([1.0, 2.0, np.nan])})
+    keyed = _rowhash.hashed({"x": np.array([1.0, 2.0, np.nan])})
     assert not np.array_equal(plain, keyed)
     # Integer codes declared as categories match their string form.
     ints = pums.assign(sex=pums["sex"].astype(int))
