@@ -28,33 +28,36 @@ The budget follows people, not frames
 =====================================
 
 dpgate cannot see people, only rows, so it identifies them by their rows.  Each
-configured frame keeps a private snapshot of its declared columns; each row of it
-has a **keyed row hash**: a canonical encoding of the row's declared values
-(numbers as float64, labels as strings; dtype, index and row order do not matter)
-hashed to 64 bits and then through SipHash under a secret key drawn once per
-process (``secrets``), so the hashes reveal nothing without the key — and they
-never leave the process: they are not written, printed, or put in ``df.attrs``.
+configured frame keeps a private copy of its rows — *every* column it had, in a
+canonical encoding (numbers as float64, labels as strings; dtype, index and row
+order do not matter) — and compares rows by **keyed row hashes**
+(``dpgate._rowhash``: a 64-bit hash run through SipHash under a secret key drawn
+once per process), which reveal nothing without the key and never leave the
+process: they are not written, printed, or put in ``df.attrs``.
 
-Whenever a frame is configured or queried, its rows are hashed on the declared
-columns of every configured frame they share columns with:
+Whenever a frame is configured or queried, its rows are compared with each
+configured frame's rows on the columns the two have in common (by name):
 
-* **the same rows** (as a multiset, on those columns: a copy, a re-read of the file,
-  a shuffle, extra columns, fewer columns) — it shares that frame's
-  :class:`~dpgate.Gateway`: one budget, one history;
+* **the same rows** (equal as multisets on those columns: a copy, a re-read of the
+  file, a shuffle, an added column, a projection such as ``df[["age"]]``) — it
+  shares that frame's :class:`~dpgate.Gateway`: one budget, one history (configuring
+  it under another schema is refused);
 * **any other overlap** — even one shared row (a filter, ``df.sample``, a dropped or
-  duplicated row, an in-place edit, a concatenation) — it is **refused** with a
-  ``ProgrammingError``: the shared rows are the same people, and a second budget
-  on them would multiply their privacy loss.  Query the configured frame with
-  ``WHERE`` instead;
-* **no shared row** — it is other people: ``configure`` gives it its own budget;
-  unconfigured, it is refused until ``df.dp.configure(...)`` is called (no frame
-  gets a budget silently).
+  duplicated row, an in-place edit of a compared column, a concatenation) — it is
+  **refused** with a ``ProgrammingError``: the shared rows are the same people,
+  and a second budget on them would multiply their privacy loss.  Query the
+  configured frame with ``WHERE`` instead;
+* **no shared row, or no common column** — it is other people: ``configure`` gives it
+  its own budget; unconfigured, it is refused until ``df.dp.configure(...)`` is
+  called (no frame gets a budget silently).
 
 There is deliberately no threshold: any overlap could be the one person a pair of
-answers isolates.  Rows are equal when their declared values are equal, so in a
-frame of few, coarse columns unrelated data may share rows and be refused; declare
-more columns, or use one frame.  Configuring the same rows again with another
-budget, ledger, seed or schema is refused too, so spent budget never resets.
+answers isolates.  Rows are equal when their compared values are equal, so data
+with few, coarse columns may share rows with unrelated data and be refused: use
+one frame (and ``WHERE``), or another process.  Configuring the same rows again
+with another budget, ledger, seed or schema is refused too, so spent budget never
+resets.  Frames with no column in common cannot be linked: renaming every column
+escapes the rule, as does anything done in another process.
 
 The rule holds within one process.  Pass ``ledger="path.db"`` to keep the budget
 and history in a durable ledger that later processes continue from; a ledger is
