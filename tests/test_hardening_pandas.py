@@ -1,7 +1,9 @@
 """Issue 13, findings 2–4: the pandas path reads no domain from the data, its budget follows
 people rather than frames, and seeded noise neither travels to derived frames nor passes as secure.
 
-Each test failed on the starting commit (722f926), checked by running this file against it:
+Each test but ``test_schema_path_still_works`` failed on the starting commit (722f926), checked
+by running this file against it; the findings 3 and 4 tests configure through ``schema=``, which
+that commit had, so they fail there on the bug itself:
 
 * finding 2 — ``configure`` accepted a Categorical built by ``astype("category")`` and
   ``GROUP BY zip`` returned the key that exists only because one person is in the data;
@@ -29,7 +31,8 @@ from dpgate.errors import ProgrammingError, SchemaError
 
 BOUNDS = {"age": (0, 100), "educ": (1, 16), "income": (0, 500000)}
 CATEGORIES = {"sex": ["0", "1"], "race": ["1", "2", "3", "4", "5", "6"]}
-Q = "SELECT COUNT(*) AS n FROM df WHERE age < 40"
+SCHEMA = dpgate.datasets.load_pums()[1]  # table "pums"
+Q = "SELECT COUNT(*) AS n FROM pums WHERE age < 40"
 
 
 @pytest.fixture(autouse=True)
@@ -41,21 +44,24 @@ def fresh_registry():
 
 @pytest.fixture
 def pums() -> pd.DataFrame:
-    df = dpgate.datasets.load_pums()[0]
-    df["married"] = df["married"].astype(bool)
-    return df
+    return dpgate.datasets.load_pums()[0]
 
 
 def configure(df: pd.DataFrame, **kw) -> None:
-    df.dp.configure(bounds=BOUNDS, categories=CATEGORIES, **kw)
+    df.dp.configure(schema=SCHEMA, **kw)
 
 
 # -- finding 2: domains from declarations only -----------------------------------------------------
 def test_inferred_categorical_is_refused_with_how_to_declare_it(pums):
     df = pums.assign(zip=["10001"] * 999 + ["99999"])  # one person alone in zip 99999
     df["zip"] = df["zip"].astype("category")  # categories read from the data
+    df[["sex", "race"]] = df[["sex", "race"]].astype(str).astype("category")
+    with pytest.raises(SchemaError) as exc:  # the starting commit took all three as declared
+        df.dp.configure(bounds={**BOUNDS, "married": (0, 1)})
+    msg = str(exc.value)
+    assert "'sex'" in msg  # the first undeclared Categorical
     with pytest.raises(SchemaError) as exc:
-        df.dp.configure(bounds=BOUNDS, categories=CATEGORIES)
+        df.dp.configure(bounds={**BOUNDS, "married": (0, 1)}, categories=CATEGORIES)
     msg = str(exc.value)
     assert "'zip'" in msg and "Categorical" in msg and "df.dp.configure(categories={'zip': [" in msg
     assert "99999" not in msg  # the refusal names no value
@@ -65,7 +71,7 @@ def test_inferred_categorical_is_refused_with_how_to_declare_it(pums):
 
 def test_declared_categories_are_the_domain_not_the_datas(pums):
     df = pums.assign(zip=pd.Categorical(["10001"] * 999 + ["99999"]))
-    df.dp.configure(bounds=BOUNDS, categories={**CATEGORIES, "zip": ["10001", "10002"]})
+    df.dp.configure(bounds={**BOUNDS, "married": (0, 1)}, categories={**CATEGORIES, "zip": ["10001", "10002"]})
     out = df.dp.query("SELECT zip, COUNT(*) AS n FROM df GROUP BY zip", accuracy=20)
     assert out["zip"].tolist()[:3] == ["10001", "10002", "<other>"]  # 99999 is not a key
     t = dpgate.Schema.from_dataframe(df[["zip", "age"]], categories={"zip": ["a", "b"]}, bounds={"age": (0, 9)})
@@ -73,7 +79,7 @@ def test_declared_categories_are_the_domain_not_the_datas(pums):
 
 
 def test_unsafe_opt_in_still_reads_categories_with_a_warning(pums):
-    df = pums[["sex"]].astype("category")
+    df = pums[["sex"]].astype(str).astype("category")
     with pytest.warns(UserWarning, match="unsafe_infer_from_data"):
         schema = dpgate.Schema.from_dataframe(df, unsafe_infer_from_data=True)
     assert schema.table("df").column("sex").values == ("0", "1")
@@ -87,6 +93,7 @@ def test_schema_path_still_works(pums):
     df = pums.assign(sex=pums["sex"].astype(str).astype("category"))
     df.dp.configure(schema=schema)
     assert len(df.dp.query("SELECT sex, COUNT(*) FROM people GROUP BY sex", accuracy=30)) == 4
+    assert df.dp.query("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", accuracy=31)["n_source"].eq("history").all()
 
 
 # -- finding 3: the budget follows people ---------------------------------------------------------
@@ -128,8 +135,9 @@ def test_reconfiguring_under_another_name_or_budget_never_resets(pums):
     configure(pums, budget=0.3)
     pums.dp.query(Q, accuracy=12)
     spent = pums.dp.spent
+    renamed = {"tables": {"people": SCHEMA.to_dict()["tables"]["pums"]}}
     with pytest.raises(ProgrammingError, match="another schema"):
-        configure(pums.copy(), budget=0.3, name="people")
+        pums.copy().dp.configure(schema=renamed, budget=0.3)
     with pytest.raises(ProgrammingError, match="budget=0.3 \\(asked 5.0\\)"):
         configure(pums.copy(), budget=5.0)
     assert pums.dp.spent == spent and pums.dp.budget == 0.3
@@ -163,7 +171,7 @@ def test_row_hashes_are_keyed_and_dtype_blind(pums):
     # Integer codes declared as categories match their string form.
     ints = pums.assign(sex=pums["sex"].astype(int))
     strs = pums.assign(sex=pums["sex"].astype(str).astype("category"))
-    configure(ints)
+    ints.dp.configure(bounds={**BOUNDS, "married": (0, 1)}, categories=CATEGORIES)
     assert strs.dp.gateway is ints.dp.gateway
 
 
@@ -214,6 +222,6 @@ def test_answers_say_whether_their_noise_was_secure(pums):
 def test_to_pandas_shows_insecure_answers(pums):
     configure(pums, seed=0)
     with pytest.warns(dpgate.Warning):
-        out = pums.dp.query("SELECT sex, COUNT(*) AS n FROM df GROUP BY sex", accuracy=15)
+        out = pums.dp.query("SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex", accuracy=15)
     assert list(out.columns) == ["sex", "n", "n_low", "n_high", "n_secure", "n_source"]
     assert not out["n_secure"].any()
