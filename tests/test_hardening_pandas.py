@@ -1,8 +1,9 @@
 """Issue 13, findings 2–4: the pandas path reads no domain from the data, its budget follows
 people rather than frames, and seeded noise neither travels to derived frames nor passes as secure.
 
-Each test but ``test_schema_path_still_works`` failed on the starting commit (722f926), checked
-by running this file against it; the findings 3 and 4 tests configure through ``schema=``, which
+Each test but ``test_schema_path_still_works`` and ``test_disjoint_rows_are_other_people`` (which
+guard against over-refusing) failed on the starting commit (722f926), checked by running this
+file against it; the findings 3 and 4 tests configure through ``schema=``, which
 that commit had, so they fail there on the bug itself:
 
 * finding 2 — ``configure`` accepted a Categorical built by ``astype("category")`` and
