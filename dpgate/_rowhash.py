@@ -67,15 +67,17 @@ def hashed(encoded: Mapping[str, np.ndarray]) -> np.ndarray:
 
 def encode_all(df: pd.DataFrame, encodings: Mapping[str, Encoding]) -> dict[str, np.ndarray]:
     """The columns of ``df`` named in ``encodings`` that can be encoded (unhashable values, such as
-    lists, cannot: such a column takes no part in recognising rows)."""
+    lists, cannot, nor can a name used twice: such a column takes no part in recognising rows)."""
     by_name = {str(c): c for c in df.columns}
     out = {}
     for c, how in encodings.items():
-        if c in by_name:
-            try:
-                out[c] = _encoded(df[by_name[c]], how)
-            except (TypeError, ValueError):
-                continue
+        column = df[by_name[c]] if c in by_name else None
+        if not isinstance(column, pd.Series):  # absent, or a name used twice (a DataFrame)
+            continue
+        try:
+            out[c] = _encoded(column, how)
+        except (TypeError, ValueError):
+            continue
     return out
 
 
@@ -84,7 +86,8 @@ def encodings_of(df: pd.DataFrame, columns: Iterable[str]) -> dict[str, Encoding
     by_name = {str(c): c for c in df.columns}
     out: dict[str, Encoding] = {}
     for c in columns:
-        dtype = df[by_name[c]].dtype
+        column = df[by_name[c]]
+        dtype = column.dtype if isinstance(column, pd.Series) else np.dtype(object)
         number = pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype)
         out[c] = "number" if number else "label"
     return out
