@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -71,6 +72,14 @@ _R = TypeVar("_R", bound=Result)
 
 # Budget comparisons allow this much floating-point slack (never more).
 _BUDGET_SLACK = 1e-12
+
+
+def _outside_dpgate() -> int:
+    """The ``stacklevel`` that points a warning at the first caller outside dpgate."""
+    frame, level = sys._getframe(1), 1  # level 1: the function calling warnings.warn
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("dpgate"):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class Gateway:
@@ -342,7 +351,7 @@ class Gateway:
                 "INSECURE (anyone who knows the seed can subtract the noise); answers carry "
                 "secure=False. Use seed= for tests and benchmarks only.",
                 DPGateWarning,
-                stacklevel=4,
+                stacklevel=_outside_dpgate(),
             )
             self._warned_seeded = True
 
