@@ -5,71 +5,84 @@ Importing this module (``import dpgate`` does) registers ``df.dp``::
     >>> import pandas as pd, dpgate.accessor
     >>> import dpgate.datasets
     >>> df, _ = dpgate.datasets.load_pums()
-    >>> df["sex"] = df["sex"].astype(str).astype(pd.CategoricalDtype(["0", "1"]))
-    >>> df.dp.configure(bounds={"age": (0, 100), "educ": (1, 16), "race": (1, 6),
-    ...                         "income": (0, 500000), "married": (0, 1)}, budget=1.0, seed=0)
+    >>> df.dp.configure(categories={"sex": ["0", "1"]},
+    ...                 bounds={"age": (0, 100), "educ": (1, 16), "race": (1, 6),
+    ...                         "income": (0, 500000), "married": (0, 1)}, budget=1.0)
     >>> out = df.dp.query("SELECT sex, COUNT(*) AS n FROM df WHERE age < 30 GROUP BY sex", accuracy=10)
     >>> list(out.columns)
-    ['sex', 'n', 'n_low', 'n_high', 'n_source']
-    >>> out["n_source"].tolist()
-    ['fresh', 'fresh', 'fresh', 'fresh']
-    >>> df.copy().dp.spent == df.dp.spent > 0      # the budget follows the data
+    ['sex', 'n', 'n_low', 'n_high', 'n_secure', 'n_source']
+    >>> out["n_source"].tolist(), bool(out["n_secure"].all())
+    (['fresh', 'fresh', 'fresh', 'fresh'], True)
+    >>> df.copy().dp.spent == df.dp.spent > 0      # the budget follows the people
     True
 
 The frame is the table ``df`` (or ``name=``).  Its public schema comes from
-``schema=`` or, by default, from the frame's dtypes: ``Categorical`` columns take
-their categories as domain, ``bool`` columns are boolean, and numeric columns need
-``bounds={col: (min, max)}`` (inclusive integers) or ``bins={col: edges}``
-(:meth:`dpgate.Schema.from_dataframe`).  Values are never read to choose a domain.
+``schema=`` or from declarations: ``categories={col: [values]}``, ``bounds={col:
+(min, max)}`` (inclusive integers) or ``bins={col: edges}``; ``bool`` columns are
+boolean (:meth:`dpgate.Schema.from_dataframe`).  Values are never read to choose a
+domain, and a ``Categorical`` dtype is not a declaration (``read_csv(dtype="category")``
+builds its categories from the data): declare its values, or opt in to reading
+them with ``unsafe_infer_from_data=True``.
 
-The budget follows the data, not the Python object
-===================================================
+The budget follows people, not frames
+=====================================
 
-Every frame is identified by a **content fingerprint**: SHA-256 over a hash of
-each row's declared values (``pandas.util.hash_pandas_object`` after normalising
-numbers to float64 and categories to strings, summed over rows so that row order
-and the index do not matter) and the schema's :meth:`~dpgate.Schema.fingerprint`.
-A process-wide registry maps each fingerprint to one :class:`~dpgate.Gateway`, so a
-``df.copy()``, a fresh ``pd.read_csv`` of the same file, a shuffled frame, or a new
-accessor on equal content all share **one** budget and one history.  Different
-content — including a frame modified in place after ``configure`` — gets its own.
-The gateway works on a private snapshot of the declared columns, so later edits
-of the frame never change what an existing budget protects.
+dpgate cannot see people, only rows, so it identifies them by their rows.  Each
+configured frame keeps a private copy of its rows — *every* column it had, in a
+canonical encoding (numbers as float64, labels as strings; dtype, index and row
+order do not matter) — and compares rows by **keyed row hashes**
+(``dpgate._rowhash``: a 64-bit hash run through SipHash under a secret key drawn
+once per process), which reveal nothing without the key and never leave the
+process: they are not written, printed, or put in ``df.attrs``.
 
-``configure`` records its (public) settings in ``df.attrs["dpgate"]`` — pandas
-builds a new accessor object on every ``df.dp``, and attrs travel with copies — and
-in the registry under the frame's content, so an unconfigured frame with equal
-content (a re-read) finds them too.
+Whenever a frame is configured or queried, its rows are compared with each
+configured frame's rows on the columns the two have in common (by name):
 
-Frames *derived* from a configured one (filters, samples, new columns in the
-declared set) are different data for dpgate and are charged to their own budget.
-They still describe the same people, so to protect them query the configured
-frame with ``WHERE`` rather than filtering in pandas first.
+* **the same rows** (equal as multisets on those columns: a copy, a re-read of the
+  file, a shuffle, an added column, a projection such as ``df[["age"]]``) — it
+  shares that frame's :class:`~dpgate.Gateway`: one budget, one history (configuring
+  it under another schema is refused);
+* **any other overlap** — even one shared row (a filter, ``df.sample``, a dropped or
+  duplicated row, an in-place edit of a compared column, a concatenation) — it is
+  **refused** with a ``ProgrammingError``: the shared rows are the same people,
+  and a second budget on them would multiply their privacy loss.  Query the
+  configured frame with ``WHERE`` instead;
+* **no shared row, or no common column** — it is other people: ``configure`` gives it
+  its own budget; unconfigured, it is refused until ``df.dp.configure(...)`` is
+  called (no frame gets a budget silently).
 
-In-memory budgets last as long as the process.  Pass ``ledger="path.db"`` to keep
-the budget and history in a durable ledger that later processes (and other
-users of the same file) continue from.  Within a process, a fingerprint already
-in use cannot be reconfigured with another budget, ledger or seed; the error
-says what is in force.
+There is deliberately no threshold: any overlap could be the one person a pair of
+answers isolates.  Rows are equal when their compared values are equal, so data
+with few, coarse columns may share rows with unrelated data and be refused: use
+one frame (and ``WHERE``), or another process.  Configuring the same rows again
+with another budget, ledger, seed or schema is refused too, so spent budget never
+resets.  Frames with no column in common cannot be linked: renaming every column
+escapes the rule, as does anything done in another process.
 
-A different schema on the same data (other bounds, bins or table name) is a
-different data source for dpgate and starts its own budget, exactly like a second
-``dpgate.Gateway``; keep one schema per data set, ideally with a ledger.
+The rule holds within one process.  Pass ``ledger="path.db"`` to keep the budget
+and history in a durable ledger that later processes continue from; a ledger is
+bound to its exact data, and a process that configures *derived* data with a new
+ledger (or none) is not stopped by it.
+
+Seeds (``configure(seed=0)``) make noise reproducible and **insecure**; they are
+for tests.  A seed belongs to the one gateway it configured: nothing is written to
+``df.attrs``, so frames derived from a configured one inherit neither seed nor
+budget, and answers from seeded noise carry ``secure=False``.
 """
 
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
+from dpgate._rowhash import Encoding, content_fingerprint, encode_all, encodings_of, hashed
 from dpgate.decide import Policy
 from dpgate.errors import ProgrammingError, SchemaError
 from dpgate.gateway import Gateway
@@ -80,116 +93,138 @@ from dpgate.schema import Schema
 __all__ = ["DPAccessor", "content_fingerprint"]
 
 
-# -- fingerprints ------------------------------------------------------------------------------------
-def _normalised(s: pd.Series) -> pd.Series:
-    """A representation that equal data share whatever the dtype they were loaded with."""
-    if isinstance(s.dtype, pd.CategoricalDtype):
-        s = s.astype(object)
-    if pd.api.types.is_bool_dtype(s.dtype) or pd.api.types.is_numeric_dtype(s.dtype):
-        return pd.Series(s.to_numpy(dtype=np.float64, na_value=np.nan), copy=False)
-    return pd.Series([None if v is None or (isinstance(v, float) and v != v) or v is pd.NA else str(v)
-                      for v in s.to_numpy(dtype=object)], dtype=object)
-
-
-def content_fingerprint(df: pd.DataFrame, columns: Iterable[str] | None = None) -> str:
-    """SHA-256 identifying a frame's content on ``columns`` (default all), independent of row order,
-    index and dtype width.  Internal: a function of private data — never publish it."""
-    cols = [str(c) for c in df.columns] if columns is None else list(columns)
-    by_name = {str(c): c for c in df.columns}
-    h = hashlib.sha256(repr((len(df), cols)).encode())
-    if cols and len(df):
-        frame = pd.DataFrame({c: _normalised(df[by_name[c]]).to_numpy() for c in cols})
-        rows = pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64)
-        h.update(int(rows.sum(dtype=np.uint64)).to_bytes(8, "little"))
-    return h.hexdigest()
-
-
 # -- the registry --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Config:
-    """What ``configure`` was asked for (enough to rebuild the schema for another frame)."""
+    """What ``configure`` was asked for."""
 
     schema: Schema | None
     name: str | None
+    categories: tuple[tuple[str, tuple[str, ...]], ...]
     bounds: tuple[tuple[str, tuple[int, int]], ...]
     bins: tuple[tuple[str, tuple[float, ...]], ...]
     budget: float
     ledger: str | None
     policy: Policy
     seed: int | None
+    unsafe_infer_from_data: bool = False
 
     def schema_for(self, df: pd.DataFrame) -> Schema:
         if self.schema is not None:
             return self.schema
         return Schema.from_dataframe(
-            df, self.name or "df", bounds=dict(self.bounds) or None, bins=dict(self.bins) or None
+            df,
+            self.name or "df",
+            categories=dict(self.categories) or None,
+            bounds=dict(self.bounds) or None,
+            bins=dict(self.bins) or None,
+            unsafe_infer_from_data=self.unsafe_infer_from_data,
         )
 
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON types, so ``df.attrs`` stays serialisable (``to_parquet`` writes attrs)."""
-        return {
-            "schema": None if self.schema is None else self.schema.to_dict(),
-            "name": self.name,
-            "bounds": [[k, list(v)] for k, v in self.bounds],
-            "bins": [[k, list(v)] for k, v in self.bins],
-            "budget": self.budget,
-            "ledger": self.ledger,
-            "policy": self.policy,
-            "seed": self.seed,
-        }
 
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> _Config:
-        try:
-            return cls(
-                schema=None if raw["schema"] is None else Schema.from_dict(raw["schema"]),
-                name=raw["name"],
-                bounds=tuple((str(k), (int(v[0]), int(v[1]))) for k, v in raw["bounds"]),
-                bins=tuple((str(k), tuple(float(e) for e in v)) for k, v in raw["bins"]),
-                budget=raw["budget"],
-                ledger=raw["ledger"],
-                policy=raw["policy"],
-                seed=raw["seed"],
-            )
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise ProgrammingError(
-                f"df.attrs[{_ATTR!r}] is not a dpgate configuration ({exc}); call df.dp.configure(...) again."
-            ) from None
-
-
-_ATTR = "dpgate"
-_DEFAULT = _Config(None, None, (), (), 1.0, None, "minimal", None)
+Relation = Literal["same", "overlap"]
 
 
 @dataclass
 class _Entry:
+    """One configured set of rows: its gateway, and how to recognise its rows.
+
+    ``encoded`` holds *every* column of the frame as configured (not only the declared
+    ones), in canonical encoding, so that a projection onto other columns
+    (``df[["sex"]]`` after ``df[["age"]]`` was configured) is still recognised.
+    """
+
     gateway: Gateway
     config: _Config
+    schema: Schema
+    encodings: dict[str, Encoding]
+    encoded: dict[str, np.ndarray] = field(repr=False)
+    _hashes: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, repr=False)
+
+    def hashes(self, columns: tuple[str, ...]) -> np.ndarray:
+        """Sorted keyed row hashes on ``columns`` (cached)."""
+        if columns not in self._hashes:
+            self._hashes[columns] = hashed({c: self.encoded[c] for c in columns})
+        return self._hashes[columns]
+
+    def relation(self, df: pd.DataFrame) -> Relation | None:
+        """How ``df``'s rows, on the columns both have, relate to this entry's rows."""
+        theirs_cols = encode_all(df, {c: how for c, how in self.encodings.items() if c in self.encoded})
+        common = tuple(c for c in self.encoded if c in theirs_cols)
+        if not common:
+            return None
+        mine, theirs = self.hashes(common), hashed({c: theirs_cols[c] for c in common})
+        if np.array_equal(mine, theirs):
+            return "same"
+        if not len(mine):
+            return None
+        at = np.minimum(np.searchsorted(mine, theirs), len(mine) - 1)
+        return "overlap" if bool(np.any(mine[at] == theirs)) else None
 
 
 _LOCK = threading.RLock()
-_GATEWAYS: dict[str, _Entry] = {}  # content+schema fingerprint → gateway
-_BY_CONTENT: dict[str, _Config] = {}  # whole-frame content fingerprint → last configuration
+_ENTRIES: list[_Entry] = []  # every configured set of rows in this process
 
 
-def _key(df: pd.DataFrame, schema: Schema) -> str:
-    (table,) = schema.tables
-    declared = [c.name for c in table.columns]
-    return hashlib.sha256(f"{content_fingerprint(df, declared)}|{schema.fingerprint()}".encode()).hexdigest()
+def _related(df: pd.DataFrame) -> list[tuple[_Entry, Relation]]:
+    out = []
+    for entry in _ENTRIES:
+        rel = entry.relation(df)
+        if rel is not None:
+            out.append((entry, rel))
+    return out
 
 
-def _gateway(df: pd.DataFrame, config: _Config) -> tuple[str, Gateway]:
-    """The process-wide gateway for this content and schema, created on first use."""
-    schema = config.schema_for(df)
+def _describe(entry: _Entry) -> str:
+    (table,) = entry.schema.tables
+    return (
+        f"a frame configured earlier in this process as table {table.name!r} "
+        f"(budget {entry.gateway.budget:g}, spent {entry.gateway.spent:.4g})"
+    )
+
+
+def _refuse_overlap(entry: _Entry) -> ProgrammingError:
+    return ProgrammingError(
+        f"this DataFrame shares rows with {_describe(entry)} but is not the same rows (a filter, sample, "
+        "dropped or duplicated row, edit or concatenation). dpgate's budget follows people: the shared "
+        "rows are the same people, so this frame cannot get a budget of its own. Query the configured "
+        "frame with WHERE instead of filtering in pandas first."
+    )
+
+
+def _one_table(schema: Schema) -> None:
     if len(schema.tables) != 1:
         raise SchemaError(
             f"a DataFrame is one table, but the schema declares {[t.name for t in schema.tables]}; "
             "pass a one-table schema."
         )
-    key = _key(df, schema)
+
+
+def _configured(df: pd.DataFrame, config: _Config) -> Gateway:
+    """The gateway for ``df`` under ``config``: the one of the same rows, or a new one (see module docs)."""
+    schema = config.schema_for(df)
+    _one_table(schema)
+    (table,) = schema.tables
+    names = {str(c): c for c in df.columns}
+    declared = [c.name for c in table.columns if c.name in names]
     with _LOCK:
-        entry = _GATEWAYS.get(key)
-        if entry is not None:
+        related = _related(df)
+        for entry, rel in related:
+            if rel == "overlap":
+                raise _refuse_overlap(entry)
+        if len(related) > 1:
+            raise ProgrammingError(
+                "this DataFrame holds the rows of several frames configured earlier in this process; "
+                "query each of them instead."
+            )
+        if related:
+            (entry, _), = related
+            if entry.schema.fingerprint() != schema.fingerprint():
+                raise ProgrammingError(
+                    f"these rows are already configured: they are {_describe(entry)}, with another schema. "
+                    "One set of people has one budget: configure them with the same schema (bounds, bins, "
+                    "categories, name), or query the frame configured first."
+                )
             old = entry.config
             clash = [
                 f"{k}={getattr(old, k)!r} (asked {getattr(config, k)!r})"
@@ -200,27 +235,49 @@ def _gateway(df: pd.DataFrame, config: _Config) -> tuple[str, Gateway]:
                 raise ProgrammingError(
                     "this data already has a dpgate budget in this process with "
                     + ", ".join(clash)
-                    + "; the budget follows the data, so it cannot be reconfigured. Configure with those "
+                    + "; the budget follows the people, so it cannot be reconfigured. Configure with those "
                     "values, or restart Python (an in-memory budget lasts one process; use a ledger path to "
                     "keep it across processes)."
                 )
-            return key, entry.gateway
-        (table,) = schema.tables
-        names = {str(c): c for c in df.columns}
-        snapshot = pd.DataFrame({c.name: df[names[c.name]].copy() for c in table.columns if c.name in names})
+            return entry.gateway
+        encodings = encodings_of(df, names)
+        encodings.update({c.name: "label" if c.kind == "categorical" else "number"
+                          for c in table.columns if c.name in names})
+        encoded = encode_all(df, encodings)
+        snapshot = pd.DataFrame({c: df[names[c]].copy() for c in declared})
         gw = Gateway(snapshot, schema, budget=config.budget, ledger=config.ledger, policy=config.policy,
                      seed=config.seed)
-        _GATEWAYS[key] = _Entry(gw, config)
-        return key, gw
+        _ENTRIES.append(_Entry(gw, config, schema, encodings, encoded))
+        return gw
+
+
+def _lookup(df: pd.DataFrame) -> Gateway:
+    """The gateway of an already configured set of rows equal to ``df``'s (see module docs)."""
+    with _LOCK:
+        related = _related(df)
+        for entry, rel in related:
+            if rel == "overlap":
+                raise _refuse_overlap(entry)
+        if len(related) > 1:
+            raise ProgrammingError(
+                "this DataFrame holds the rows of several frames configured earlier in this process; "
+                "query each of them instead."
+            )
+        if related:
+            return related[0][0].gateway
+    raise ProgrammingError(
+        "this DataFrame has no dpgate budget: declare its public domains and budget first, e.g. "
+        "df.dp.configure(categories={'col': [...]}, bounds={'age': (0, 100)}, budget=1.0) "
+        "(or df.dp.configure(schema=...))."
+    )
 
 
 def _forget_all() -> None:
     """Close and forget every in-process gateway (tests only: it discards in-memory budgets)."""
     with _LOCK:
-        for entry in _GATEWAYS.values():
+        for entry in _ENTRIES:
             entry.gateway.close()
-        _GATEWAYS.clear()
-        _BY_CONTENT.clear()
+        _ENTRIES.clear()
 
 
 # Close the registry's DuckDB connections before interpreter shutdown (else duckdb reports leaks).
@@ -245,54 +302,63 @@ class DPAccessor:
         bins: Mapping[str, Iterable[float]] | None = None,
         policy: Policy = "minimal",
         seed: int | None = None,
+        categories: Mapping[str, Iterable[Any]] | None = None,
+        *,
+        unsafe_infer_from_data: bool = False,
     ) -> None:
         """Declare the frame's public schema and its privacy budget.
 
         Args:
-            schema: a one-table ``dpgate.Schema``, dict or YAML path; default: from the
-                dtypes plus ``bounds`` / ``bins`` (:meth:`dpgate.Schema.from_dataframe`).
-            budget: total privacy budget ε of this data (default 1.0).
+            schema: a one-table ``dpgate.Schema``, dict or YAML path; default: from
+                ``categories`` / ``bounds`` / ``bins`` and bool dtypes
+                (:meth:`dpgate.Schema.from_dataframe`).
+            budget: total privacy budget ε of these rows (default 1.0).
             ledger: a path for a durable ledger (the budget then survives the process).
             name: the table name used in SQL (default ``df``, or the schema's table).
             bounds: inclusive integer ``(min, max)`` per numeric column.
             bins: bin edges per numeric column.
             policy: ``"minimal"`` (default), ``"paper"`` or ``"no_reuse"``.
-            seed: reproducible, **insecure** noise for tests.
+            seed: reproducible, **insecure** noise for tests: answers carry ``secure=False``,
+                the first seeded release warns, and no other frame inherits it.
+            categories: the possible values of each categorical column (compared as
+                strings).  A ``Categorical`` dtype's categories are not used unless
+                ``unsafe_infer_from_data=True``.
+            unsafe_infer_from_data: read undeclared domains from the data, with a warning;
+                this leaks information and voids the guarantee for those columns.
 
         Raises:
-            SchemaError: the schema is invalid, or a column has no public domain.
-            ProgrammingError: this data already has a budget with another budget, ledger or seed.
+            SchemaError: the schema is invalid, or a column has no declared domain.
+            ProgrammingError: these rows already have a budget with another budget, ledger,
+                seed or schema, or they overlap rows configured earlier (see module docs).
             LedgerError: the ledger belongs to other data, another schema or budget.
         """
         if isinstance(schema, Ledger) or isinstance(ledger, Ledger):
             raise ProgrammingError("df.dp.configure takes a ledger *path*, not an open Ledger.")
         sch = None if schema is None else Schema.load(schema)
         if sch is not None:
-            if len(sch.tables) != 1:
-                raise SchemaError(
-                    f"a DataFrame is one table, but the schema declares {[t.name for t in sch.tables]}; "
-                    "pass a one-table schema."
-                )
+            _one_table(sch)
             if name is not None and name.lower() != sch.tables[0].name.lower():
                 raise SchemaError(f"name={name!r} differs from the schema's table {sch.tables[0].name!r}.")
-            if bounds or bins:
-                raise SchemaError("bounds= and bins= describe a schema built from dtypes; with schema= declare them there.")
+            if bounds or bins or categories:
+                raise SchemaError(
+                    "categories=, bounds= and bins= build a schema from the frame; with schema= declare them there."
+                )
         config = _Config(
             schema=sch,
             name=name,
+            categories=tuple(sorted((str(k), tuple(str(v) for v in vs)) for k, vs in (categories or {}).items())),
             bounds=tuple(sorted((str(k), (int(v[0]), int(v[1]))) for k, v in (bounds or {}).items())),
             bins=tuple(sorted((str(k), tuple(float(e) for e in v)) for k, v in (bins or {}).items())),
             budget=budget,
             ledger=None if ledger is None else os.path.realpath(os.fspath(ledger)),
             policy=policy,
             seed=seed,
+            unsafe_infer_from_data=unsafe_infer_from_data,
         )
-        _gateway(self._df, config)  # validate now: schema against data, ledger binding, clashes
-        # pandas builds a new accessor on every ``df.dp``: the configuration lives in ``df.attrs``
-        # (kept by copies and in-place edits) and in a registry keyed by content (re-reads).
-        self._df.attrs[_ATTR] = config.to_json()
-        with _LOCK:
-            _BY_CONTENT[content_fingerprint(self._df)] = config
+        # Validates now (schema against data, overlap with configured rows, ledger binding, clashes).
+        # Nothing is written to df.attrs: pandas copies attrs into derived frames, and neither a
+        # budget nor a seed may travel with them; the registry finds these rows by content.
+        _configured(self._df, config)
 
     # -- queries ---------------------------------------------------------------------------------------
     def query(
@@ -340,21 +406,13 @@ class DPAccessor:
     # -- budget ----------------------------------------------------------------------------------------
     @property
     def gateway(self) -> Gateway:
-        """The :class:`~dpgate.Gateway` this data's budget lives in (shared by equal content)."""
-        raw = self._df.attrs.get(_ATTR)
-        config = None if raw is None else _Config.from_json(raw)
-        if config is None:
-            with _LOCK:
-                config = _BY_CONTENT.get(content_fingerprint(self._df))
-        if config is None:
-            config = _DEFAULT
-            try:
-                config.schema_for(self._df)
-            except SchemaError as exc:
-                raise SchemaError(
-                    f"{exc} Call df.dp.configure(bounds=..., budget=...) (or schema=...) first."
-                ) from None
-        return _gateway(self._df, config)[1]
+        """The :class:`~dpgate.Gateway` these rows' budget lives in (shared by the same rows).
+
+        Raises:
+            ProgrammingError: no configured frame holds these rows (call ``df.dp.configure``),
+                or they overlap a configured frame's rows without being the same rows.
+        """
+        return _lookup(self._df)
 
     @property
     def budget(self) -> float:
@@ -363,7 +421,7 @@ class DPAccessor:
 
     @property
     def spent(self) -> float:
-        """Privacy budget spent on this data so far (by every frame with equal content)."""
+        """Privacy budget spent on these rows so far (by every frame holding the same rows)."""
         return self.gateway.spent
 
     @property

@@ -167,9 +167,13 @@ def plan(
 
 
 def answers(
-    blue: IncrementalBLUE, steps: Sequence[Step], accuracy: float, confidence: float, policy: str
+    blue: IncrementalBLUE, steps: Sequence[Step], accuracy: float, confidence: float, policy: str,
+    *, secure: bool,
 ) -> tuple[Answer, ...]:
     """Answer each step with the estimator its decision was verified on.
+
+    ``secure`` is every answer's ``Answer.secure``: whether all releases of the
+    table so far (this statement's included) used secure noise.
 
     ``blue`` is the state before this statement's releases; replaying the
     measurements in plan order means each query is estimated from exactly the
@@ -185,18 +189,20 @@ def answers(
         # An unpaid ("unavailable") step keeps its planned measurements but has no values.
         for m, v in zip(s.measurements, s.values, strict=False):
             replay.append(m.h, m.scale, v, lattice=m.lattice)
-        out.append(_answer(replay, s, accuracy, confidence, policy))
+        out.append(_answer(replay, s, accuracy, confidence, policy, secure))
     return tuple(out)
 
 
-def _answer(blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str) -> Answer:
+def _answer(
+    blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str, secure: bool
+) -> Answer:
     q = step.query
     off = float(q.offset)
 
     def answer(value: float, low: float, high: float, source: Source, epsilon_spent: float,
                posterior: Posterior | None = None, meets_requirement: bool = True) -> Answer:
         return Answer(value, low, high, confidence, accuracy, source, epsilon_spent, posterior, meets_requirement,
-                      label=q.label, group=q.group, query=q)
+                      label=q.label, group=q.group, query=q, secure=secure)
 
     if step.kind == "exact":
         return answer(off, off, off, source="exact", epsilon_spent=0.0)

@@ -37,17 +37,20 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 import threading
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dpgate._validate import positive_finite
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
 from dpgate.cube import Cube
 from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
 from dpgate.errors import BudgetExhausted, InvalidRequirement, NotEstimable, ProgrammingError
+from dpgate.errors import Warning as DPGateWarning
 from dpgate.inference import IncrementalBLUE
 from dpgate.ledger import Ledger, LedgerRecord, LedgerTransaction
 from dpgate.noise import noise_source, release
@@ -65,8 +68,18 @@ if TYPE_CHECKING:  # the extensions import this module; only the type checker ne
 
 __all__ = ["Gateway", "POLICIES"]
 
+_R = TypeVar("_R", bound=Result)
+
 # Budget comparisons allow this much floating-point slack (never more).
 _BUDGET_SLACK = 1e-12
+
+
+def _outside_dpgate() -> int:
+    """The ``stacklevel`` that points a warning at the first caller outside dpgate."""
+    frame, level = sys._getframe(1), 1  # level 1: the function calling warnings.warn
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("dpgate"):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class Gateway:
@@ -81,7 +94,9 @@ class Gateway:
             processes) or an open ``dpgate.ledger.Ledger``.
         policy: ``"minimal"`` (default), ``"paper"`` or ``"no_reuse"`` (see ``POLICIES``).
         seed: reproducible, **insecure** noise for tests and benchmarks; recorded as such
-            in the ledger.  ``None`` (default) uses OpenDP's secure sampler.
+            in the ledger, flagged ``Answer.secure=False`` on every answer of a table with a
+            seeded release, and announced by a ``dpgate.Warning`` on the gateway's first
+            seeded release.  ``None`` (default) uses OpenDP's secure sampler.
         dialect: sqlglot dialect of incoming SQL.
 
     Example:
@@ -92,6 +107,12 @@ class Gateway:
         >>> a.source, a.high - a.value <= 25
         ('fresh', True)
     """
+
+    # Tables (lower-cased names) with at least one release from seeded noise; a frozenset
+    # replaced on change, so the class-level empty default is never mutated.
+    _insecure_tables: frozenset[str] = frozenset()
+    # Whether this gateway already warned that its noise is seeded.
+    _warned_seeded: bool = False
 
     def __init__(
         self,
@@ -213,7 +234,7 @@ class Gateway:
                 steps, blue = self._measure(stmt, sql, steps, accuracy, confidence, policy, allow_partial)
             else:
                 blue = state.blue
-            out = answers(blue, steps, accuracy, confidence, policy)
+            out = answers(blue, steps, accuracy, confidence, policy, secure=self._secure(stmt.table))
         return Result(out, stmt, float(sum(s.increase for s in steps)))
 
     def probability(self, sql: str, low: float | None = None, high: float | None = None, *, params: Any = None) -> float:
@@ -318,7 +339,25 @@ class Gateway:
             if rec.id > self._last_id:
                 self._apply(rec)
 
+    def _secure(self, table: str) -> bool:
+        """Whether every release of ``table`` so far used secure noise (``Answer.secure``)."""
+        return self.schema.table(table).name.lower() not in self._insecure_tables
+
+    def _warn_if_seeded(self) -> None:
+        """Warn once per gateway, before its first release, that its noise is seeded."""
+        if not self._noise.secure and not self._warned_seeded:
+            warnings.warn(
+                "this dpgate gateway draws its noise from a seed: releases are reproducible and "
+                "INSECURE (anyone who knows the seed can subtract the noise); answers carry "
+                "secure=False. Use seed= for tests and benchmarks only.",
+                DPGateWarning,
+                stacklevel=_outside_dpgate(),
+            )
+            self._warned_seeded = True
+
     def _apply(self, rec: LedgerRecord) -> None:
+        if not rec.secure:
+            self._insecure_tables = self._insecure_tables | {self.schema.table(rec.table).name.lower()}
         state = self._state(rec.table)
         state.record(rec.id, LinearQuery.from_json(rec.query), rec.scale, rec.value, rec.lattice, rec.alpha,
                      rec.sensitivity)
@@ -338,6 +377,7 @@ class Gateway:
         budget, measure, record, commit — and only then hand values back, with a
         copy of the inference state as it was before this statement's releases."""
         state = self._state(stmt.table)
+        self._warn_if_seeded()
         with self._ledger.transaction() as tx:
             seen = self._last_id
             self._sync(tx.records(since=self._last_id))
@@ -430,6 +470,7 @@ class Gateway:
                 raise InvalidRequirement("a measured query must have a non-zero weight somewhere.")
         with self._lock:
             state = self._state(table)
+            self._warn_if_seeded()
             with self._ledger.transaction() as tx:
                 self._sync(tx.records(since=self._last_id))
                 for q, _ in measurements:
@@ -491,7 +532,7 @@ class Gateway:
         confidence: float,
     ) -> BudgetExhausted:
         unpaid = [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps]
-        best = answers(state.blue, unpaid, accuracy, confidence, "minimal")
+        best = answers(state.blue, unpaid, accuracy, confidence, "minimal", secure=self._secure(state.table.name))
         single = best[0] if len(best) == 1 else None
         hint = ""
         if single is not None and math.isfinite(single.value):
@@ -553,10 +594,18 @@ class Gateway:
             from dpgate.warmstart import mmse_estimate
 
             release = options.pop("release", None) or self._ispe_release_for(sql, params)
-            return mmse_estimate(self, sql, release, confidence=confidence, params=params, **options)
+            return self._flag_security(
+                mmse_estimate(self, sql, release, confidence=confidence, params=params, **options)
+            )
         from dpgate.model import estimate as _estimate
 
-        return _estimate(self, sql, method, confidence=confidence, params=params, **options)
+        return self._flag_security(_estimate(self, sql, method, confidence=confidence, params=params, **options))
+
+    def _flag_security(self, result: _R) -> _R:
+        """``result`` with ``Answer.secure`` set from its table's history (model answers are
+        post-processing of every release of the table)."""
+        secure = self._secure(result.statement.table)
+        return replace(result, answers=tuple(replace(a, secure=secure) for a in result.answers))
 
     def _ispe_release_for(self, sql: str, params: Any) -> WarmStart:
         """The latest ISPE warm start of this object whose grid holds every column ``sql`` uses."""

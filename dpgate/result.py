@@ -51,6 +51,13 @@ class Answer:
         label: output column name.
         group: GROUP BY key as ``((column, key), …)``.
         query: the compiled linear query.
+        secure: True only when every noisy release of the answer's table in the history
+            (the releases it was, or could have been, computed from) drew its noise from
+            the cryptographically secure source.  False when any of them was seeded
+            (``seed=``, for tests only: reproducible noise can be subtracted), and by
+            default, when whoever built the answer did not say.  An exact answer (a
+            public constant) over seeded history is False as well: the flag describes
+            the history, not one number.
     """
 
     value: float
@@ -65,6 +72,7 @@ class Answer:
     label: str = ""
     group: tuple[tuple[str, Any], ...] = ()
     query: LinearQuery | None = field(repr=False, default=None, compare=False)
+    secure: bool = False
 
     @property
     def halfwidth(self) -> float:
@@ -98,7 +106,8 @@ class Result:
 
     def to_pandas(self, *, intervals: bool = True) -> pd.DataFrame:
         """One row per group: the group keys, then per output column its value and,
-        with ``intervals``, ``<col>_low``, ``<col>_high``, ``<col>_source``.
+        with ``intervals``, ``<col>_low``, ``<col>_high``, ``<col>_secure`` (``False``: the
+        noise was seeded, see ``Answer.secure``) and ``<col>_source``.
         ORDER BY / LIMIT / HAVING of the statement are applied to these released rows."""
         import pandas as pd
 
@@ -120,6 +129,7 @@ class Result:
                 if intervals:
                     row[f"{out.name}_low"] = a.low
                     row[f"{out.name}_high"] = a.high
+                    row[f"{out.name}_secure"] = a.secure
                     row[f"{out.name}_source"] = a.source
             rows.append(row)
         df = pd.DataFrame(rows)

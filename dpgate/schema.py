@@ -46,7 +46,6 @@ import hashlib
 import json
 import math
 import os
-import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -390,6 +389,7 @@ class Schema:
         df: Any,
         name: str = "df",
         *,
+        categories: Mapping[str, Iterable[Any]] | None = None,
         bounds: Mapping[str, tuple[int, int]] | None = None,
         bins: Mapping[str, Iterable[float]] | None = None,
         unsafe_infer_from_data: bool = False,
@@ -397,69 +397,38 @@ class Schema:
     ) -> Schema:
         """Declare a one-table schema for a pandas DataFrame.
 
-        ``Categorical`` columns take their categories as the domain, ``bool``
-        columns are boolean; numeric columns need ``bounds`` (inclusive integer
-        range) or ``bins``.  Object/string columns must be made Categorical.
-        Only the dtypes and categories (public metadata) are read, never the values,
-        unless ``unsafe_infer_from_data=True``: then missing numeric bounds and
-        string domains are read from the data — which leaks information about
-        individuals and voids the privacy guarantee for those domains — with a
-        warning.
-        """
-        import pandas as pd
+        Every domain is declared by the caller: ``categories={col: [values]}`` for
+        categorical columns (any dtype; values compared as strings), ``bounds={col:
+        (min, max)}`` (inclusive integers) or ``bins={col: edges}`` for numeric columns;
+        ``bool`` columns are boolean by their type.  A ``Categorical`` dtype is *not*
+        a declaration: ``read_csv(dtype="category")`` and ``astype("category")`` build
+        its categories from the values, so a category may exist only because one person
+        is in the data — such a column is refused until its values are declared.
 
-        bounds = dict(bounds or {})
-        bins = {k: list(v) for k, v in (bins or {}).items()}
-        unknown = (set(bounds) | set(bins)) - {str(c) for c in df.columns}
-        if unknown:
-            raise SchemaError(f"bounds/bins name columns not in the DataFrame: {sorted(unknown)}.")
-        cols: list[Column] = []
-        inferred: list[str] = []
-        for col in df.columns:
-            cname, s = str(col), df[col]
-            where = f"DataFrame column {cname!r}"
-            if isinstance(s.dtype, pd.CategoricalDtype):
-                cols.append(Column(cname, "categorical", values=tuple(str(v) for v in s.cat.categories)))
-            elif pd.api.types.is_bool_dtype(s.dtype):
-                cols.append(Column(cname, "boolean"))
-            elif cname in bins:
-                spec: dict[str, Any] = {"type": "numeric", "bins": bins[cname]}
-                if cname in bounds:
-                    spec = {"type": "integer", "min": bounds[cname][0], "max": bounds[cname][1], "bins": bins[cname]}
-                cols.append(Column.from_dict(cname, spec, name))
-            elif cname in bounds:
-                lo, hi = bounds[cname]
-                cols.append(Column.from_dict(cname, {"type": "integer", "min": lo, "max": hi}, name))
-            elif unsafe_infer_from_data:
-                inferred.append(cname)
-                if pd.api.types.is_numeric_dtype(s.dtype):
-                    lo, hi = s.min(), s.max()
-                    if pd.isna(lo):
-                        raise SchemaError(f"{where}: no non-NULL values to infer bounds from; declare bounds.")
-                    cols.append(Column(cname, "integer", min=int(math.floor(lo)), max=int(math.ceil(hi))))
-                else:
-                    values = sorted({str(v) for v in s.dropna().unique()})
-                    if not values:
-                        raise SchemaError(f"{where}: no non-NULL values to infer a domain from; declare it.")
-                    cols.append(Column(cname, "categorical", values=tuple(values)))
-            elif pd.api.types.is_numeric_dtype(s.dtype):
-                raise SchemaError(
-                    f"{where}: numeric columns need public bounds; pass bounds={{{cname!r}: (min, max)}} "
-                    f"or bins={{{cname!r}: [edges]}}."
-                )
-            else:
-                raise SchemaError(
-                    f"{where}: dtype {s.dtype} has no public domain; convert it with "
-                    f"df[{cname!r}].astype(pd.CategoricalDtype([...declared values...]))."
-                )
-        if inferred:
-            warnings.warn(
-                f"unsafe_infer_from_data=True: the domains of {inferred} were read from the private data; "
-                "this leaks information and voids the privacy guarantee for them.",
-                UserWarning,
-                stacklevel=2,
-            )
-        return cls((Table(name, tuple(cols), max_rows_per_individual=max_rows_per_individual),))
+        With ``unsafe_infer_from_data=True`` undeclared domains are read from the data
+        (a Categorical's categories, observed strings, min/max of numbers) — which leaks
+        information about individuals and voids the privacy guarantee for those
+        columns — with a warning naming them.
+
+        Raises:
+            SchemaError: a column has no declared domain (the message shows how to
+                declare it), or a declaration names a column the frame lacks.
+
+        Example:
+            >>> import pandas as pd
+            >>> df = pd.DataFrame({"zip": pd.Categorical(["10001", "10002"]), "age": [31, 45]})
+            >>> t = Schema.from_dataframe(df, categories={"zip": ["10001", "10002", "10003"]},
+            ...                           bounds={"age": (0, 100)}).table("df")
+            >>> t.column("zip").values
+            ('10001', '10002', '10003')
+        """
+        from dpgate._schema_frame import table_from_dataframe
+
+        table = table_from_dataframe(
+            df, name, categories=categories, bounds=bounds, bins=bins,
+            unsafe_infer_from_data=unsafe_infer_from_data, max_rows_per_individual=max_rows_per_individual,
+        )
+        return cls((table,))
 
 
 def _as_int(v: Any, where: str, key: str) -> int:

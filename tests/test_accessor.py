@@ -15,6 +15,7 @@ from dpgate.errors import BudgetExhausted, LedgerError, ProgrammingError, Schema
 from dpgate.result import Result
 
 BOUNDS = {"age": (0, 100), "educ": (1, 16), "income": (0, 500000)}
+CATEGORIES = {"sex": ["0", "1"], "race": ["1", "2", "3", "4", "5", "6"]}
 SEX = pd.CategoricalDtype(["0", "1"])
 RACE = pd.CategoricalDtype(["1", "2", "3", "4", "5", "6"])
 Q = "SELECT sex, COUNT(*) AS n FROM df GROUP BY sex"
@@ -52,14 +53,15 @@ def csv_path(tmp_path, pums):
 
 def configure(df: pd.DataFrame, **kw) -> None:
     kw.setdefault("seed", 0)
-    df.dp.configure(bounds=BOUNDS, **kw)
+    df.dp.configure(bounds=BOUNDS, categories=CATEGORIES, **kw)
 
 
 def test_registered_and_query_shape(pums_frame):
     assert hasattr(pd.DataFrame, "dp")
     configure(pums_frame, budget=1.0)
     out = pums_frame.dp.query(Q, accuracy=15, confidence=0.9)
-    assert list(out.columns) == ["sex", "n", "n_low", "n_high", "n_source"]
+    assert list(out.columns) == ["sex", "n", "n_low", "n_high", "n_secure", "n_source"]
+    assert not out["n_secure"].any()  # seeded noise
     assert out["sex"].tolist()[:3] == ["0", "1", "<other>"] and pd.isna(out["sex"].iloc[3])
     assert (out["n_source"] == "fresh").all()
     assert (out["n_high"] - out["n"] <= 15 * (1 + 1e-6) + 0.01).all()
@@ -75,11 +77,16 @@ def test_registered_and_query_shape(pums_frame):
 def test_schema_from_categoricals_and_bounds(pums_frame):
     with pytest.raises(SchemaError, match="bounds"):
         pums_frame.dp.configure()  # numeric columns need public bounds
-    with pytest.raises(SchemaError, match="configure"):
-        pums_frame.dp.query(Q, accuracy=10)  # unconfigured, no way to guess the domain
+    with pytest.raises(ProgrammingError, match="configure"):
+        pums_frame.dp.query(Q, accuracy=10)  # unconfigured: refused, never a silent default budget
     only_codes = pums_frame[["sex", "race", "married"]]
+    only_codes.dp.configure(categories=CATEGORIES, seed=0)
     out = only_codes.dp.query("SELECT married, COUNT(*) AS n FROM df GROUP BY married", accuracy=20)
     assert out["married"].tolist()[:2] == [False, True] and pd.isna(out["married"].iloc[2])
+    # The same people under a second schema would get a second budget: refused (a new process may).
+    with pytest.raises(ProgrammingError, match="another schema"):
+        pums_frame.dp.configure(bounds=BOUNDS, categories=CATEGORIES)
+    accessor._forget_all()
     schema = {"tables": {"people": {"columns": {"age": {"type": "integer", "min": 0, "max": 100}}}}}
     pums_frame.dp.configure(schema=schema, seed=0)
     assert len(pums_frame.dp.query("SELECT COUNT(*) AS n FROM people WHERE age < 30", accuracy=20)) == 1
@@ -124,22 +131,26 @@ def test_new_accessor_on_equal_content_shares_budget(pums_frame):
     assert rebuilt.dp.spent == pums_frame.dp.spent > 0
 
 
-def test_different_content_gets_a_fresh_budget(pums_frame):
-    configure(pums_frame, budget=1.0)
-    pums_frame.dp.query(Q, accuracy=10)
-    fewer = pums_frame.iloc[1:].copy()
-    configure(fewer, budget=1.0)
-    assert fewer.dp.spent == 0
-    changed = pums_frame.copy()
+def test_overlapping_content_is_refused_disjoint_content_gets_a_fresh_budget(pums_frame):
+    unique = pums_frame.drop_duplicates()  # PUMS has equal rows; they would be shared by both halves
+    first, rest = unique.iloc[:500].copy(), unique.iloc[500:].copy()
+    configure(first, budget=1.0)
+    first.dp.query(Q, accuracy=10)
+    configure(rest, budget=1.0)  # no shared row: other people
+    assert rest.dp.spent == 0
+    with pytest.raises(ProgrammingError, match="shares rows"):
+        configure(first.iloc[1:].copy(), budget=1.0)
+    changed = first.copy()
     changed.loc[0, "age"] = (changed.loc[0, "age"] + 1) % 100
-    configure(changed, budget=1.0)
-    assert changed.dp.spent == 0
-    # Editing a configured frame in place makes it other data; the original budget stays with the original.
-    spent = pums_frame.dp.spent
-    pums_frame.loc[1, "educ"] = 1 + pums_frame.loc[1, "educ"] % 16
-    assert pums_frame.dp.spent == 0
-    pums_frame.loc[1, "educ"] = 1 + (pums_frame.loc[1, "educ"] - 2) % 16  # back to the original content
-    assert pums_frame.dp.spent == spent
+    with pytest.raises(ProgrammingError, match="shares rows"):
+        configure(changed, budget=1.0)
+    # Editing a configured frame in place makes it other rows on the same people: refused.
+    spent = first.dp.spent
+    first.loc[1, "educ"] = 1 + first.loc[1, "educ"] % 16
+    with pytest.raises(ProgrammingError, match="shares rows"):
+        _ = first.dp.spent
+    first.loc[1, "educ"] = 1 + (first.loc[1, "educ"] - 2) % 16  # back to the original content
+    assert first.dp.spent == spent
 
 
 def test_reconfiguring_live_data_with_other_settings_is_refused(pums_frame):
@@ -164,9 +175,9 @@ def test_ledger_path_persists_budget_across_processes(tmp_path, csv_path):
         import sys, pandas as pd
         sys.path.insert(0, {str(__file__.rsplit('/', 1)[0])!r})
         import dpgate.accessor
-        from test_accessor import prepare, BOUNDS
+        from test_accessor import prepare, BOUNDS, CATEGORIES
         df = prepare(pd.read_csv({str(csv_path)!r}))
-        df.dp.configure(bounds=BOUNDS, budget=1.0, ledger={str(ledger)!r}, seed=0)
+        df.dp.configure(bounds=BOUNDS, categories=CATEGORIES, budget=1.0, ledger={str(ledger)!r}, seed=0)
         out = df.dp.query({Q!r}, accuracy=11)
         print(repr(df.dp.spent), ",".join(out["n_source"]))
         """
@@ -176,7 +187,8 @@ def test_ledger_path_persists_budget_across_processes(tmp_path, csv_path):
     child_spent, sources = proc.stdout.split()
     assert float(child_spent) == pytest.approx(spent)
     assert sources == "history,history,history,history"
-    # The same ledger refuses other data.
+    # The same ledger refuses other data (in a new process: within this one, overlap is refused first).
+    accessor._forget_all()
     with pytest.raises(LedgerError):
         configure(df.iloc[5:].copy(), budget=1.0, ledger=ledger)
 
