@@ -12,17 +12,54 @@ every table.
 
 The costs live on *atoms* (blocks of cells on which every query is constant),
 which is exact because ``B`` is constant on each atom.
+
+Exact arithmetic.  Costs are integers in units of ``2^-60`` (:data:`UNITS_PER_EPSILON`),
+each release's per-atom cost rounded *up*, so a sum never absorbs a small
+release (a float sum of ~86 does not change when 3e-16 is added) and never
+under-counts.  ``α`` and ``S`` are floats and ``|h_j|/S`` is a ratio of two
+rounded floats, so the ratio is first enlarged by ``2^-50`` (more than its
+rounding error) and capped at 1 (``|h_j| ≤ S`` holds exactly).  Floats are for
+display only (:attr:`CellCosts.charge`); :attr:`CellCosts.charge_units` is exact.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
-__all__ = ["CellCosts"]
+__all__ = ["UNITS_PER_EPSILON", "CellCosts", "to_epsilon"]
+
+UNITS_PER_EPSILON = 2**60
+"""Costs are integers: one unit is ``2^-60`` of privacy budget ε."""
+
+_RATIO_SLACK = 1 + Fraction(1, 2**50)  # > the relative error of |h_j|/S computed from two rounded floats
+
+
+def to_epsilon(units: int) -> float:
+    """An exact cost in units as the nearest float ε (for display and float comparisons)."""
+    return units / UNITS_PER_EPSILON  # int / int: correctly rounded
+
+
+def release_units(h: np.ndarray, alpha: float, sensitivity: float) -> np.ndarray:
+    """Per-atom cost ``(α/S)|h_j|`` of one release, in units, rounded up (an object array of ints)."""
+    mags = np.abs(np.asarray(h, dtype=float))
+    values, inverse = np.unique(mags, return_inverse=True)
+    a, s = Fraction(alpha), Fraction(sensitivity)
+    out = []
+    for v in values.tolist():
+        if v == 0.0:
+            out.append(0)
+            continue
+        ratio = Fraction(v) / s
+        ratio = Fraction(1) if ratio >= 1 else min(Fraction(1), ratio * _RATIO_SLACK)
+        units = a * ratio * UNITS_PER_EPSILON
+        out.append(-(-units.numerator // units.denominator))  # ceil
+    return np.array(out, dtype=object)[inverse.reshape(mags.shape)]
 
 
 class CellCosts:
-    """The running per-atom cost ``B`` of one table and its charge ``k · max B``.
+    """The running per-atom cost ``B`` of one table and its charge ``k · max B``, exactly.
 
     Args:
         n_atoms: current number of atoms.
@@ -30,29 +67,57 @@ class CellCosts:
     """
 
     def __init__(self, n_atoms: int, rows_per_individual: int = 1) -> None:
-        self.per_atom = np.zeros(n_atoms)
+        units = np.empty(n_atoms, dtype=object)
+        units[:] = 0  # Python ints: exact, unbounded
+        self.units = units
         self.k = int(rows_per_individual)
 
     @property
+    def units(self) -> np.ndarray:
+        """``B_j`` per atom in units of ``2^-60``: an object array of Python ints (exact)."""
+        return self._units
+
+    @units.setter
+    def units(self, value: np.ndarray) -> None:
+        self._units = value
+        self._floats: np.ndarray | None = None  # per_atom is derived lazily: planners read it often
+
+    @property
+    def per_atom(self) -> np.ndarray:
+        """``B_j`` per atom as floats (display and ordering; :attr:`units` is exact)."""
+        if self._floats is None:
+            self._floats = np.array([to_epsilon(u) for u in self._units.tolist()], dtype=float)
+        return self._floats
+
+    @property
+    def charge_units(self) -> int:
+        """``k · max_j B_j`` in units of ``2^-60``, exact."""
+        return self.k * int(max(self.units.tolist(), default=0))
+
+    @property
     def charge(self) -> float:
-        """``k · max_j B_j``: what this table adds to the system cost."""
-        return self.k * float(self.per_atom.max(initial=0.0))
+        """``k · max_j B_j``: what this table adds to the system cost (nearest float)."""
+        return to_epsilon(self.charge_units)
 
     def split(self, parent: np.ndarray) -> None:
         """Atoms were refined: atom ``i`` came from old atom ``parent[i]``."""
-        self.per_atom = self.per_atom[parent]
+        self.units = self.units[parent]
+
+    def increase_units(self, h: np.ndarray, alpha: float, sensitivity: float) -> int:
+        """Exact charge increase, in units, if ``h`` were released at budget ``alpha``."""
+        new = self.units + release_units(h, alpha, sensitivity)
+        return self.k * int(max(new.tolist(), default=0)) - self.charge_units
 
     def increase(self, h: np.ndarray, alpha: float, sensitivity: float) -> float:
-        """Charge increase if ``h`` (weights over atoms) were released at budget ``alpha``."""
-        new = self.per_atom + (alpha / sensitivity) * np.abs(h)
-        return self.k * float(new.max(initial=0.0)) - self.charge
+        """Charge increase if ``h`` (weights over atoms) were released at budget ``alpha`` (nearest float)."""
+        return to_epsilon(self.increase_units(h, alpha, sensitivity))
 
     def add(self, h: np.ndarray, alpha: float, sensitivity: float) -> None:
         """Record a release of ``h`` at budget ``alpha``."""
-        self.per_atom = self.per_atom + (alpha / sensitivity) * np.abs(h)
+        self.units = self.units + release_units(h, alpha, sensitivity)
 
     def copy(self) -> CellCosts:
         """An independent copy (for planning a statement before committing it)."""
         out = CellCosts(0, self.k)
-        out.per_atom = self.per_atom.copy()
+        out.units = self.units.copy()  # Python ints are immutable: a shallow copy is independent
         return out

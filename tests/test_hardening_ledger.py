@@ -1,4 +1,4 @@
-"""Issue 13, findings 1 and 6: the ledger reveals no data digest, and it is tamper-evident.
+"""Issue 13, findings 1, 6 and 7: no data digest in the ledger, tamper evidence, exact losses.
 
 Before the fix (commit 722f926) the ledger stored ``sha256(cube | schema)`` in
 clear under the meta key ``fingerprint`` and echoed it in mismatch errors, so
@@ -14,6 +14,7 @@ import hashlib
 import os
 import shutil
 import sqlite3
+from fractions import Fraction
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +25,7 @@ from dpgate.cube import Cube
 from dpgate.datasets import load_pums
 from dpgate.errors import InvalidArgument, LedgerError
 from dpgate.ledger import Ledger
+from dpgate.noise import NoiseSource, SeededNoise, lattice_for, release
 
 FP = "sha256:data+schema"
 SQL = "SELECT COUNT(*) FROM pums WHERE age < 30"
@@ -222,3 +224,30 @@ def test_missing_anchor_is_refused(tmp_path: Path) -> None:
     Path(f"{path}.anchor").unlink()
     with pytest.raises(LedgerError, match="anchor .* is missing"):
         Ledger.open(path, fingerprint=FP, budget=1.0)
+
+
+# ----------------------------------------------------------------------------- finding 7 (noise)
+
+
+class _Recording(NoiseSource):
+    def __init__(self) -> None:
+        self.inner, self.secure, self.ts = SeededNoise(0), False, []
+
+    def discrete_laplace(self, t: float) -> int:
+        self.ts.append(t)
+        return self.inner.discrete_laplace(t)
+
+
+@pytest.mark.parametrize("den", [3, 7, 10, 49, 1000003])
+@pytest.mark.parametrize("alpha", [1.0, 0.1, 3e-16, 0.7])
+def test_rounded_sensitivity_never_lets_the_loss_exceed_alpha(den: int, alpha: float) -> None:
+    """A gateway passes S = max|num|/d as a float, which can lie below the true S.
+
+    On 722f926, t was computed from that rounded S, so the realised loss
+    ``max|num|·2^k / t`` exceeded α by an ulp for some (d, α) (e.g. d = 3: float(1/3)·3 < 1).
+    """
+    for num_max in (1, 2, den - 1):
+        src = _Recording()
+        release(5, den, num_max / den, alpha, src)
+        _, mult = lattice_for(num_max / den / alpha, den)
+        assert Fraction(num_max * mult) / Fraction(src.ts[0]) <= Fraction(alpha)
