@@ -4,11 +4,13 @@ Every noisy answer dpgate releases is first appended here and committed
 (fsync'd); only then may the gateway return it.  A crash at any instant can
 therefore lose at most answers that were never shown, never budget that was.
 
-Length: this module is about 700 lines on purpose.  Its crash and concurrency
+Length: this module is about 950 lines on purpose.  Its crash and concurrency
 argument — open and bind, take the lock, ``BEGIN IMMEDIATE``, read, append,
 commit before releasing, roll back on any error — runs through ``Ledger`` and
-``LedgerTransaction`` together, and an auditor should read it in one file.  The
-writer locks, which are independent of SQLite, live in :mod:`dpgate._ledger_lock`.
+``LedgerTransaction`` together — and so do the tamper checks woven into it — and an
+auditor should read it in one file.  The writer locks, which are independent of
+SQLite, live in :mod:`dpgate._ledger_lock`; the key, MACs and anchor files in
+:mod:`dpgate._ledger_key`.
 
 Storage choice — SQLite (stdlib ``sqlite3``) rather than DuckDB:
 
@@ -33,9 +35,22 @@ Guarantees:
 * Record ids increase in commit order (writers are serialised), so a reader
   that remembers the last id it saw misses nothing with
   ``records(since=last_id)``.
-* A ledger is bound to one data source + schema (``fingerprint``) and one total
-  budget, stored at creation; opening it with different ones raises
-  :class:`~dpgate.errors.LedgerError`.
+* A ledger is bound to one data source + schema and one total budget, stored at
+  creation; opening it with different ones raises :class:`~dpgate.errors.LedgerError`.
+  The binding is ``HMAC-SHA256(key, fingerprint)`` with a secret 32-byte key kept
+  outside the ledger (``<path>.key``, mode 0o600, or the operator's ``key=``): a
+  reader of the ledger file learns nothing about the data, and errors never print
+  the fingerprint or the binding.
+* Tamper evidence: every record carries a keyed MAC chained to the previous one
+  and to the budget header, verified on open and on every read of new records;
+  the chain head is copied after each commit to ``<path>.anchor`` next to the
+  key.  An edited, deleted or inserted record, a changed header, a ledger behind
+  its anchor (truncated, an older copy restored), a ledger file deleted or
+  replaced under a running process, or a missing ledger whose anchor records
+  releases is refused; a new ledger there needs ``new=True``.  A ledger *ahead*
+  of its anchor (a crash between commit and anchor write) is accepted.  The key
+  store is trusted: whoever can write both the ledger and the anchor can roll
+  both back.
 * Threads: each thread uses its own SQLite connection.  Writers first queue
   on a per-file lock (a thread lock, then ``flock`` on the sidecar file
   ``<path>-lock``) so waiting is prompt and one busy process cannot starve the
@@ -71,7 +86,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -560,7 +575,8 @@ class Ledger:
         return tuple(_record(r[:-1]) for r in rows if r[0] > since)
 
     def _check_anchor(self, conn: sqlite3.Connection, where: str, count: int) -> None:
-        assert self._anchor_path is not None
+        if self._anchor_path is None:  # in memory: nothing outlives the process
+            return
         anchor = read_anchor(self._anchor_path)
         if anchor is None:
             raise LedgerError(
@@ -639,7 +655,7 @@ class Ledger:
         return lock_for(self.path)
 
     @contextlib.contextmanager
-    def _write_locked(self, conn: sqlite3.Connection, committed: Any = None) -> Iterator[None]:
+    def _write_locked(self, conn: sqlite3.Connection, committed: Callable[[], None] | None = None) -> Iterator[None]:
         """Hold the in-process lock and SQLite's write lock; commit on success, then call
         ``committed()`` still under the lock (it advances the anchor)."""
         if getattr(self._local, "in_transaction", False):
