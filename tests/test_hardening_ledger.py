@@ -251,3 +251,18 @@ def test_rounded_sensitivity_never_lets_the_loss_exceed_alpha(den: int, alpha: f
         release(5, den, num_max / den, alpha, src)
         _, mult = lattice_for(num_max / den / alpha, den)
         assert Fraction(num_max * mult) / Fraction(src.ts[0]) <= Fraction(alpha)
+
+
+@pytest.mark.parametrize("keep", [0, 4096, 8192])
+def test_truncated_ledger_file_is_refused(tmp_path: Path, keep: int) -> None:
+    path = tmp_path / "l.db"
+    with Ledger.open(path, fingerprint=FP, budget=1.0) as led:
+        spend(led, 3)
+        led._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for sidecar in ("-wal", "-shm"):
+        Path(f"{path}{sidecar}").unlink(missing_ok=True)
+    with open(path, "r+b") as f:
+        f.truncate(keep)
+    with pytest.raises(LedgerError):
+        with Ledger.open(path, fingerprint=FP, budget=1.0) as led:
+            led.records()
