@@ -122,13 +122,20 @@ def read_anchor(path: str) -> Anchor | None:
     return int(words[2]), words[3] if len(words) == 4 else ""
 
 
-def write_anchor(path: str, anchor: Anchor, *, replace: bool = True) -> None:
-    """Atomically write ``anchor`` (rename over the old one; with ``replace=False`` keep an existing one)."""
+def write_anchor(path: str, anchor: Anchor, *, replace: bool = True, durable: bool = False) -> None:
+    """Atomically write ``anchor`` (rename over the old one; with ``replace=False`` keep an existing one).
+
+    ``durable`` also fsyncs the directory (always done when not replacing).
+    """
     count, mac = anchor
     tmp = _write_private(path, f"{_ANCHOR_HEADER}\n{count} {mac}\n")
     try:
         if replace:
+            # No directory fsync after a commit: an anchor update lost in a power cut
+            # leaves the ledger ahead of its anchor, which is accepted.
             os.replace(tmp, path)
+            if not durable:
+                return
         else:
             with contextlib.suppress(FileExistsError):
                 os.link(tmp, path)

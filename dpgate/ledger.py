@@ -462,7 +462,7 @@ class Ledger:
                     "or start a new ledger explicitly with new=True (Gateway(..., new_ledger=True))."
                 )
             if anchor is None or anchor[0] > 0:  # an operator's key has no anchor yet; new=True resets it
-                write_anchor(self._anchor_path, (0, ""))
+                write_anchor(self._anchor_path, (0, ""), durable=True)
         for statement in _SCHEMA:  # not executescript(): it would COMMIT first
             conn.execute(statement)
         meta = {

@@ -458,7 +458,7 @@ def test_sigkill_never_loses_a_committed_record(tmp_path):
             present = {r.id for r in led.records()}
             assert printed <= present, f"trial {trial}: lost {sorted(printed - present)}"
             with led.transaction() as tx:  # no stale lock is left behind
-                tx.records(since=max(present))
+                tx.records(since=max(present, default=0))  # a child killed early may commit nothing
     assert len(printed) > 24  # the children did commit between kills
     with sqlite3.connect(path) as c:
         assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
