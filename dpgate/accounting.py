@@ -12,17 +12,63 @@ every table.
 
 The costs live on *atoms* (blocks of cells on which every query is constant),
 which is exact because ``B`` is constant on each atom.
+
+Exact arithmetic.  Costs are integers in units of ``2^-60`` (:data:`UNITS_PER_EPSILON`),
+each release's per-atom cost rounded *up*, so a sum never absorbs a small
+release (a float sum of ~86 does not change when 3e-16 is added) and never
+under-counts.  ``α`` and ``S`` are floats and ``|h_j|/S`` is a ratio of two
+rounded floats, so the ratio is first enlarged by ``2^-50`` (more than its
+rounding error) and capped at 1 (``|h_j| ≤ S`` holds exactly).  Floats are for
+display only (:attr:`CellCosts.charge`); :attr:`CellCosts.charge_units` is exact.
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
-__all__ = ["CellCosts"]
+__all__ = ["UNITS_PER_EPSILON", "CellCosts", "to_epsilon"]
+
+UNITS_PER_EPSILON = 2**60
+"""Costs are integers: one unit is ``2^-60`` of privacy budget ε."""
+
+_FAST = 2**62  # below this, int64 arrays hold the units (costs up to ε = 4 per cell): 100x faster
+_RATIO_SLACK = 1 + Fraction(1, 2**50)  # > the relative error of |h_j|/S computed from two rounded floats
+
+
+def to_epsilon(units: int) -> float:
+    """An exact cost in units as the nearest float ε (for display and float comparisons)."""
+    return units / UNITS_PER_EPSILON  # int / int: correctly rounded
+
+
+def release_units(h: np.ndarray, alpha: float, sensitivity: float) -> np.ndarray:
+    """Per-atom cost ``(α/S)|h_j|`` of one release, in units, rounded up (an object array of ints)."""
+    mags = np.abs(np.asarray(h, dtype=float))
+    values, inverse = np.unique(mags, return_inverse=True)
+    a, s = Fraction(alpha), Fraction(sensitivity)
+    out = []
+    for v in values.tolist():
+        if v == 0.0:
+            out.append(0)
+            continue
+        ratio = Fraction(v) / s
+        ratio = Fraction(1) if ratio >= 1 else min(Fraction(1), ratio * _RATIO_SLACK)
+        units = a * ratio * UNITS_PER_EPSILON
+        out.append(-(-units.numerator // units.denominator))  # ceil
+    table = np.array(out, dtype=np.int64 if max(out, default=0) < _FAST else object)
+    return table[inverse.reshape(mags.shape)]
+
+
+def _plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Exact ``a + b``: int64 while the sum cannot overflow, Python ints beyond."""
+    if a.dtype == np.int64 and b.dtype == np.int64 and int(a.max(initial=0)) + int(b.max(initial=0)) < 2**63:
+        return a + b
+    return a.astype(object) + b.astype(object)
 
 
 class CellCosts:
-    """The running per-atom cost ``B`` of one table and its charge ``k · max B``.
+    """The running per-atom cost ``B`` of one table and its charge ``k · max B``, exactly.
 
     Args:
         n_atoms: current number of atoms.
@@ -30,29 +76,58 @@ class CellCosts:
     """
 
     def __init__(self, n_atoms: int, rows_per_individual: int = 1) -> None:
-        self.per_atom = np.zeros(n_atoms)
+        self.units = np.zeros(n_atoms, dtype=np.int64)
         self.k = int(rows_per_individual)
 
     @property
+    def units(self) -> np.ndarray:
+        """``B_j`` per atom in units of ``2^-60``, exact: int64, or Python ints once that could overflow."""
+        return self._units
+
+    @units.setter
+    def units(self, value: np.ndarray) -> None:
+        self._units = value
+        self._floats: np.ndarray | None = None  # per_atom is derived lazily: planners read it often
+
+    @property
+    def per_atom(self) -> np.ndarray:
+        """``B_j`` per atom as floats (display and ordering; :attr:`units` is exact)."""
+        if self._floats is None:
+            if self._units.dtype == np.int64:  # int64 → float rounds to nearest; / 2^60 is exact
+                self._floats = self._units.astype(float) / UNITS_PER_EPSILON
+            else:
+                self._floats = np.array([to_epsilon(int(u)) for u in self._units.tolist()], dtype=float)
+        return self._floats
+
+    @property
+    def charge_units(self) -> int:
+        """``k · max_j B_j`` in units of ``2^-60``, exact."""
+        return self.k * int(self.units.max(initial=0))
+
+    @property
     def charge(self) -> float:
-        """``k · max_j B_j``: what this table adds to the system cost."""
-        return self.k * float(self.per_atom.max(initial=0.0))
+        """``k · max_j B_j``: what this table adds to the system cost (nearest float)."""
+        return to_epsilon(self.charge_units)
 
     def split(self, parent: np.ndarray) -> None:
         """Atoms were refined: atom ``i`` came from old atom ``parent[i]``."""
-        self.per_atom = self.per_atom[parent]
+        self.units = self.units[parent]
+
+    def increase_units(self, h: np.ndarray, alpha: float, sensitivity: float) -> int:
+        """Exact charge increase, in units, if ``h`` were released at budget ``alpha``."""
+        new = _plus(self.units, release_units(h, alpha, sensitivity))
+        return self.k * int(new.max(initial=0)) - self.charge_units
 
     def increase(self, h: np.ndarray, alpha: float, sensitivity: float) -> float:
-        """Charge increase if ``h`` (weights over atoms) were released at budget ``alpha``."""
-        new = self.per_atom + (alpha / sensitivity) * np.abs(h)
-        return self.k * float(new.max(initial=0.0)) - self.charge
+        """Charge increase if ``h`` (weights over atoms) were released at budget ``alpha`` (nearest float)."""
+        return to_epsilon(self.increase_units(h, alpha, sensitivity))
 
     def add(self, h: np.ndarray, alpha: float, sensitivity: float) -> None:
         """Record a release of ``h`` at budget ``alpha``."""
-        self.per_atom = self.per_atom + (alpha / sensitivity) * np.abs(h)
+        self.units = _plus(self.units, release_units(h, alpha, sensitivity))
 
     def copy(self) -> CellCosts:
         """An independent copy (for planning a statement before committing it)."""
         out = CellCosts(0, self.k)
-        out.per_atom = self.per_atom.copy()
+        out.units = self.units.copy()  # Python ints are immutable: a shallow copy is independent too
         return out

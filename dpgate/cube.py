@@ -454,7 +454,9 @@ class Cube:
         computed by generated SQL, plus column names and types.  Equal content gives equal
         fingerprints; any changed value changes it (up to hash collisions).  DuckDB's
         ``hash`` may change across DuckDB releases.  Never release the value: it is a
-        function of the private data.
+        function of the private data (a guessable one: knowing all rows but one, the
+        last can be enumerated against it).  The ledger stores only a keyed MAC of it
+        (``dpgate.ledger``), and no error message prints it.
         """
         h = hashlib.sha256()
         for t in self.schema.tables:

@@ -98,6 +98,12 @@ class Gateway:
             seeded release, and announced by a ``dpgate.Warning`` on the gateway's first
             seeded release.  ``None`` (default) uses OpenDP's secure sampler.
         dialect: sqlglot dialect of incoming SQL.
+        ledger_key: the ledger's secret key (bytes, or a key file path); default
+            ``<ledger>.key``, created with the ledger, owner-only.  The ledger stores
+            only a keyed MAC binding it to the data (``dpgate.ledger``).
+        new_ledger: start a new ledger at ``ledger`` although its anchor shows that a
+            previous one there was deleted (a fresh budget on the same data: only
+            when you mean it).
 
     Example:
         >>> import dpgate, dpgate.datasets
@@ -124,16 +130,21 @@ class Gateway:
         seed: int | None = None,
         *,
         dialect: str = "duckdb",
+        ledger_key: bytes | str | None = None,
+        new_ledger: bool = False,
     ):
         budget = positive_finite(budget, "budget", error=InvalidRequirement)
         self.policy = check_policy(policy)
         self.schema = Schema.load(schema)
         self.dialect = dialect
         self._cube = Cube(data, self.schema)
+        # A digest of the private data: the ledger stores only a keyed MAC of it, never the value.
         fingerprint = hashlib.sha256(
             f"{self._cube.fingerprint()}|{self.schema.fingerprint()}".encode()
         ).hexdigest()
-        self._ledger = ledger if isinstance(ledger, Ledger) else Ledger.open(ledger, fingerprint=fingerprint, budget=float(budget))
+        self._ledger = ledger if isinstance(ledger, Ledger) else Ledger.open(
+            ledger, fingerprint=fingerprint, budget=float(budget), key=ledger_key, new=new_ledger
+        )
         self._owns_ledger = not isinstance(ledger, Ledger)
         self._noise = noise_source(seed)
         self._tables: dict[str, TableState] = {}

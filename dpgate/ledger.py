@@ -4,11 +4,13 @@ Every noisy answer dpgate releases is first appended here and committed
 (fsync'd); only then may the gateway return it.  A crash at any instant can
 therefore lose at most answers that were never shown, never budget that was.
 
-Length: this module is about 700 lines on purpose.  Its crash and concurrency
+Length: this module is about 950 lines on purpose.  Its crash and concurrency
 argument — open and bind, take the lock, ``BEGIN IMMEDIATE``, read, append,
 commit before releasing, roll back on any error — runs through ``Ledger`` and
-``LedgerTransaction`` together, and an auditor should read it in one file.  The
-writer locks, which are independent of SQLite, live in :mod:`dpgate._ledger_lock`.
+``LedgerTransaction`` together — and so do the tamper checks woven into it — and an
+auditor should read it in one file.  The writer locks, which are independent of
+SQLite, live in :mod:`dpgate._ledger_lock`; the key, MACs and anchor files in
+:mod:`dpgate._ledger_key`.
 
 Storage choice — SQLite (stdlib ``sqlite3``) rather than DuckDB:
 
@@ -33,9 +35,22 @@ Guarantees:
 * Record ids increase in commit order (writers are serialised), so a reader
   that remembers the last id it saw misses nothing with
   ``records(since=last_id)``.
-* A ledger is bound to one data source + schema (``fingerprint``) and one total
-  budget, stored at creation; opening it with different ones raises
-  :class:`~dpgate.errors.LedgerError`.
+* A ledger is bound to one data source + schema and one total budget, stored at
+  creation; opening it with different ones raises :class:`~dpgate.errors.LedgerError`.
+  The binding is ``HMAC-SHA256(key, fingerprint)`` with a secret 32-byte key kept
+  outside the ledger (``<path>.key``, mode 0o600, or the operator's ``key=``): a
+  reader of the ledger file learns nothing about the data, and errors never print
+  the fingerprint or the binding.
+* Tamper evidence: every record carries a keyed MAC chained to the previous one
+  and to the budget header, verified on open and on every read of new records;
+  the chain head is copied after each commit to ``<path>.anchor`` next to the
+  key.  An edited, deleted or inserted record, a changed header, a ledger behind
+  its anchor (truncated, an older copy restored), a ledger file deleted or
+  replaced under a running process, or a missing ledger whose anchor records
+  releases is refused; a new ledger there needs ``new=True``.  A ledger *ahead*
+  of its anchor (a crash between commit and anchor write) is accepted.  The key
+  store is trusted: whoever can write both the ledger and the anchor can roll
+  both back.
 * Threads: each thread uses its own SQLite connection.  Writers first queue
   on a per-file lock (a thread lock, then ``flock`` on the sidecar file
   ``<path>-lock``) so waiting is prompt and one busy process cannot starve the
@@ -61,27 +76,50 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hmac
 import math
 import numbers
 import os
 import pathlib
+import secrets
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from dpgate._ledger_key import (
+    KEY_BYTES,
+    Anchor,
+    binding_mac,
+    create_key_files,
+    header_mac,
+    key_from_bytes,
+    read_anchor,
+    read_key,
+    record_mac,
+    write_anchor,
+)
 from dpgate._ledger_lock import MemoryLock, PathLock, lock_for
 from dpgate._validate import finite, nonnegative_finite, positive_finite, real
-from dpgate.errors import DPGateInternalError, InvalidRequirement, LedgerError, map_exceptions
+from dpgate.errors import (
+    DPGateInternalError,
+    InvalidArgumentType,
+    InvalidRequirement,
+    LedgerError,
+    map_exceptions,
+)
 
 __all__ = ["FORMAT_VERSION", "Ledger", "LedgerRecord", "LedgerTransaction"]
 
-FORMAT_VERSION = "1"
-"""Version of the on-disk schema, stored in the ``format_version`` meta key."""
+FORMAT_VERSION = "2"
+"""Version of the on-disk schema, stored in the ``format_version`` meta key.
+
+Version 2 stores a keyed binding and a keyed hash chain; version 1 ledgers
+stored an unkeyed digest of the data and are refused."""
 
 _DEFAULT_TIMEOUT = 60.0
 _BUDGET_TOLERANCE = 1e-9  # the ledger refuses cost_after > budget·(1 + tol) + tol
@@ -109,7 +147,8 @@ CREATE TABLE IF NOT EXISTS dpgate_records (
     cost_after  REAL    NOT NULL,
     secure      INTEGER NOT NULL CHECK (secure IN (0, 1)),
     created_at  TEXT    NOT NULL,
-    session     TEXT    NOT NULL
+    session     TEXT    NOT NULL,
+    mac         TEXT    NOT NULL
 ) STRICT
     """,
     """
@@ -204,18 +243,24 @@ class Ledger:
 
     Attributes:
         path: absolute path of the SQLite file, or ``None`` for in-memory.
-        fingerprint: the data source + schema fingerprint the ledger is bound to.
+        binding: the stored keyed MAC of the data source + schema fingerprint
+            (reveals nothing about the data without the key).
         budget: the total privacy budget the ledger is bound to.
         session: a fresh random id for this ``Ledger`` object, stored in the
             records it appends.
     """
 
-    def __init__(self, path: str | None, fingerprint: str, budget: float, timeout: float) -> None:
+    def __init__(self, path: str | None, budget: float, timeout: float, key: bytes | None) -> None:
         self.path = path
-        self.fingerprint = fingerprint
+        self.binding = ""
         self.budget = budget
         self.session = uuid.uuid4().hex
         self._timeout = timeout
+        self._key = key  # None: opened for audit without the key (read-only, unverified)
+        self._anchor_path = None if path is None else path + ".anchor"
+        self._head: Anchor = (0, "")  # the verified chain head (count, MAC); header MAC at 0
+        self._head_guard = threading.Lock()
+        self._file_id: tuple[int, int] | None = None
         self._closed = False
         self._local = threading.local()
         self._conns: list[tuple[int, sqlite3.Connection]] = []
@@ -234,29 +279,40 @@ class Ledger:
         fingerprint: str,
         budget: float,
         timeout: float = _DEFAULT_TIMEOUT,
+        key: bytes | str | os.PathLike[str] | None = None,
+        new: bool = False,
     ) -> Ledger:
         """Open (creating if needed) the ledger at ``path``, bound to data and budget.
 
         Args:
             path: the SQLite file (created if missing; its directory must exist),
-                or ``None`` for a private in-memory ledger.
-            fingerprint: fingerprint of the data source + schema, computed by
-                the gateway.  Stored on creation; must match on reopening.
+                or ``None`` for a private in-memory ledger (with a fresh random key).
+            fingerprint: digest of the data source + schema, computed by the
+                gateway.  Secret: only ``HMAC(key, fingerprint)`` is stored, and a
+                mismatch is reported without either value.
             budget: the total privacy budget, finite and > 0.  Stored on
                 creation; must match on reopening.
             timeout: seconds to wait for the write lock before raising
                 :class:`~dpgate.errors.LedgerError`.
+            key: the secret key: bytes (≥ 16), or the path of a key file.  Default:
+                ``<path>.key``, created with the ledger (mode 0o600).
+            new: start a new ledger where a previous one was deleted: without it,
+                a missing or empty ledger whose anchor (``<path>.anchor``) records
+                committed releases is refused, since its budget would silently
+                start again from zero.
 
         Returns:
             The open ledger.
 
         Raises:
             InvalidRequirement: if ``fingerprint``, ``budget`` or ``timeout`` is invalid.
+            InvalidArgument: if ``key`` is malformed.
             LedgerError: if the file is not a dpgate ledger, has another format
-                version, or is bound to another fingerprint or budget.
+                version, is bound to another data source or budget, fails its
+                tamper checks, or its key file is missing or readable by others.
         """
         if not isinstance(fingerprint, str) or not fingerprint:
-            raise InvalidRequirement(f"The ledger fingerprint must be a non-empty string, not {fingerprint!r}.")
+            raise InvalidRequirement("The ledger fingerprint must be a non-empty string.")
         budget = positive_finite(budget, "The budget", error=InvalidRequirement)
         # An infinite timeout (wait for ever) is allowed.
         if real(timeout, "The ledger timeout (seconds)", error=InvalidRequirement) <= 0:
@@ -268,30 +324,43 @@ class Ledger:
                 raise LedgerError(
                     f"Cannot create the ledger {resolved!r}: its directory does not exist."
                 )
-        ledger = cls(resolved, fingerprint, float(budget), float(timeout))
+        if not isinstance(new, bool):
+            raise InvalidArgumentType(f"new must be True or False, not {new!r}.")
+        secret = _resolve_key(resolved, key)
+        ledger = cls(resolved, float(budget), float(timeout), secret)
         try:
-            ledger._initialise()
+            ledger._initialise(fingerprint, new=new)
         except BaseException:
             ledger.close()
             raise
         return ledger
 
     @classmethod
-    def open_existing(cls, path: str | os.PathLike[str], *, timeout: float = _DEFAULT_TIMEOUT) -> Ledger:
-        """Open an existing ledger with the fingerprint and budget it stores (for audit tools).
+    def open_existing(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float = _DEFAULT_TIMEOUT,
+        key: bytes | str | os.PathLike[str] | None = None,
+    ) -> Ledger:
+        """Open an existing ledger with the binding and budget it stores (for audit tools).
 
         A gateway must use :meth:`open` with its own fingerprint, so that a
         mismatch is detected; this is for reading a ledger without its data.
+        With the key (``key``, or a readable ``<path>.key``) the chain and anchor
+        are verified and the ledger can be written; without it the records are
+        readable but unverified, and :meth:`transaction` is refused.
 
         Args:
             path: the SQLite file.
             timeout: seconds to wait for the write lock.
+            key: as for :meth:`open`.
 
         Returns:
             The open ledger.
 
         Raises:
-            LedgerError: if there is no ledger at ``path``.
+            LedgerError: if there is no ledger at ``path`` or it fails its checks.
         """
         where = os.path.abspath(os.fspath(path))
         if not os.path.isfile(where):
@@ -302,17 +371,30 @@ class Ledger:
                 meta = dict(con.execute("SELECT key, value FROM dpgate_meta"))
             finally:
                 con.close()
-        if "fingerprint" not in meta or "budget" not in meta:
-            raise LedgerError(f"{where!r} is not a complete dpgate ledger (its metadata is {meta}).")
+        if "budget" not in meta:
+            raise LedgerError(f"{where!r} is not a complete dpgate ledger (it has no budget).")
         try:
-            budget = float(meta["budget"])
+            budget = positive_finite(float(meta["budget"]), "The stored budget", error=LedgerError)
         except ValueError:
             raise LedgerError(f"{where!r} stores an invalid budget {meta['budget']!r}.") from None
-        return cls.open(where, fingerprint=meta["fingerprint"], budget=budget, timeout=timeout)
+        secret: bytes | None
+        try:
+            secret = _resolve_key(where, key)
+        except LedgerError:
+            if key is not None:
+                raise
+            secret = None  # audit without the key
+        ledger = cls(where, budget, float(timeout), secret)
+        try:
+            ledger._initialise(None, new=False)
+        except BaseException:
+            ledger.close()
+            raise
+        return ledger
 
     @property
     def meta(self) -> dict[str, str]:
-        """The stored metadata: ``format_version``, ``fingerprint``, ``budget``, ``created_at``."""
+        """The stored metadata: ``format_version``, ``binding``, ``budget``, ``created_at``, ``header_mac``."""
         conn = self._connection()
         if self.path is None:
             with self._mem_lock.threads:
@@ -320,7 +402,7 @@ class Ledger:
         with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
             return dict(self._retry(lambda: conn.execute("SELECT key, value FROM dpgate_meta").fetchall()))
 
-    def _initialise(self) -> None:
+    def _initialise(self, fingerprint: str | None, *, new: bool) -> None:
         conn = self._connection()
         where = self.path or "the in-memory ledger"
         with map_exceptions({sqlite3.DatabaseError: LedgerError}, f"Cannot open the ledger {where!r}: {{exc}}."):
@@ -333,26 +415,66 @@ class Ledger:
                         f"The ledger {where!r} cannot use SQLite's WAL mode (got {mode!r}); "
                         "put it on a local file system."
                     )
+                self._file_id = _file_id(self.path)
             # An existing ledger is checked without the write lock, so opening never
             # waits for another process's transaction; creating one takes the lock.
             meta = self._retry(lambda: self._read_meta(conn, where))
             if meta is None:
+                if fingerprint is None:
+                    raise LedgerError(f"{where!r} is not a complete dpgate ledger.")
                 with self._write_locked(conn):
                     meta = self._read_meta(conn, where)
                     if meta is None:
-                        for statement in _SCHEMA:  # not executescript(): it would COMMIT first
-                            conn.execute(statement)
-                        conn.executemany(
-                            "INSERT INTO dpgate_meta(key, value) VALUES (?, ?)",
-                            [
-                                ("format_version", FORMAT_VERSION),
-                                ("fingerprint", self.fingerprint),
-                                ("budget", repr(self.budget)),
-                                ("created_at", _now()),
-                            ],
-                        )
+                        self._create(conn, fingerprint, new=new)
                         return
-            self._check_meta(meta, where)
+            elif new:
+                raise LedgerError(
+                    f"new=True starts a ledger where none exists, but {where!r} is a ledger already. "
+                    "Open it without new=True, or (to start over on a fresh budget) move it away first."
+                )
+            if self._key is None and fingerprint is not None and self.path is not None:
+                # A process that created the ledger meanwhile made its key before the schema.
+                self._key = _resolve_key(self.path, None)
+            if self._key is None and fingerprint is not None:
+                raise LedgerError(
+                    f"The key file {where + '.key'!r} of the ledger {where!r} is missing, so its binding "
+                    "and integrity cannot be checked. Restore the key file (or pass the operator's key), "
+                    "or move the ledger away and start a new one."
+                )
+            self._check_meta(meta, where, fingerprint)
+            with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
+                self._retry(lambda: self._verified(conn, 0, check_anchor=True))
+
+    def _create(self, conn: sqlite3.Connection, fingerprint: str, *, new: bool) -> None:
+        """Under the write lock, in an empty database: write the schema and the budget header."""
+        where = self.path or "the in-memory ledger"
+        if self._key is None:
+            if self.path is None or self._anchor_path is None:
+                raise DPGateInternalError("an in-memory ledger always has a key")
+            self._key = create_key_files(self.path + ".key", self._anchor_path)
+        if self._anchor_path is not None:
+            anchor = read_anchor(self._anchor_path)
+            if anchor is not None and anchor[0] > 0 and not new:
+                raise LedgerError(
+                    f"The ledger {where!r} is missing or empty, but its anchor {self._anchor_path!r} says "
+                    f"{anchor[0]} releases were committed to it: it was deleted, truncated or replaced, "
+                    "and its spent budget would silently start again from zero. Restore the ledger file, "
+                    "or start a new ledger explicitly with new=True (Gateway(..., new_ledger=True))."
+                )
+            if anchor is None or anchor[0] > 0:  # an operator's key has no anchor yet; new=True resets it
+                write_anchor(self._anchor_path, (0, ""), durable=True)
+        for statement in _SCHEMA:  # not executescript(): it would COMMIT first
+            conn.execute(statement)
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "binding": binding_mac(self._key, fingerprint),
+            "budget": repr(self.budget),
+            "created_at": _now(),
+        }
+        meta["header_mac"] = header_mac(self._key, meta)
+        conn.executemany("INSERT INTO dpgate_meta(key, value) VALUES (?, ?)", list(meta.items()))
+        self.binding = meta["binding"]
+        self._head = (0, meta["header_mac"])
 
     @staticmethod
     def _read_meta(conn: sqlite3.Connection, where: str) -> dict[str, str] | None:
@@ -367,21 +489,24 @@ class Ledger:
             )
         return dict(conn.execute("SELECT key, value FROM dpgate_meta").fetchall())
 
-    def _check_meta(self, meta: dict[str, str], where: str) -> None:
+    def _check_meta(self, meta: dict[str, str], where: str, fingerprint: str | None) -> None:
         version = meta.get("format_version")
         if version != FORMAT_VERSION:
             raise LedgerError(
                 f"The ledger {where!r} has format version {version!r}; this dpgate reads "
-                f"version {FORMAT_VERSION!r}. Use a matching dpgate version or a new ledger path."
+                f"version {FORMAT_VERSION!r}. Use a matching dpgate version or a new ledger path"
+                + (" (version 1 ledgers stored an unkeyed digest of the data: archive and delete them)."
+                   if version == "1" else ".")
             )
-        stored_fp = meta.get("fingerprint")
-        if stored_fp != self.fingerprint:
-            raise LedgerError(
-                f"The ledger {where!r} belongs to data/schema fingerprint {stored_fp!r}, "
-                f"but this gateway's data and schema have fingerprint {self.fingerprint!r}. "
-                "Its budget was spent on other data: open the gateway on the original data "
-                "and schema, or use a new ledger path."
-            )
+        stored = meta.get("binding", "")
+        if self._key is not None and fingerprint is not None:
+            if not hmac.compare_digest(stored, binding_mac(self._key, fingerprint)):
+                raise LedgerError(
+                    f"The ledger {where!r} belongs to a different data source (or schema), or was "
+                    "created with another key. Its budget was spent on other data: open the gateway "
+                    "on the original data, schema and key, or use a new ledger path."
+                )
+        self.binding = stored
         try:
             stored_budget = float(meta.get("budget", "nan"))
         except ValueError:
@@ -392,6 +517,92 @@ class Ledger:
                 f"but budget={self.budget!r} was requested. A ledger's budget cannot change: "
                 f"pass budget={meta.get('budget')} or use a new ledger path."
             )
+        if self._key is None:
+            return
+        if not hmac.compare_digest(meta.get("header_mac", ""), header_mac(self._key, meta)):
+            raise LedgerError(
+                f"The header of the ledger {where!r} (its budget and binding) was modified, or the "
+                f"ledger was created with another key. {_NEW_LEDGER_HINT}"
+            )
+        with self._head_guard:
+            if self._head[0] == 0:
+                self._head = (0, meta["header_mac"])
+
+    # -- tamper evidence ---------------------------------------------------------
+
+    def _verified(self, conn: sqlite3.Connection, since: int, *, check_anchor: bool = False) -> tuple[LedgerRecord, ...]:
+        """The records with ``id > since``, after checking the chain up to the last one.
+
+        Records beyond the verified head are checked against their MACs; the head
+        record must still be there unchanged (no truncation or rollback under a
+        running process), and the file must be the one opened (not deleted or
+        replaced).  With ``check_anchor``, the ledger must also reach the anchor.
+        """
+        if isinstance(since, bool) or not isinstance(since, numbers.Integral):
+            raise InvalidRequirement(f"since must be an int record id, not {since!r}.")
+        where = self.path or "the in-memory ledger"
+        if self.path is not None and self._file_id is not None and _file_id(self.path) != self._file_id:
+            raise LedgerError(
+                f"The ledger file {where!r} was deleted or replaced while this process was using it; "
+                f"nothing more is answered from it. {_NEW_LEDGER_HINT}"
+            )
+        with self._head_guard:
+            count, mac = self._head
+        rows = conn.execute(
+            f"SELECT {_COLUMNS}, mac FROM dpgate_records WHERE id > ? ORDER BY id", (min(int(since), count),)
+        ).fetchall()
+        if self._key is not None:
+            head = conn.execute("SELECT mac FROM dpgate_records WHERE id = ?", (count,)).fetchone()
+            if count > 0 and (head is None or head[0] != mac):
+                raise LedgerError(
+                    f"The ledger {where!r} lost or changed records that this process had already "
+                    f"verified (it was truncated, rolled back or edited). {_NEW_LEDGER_HINT}"
+                )
+            fresh = [r for r in rows if r[0] > count]
+            for row in fresh:
+                expected = record_mac(self._key, mac, row[:-1])
+                if row[0] != count + 1 or not hmac.compare_digest(row[-1], expected):
+                    raise LedgerError(
+                        f"The ledger {where!r} fails its integrity check at record {count + 1}: a record "
+                        f"was deleted, inserted or modified. {_NEW_LEDGER_HINT}"
+                    )
+                count, mac = count + 1, row[-1]
+            with self._head_guard:
+                if count > self._head[0]:
+                    self._head = (count, mac)
+            if check_anchor and self._anchor_path is not None:
+                self._check_anchor(conn, where, count)
+        return tuple(_record(r[:-1]) for r in rows if r[0] > since)
+
+    def _check_anchor(self, conn: sqlite3.Connection, where: str, count: int) -> None:
+        if self._anchor_path is None:  # in memory: nothing outlives the process
+            return
+        anchor = read_anchor(self._anchor_path)
+        if anchor is None:
+            raise LedgerError(
+                f"The anchor {self._anchor_path!r} of the ledger {where!r} is missing, so a rolled-back "
+                "copy of the ledger could not be detected. Restore it from a backup, or move the ledger "
+                "and its key away and start a new ledger."
+            )
+        n, mac = anchor
+        if n == 0:
+            return
+        row = conn.execute("SELECT mac FROM dpgate_records WHERE id = ?", (n,)).fetchone()
+        if n > count or row is None or row[0] != mac:
+            raise LedgerError(
+                f"The ledger {where!r} is behind its anchor: {n} releases were committed, but the ledger "
+                f"holds {count} (or different ones). It was truncated or replaced by an older copy, which "
+                f"would silently give back spent budget. {_NEW_LEDGER_HINT}"
+            )
+
+    def _advance_anchor(self, head: Anchor) -> None:
+        """After a commit, under the write lock: record the new head next to the key."""
+        if self._anchor_path is None:
+            return
+        # Best effort: a commit whose anchor write fails leaves the ledger *ahead* of
+        # its anchor, which is accepted; the release itself is already durable.
+        with contextlib.suppress(OSError):
+            write_anchor(self._anchor_path, head)
 
     # -- connections -----------------------------------------------------------
 
@@ -444,8 +655,9 @@ class Ledger:
         return lock_for(self.path)
 
     @contextlib.contextmanager
-    def _write_locked(self, conn: sqlite3.Connection) -> Iterator[None]:
-        """Hold the in-process lock and SQLite's write lock; commit on success."""
+    def _write_locked(self, conn: sqlite3.Connection, committed: Callable[[], None] | None = None) -> Iterator[None]:
+        """Hold the in-process lock and SQLite's write lock; commit on success, then call
+        ``committed()`` still under the lock (it advances the anchor)."""
         if getattr(self._local, "in_transaction", False):
             raise LedgerError(
                 "A ledger transaction is already open in this thread; transactions do not nest."
@@ -482,6 +694,8 @@ class Ledger:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
                     raise
+            if committed is not None:
+                committed()
         finally:
             self._local.in_transaction = False
             lock.release()
@@ -505,9 +719,25 @@ class Ledger:
         Raises:
             LedgerError: on timeout, a nested transaction, or a failed commit.
         """
+        if self._key is None:
+            raise LedgerError(
+                f"The ledger {self.path!r} was opened for audit without its key; it cannot be written."
+            )
         conn = self._connection()
-        with self._write_locked(conn):  # in memory, the lock also guards the one connection
-            tx = LedgerTransaction(self, conn)
+        box: list[LedgerTransaction] = []
+
+        def committed() -> None:
+            with self._head_guard:
+                if box[0].head[0] > self._head[0]:
+                    self._head = box[0].head
+            if box[0].head[0] > box[0].start:
+                self._advance_anchor(box[0].head)
+
+        with self._write_locked(conn, committed):  # in memory, the lock also guards the one connection
+            with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
+                self._verified(conn, 2**62)
+            tx = LedgerTransaction(self, conn, self._head)
+            box.append(tx)
             try:
                 yield tx
             finally:
@@ -530,11 +760,11 @@ class Ledger:
             if not self._mem_lock.acquire(self._timeout):
                 raise LedgerError(f"Timed out after {self._timeout:g} s waiting for the in-memory ledger.")
             try:
-                return _select(conn, since)
+                return self._verified(conn, since)
             finally:
                 self._mem_lock.release()
         with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
-            return self._retry(lambda: _select(conn, since))
+            return self._retry(lambda: self._verified(conn, since))
 
     def _read_failed(self, exc: BaseException) -> str:
         return (
@@ -567,16 +797,18 @@ class Ledger:
 
     def __repr__(self) -> str:
         where = self.path or "in memory"
-        return f"<Ledger {where} fingerprint={self.fingerprint!r} budget={self.budget!r}>"
+        return f"<Ledger {where} budget={self.budget!r}>"
 
 
 class LedgerTransaction:
     """A handle on an open :meth:`Ledger.transaction`; use it only inside the block."""
 
-    def __init__(self, ledger: Ledger, conn: sqlite3.Connection) -> None:
+    def __init__(self, ledger: Ledger, conn: sqlite3.Connection, head: Anchor) -> None:
         self._ledger = ledger
         self._conn = conn
         self._open = True
+        self.start = head[0]
+        self.head = head  # the chain head including this transaction's appends
 
     def _check(self) -> None:
         if not self._open:
@@ -595,7 +827,13 @@ class LedgerTransaction:
             The records, ordered by id.
         """
         self._check()
-        return _select(self._conn, since)
+        if isinstance(since, bool) or not isinstance(since, numbers.Integral):
+            raise InvalidRequirement(f"since must be an int record id, not {since!r}.")
+        # Verified up to the transaction's start; the rest are this transaction's own appends.
+        rows = self._conn.execute(
+            f"SELECT {_COLUMNS} FROM dpgate_records WHERE id > ? ORDER BY id", (int(since),)
+        ).fetchall()
+        return tuple(_record(r) for r in rows)
 
     def append(
         self,
@@ -665,17 +903,16 @@ class LedgerTransaction:
                 f"refusing to record a release with system cost {reals['cost_after']!r} "
                 f"above the ledger's budget {led.budget!r}"
             )
-        cur = self._conn.execute(
-            "INSERT INTO dpgate_records(kind, table_name, query, sql, alpha, sensitivity, scale, "
-            "lattice, noise, value, cost_after, secure, created_at, session) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (kind, table, query, sql, reals["alpha"], reals["sensitivity"], reals["scale"],
-             reals["lattice"], noise, reals["value"], reals["cost_after"], int(bool(secure)),
-             created_at, session),
-        )  # fmt: skip
-        rid = cur.lastrowid
-        if rid is None:
-            raise DPGateInternalError("SQLite returned no id for an appended ledger record")
+        if led._key is None:
+            raise DPGateInternalError("a transaction was opened on a ledger without its key")
+        rid = self.head[0] + 1
+        row = (rid, kind, table, query, sql, reals["alpha"], reals["sensitivity"], reals["scale"],
+               reals["lattice"], noise, reals["value"], reals["cost_after"], int(bool(secure)),
+               created_at, session)  # fmt: skip
+        mac = record_mac(led._key, self.head[1], row)
+        self._conn.execute(f"INSERT INTO dpgate_records({_COLUMNS}, mac) VALUES ({', '.join('?' * 16)})",
+                           (*row, mac))
+        self.head = (rid, mac)
         return LedgerRecord(
             id=int(rid), kind=kind, table=table, query=query, sql=sql, alpha=reals["alpha"],
             sensitivity=reals["sensitivity"], scale=reals["scale"], lattice=reals["lattice"],
@@ -684,13 +921,33 @@ class LedgerTransaction:
         )  # fmt: skip
 
 
-def _select(conn: sqlite3.Connection, since: int) -> tuple[LedgerRecord, ...]:
-    if isinstance(since, bool) or not isinstance(since, numbers.Integral):
-        raise InvalidRequirement(f"since must be an int record id, not {since!r}.")
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM dpgate_records WHERE id > ? ORDER BY id", (int(since),)
-    ).fetchall()
-    return tuple(_record(r) for r in rows)
+_NEW_LEDGER_HINT = (
+    "Refusing to continue, since that could give back spent budget. Restore the ledger (and its "
+    "anchor) from a backup, or move them away and start a new ledger explicitly with new=True "
+    "(Gateway(..., new_ledger=True))."
+)
+
+
+def _resolve_key(path: str | None, key: bytes | str | os.PathLike[str] | None) -> bytes | None:
+    """The ledger key: the operator's bytes or key file, else ``<path>.key`` (``None`` if missing)."""
+    if isinstance(key, (bytes, bytearray)):
+        return key_from_bytes(key)
+    if key is not None:
+        if not isinstance(key, (str, os.PathLike)):
+            raise InvalidArgumentType(f"ledger_key must be bytes or a key file path, not {type(key).__name__}.")
+        return read_key(os.path.abspath(os.fspath(key)))
+    if path is None:
+        return secrets.token_bytes(KEY_BYTES)  # in memory: a fresh key per ledger
+    default = path + ".key"
+    return read_key(default) if os.path.lexists(default) else None
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _now() -> str:

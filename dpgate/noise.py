@@ -402,8 +402,15 @@ def release(
             "positive finite float; use a less extreme alpha."
         )
     gamma, mult = lattice_for(scale, denominator)
-    # t from the exact S/α (not the rounded b): the realised ε = S·d·2^k / t ≤ α exactly.
-    t = _ceil_to_float(Fraction(sensitivity) / Fraction(alpha) * denominator * mult)
+    # One row moves the integer numerator by a whole number ≤ S·d.  A gateway's S is
+    # max|num|/d rounded to a float, possibly just below it: an S·d within 2^-50 below an
+    # integer n is taken as n.  t from the exact value over α (not the rounded b): the
+    # realised ε = (S·d)·2^k / t ≤ α exactly.
+    steps = Fraction(sensitivity) * denominator
+    nearest = math.ceil(steps)
+    if nearest - steps <= steps / 2**50:
+        steps = Fraction(nearest)
+    t = _ceil_to_float(steps * mult / Fraction(alpha))
     z = source.discrete_laplace(t)
     if not isinstance(z, int):
         raise DPGateInternalError(f"noise source {source!r} returned {z!r}, not an int")

@@ -6,13 +6,16 @@ dpgate.inference.system_cost, on random histories.
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from dpgate.accounting import CellCosts
+from dpgate.accounting import UNITS_PER_EPSILON, CellCosts
 from dpgate.inference import system_cost
 
 
@@ -106,3 +109,47 @@ def test_copy_is_independent() -> None:
     assert costs.charge == pytest.approx(0.2)
     assert plan.charge == pytest.approx(1.2)
     assert plan.k == costs.k == 2
+
+
+# -- issue 13, finding 7: exact accounting -------------------------------------------------------
+
+
+def test_tiny_releases_are_never_absorbed() -> None:
+    """On 722f926 the float sum stayed at 86.0 after 169 releases of α = 3e-16 (this failed)."""
+    costs = CellCosts(2)
+    costs.add(np.array([1.0, 0.0]), 86.0, 1.0)
+    before, before_units = costs.charge, costs.charge_units
+    for _ in range(169):
+        assert costs.increase_units(np.array([1.0, 1.0]), 3e-16, 1.0) > 0
+        costs.add(np.array([1.0, 1.0]), 3e-16, 1.0)
+    assert costs.charge_units - before_units >= 169 * 3e-16 * UNITS_PER_EPSILON
+    assert costs.charge > before
+    assert costs.charge >= 86.0 + 169 * 3e-16 - 2e-14  # the display value moves too
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.floats(1e-18, 10.0), st.integers(1, 7), st.integers(1, 7)), min_size=1, max_size=20))
+def test_costs_round_up_never_down(releases: list[tuple[float, int, int]]) -> None:
+    """Exact units ≥ the exact rational Σ α·|num_j|/max|num| (outward rounding), and close to it."""
+    costs = CellCosts(2)
+    exact = [Fraction(0), Fraction(0)]
+    for alpha, a, b in releases:
+        d = 3  # a denominator whose weights are not floats
+        h = np.array([a / d, b / d])
+        costs.add(h, alpha, max(a, b) / d)
+        for j, n in enumerate((a, b)):
+            exact[j] += Fraction(alpha) * Fraction(n, max(a, b))
+    for units, e in zip(costs.units.tolist(), exact, strict=True):
+        assert Fraction(units, UNITS_PER_EPSILON) >= e
+        assert Fraction(units, UNITS_PER_EPSILON) - e <= e * Fraction(1, 2**48) + Fraction(len(releases), 2**60)
+
+
+def test_large_costs_switch_to_unbounded_integers_exactly() -> None:
+    costs = CellCosts(3)
+    costs.add(np.array([1.0, 1.0, 0.0]), 3.5, 1.0)
+    assert costs.units.dtype == np.int64
+    costs.add(np.array([1.0, 0.0, 0.0]), 1e9, 1.0)  # beyond int64 in units of 2^-60
+    costs.add(np.array([1.0, 0.0, 0.0]), 3e-16, 1.0)
+    assert costs.charge_units == (Fraction(1e9) + Fraction(3.5)) * UNITS_PER_EPSILON + math.ceil(
+        Fraction(3e-16) * UNITS_PER_EPSILON)
+    np.testing.assert_array_equal(costs.per_atom, [1e9 + 3.5, 3.5, 0.0])
