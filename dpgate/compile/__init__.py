@@ -104,6 +104,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
 
 from dpgate.compile.post import PostProcess
 from dpgate.compile.stages import MAX_GROUPS, STAGES, CompiledStatement, Output, compile_tree
@@ -123,8 +124,6 @@ from dpgate.compile.statement import (
     split_check,
     tokenize,
 )
-from sqlglot.errors import SqlglotError
-
 from dpgate.errors import InvalidArgumentType, QuerySyntaxError, QueryTooComplex, UnsupportedQuery, map_exceptions
 from dpgate.query import LinearQuery
 from dpgate.schema import Schema
