@@ -48,6 +48,7 @@ import math
 import os
 import reprlib
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -140,8 +141,7 @@ class Column:
                     "a declared category with that name would be indistinguishable from it — rename it."
                 )
             if len(set(self.values)) != len(self.values):
-                seen: set[str] = set()
-                dup = sorted({v for v in self.values if v in seen or seen.add(v)})
+                dup = sorted({v for v, n in Counter(self.values).items() if n > 1})
                 raise SchemaError(f"{where}: 'values' has duplicates: {_brief(dup)}.")
         elif self.kind != "boolean":
             raise SchemaError(

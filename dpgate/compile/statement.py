@@ -57,6 +57,8 @@ _OPERATORS = frozenset({
     TokenType.AND, TokenType.OR, TokenType.NOT, TokenType.XOR, TokenType.PLUS, TokenType.DASH,
     TokenType.STAR, TokenType.SLASH, TokenType.MOD, TokenType.DPIPE,
 })
+# After these a ``*`` is COUNT(*) or SELECT * / t.*, not a multiplication.
+_BEFORE_STAR = frozenset({TokenType.L_PAREN, TokenType.SELECT, TokenType.COMMA, TokenType.DOT})
 
 #: Values of the ``method`` option: ``exact`` (the default: guaranteed answers from
 #: history or fresh measurements) or a free, biased, model-based estimate
@@ -117,6 +119,7 @@ def check_complexity(tokens: list[Token]) -> None:
             "split it into smaller queries."
         )
     depth = deepest = operators = 0
+    previous: TokenType | None = None
     for tok in tokens:
         kind = tok.token_type
         if kind in (TokenType.L_PAREN, TokenType.CASE):
@@ -124,8 +127,9 @@ def check_complexity(tokens: list[Token]) -> None:
             deepest = max(deepest, depth)
         elif kind in (TokenType.R_PAREN, TokenType.END):
             depth = max(depth - 1, 0)
-        elif kind in _OPERATORS:
+        elif kind in _OPERATORS and not (kind == TokenType.STAR and previous in _BEFORE_STAR):
             operators += 1
+        previous = kind
     if deepest > MAX_NESTING_DEPTH:
         raise QueryTooComplex(
             f"the SQL text nests parentheses and CASE blocks {deepest} deep, more than the limit of "
