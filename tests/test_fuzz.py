@@ -1,7 +1,7 @@
 """Fuzz the gateway's inputs (issue 13, acceptance): only ``dpgate.Error`` escapes.
 
 Hypothesis generates, deterministically (``derandomize=True``), 10 400 inputs
-in total (about 90 s on one core; most cases stop at the compiler, which is
+in total (about 70 s on one core; most cases stop at the compiler, which is
 where the SQL text is checked, and a sample goes through the whole gateway):
 
 * near-valid SQL from a small grammar over the declared PUMS schema (aggregates,
