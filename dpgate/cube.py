@@ -35,6 +35,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpgate._cube_sql import BoundColumn, disjunction, leaf_count, set_condition, type_class
+from dpgate._frame_check import check_frame_values
 from dpgate.errors import (
     DPGateInternalError,
     InvalidArgument,
@@ -129,6 +130,10 @@ class Cube:
                     "data must be a DuckDB file path, a duckdb connection, a pandas DataFrame or a "
                     f"dict of DataFrames, got {type(data).__name__}."
                 )
+            for name, df in frames.items():
+                table = next((t for t in self.schema.tables if t.name.lower() == str(name).lower()), None)
+                if table is not None:
+                    check_frame_values(df, table)
             self._con = duckdb.connect(":memory:")
             for name, df in frames.items():
                 self._con.register(str(name), df)

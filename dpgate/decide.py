@@ -97,6 +97,16 @@ def meets(halfwidth: float, accuracy: float) -> bool:
     return halfwidth <= accuracy * (1.0 + ACCURACY_RTOL)
 
 
+#: Smallest noise scale a release is planned at.  An accuracy so fine that it needs a
+#: smaller scale (e.g. 1e-300) costs at least ``S·2^40 ≈ 1.1e12·S`` here, which any real
+#: budget refuses with ``BudgetExhausted``; without the floor the scale rounds to 0.
+MIN_SCALE = 2.0**-40
+#: Largest noise scale a release is planned at.  A coarser accuracy (e.g. 1e17) is met
+#: by this scale for ``S·2^-40`` of budget; beyond it the lattice ratio ``exp(−γ/b)``
+#: rounds to 1 and no interval could be certified.
+MAX_SCALE = 2.0**40
+
+
 def paper_scale(accuracy: float, confidence: float) -> float:
     """Xiao & Xiong (2012)'s Theorem 5.3 scale ``ε/ln(1/δ)`` for dpgate's discrete noise.
 
@@ -274,10 +284,11 @@ def _candidates(
     policy: str,
 ) -> list[tuple[float, int, list[Measurement]]]:
     """``(cost increase, tie rank, measurements)`` for every viable candidate."""
-    paper = paper_scale(accuracy, confidence)
+    paper = min(max(paper_scale(accuracy, confidence), MIN_SCALE), MAX_SCALE)
     scale = paper
     if policy == "minimal":
-        found = minimal_scale(blue, h, h, accuracy, confidence, lattice=_lattice_step(q.denominator))
+        found = minimal_scale(blue, h, h, accuracy, confidence, lattice=_lattice_step(q.denominator),
+                              max_scale=MAX_SCALE)
         if found is not None:
             scale = max(scale, found)
     parts = [measurement(state, q, scale)]
@@ -294,8 +305,8 @@ def _candidates(
             continue  # leaving out an atom no more charged than the rest cannot help
         h_keep = np.where(keep, h, 0.0)
         part_q = state.atom_query(q, keep)
-        b = minimal_scale(blue, h, h_keep, accuracy, confidence, 
-                          lattice=_lattice_step(part_q.denominator))
+        b = minimal_scale(blue, h, h_keep, accuracy, confidence,
+                          lattice=_lattice_step(part_q.denominator), max_scale=MAX_SCALE)
         if b is not None and math.isfinite(b):
             parts = [measurement(state, part_q, b)]
             out.append((_price(costs, parts), 2, parts))
@@ -347,7 +358,9 @@ def _common_scale(
     lo = hi = start
     if enough(start):
         for _ in range(30):
-            hi *= 2.0
+            if hi >= MAX_SCALE:
+                return MAX_SCALE
+            hi = min(hi * 2.0, MAX_SCALE)
             if not enough(hi):
                 break
             lo = hi

@@ -20,7 +20,8 @@
                │    │    └── InvalidArgumentType   an argument of the wrong type (also a TypeError)
                │    ├── SchemaError          the declared domain is invalid or missing
                │    └── UnsupportedQuery     parsed SQL that dpgate refuses
-               │         └── QuerySyntaxError   SQL that does not parse
+               │         ├── QuerySyntaxError   SQL that does not parse
+               │         └── QueryTooComplex    SQL longer or more deeply nested than dpgate's limits
                └── NotSupportedError  PEP 249
                     └── NotEstimable         history cannot answer and no budget may be spent
 
@@ -53,6 +54,7 @@ __all__ = [
     "SchemaError",
     "UnsupportedQuery",
     "QuerySyntaxError",
+    "QueryTooComplex",
     "BudgetExhausted",
     "LedgerError",
     "InvalidRequirement",
@@ -130,6 +132,15 @@ class UnsupportedQuery(NotSupportedError, ProgrammingError):
 
 class QuerySyntaxError(UnsupportedQuery):
     """The SQL text does not parse; the message carries sqlglot's position."""
+
+
+class QueryTooComplex(UnsupportedQuery):
+    """The SQL text exceeds a size or nesting limit of the compiler.
+
+    The limits (``dpgate.compile.statement.MAX_SQL_LENGTH``, ``MAX_TOKENS``,
+    ``MAX_NESTING_DEPTH``, ``MAX_OPERATORS``) are checked on the tokens, before
+    the parser recurses; the message names the limit and the value found.
+    """
 
 
 class BudgetExhausted(OperationalError):

@@ -17,6 +17,7 @@ from dpgate.errors import InvalidRequirement
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
+    "MIN_CONFIDENCE",
     "Requirement",
     "hinted",
     "resolve_accuracy",
@@ -26,6 +27,9 @@ __all__ = [
 
 #: Confidence 1−δ when no level of a requirement gives one.
 DEFAULT_CONFIDENCE = 0.95
+#: Lowest confidence accepted: an interval that misses the truth more often than it
+#: covers it is no accuracy guarantee (and at levels near 0 the noise scale overflows).
+MIN_CONFIDENCE = 0.5
 
 
 @dataclass(frozen=True)
@@ -95,11 +99,16 @@ def resolve_confidence(*levels: Mapping[str, object]) -> float:
     """The confidence of ``levels`` (most specific first), else :data:`DEFAULT_CONFIDENCE`; validated.
 
     Raises:
-        InvalidRequirement: the value is not a number strictly between 0 and 1.
+        InvalidRequirement: the value is not a number in [:data:`MIN_CONFIDENCE`, 1).
     """
     given = _first(levels, "confidence")
     value = DEFAULT_CONFIDENCE if given is None else given
-    return probability(value, "confidence (1−δ)", error=InvalidRequirement)
+    conf = probability(value, "confidence (1−δ)", error=InvalidRequirement)
+    if conf < MIN_CONFIDENCE:
+        raise InvalidRequirement(
+            f"confidence (1−δ) must lie in [{MIN_CONFIDENCE}, 1), got {value!r}; ask for e.g. confidence=0.95."
+        )
+    return conf
 
 
 def _first(levels: Sequence[Mapping[str, object]], name: str) -> object:

@@ -46,6 +46,8 @@ import hashlib
 import json
 import math
 import os
+import reprlib
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -67,6 +69,13 @@ OTHER_LABEL = "<other>"
 #: Largest number of cells one column may declare (keeps cell indices in int64
 #: arithmetic and group-by outputs sane).
 MAX_COLUMN_CELLS = 10_000_000
+#: Most values one categorical column may declare, and most bin edges of a binned one
+#: (a declaration is written by hand or generated from a code list; a YAML alias bomb is not).
+MAX_DECLARED_VALUES = 100_000
+#: Longest rendering of a declared value echoed in an error message.
+_ECHO_CHARS = 200
+_ECHO = reprlib.Repr()
+_ECHO.maxlevel, _ECHO.maxlist, _ECHO.maxtuple, _ECHO.maxdict, _ECHO.maxstring, _ECHO.maxother = 2, 10, 10, 5, 60, 60
 
 
 @dataclass(frozen=True)
@@ -89,7 +98,10 @@ class Column:
     values: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        where = f"column {self.name!r}"
+        where = f"column {_brief(self.name)}"
+        for key, bound in (("min", self.min), ("max", self.max)):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)):
+                raise SchemaError(f"{where}: {key!r} must be an integer, got {_brief(bound)}.")
         if self.kind == "integer":
             if self.min is None or self.max is None:
                 raise SchemaError(f"{where}: an integer column needs both 'min' and 'max'.")
@@ -101,6 +113,10 @@ class Column:
                     "declare 'bins' to coarsen it."
                 )
         elif self.kind == "binned":
+            if len(self.edges) > MAX_DECLARED_VALUES:
+                raise SchemaError(
+                    f"{where}: {len(self.edges)} bin edges, more than the limit of {MAX_DECLARED_VALUES}."
+                )
             if len(self.edges) < 2:
                 raise SchemaError(f"{where}: 'bins' needs at least two edges, got {list(self.edges)}.")
             if not all(math.isfinite(e) for e in self.edges):
@@ -110,8 +126,22 @@ class Column:
         elif self.kind == "categorical":
             if not self.values:
                 raise SchemaError(f"{where}: a categorical column needs a non-empty 'values' list.")
+            if len(self.values) > MAX_DECLARED_VALUES:
+                raise SchemaError(
+                    f"{where}: {len(self.values)} declared values, more than the limit of {MAX_DECLARED_VALUES}; "
+                    "declare the frequent values and let the rest fall into the other cell."
+                )
+            bad = next((v for v in self.values if not isinstance(v, str) or not _encodable(v)), None)
+            if bad is not None:
+                raise SchemaError(f"{where}: every declared value must be a valid Unicode string, got {_brief(bad)}.")
+            if OTHER_LABEL in self.values:
+                raise SchemaError(
+                    f"{where}: the declared value {OTHER_LABEL!r} is the label of the cell of undeclared values; "
+                    "a declared category with that name would be indistinguishable from it — rename it."
+                )
             if len(set(self.values)) != len(self.values):
-                raise SchemaError(f"{where}: 'values' has duplicates: {list(self.values)}.")
+                dup = sorted({v for v, n in Counter(self.values).items() if n > 1})
+                raise SchemaError(f"{where}: 'values' has duplicates: {_brief(dup)}.")
         elif self.kind != "boolean":
             raise SchemaError(
                 f"{where}: unknown type {self.kind!r}; use integer, numeric (with bins), categorical or boolean."
@@ -193,7 +223,9 @@ class Column:
         """Build a column from its declaration (see the module docstring)."""
         where = f"table {table!r}, column {name!r}"
         if not isinstance(spec, Mapping):
-            raise SchemaError(f"{where}: expected a mapping like {{type: integer, min: 0, max: 100}}, got {spec!r}.")
+            raise SchemaError(
+                f"{where}: expected a mapping like {{type: integer, min: 0, max: 100}}, got {_brief(spec)}."
+            )
         known = {"type", "min", "max", "bins", "values", "nullable", "description"}
         unknown = set(spec) - known
         if unknown:
@@ -217,6 +249,16 @@ class Column:
                 values = spec.get("values")
                 if not isinstance(values, (list, tuple)) or not values:
                     raise SchemaError(f"{where}: a categorical column needs a non-empty 'values' list.")
+                if len(values) > MAX_DECLARED_VALUES:
+                    raise SchemaError(
+                        f"{where}: {len(values)} declared values, more than the limit of {MAX_DECLARED_VALUES}."
+                    )
+                nested = next((v for v in values if isinstance(v, (list, tuple, dict, set))), None)
+                if nested is not None:
+                    raise SchemaError(
+                        f"{where}: 'values' must list scalar values (strings or numbers), got a "
+                        f"{type(nested).__name__}: {_brief(nested)}."
+                    )
                 return cls(name, "categorical", values=tuple(str(v) for v in values))
             if kind in ("boolean", "bool"):
                 return cls(name, "boolean")
@@ -253,13 +295,13 @@ class Table:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise SchemaError(f"table {self.name!r}: columns declared twice (names are case-insensitive): {dup}.")
-        if not isinstance(self.max_rows_per_individual, int) or self.max_rows_per_individual < 1:
+        mrpi = self.max_rows_per_individual
+        if isinstance(mrpi, bool) or not isinstance(mrpi, int) or mrpi < 1:  # True is an int, but not a count
             raise SchemaError(
-                f"table {self.name!r}: max_rows_per_individual must be an integer ≥ 1, "
-                f"got {self.max_rows_per_individual!r}."
+                f"table {self.name!r}: max_rows_per_individual must be an integer ≥ 1, got {_brief(mrpi)}."
             )
-        if self.rows is not None and (not isinstance(self.rows, int) or self.rows < 0):
-            raise SchemaError(f"table {self.name!r}: rows must be a non-negative integer, got {self.rows!r}.")
+        if self.rows is not None and (isinstance(self.rows, bool) or not isinstance(self.rows, int) or self.rows < 0):
+            raise SchemaError(f"table {self.name!r}: rows must be a non-negative integer, got {_brief(self.rows)}.")
 
     def column(self, name: str) -> Column:
         """The column called ``name`` (case-insensitive); SchemaError names the declared ones."""
@@ -431,18 +473,39 @@ class Schema:
         return cls((table,))
 
 
+def _brief(v: Any) -> str:
+    """A bounded ``repr(v)`` (:data:`_ECHO_CHARS` characters at most, nesting and lists cut
+    short), so a huge or self-referencing declaration cannot flood an error message."""
+    text = _ECHO.repr(v)
+    return text if len(text) <= _ECHO_CHARS else text[: _ECHO_CHARS - 1] + "…"
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` has no lone surrogate (it must be stored as UTF-8 in the ledger)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _as_int(v: Any, where: str, key: str) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer():
-        raise SchemaError(f"{where}: {key!r} must be an integer, got {v!r}.")
+        raise SchemaError(f"{where}: {key!r} must be an integer, got {_brief(v)}.")
     return int(v)
 
 
 def _edges(v: Any, where: str) -> tuple[float, ...]:
     if not isinstance(v, (list, tuple)) or len(v) < 2:
-        raise SchemaError(f"{where}: 'bins' must be a list of at least two increasing edges, got {v!r}.")
-    out = [finite(e, f"{where}: every bin edge (in {v!r})", error=SchemaError) for e in v]
+        raise SchemaError(f"{where}: 'bins' must be a list of at least two increasing edges, got {_brief(v)}.")
+    if len(v) > MAX_DECLARED_VALUES:
+        raise SchemaError(f"{where}: {len(v)} bin edges, more than the limit of {MAX_DECLARED_VALUES}.")
+    nested = next((e for e in v if isinstance(e, (list, tuple, dict, set))), None)
+    if nested is not None:
+        raise SchemaError(f"{where}: every bin edge must be a number, got {_brief(nested)}.")
+    out = [finite(e, f"{where}: every bin edge", error=SchemaError) for e in v]
     if any(b <= a for a, b in zip(out, out[1:], strict=False)):
-        raise SchemaError(f"{where}: bin edges must increase strictly, got {v!r}.")
+        raise SchemaError(f"{where}: bin edges must increase strictly, got {_brief(v)}.")
     return tuple(out)
 
 

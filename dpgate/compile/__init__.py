@@ -104,6 +104,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
 
 from dpgate.compile.post import PostProcess
 from dpgate.compile.stages import MAX_GROUPS, STAGES, CompiledStatement, Output, compile_tree
@@ -114,6 +115,8 @@ from dpgate.compile.statement import (
     SET_OPTIONS,
     SetOption,
     bind,
+    check_complexity,
+    check_length,
     dialect_of,
     hints,
     parse,
@@ -121,7 +124,7 @@ from dpgate.compile.statement import (
     split_check,
     tokenize,
 )
-from dpgate.errors import InvalidArgumentType, UnsupportedQuery
+from dpgate.errors import InvalidArgumentType, QuerySyntaxError, QueryTooComplex, UnsupportedQuery, map_exceptions
 from dpgate.query import LinearQuery
 from dpgate.schema import Schema
 
@@ -174,11 +177,44 @@ def compile_statement(
     schema = Schema.load(schema)
     if not sql.strip():
         raise UnsupportedQuery("the SQL text is empty; send one SELECT statement.")
+    check_length(sql)
     d = dialect_of(dialect)
-    tokens = tokenize(sql, d)
-    found = hints(tokens, sql)
-    split_check(tokens)
-    tree = bind(parse(sql, d), params)
-    if isinstance(tree, exp.Set):
-        return set_option(tree)
-    return compile_tree(tree, schema, dialect, hints=found, sql=sql)
+    # The limits are checked on the tokens before the parser recurses; the mapping
+    # is the last line of defence, so that no exception of sqlglot (nor a recursion
+    # error from a shape the limits did not foresee) reaches the caller.
+    with map_exceptions(_SQLGLOT_FAILURES, _sqlglot_failure):
+        tokens = tokenize(sql, d)
+        check_complexity(tokens)
+        found = hints(tokens, sql)
+        split_check(tokens)
+        tree = bind(parse(sql, d), params)
+        if isinstance(tree, exp.Set):
+            return set_option(tree)
+        return compile_tree(tree, schema, dialect, hints=found, sql=sql)
+
+
+# sqlglot raises its own errors, and plain ValueError / TypeError / KeyError /
+# AttributeError (e.g. "Unsupported expression type Final" when a dialect-specific
+# node is rendered), and Python a RecursionError on a tree deeper than the limits foresee.
+_SQLGLOT_FAILURES: dict[type[BaseException], type[UnsupportedQuery]] = {
+    RecursionError: QueryTooComplex,
+    SqlglotError: QuerySyntaxError,
+    ValueError: UnsupportedQuery,
+    TypeError: UnsupportedQuery,
+    KeyError: UnsupportedQuery,
+    AttributeError: UnsupportedQuery,
+}
+
+
+def _sqlglot_failure(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return (
+            "the SQL text is nested too deeply for the parser (Python's recursion limit was reached); "
+            "remove redundant parentheses, NOTs or nested CASEs, or split the query."
+        )
+    if isinstance(exc, SqlglotError):
+        return f"SQL syntax error: {str(exc)[:300]}. Check the statement's syntax."
+    return (
+        f"dpgate cannot compile this SQL ({type(exc).__name__}: {str(exc)[:300]}); it uses a construct the "
+        "compiler does not support — write one SELECT of COUNT/SUM over one declared table."
+    )

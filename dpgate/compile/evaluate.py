@@ -112,20 +112,32 @@ class Evaluator:
         return col
 
     def columns_in(self, node: exp.Expr) -> frozenset[str]:
-        """Declared names of the columns an expression reads (one bottom-up pass, cached per node)."""
+        """Declared names of the columns an expression reads (one bottom-up pass, cached per node).
+
+        Iterative (an explicit post-order stack), so a deep tree cannot exhaust
+        Python's recursion limit here.
+        """
         got = self._cols.get(id(node))
         if got is not None:
             return got
-        if isinstance(node, exp.Column):
-            out = frozenset((self.column(node).name,))
-        else:
-            out = frozenset()
-            for child in children(node):
-                sub = self.columns_in(child)
-                if sub:
-                    out = out | sub if out else sub
-        self._cols[id(node)] = out
-        return out
+        stack: list[tuple[exp.Expr, bool]] = [(node, False)]
+        while stack:
+            current, expanded = stack.pop()
+            if id(current) in self._cols:
+                continue
+            if isinstance(current, exp.Column):
+                self._cols[id(current)] = frozenset((self.column(current).name,))
+            elif not expanded:
+                stack.append((current, True))
+                stack.extend((child, False) for child in children(current) if id(child) not in self._cols)
+            else:
+                out: frozenset[str] = frozenset()
+                for child in children(current):
+                    sub = self._cols[id(child)]
+                    if sub:
+                        out = out | sub if out else sub
+                self._cols[id(current)] = out
+        return self._cols[id(node)]
 
     # -- phase 1 -------------------------------------------------------------------
     def prepare(self, node: exp.Expr) -> None:

@@ -282,7 +282,7 @@ def resolve_table(c: Compilation) -> None:
         fn = t.this if isinstance(t, exp.Table) else t
         name = fn.sql_name() if isinstance(fn, exp.Func) and not isinstance(fn, exp.Anonymous) else getattr(fn, "name", "")
         raise UnsupportedQuery(
-            f"table functions and non-table sources such as {(name or fn.sql()).upper()!s} are not supported "
+            f"table functions and non-table sources such as {(name or type(fn).__name__).upper()!s} are not supported "
             "(dpgate never reads files or URLs named in a query); query a declared table."
         )
     extra = {k for k, v in t.args.items() if v} - {"this", "db", "catalog", "alias"}

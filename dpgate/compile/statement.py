@@ -23,12 +23,42 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from dpgate._validate import FALSE_WORDS, TRUE_WORDS, finite, positive_finite, probability
-from dpgate.errors import InvalidArgumentType, InvalidRequirement, ProgrammingError, QuerySyntaxError, UnsupportedQuery
+from dpgate.errors import (
+    InvalidArgumentType,
+    InvalidRequirement,
+    ProgrammingError,
+    QuerySyntaxError,
+    QueryTooComplex,
+    UnsupportedQuery,
+)
 
 __all__ = [
     "SetOption", "HINT_KEYS", "METHOD_VALUES", "MODEL_METHODS", "SET_OPTIONS",
-    "bind", "dialect_of", "hints", "literal", "parse", "set_option", "split_check", "tokenize",
+    "MAX_SQL_LENGTH", "MAX_TOKENS", "MAX_NESTING_DEPTH", "MAX_OPERATORS",
+    "bind", "check_length", "check_complexity", "dialect_of", "hints", "literal", "parse", "set_option",
+    "split_check", "tokenize",
 ]
+
+# Size and nesting limits, checked on the text and the tokens before sqlglot's
+# recursive-descent parser (and dpgate's own tree walkers) recurse: beyond them
+# Python's recursion limit, not the query, decides what happens.  A counting
+# query an analyst writes by hand stays far below each of them.
+#: Longest SQL text accepted, in characters (long IN lists fit comfortably).
+MAX_SQL_LENGTH = 100_000
+#: Most tokens in one statement.
+MAX_TOKENS = 20_000
+#: Deepest nesting of parentheses and CASE … END blocks.
+MAX_NESTING_DEPTH = 32
+#: Most boolean and arithmetic operators (AND, OR, NOT, + - * / % ||) in one statement;
+#: each one is a level of the parse tree, and chains of them nest left-deep.
+MAX_OPERATORS = 200
+
+_OPERATORS = frozenset({
+    TokenType.AND, TokenType.OR, TokenType.NOT, TokenType.XOR, TokenType.PLUS, TokenType.DASH,
+    TokenType.STAR, TokenType.SLASH, TokenType.MOD, TokenType.DPIPE,
+})
+# After these a ``*`` is COUNT(*) or SELECT * / t.*, not a multiplication.
+_BEFORE_STAR = frozenset({TokenType.L_PAREN, TokenType.SELECT, TokenType.COMMA, TokenType.DOT})
 
 #: Values of the ``method`` option: ``exact`` (the default: guaranteed answers from
 #: history or fresh measurements) or a free, biased, model-based estimate
@@ -67,6 +97,49 @@ def tokenize(sql: str, dialect: Dialect) -> list[Token]:
         return list(dialect.tokenize(sql))
     except TokenError as exc:
         raise QuerySyntaxError(f"the SQL text cannot be tokenized: {exc}") from None
+
+
+def check_length(sql: str) -> None:
+    """Refuse SQL text longer than :data:`MAX_SQL_LENGTH`, before it is tokenized."""
+    if len(sql) > MAX_SQL_LENGTH:
+        raise QueryTooComplex(
+            f"the SQL text has {len(sql)} characters, more than the limit of {MAX_SQL_LENGTH}; "
+            "split it into smaller queries."
+        )
+
+
+def check_complexity(tokens: list[Token]) -> None:
+    """Refuse statements beyond :data:`MAX_TOKENS`, :data:`MAX_NESTING_DEPTH` or :data:`MAX_OPERATORS`.
+
+    A single flat pass over the tokens, so it cannot recurse however the text is nested.
+    """
+    if len(tokens) > MAX_TOKENS:
+        raise QueryTooComplex(
+            f"the SQL text has {len(tokens)} tokens, more than the limit of {MAX_TOKENS}; "
+            "split it into smaller queries."
+        )
+    depth = deepest = operators = 0
+    previous: TokenType | None = None
+    for tok in tokens:
+        kind = tok.token_type
+        if kind in (TokenType.L_PAREN, TokenType.CASE):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif kind in (TokenType.R_PAREN, TokenType.END):
+            depth = max(depth - 1, 0)
+        elif kind in _OPERATORS and not (kind == TokenType.STAR and previous in _BEFORE_STAR):
+            operators += 1
+        previous = kind
+    if deepest > MAX_NESTING_DEPTH:
+        raise QueryTooComplex(
+            f"the SQL text nests parentheses and CASE blocks {deepest} deep, more than the limit of "
+            f"{MAX_NESTING_DEPTH}; remove redundant parentheses or flatten nested CASEs."
+        )
+    if operators > MAX_OPERATORS:
+        raise QueryTooComplex(
+            f"the SQL text has {operators} AND/OR/NOT and arithmetic operators, more than the limit of "
+            f"{MAX_OPERATORS}; use IN (…) or BETWEEN for long lists of alternatives, or split the query."
+        )
 
 
 def split_check(tokens: list[Token]) -> None:

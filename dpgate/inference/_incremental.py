@@ -50,6 +50,9 @@ from dpgate.inference._posterior import Posterior
 __all__ = ["EXTEND_RTOL", "IncrementalBLUE", "minimal_scale"]
 
 EXTEND_RTOL = 1e-9
+# minimal_scale treats a scale below this as failing the target: far below the
+# finest noise lattice (2^-60 / 1024), where 1/b overflows the error law's arithmetic.
+_MIN_SEARCH_SCALE = 1e-30
 """A row whose distance to the current row space is at most this fraction of its norm adds no direction."""
 
 
@@ -441,6 +444,8 @@ def minimal_scale(
 
     def excess(b: float) -> float:
         """Certified half-width minus the target (≤ 0 means b meets it)."""
+        if b < _MIN_SEARCH_SCALE:  # an extreme accuracy drives the bracket below any usable scale
+            return math.inf
         u_hist, u_new = pr.at(b)
         law = ErrorLaw(
             np.append(u_hist / b_hist, u_new / b),

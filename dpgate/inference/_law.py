@@ -425,6 +425,10 @@ class ErrorLaw:
 def _discrete_quantile(s: float, p: float, conf: float) -> float:
     """Smallest ``k·s`` with ``P(|Z| ≤ k) ≥ conf`` for a two-sided geometric Z of ratio p."""
     # P(|Z| ≤ k) = 1 − 2 p^{k+1}/(1+p) ≥ conf  ⇔  p^{k+1} ≤ (1 − conf)(1 + p)/2.
+    if p <= 0.0:  # exp(−γ/b) underflowed: the scale is negligible next to the step, Z = 0 surely
+        return 0.0
+    if p >= 1.0:  # exp(−γ/b) rounded to 1: the quantile cannot be computed, so none is certified
+        return math.inf
     k = max(0, math.ceil(math.log((1.0 - conf) * (1.0 + p) / 2.0) / math.log(p) - 1.0))
 
     def ok(j: int) -> bool:
