@@ -239,6 +239,7 @@ def test_bind_refuses_mismatched_parameters(sql: str, params: Any, error: type[E
 def test_literal_nodes_of_python_values() -> None:
     assert isinstance(statement.literal(None), exp.Null)
     assert statement.literal(True) == exp.Boolean(this=True)
+    assert statement.literal(np.True_) == exp.Boolean(this=True)  # numpy 2 names its bool type "bool"
     assert statement.literal("x") == exp.Literal.string("x")
     assert statement.literal(3).sql() == "3"
     assert statement.literal(np.int64(4)).sql() == "4"

@@ -17,6 +17,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
@@ -360,7 +361,7 @@ def literal(value: Any) -> exp.Expr:
     """A sqlglot literal node for a Python parameter value."""
     if value is None:
         return exp.null()
-    if isinstance(value, (bool,)) or type(value).__name__ == "bool_":
+    if isinstance(value, (bool, np.bool_)):
         return exp.Boolean(this=bool(value))
     if isinstance(value, str):
         return exp.Literal.string(value)
