@@ -50,8 +50,9 @@ MAX_SQL_LENGTH = 100_000
 MAX_TOKENS = 20_000
 #: Deepest nesting of parentheses and CASE … END blocks.
 MAX_NESTING_DEPTH = 32
-#: Most boolean and arithmetic operators (AND, OR, NOT, + - * / % ||) in one statement;
-#: each one is a level of the parse tree, and chains of them nest left-deep.
+#: Most boolean and arithmetic operators (AND, OR, NOT, + - * / % ||) chained in one
+#: expression (counted along nested parentheses); each one is a level of the parse
+#: tree, and chains of them nest left-deep.  Separate SELECT items count separately.
 MAX_OPERATORS = 200
 
 _OPERATORS = frozenset({
@@ -60,6 +61,11 @@ _OPERATORS = frozenset({
 })
 # After these a ``*`` is COUNT(*) or SELECT * / t.*, not a multiplication.
 _BEFORE_STAR = frozenset({TokenType.L_PAREN, TokenType.SELECT, TokenType.COMMA, TokenType.DOT})
+# Tokens that start a new expression at the same nesting level (a new SELECT item, clause or branch).
+_NEW_EXPRESSION = frozenset({
+    TokenType.COMMA, TokenType.SELECT, TokenType.FROM, TokenType.WHERE, TokenType.GROUP_BY, TokenType.HAVING,
+    TokenType.ORDER_BY, TokenType.LIMIT, TokenType.WHEN, TokenType.THEN, TokenType.ELSE,
+})
 
 #: Values of the ``method`` option: ``exact`` (the default: guaranteed answers from
 #: history or fresh measurements) or a free, biased, model-based estimate
@@ -119,17 +125,24 @@ def check_complexity(tokens: list[Token]) -> None:
             f"the SQL text has {len(tokens)} tokens, more than the limit of {MAX_TOKENS}; "
             "split it into smaller queries."
         )
-    depth = deepest = operators = 0
+    # levels[i]: operators chained so far at nesting level i of the current expression;
+    # their sum is the depth of the parse-tree path being built, which is what recurses.
+    levels = [0]
+    deepest = operators = 0
     previous: TokenType | None = None
     for tok in tokens:
         kind = tok.token_type
         if kind in (TokenType.L_PAREN, TokenType.CASE):
-            depth += 1
-            deepest = max(deepest, depth)
+            levels.append(0)
+            deepest = max(deepest, len(levels) - 1)
         elif kind in (TokenType.R_PAREN, TokenType.END):
-            depth = max(depth - 1, 0)
+            if len(levels) > 1:
+                levels.pop()
+        elif kind in _NEW_EXPRESSION:
+            levels[-1] = 0
         elif kind in _OPERATORS and not (kind == TokenType.STAR and previous in _BEFORE_STAR):
-            operators += 1
+            levels[-1] += 1
+            operators = max(operators, sum(levels))
         previous = kind
     if deepest > MAX_NESTING_DEPTH:
         raise QueryTooComplex(
@@ -138,8 +151,9 @@ def check_complexity(tokens: list[Token]) -> None:
         )
     if operators > MAX_OPERATORS:
         raise QueryTooComplex(
-            f"the SQL text has {operators} AND/OR/NOT and arithmetic operators, more than the limit of "
-            f"{MAX_OPERATORS}; use IN (…) or BETWEEN for long lists of alternatives, or split the query."
+            f"the SQL text chains {operators} AND/OR/NOT and arithmetic operators, more than the limit of "
+            f"{MAX_OPERATORS} for one expression; use IN (…) or BETWEEN for long lists of alternatives, "
+            "or split the query."
         )
 
 
