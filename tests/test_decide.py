@@ -157,7 +157,7 @@ def test_zero_queries_are_exact_and_free() -> None:
     qs = prepared(state, "SELECT COUNT(*) FILTER (WHERE age < 0) + 7 AS n FROM t")
     (step,) = decide.plan(state, qs, 1.0, 0.95, "minimal")
     assert (step.kind, step.increase, step.measurements) == ("exact", 0.0, ())
-    (answer,) = decide.answers(state.blue, [step], 1.0, 0.95, "minimal")
+    (answer,) = decide.answers(state.blue, [step], 1.0, 0.95, "minimal", secure=False)
     assert (answer.value, answer.low, answer.high, answer.source, answer.epsilon_spent) == (7.0, 7.0, 7.0, "exact", 0.0)
 
 
@@ -179,7 +179,7 @@ def test_history_that_meets_the_requirement_is_free() -> None:
     # The baseline ignores history; a tighter requirement needs a fresh measurement.
     assert decide.plan(state, total, 10.0, 0.95, "no_reuse")[0].kind == "fresh"
     assert decide.plan(state, total, 2.0, 0.95, "minimal")[0].kind == "fresh"
-    (answer,) = decide.answers(state.blue, [step], 10.0, 0.95, "minimal")
+    (answer,) = decide.answers(state.blue, [step], 10.0, 0.95, "minimal", secure=False)
     assert answer.source == "history" and answer.epsilon_spent == 0.0 and answer.meets_requirement
 
 
@@ -188,7 +188,7 @@ def test_unpaid_steps_answer_from_history_or_not_at_all() -> None:
     qs = prepared(state, "SELECT COUNT(*) FROM t WHERE age < 5")
     (step,) = decide.plan(state, qs, 10.0, 0.95, "minimal")
     unpaid = replace(step, kind="unavailable", increase=0.0)
-    (answer,) = decide.answers(state.blue, [unpaid], 10.0, 0.95, "minimal")
+    (answer,) = decide.answers(state.blue, [unpaid], 10.0, 0.95, "minimal", secure=False)
     assert answer.source == "unavailable" and math.isnan(answer.value) and not answer.meets_requirement
     assert (answer.low, answer.high, answer.epsilon_spent) == (-math.inf, math.inf, 0.0)
 
@@ -237,7 +237,7 @@ def test_plans_meet_the_requirement_when_rechecked(policy: str) -> None:
                 continue  # the baseline answers from its own release alone (checked through answers below)
             assert decide.meets(check.estimate(s.h).halfwidth(confidence), accuracy), (sql, s.kind)
         before = state.blue.copy()
-        for answer in decide.answers(before, release(state, steps, rng), accuracy, confidence, policy):
+        for answer in decide.answers(before, release(state, steps, rng), accuracy, confidence, policy, secure=False):
             assert answer.meets_requirement and answer.source in ("fresh", "history", "exact")
             assert (answer.high - answer.low) / 2 <= accuracy * (1 + decide.ACCURACY_RTOL)
             assert answer.low <= answer.value <= answer.high
