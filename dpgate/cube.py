@@ -1,5 +1,9 @@
 """The cube: exact row counts per cell, computed by DuckDB from SQL that dpgate generates.
 
+Why one module of about 520 lines: the data sources, the locking and the
+exact-count cache sit behind one privacy boundary ("never release"), which is
+easier to audit in one file; SQL generation already lives in ``_cube_sql.py``.
+
 **Internal: never release.**  Everything this module returns is an *exact*
 aggregate of the private data.  Only the gateway may use it, and only to add
 calibrated noise; tests use it to check the compiler.  Nothing here may be

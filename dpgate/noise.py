@@ -1,5 +1,8 @@
 """Noise: exact discrete Laplace noise on a rational lattice.
 
+Why one module of about 500 lines: half of it is the privacy statement each
+mechanism carries in its docstring; the samplers and their checks belong together.
+
 Every fresh measurement dpgate releases goes through :func:`release`.  The
 answer of a linear counting query whose weights are rationals with common
 denominator ``d`` is ``true_numerator / d`` with an exact integer numerator, so

@@ -1,5 +1,9 @@
 """Public domains: what every column may hold, declared by the data owner.
 
+Why one module of about 510 lines: ``Column``, ``Table`` and ``Schema`` are one
+declaration format validated together; loading a schema from pandas frames
+lives in ``_schema_frame.py``.
+
 A schema is a *public* declaration.  dpgate never reads a domain (cells, group
 keys, bin edges) from the private data unless the caller passes
 ``unsafe_infer_from_data=True``, which warns.

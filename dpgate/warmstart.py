@@ -1,5 +1,8 @@
 """Warm starts: spend ε once, up front, on a designed release that later queries reuse.
 
+Why one module of about 510 lines: the strategies share the budget split and
+the release path through the gateway; the ISPE partition math is in ``_ispe.py``.
+
 ``Gateway.warm_start(strategy, epsilon, columns, table=None, **options)`` (or
 :func:`warm_start`) releases a set of linear counts through
 ``Gateway.release_measurements`` — budget-checked before any data is read,
