@@ -218,6 +218,8 @@ def connect(
     schema: Any = None,
     budget: float | None = None,
     ledger: Any = None,
+    ledger_key: Any = None,
+    new_ledger: bool = False,
     accuracy: float | None = None,
     confidence: float = 0.95,
     intervals: bool = False,
@@ -238,8 +240,12 @@ def connect(
         budget: total privacy budget ε (default 1.0); must equal a ledger's stored budget.
         ledger: ``None`` (in memory, lost at exit), a path (durable SQLite ledger,
             shared safely by processes) or an open ``dpgate.ledger.Ledger``.
+        ledger_key: the secret binding the ledger to its data (bytes or a key file path);
+            default: ``<ledger>.key``, created owner-only with the ledger.
+        new_ledger: start a new ledger although the key store shows one existed (after
+            an operator deliberately archived or deleted it).
         accuracy: default half-width of every answer's interval (connection level).
-        confidence: default confidence 1−δ (connection level), in (0, 1).
+        confidence: default confidence 1−δ (connection level), in [0.5, 1).
         intervals: start with ``SET dpgate.intervals = on``.
         allow_partial: start with ``SET dpgate.allow_partial = on``.
         policy: ``"minimal"`` (default), ``"paper"`` or ``"no_reuse"``.
@@ -254,7 +260,8 @@ def connect(
     """
     if isinstance(database, Gateway):
         given = [n for n, v in (("schema", schema), ("budget", budget), ("ledger", ledger),
-                                ("policy", policy), ("seed", seed)) if v is not None]
+                                ("ledger_key", ledger_key), ("policy", policy), ("seed", seed)) if v is not None]
+        given += ["new_ledger"] if new_ledger else []
         if given:
             raise InterfaceError(
                 f"connect() got an existing Gateway and also {', '.join(given)}; those are the gateway's "
@@ -274,6 +281,8 @@ def connect(
                 schema,
                 budget=1.0 if budget is None else budget,
                 ledger=ledger,
+                ledger_key=ledger_key,
+                new_ledger=new_ledger,
                 policy=check_policy(policy or "minimal"),
                 seed=seed,
                 dialect=dialect,

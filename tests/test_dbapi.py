@@ -19,6 +19,7 @@ from dpgate.errors import (
     BudgetExhausted,
     InterfaceError,
     InvalidRequirement,
+    LedgerError,
     NotSupportedError,
     OperationalError,
     ProgrammingError,
@@ -404,3 +405,24 @@ def test_threads_share_a_connection_without_overspending():
             t.join()
         assert not errors
         assert 1 <= len(results) < 12 and con.spent <= 0.5 + 1e-9
+
+
+def test_connect_passes_the_ledger_key_and_the_new_ledger_flag(tmp_path):
+    """An operator-held key opens the ledger again; another key is a different binding; a
+    deleted ledger restarts only with new_ledger=True."""
+    path, key = tmp_path / "session.ledger", b"k" * 32
+    with dbapi.connect(PUMS, schema=PUMS_SCHEMA, ledger=str(path), ledger_key=key, accuracy=40, seed=0) as con:
+        con.cursor().execute("SELECT COUNT(*) FROM pums")
+        spent = con.spent
+    assert not (tmp_path / "session.ledger.key").exists()  # the operator's key is not written next to it
+    with dbapi.connect(PUMS, schema=PUMS_SCHEMA, ledger=str(path), ledger_key=key, accuracy=40) as con:
+        assert con.spent == spent
+    with pytest.raises(LedgerError, match="different data source"):
+        dbapi.connect(PUMS, schema=PUMS_SCHEMA, ledger=str(path), ledger_key=b"x" * 32)
+    path.unlink()
+    with pytest.raises(LedgerError):
+        dbapi.connect(PUMS, schema=PUMS_SCHEMA, ledger=str(path), ledger_key=key)
+    with dbapi.connect(PUMS, schema=PUMS_SCHEMA, ledger=str(path), ledger_key=key, new_ledger=True) as con:
+        assert con.spent == 0
+    with pytest.raises(InterfaceError, match="new_ledger"):
+        dbapi.connect(Gateway(PUMS, PUMS_SCHEMA), new_ledger=True)
