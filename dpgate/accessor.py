@@ -208,15 +208,7 @@ def _configured(df: pd.DataFrame, config: _Config) -> Gateway:
     names = {str(c): c for c in df.columns}
     declared = [c.name for c in table.columns if c.name in names]
     with _LOCK:
-        related = _related(df)
-        for entry, rel in related:
-            if rel == "overlap":
-                raise _refuse_overlap(entry)
-        if len(related) > 1:
-            raise ProgrammingError(
-                "this DataFrame holds the rows of several frames configured earlier in this process; "
-                "query each of them instead."
-            )
+        related = _same_rows(df)
         if related:
             (entry, _), = related
             if entry.schema.fingerprint() != schema.fingerprint():
@@ -251,18 +243,24 @@ def _configured(df: pd.DataFrame, config: _Config) -> Gateway:
         return gw
 
 
+def _same_rows(df: pd.DataFrame) -> list[tuple[_Entry, Relation]]:
+    """The configured entry holding exactly ``df``'s rows (or none); any partial overlap is refused."""
+    related = _related(df)
+    for entry, rel in related:
+        if rel == "overlap":
+            raise _refuse_overlap(entry)
+    if len(related) > 1:
+        raise ProgrammingError(
+            "this DataFrame holds the rows of several frames configured earlier in this process; "
+            "query each of them instead."
+        )
+    return related
+
+
 def _lookup(df: pd.DataFrame) -> Gateway:
     """The gateway of an already configured set of rows equal to ``df``'s (see module docs)."""
     with _LOCK:
-        related = _related(df)
-        for entry, rel in related:
-            if rel == "overlap":
-                raise _refuse_overlap(entry)
-        if len(related) > 1:
-            raise ProgrammingError(
-                "this DataFrame holds the rows of several frames configured earlier in this process; "
-                "query each of them instead."
-            )
+        related = _same_rows(df)
         if related:
             return related[0][0].gateway
     raise ProgrammingError(
