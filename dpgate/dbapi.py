@@ -153,6 +153,7 @@ from dpgate.errors import (
     OperationalError,
     ProgrammingError,
     QuerySyntaxError,
+    QueryTooComplex,
     SchemaError,
     UnsupportedQuery,
     Warning,
@@ -180,7 +181,8 @@ __all__ = [
     "NUMBER",
     "DATETIME",
     "ROWID",
-    # PEP 249: the exception classes are module attributes.
+    # PEP 249: the exception classes are module attributes (every class of dpgate.errors;
+    # tests/test_dbapi20.py checks that none is missing).
     "Warning",
     "Error",
     "InterfaceError",
@@ -196,6 +198,7 @@ __all__ = [
     "SchemaError",
     "UnsupportedQuery",
     "QuerySyntaxError",
+    "QueryTooComplex",
     "BudgetExhausted",
     "LedgerError",
     "InvalidRequirement",

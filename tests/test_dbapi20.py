@@ -89,6 +89,15 @@ def test_exceptions():
     assert not issubclass(driver.Warning, driver.Error)
 
 
+def test_every_dpgate_exception_class_is_exported():
+    """dbapi's export list is written out for linters; it must not drift from dpgate.errors."""
+    import dpgate.errors
+
+    classes = {n for n in dpgate.errors.__all__ if isinstance(getattr(dpgate.errors, n), type)}
+    assert classes <= set(driver.__all__)
+    assert all(getattr(driver, n) is getattr(dpgate.errors, n) for n in classes)
+
+
 def test_exceptions_as_connection_attributes(con):
     # OPTIONAL EXTENSION in PEP 249; required for dpgate.
     for name in ("Warning", "Error", "InterfaceError", "DatabaseError", "OperationalError", "IntegrityError",
