@@ -124,7 +124,15 @@ from dpgate.compile.statement import (
     split_check,
     tokenize,
 )
-from dpgate.errors import InvalidArgumentType, QuerySyntaxError, QueryTooComplex, UnsupportedQuery, map_exceptions
+from dpgate.errors import (
+    DPGateInternalError,
+    Error,
+    InvalidArgumentType,
+    QuerySyntaxError,
+    QueryTooComplex,
+    UnsupportedQuery,
+    map_exceptions,
+)
 from dpgate.query import LinearQuery
 from dpgate.schema import Schema
 
@@ -188,8 +196,11 @@ def compile_statement(
         found = hints(tokens, sql)
         split_check(tokens)
         tree = bind(parse(sql, d), params)
-        if isinstance(tree, exp.Set):
-            return set_option(tree)
+    if isinstance(tree, exp.Set):
+        return set_option(tree)
+    # Past the parser, a plain ValueError/TypeError/KeyError/AttributeError is a
+    # dpgate bug, not a refusal: say so rather than blame the user's SQL.
+    with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
         return compile_tree(tree, schema, dialect, hints=found, sql=sql)
 
 
@@ -203,6 +214,14 @@ _SQLGLOT_FAILURES: dict[type[BaseException], type[UnsupportedQuery]] = {
     TypeError: UnsupportedQuery,
     KeyError: UnsupportedQuery,
     AttributeError: UnsupportedQuery,
+}
+_COMPILER_FAILURES: dict[type[BaseException], type[Error]] = {
+    RecursionError: QueryTooComplex,
+    SqlglotError: UnsupportedQuery,
+    ValueError: DPGateInternalError,
+    TypeError: DPGateInternalError,
+    KeyError: DPGateInternalError,
+    AttributeError: DPGateInternalError,
 }
 
 
