@@ -47,3 +47,14 @@ def net() -> tuple[Any, dpgate.Schema]:
     (``_gateway_worker.nettrace_binned``), so ledgers written there open here.
     """
     return nettrace_binned()
+
+
+@pytest.fixture
+def fresh_registry():
+    """An empty ``df.dp`` registry before and after the test (pandas frames configured elsewhere
+    would otherwise share or refuse budgets across tests)."""
+    from dpgate import accessor
+
+    accessor._forget_all()
+    yield
+    accessor._forget_all()

@@ -30,11 +30,7 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-@pytest.fixture(autouse=True)
-def fresh_registry():
-    accessor._forget_all()
-    yield
-    accessor._forget_all()
+pytestmark = pytest.mark.usefixtures("fresh_registry")
 
 
 @pytest.fixture

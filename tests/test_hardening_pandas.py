@@ -36,11 +36,7 @@ SCHEMA = dpgate.datasets.load_pums()[1]  # table "pums"
 Q = "SELECT COUNT(*) AS n FROM pums WHERE age < 40"
 
 
-@pytest.fixture(autouse=True)
-def fresh_registry():
-    accessor._forget_all()
-    yield
-    accessor._forget_all()
+pytestmark = pytest.mark.usefixtures("fresh_registry")
 
 
 @pytest.fixture
