@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import settings
 from _gateway_worker import nettrace_binned
+from hypothesis import settings
 
 import dpgate
 from dpgate.datasets import load_histogram, load_pums
