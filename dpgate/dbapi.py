@@ -161,6 +161,7 @@ from dpgate.errors import (
 from dpgate.gateway import Gateway
 from dpgate.requirement import hinted, resolve_accuracy, resolve_confidence, resolve_requirement
 from dpgate.result import Answer, Result
+from dpgate.state import DEFAULT_MAX_ATOMS
 
 __all__ = [
     "apilevel",
@@ -230,6 +231,7 @@ def connect(
     policy: str | None = None,
     seed: int | None = None,
     dialect: str = "duckdb",
+    max_atoms: int | None = None,
 ) -> Connection:
     """Open a DB-API connection that answers counting queries with differential privacy.
 
@@ -254,6 +256,8 @@ def connect(
         policy: ``"minimal"`` (default), ``"paper"`` or ``"no_reuse"``.
         seed: reproducible, **insecure** noise for tests (recorded as such in the ledger).
         dialect: sqlglot dialect of incoming SQL.
+        max_atoms: the most atoms a table's history may split its domain into (see
+            :class:`~dpgate.Gateway`; default 200 000); finer queries are answered on their own.
 
     Raises:
         OperationalError: the database file cannot be opened.
@@ -263,7 +267,8 @@ def connect(
     """
     if isinstance(database, Gateway):
         given = [n for n, v in (("schema", schema), ("budget", budget), ("ledger", ledger),
-                                ("ledger_key", ledger_key), ("policy", policy), ("seed", seed)) if v is not None]
+                                ("ledger_key", ledger_key), ("policy", policy), ("seed", seed),
+                                ("max_atoms", max_atoms)) if v is not None]
         given += ["new_ledger"] if new_ledger else []
         if given:
             raise InterfaceError(
@@ -289,6 +294,7 @@ def connect(
                 policy=check_policy(policy or "minimal"),
                 seed=seed,
                 dialect=dialect,
+                max_atoms=DEFAULT_MAX_ATOMS if max_atoms is None else max_atoms,
             )
         except TypeError as exc:
             raise InterfaceError(str(exc)) from None

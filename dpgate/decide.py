@@ -34,6 +34,7 @@ of the independent noises, whose law the interval is computed from.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,12 +44,12 @@ from typing import Literal, cast
 import numpy as np
 
 from dpgate.accounting import CellCosts
-from dpgate.errors import InvalidRequirement
+from dpgate.errors import DPGateInternalError, InvalidRequirement
 from dpgate.inference import ErrorLaw, IncrementalBLUE, Posterior, minimal_scale
 from dpgate.noise import lattice_for
 from dpgate.query import LinearQuery
 from dpgate.result import Answer, Source
-from dpgate.state import TableState
+from dpgate.state import TableState, isolation_key
 
 __all__ = [
     "Measurement",
@@ -136,7 +137,14 @@ class Measurement:
 
 @dataclass(frozen=True)
 class Step:
-    """The plan for one compiled query."""
+    """The plan for one compiled query.
+
+    ``order`` is the step's place in the plan (the statement's outputs are planned
+    aggregate column by aggregate column); ``alone`` marks a fresh step whose answer is
+    its own measurement only (see :func:`plan`); ``isolated`` is, for a query the atoms
+    could not hold, the history of its exact repeats it is estimated from (``h`` is then
+    its factor over that one-atom history).
+    """
 
     query: LinearQuery
     kind: Literal["exact", "history", "fresh", "unavailable"]
@@ -144,6 +152,9 @@ class Step:
     measurements: tuple[Measurement, ...] = ()
     increase: float = 0.0
     values: tuple[float, ...] = ()  # the fresh releases, once measured
+    order: int = 0
+    alone: bool = False
+    isolated: IncrementalBLUE | None = field(default=None, repr=False)  # its own history, outside the atoms
 
 
 def plan(
@@ -151,29 +162,167 @@ def plan(
 ) -> list[Step]:
     """Decide every query of a statement; ``state`` is not modified.
 
-    Queries are planned in order, each seeing the measurements planned before it
-    (their weights do not depend on the values, so the plan is exact).
+    The outputs are planned one aggregate column at a time (a column's outputs are
+    the groups of a GROUP BY: disjoint queries).  Within a column:
+
+    * an output that history already pins down is answered from it (free);
+    * an output history says nothing about — not estimable, and no part of it that
+      a cheaper measurement could leave out is pinned down either — is measured
+      whole ("alone") at the one scale a single release needs: the best estimator
+      of such a query from history plus its own measurement *is* that measurement
+      (history gets zero weight), so its answer is the release itself.  All such
+      groups share one scale, found once;
+    * every other output gets the full candidate search, in order, seeing every
+      measurement planned before it (the column's alone measurements included).
+
+    A column of one output (no GROUP BY) always gets the full search.  Everything
+    here depends only on the queries, the scales and the requirement, never on
+    released values or data, so the plan is exact before any value exists.
     """
-    blue, costs = state.blue.copy(), state.costs.copy()
-    steps: list[Step] = []
-    for q in queries:
-        if q.is_zero:
-            steps.append(Step(q, "exact"))
-            continue
-        h = state.atoms.vector(q)
-        if policy != "no_reuse":
-            est = blue.estimate(h)
-            if meets(est.halfwidth(confidence), accuracy):  # inf when not estimable
-                steps.append(Step(q, "history", h))
+    hs = [None if q.is_zero or i in state.outside else state.atoms.vector(q) for i, q in enumerate(queries)]
+    costs = state.costs.copy()
+    blue = state.blue
+    own_blue = False  # plan copies the state's BLUE only when it appends to it
+    steps: list[Step | None] = [None] * len(queries)
+    order = 0
+
+    def place(i: int, step: Step) -> None:
+        nonlocal order
+        steps[i] = replace(step, order=order)
+        order += 1
+
+    for block in _columns(queries):
+        batch = len(block) > 1 and _disjoint([hs[i] for i in block])
+        later: list[int] = []
+        alone: list[Measurement] = []
+        # Decided on the costs before the block: its outputs are disjoint, so adding one's
+        # charge leaves every other's cells (hence its restrictions) as they were.
+        restrictable = {i for i in block
+                        if batch and (hi := hs[i]) is not None and _restrictable(blue, costs, hi)}
+        for i in block:
+            q, h = queries[i], hs[i]
+            if q.is_zero:
+                place(i, Step(q, "exact"))
                 continue
-        candidates = _candidates(state, blue, costs, q, h, accuracy, confidence, policy)
-        _, _, parts = min(candidates, key=lambda c: (c[0], c[1]))
-        blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy)
-        increase = _price(costs, parts)
-        for m in parts:
-            costs.add(m.h, m.alpha, m.sensitivity)
-        steps.append(Step(q, "fresh", h, tuple(parts), increase))
-    return steps
+            if h is None:  # outside the atoms
+                step = _isolated(state, q, accuracy, confidence, policy)
+                if step.measurements:
+                    (m,) = step.measurements
+                    before = costs.charge
+                    costs.add(m.h, m.alpha, m.sensitivity)
+                    step = replace(step, increase=costs.charge - before)
+                place(i, step)
+                continue
+            est = blue.estimate(h) if policy != "no_reuse" else None
+            if est is not None and meets(est.halfwidth(confidence), accuracy):  # inf when not estimable
+                place(i, Step(q, "history", h))
+            elif est is None or (batch and not est.estimable and i not in restrictable):
+                m = measurement(state, q, _alone_scale(q, accuracy, confidence, policy), h=h)
+                before = costs.charge
+                costs.add(m.h, m.alpha, m.sensitivity)
+                place(i, Step(q, "fresh", h, (m,), costs.charge - before, alone=True))
+                alone.append(m)
+            else:
+                later.append(i)
+        if later and alone:
+            if not own_blue:
+                blue, own_blue = blue.copy(), True
+            for m in alone:
+                blue.append(m.h, m.scale, 0.0, lattice=m.lattice)  # weights do not depend on the value
+        for i in later:
+            q, h = queries[i], hs[i]
+            assert h is not None
+            if not own_blue:
+                blue, own_blue = blue.copy(), True
+            candidates = _candidates(state, blue, costs, q, h, accuracy, confidence, policy)
+            _, _, parts = min(candidates, key=lambda c: (c[0], c[1]))
+            blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy)
+            increase = _price(costs, parts)
+            for m in parts:
+                costs.add(m.h, m.alpha, m.sensitivity)
+            place(i, Step(q, "fresh", h, tuple(parts), increase))
+    return [s for s in steps if s is not None]
+
+
+def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: float, policy: str) -> Step:
+    """The plan for a query the atoms could not hold: from its exact repeats, else measured
+    on its own at the smallest budget that, with those repeats, meets the requirement.
+    Its charge is its budget on every cell (:meth:`TableState.isolated_weights`)."""
+    key, factor = isolation_key(q)
+    hist = state.isolated.get(key)
+    iso = hist.copy() if hist is not None else IncrementalBLUE(_ONE)
+    h = np.array([factor])
+    est = iso.estimate(h) if policy != "no_reuse" else None
+    if est is not None and meets(est.halfwidth(confidence), accuracy):
+        return Step(q, "history", h, isolated=iso)
+    scale = _alone_scale(q, accuracy, confidence, "paper")
+    if policy == "minimal":
+        if est is not None and est.estimable:
+            found = minimal_scale(iso, h, h, accuracy, confidence, lattice=_lattice_step(q.denominator),
+                                  max_scale=MAX_SCALE)
+            scale = max(scale, found if found is not None else scale)
+        else:
+            scale = _alone_scale(q, accuracy, confidence, policy)
+    m = measurement(state, q, scale, isolated=True)
+    alone = est is None or not est.estimable  # its own release is the answer
+    return Step(q, "fresh", h, (m,), alone=alone, isolated=iso)
+
+
+def _columns(queries: Sequence[LinearQuery]) -> list[list[int]]:
+    """Indices of the statement's queries, one list per aggregate column (by label), in order."""
+    by_label: dict[str, list[int]] = {}
+    for i, q in enumerate(queries):
+        by_label.setdefault(q.label, []).append(i)
+    return list(by_label.values())
+
+
+def _disjoint(hs: Sequence[np.ndarray | None]) -> bool:
+    """Whether the vectors have pairwise disjoint supports over the atoms."""
+    live = [h for h in hs if h is not None]
+    if not live:
+        return True
+    touched = np.zeros(live[0].size, dtype=np.int64)
+    for h in live:
+        touched += h != 0
+    return bool(touched.max() <= 1)
+
+
+def _restrictable(blue: IncrementalBLUE, costs: CellCosts, h: np.ndarray) -> bool:
+    """Whether a restriction candidate of :func:`_candidates` exists for ``h``: leaving out
+    its ``t`` most-charged atoms (strictly more charged than the rest) while history plus
+    the kept part still determines the query.  Structure only: no scale is searched."""
+    support = np.flatnonzero(h)
+    order = support[np.argsort(-costs.per_atom[support], kind="stable")]
+    for t in range(1, min(MAX_RESTRICTION, support.size - 1) + 1):
+        if costs.per_atom[order[t - 1]] <= costs.per_atom[order[t]]:
+            continue
+        h_keep = h.copy()
+        h_keep[order[:t]] = 0.0
+        if blue.estimate_with(h, h_keep, 1.0)[3]:
+            return True
+    return False
+
+
+def _alone_scale(q: LinearQuery, accuracy: float, confidence: float, policy: str) -> float:
+    """The scale of a measurement that is its own answer: the paper's, or for ``minimal``
+    the largest at which one release on ``q``'s lattice certifies the requirement."""
+    paper = min(max(paper_scale(accuracy, confidence), MIN_SCALE), MAX_SCALE)
+    if policy != "minimal":
+        return paper
+    return max(paper, _single_release_scale(accuracy, confidence, q.denominator))
+
+
+@functools.lru_cache(maxsize=256)
+def _single_release_scale(accuracy: float, confidence: float, denominator: int) -> float:
+    """Largest scale at which one discrete-Laplace release alone meets ±accuracy at confidence."""
+    found = minimal_scale(IncrementalBLUE(_ONE), _ONE, _ONE, accuracy, confidence,
+                          lattice=_lattice_step(denominator), max_scale=MAX_SCALE)
+    if found is None:  # one release of Q always meets the target at a small enough scale
+        raise DPGateInternalError(f"no scale meets ±{accuracy!r} at {confidence!r} for one release")
+    return found
+
+
+_ONE = np.ones(1)
 
 
 def answers(
@@ -186,21 +335,28 @@ def answers(
     table so far (this statement's included) used secure noise.
 
     ``blue`` is the state before this statement's releases; replaying the
-    measurements in plan order means each query is estimated from exactly the
-    history its plan saw (earlier releases plus its own), so a fresh answer's
-    certified half-width is the one the plan checked.  (Adding the statement's
-    later releases would lower the variance but can widen the certified interval
-    by a lattice step.)  Which estimator is used depends only on the design, so
-    coverage is unaffected.
+    measurements in plan order (``Step.order``) means each query is estimated from
+    exactly the history its plan saw (earlier releases plus its own), so a fresh
+    answer's certified half-width is the one the plan checked.  (Adding the
+    statement's later releases would lower the variance but can widen the certified
+    interval by a lattice step.)  An ``alone`` step is its own release.  Which
+    estimator is used depends only on the design, so coverage is unaffected.
     """
-    replay = blue.copy() if any(s.measurements for s in steps) else blue
-    out = []
-    for s in steps:
-        # An unpaid ("unavailable") step keeps its planned measurements but has no values.
-        for m, v in zip(s.measurements, s.values, strict=False):
-            replay.append(m.h, m.scale, v, lattice=m.lattice)
-        out.append(_answer(replay, s, accuracy, confidence, policy, secure))
-    return tuple(out)
+    ordered = sorted(range(len(steps)), key=lambda i: steps[i].order)
+    # The last step that reads the replayed history: nothing after it needs appending.
+    readers = [k for k, i in enumerate(ordered)
+               if not steps[i].alone and steps[i].kind != "exact" and steps[i].isolated is None]
+    last_reader = readers[-1] if readers else -1
+    replay = blue.copy() if any(steps[i].measurements for i in ordered[:last_reader + 1]) else blue
+    out: list[Answer | None] = [None] * len(steps)
+    for k, i in enumerate(ordered):
+        s = steps[i]
+        if k <= last_reader and s.isolated is None:
+            # An unpaid ("unavailable") step keeps its planned measurements but has no values.
+            for m, v in zip(s.measurements, s.values, strict=False):
+                replay.append(m.h, m.scale, v, lattice=m.lattice)
+        out[i] = _answer(replay, s, accuracy, confidence, policy, secure)
+    return tuple(a for a in out if a is not None)
 
 
 def _answer(
@@ -212,15 +368,19 @@ def _answer(
     def answer(value: float, low: float, high: float, source: Source, epsilon_spent: float,
                posterior: Posterior | None = None, meets_requirement: bool = True) -> Answer:
         return Answer(value, low, high, confidence, accuracy, source, epsilon_spent, posterior, meets_requirement,
-                      label=q.label, group=q.group, query=q, secure=secure)
+                      label=q.label, group=q.group, query=q, secure=secure, isolated=step.isolated is not None)
 
     if step.kind == "exact":
         return answer(off, off, off, source="exact", epsilon_spent=0.0)
-    if policy == "no_reuse" and step.kind == "fresh":
-        # The baseline answers from its own fresh release only (one measurement of Q).
+    if step.alone and step.kind == "fresh":
+        # Its own release is the answer (the baseline's, or a query history says nothing about).
         (m,) = step.measurements
         post = Posterior(step.values[0], ErrorLaw([1.0], [m.scale], lattice=[m.lattice]))
     else:
+        if step.isolated is not None and step.h is not None:  # estimated from its exact repeats (and its own release)
+            blue = step.isolated.copy()
+            for m, v in zip(step.measurements, step.values, strict=False):
+                blue.append(step.h, m.scale, v, lattice=m.lattice)
         est = blue.estimate(step.h) if step.h is not None else None
         if est is None or est.posterior is None:
             return answer(math.nan, -math.inf, math.inf, source="unavailable", epsilon_spent=0.0,
@@ -235,10 +395,17 @@ def _answer(
     )
 
 
-def measurement(state: TableState, query: LinearQuery, scale: float) -> Measurement:
-    """The measurement of ``query``'s linear part (offset 0) at noise scale ``scale`` on its lattice."""
+def measurement(
+    state: TableState, query: LinearQuery, scale: float, *, isolated: bool = False, h: np.ndarray | None = None
+) -> Measurement:
+    """The measurement of ``query``'s linear part (offset 0) at noise scale ``scale`` on its lattice.
+
+    ``isolated``: the query is outside the atoms; ``h`` is then the vector it is charged
+    as (:meth:`TableState.isolated_weights`).  ``h``: its vector over the atoms, when known.
+    """
     query = replace(query, offset=Fraction(0), label="", group=())
-    h = state.atoms.vector(query)
+    if h is None:
+        h = state.isolated_weights(query) if isolated else state.atoms.vector(query)
     return Measurement(query, h, query.sensitivity / scale, scale, lattice_for(scale, query.denominator)[0])
 
 
@@ -287,8 +454,11 @@ def _candidates(
     paper = min(max(paper_scale(accuracy, confidence), MIN_SCALE), MAX_SCALE)
     scale = paper
     if policy == "minimal":
-        found = minimal_scale(blue, h, h, accuracy, confidence, lattice=_lattice_step(q.denominator),
-                              max_scale=MAX_SCALE)
+        if blue.estimate(h).estimable:
+            found = minimal_scale(blue, h, h, accuracy, confidence, lattice=_lattice_step(q.denominator),
+                                  max_scale=MAX_SCALE)
+        else:  # next to a measurement of Q itself, history gets zero weight: one release's scale
+            found = _single_release_scale(accuracy, confidence, q.denominator)
         if found is not None:
             scale = max(scale, found)
     parts = [measurement(state, q, scale)]

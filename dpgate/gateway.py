@@ -49,7 +49,7 @@ from dpgate._validate import positive_finite
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
 from dpgate.cube import Cube
 from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
-from dpgate.errors import BudgetExhausted, InvalidRequirement, NotEstimable, ProgrammingError
+from dpgate.errors import BudgetExhausted, InvalidArgument, InvalidRequirement, NotEstimable, ProgrammingError
 from dpgate.errors import Warning as DPGateWarning
 from dpgate.inference import IncrementalBLUE
 from dpgate.ledger import Ledger, LedgerRecord, LedgerTransaction
@@ -58,7 +58,7 @@ from dpgate.query import LinearQuery
 from dpgate.requirement import hinted, resolve_confidence, resolve_requirement
 from dpgate.result import Result
 from dpgate.schema import Schema
-from dpgate.state import TableState, TableView
+from dpgate.state import DEFAULT_MAX_ATOMS, TableState, TableView, isolation_key
 
 if TYPE_CHECKING:  # the extensions import this module; only the type checker needs them here
     import pandas as pd
@@ -104,6 +104,10 @@ class Gateway:
         new_ledger: start a new ledger at ``ledger`` although its anchor shows that a
             previous one there was deleted (a fresh budget on the same data: only
             when you mean it).
+        max_atoms: the most atoms a table's history may split its domain into (memory
+            and time grow with them).  A query that would exceed it is still answered,
+            on its own: from its exact repeats and rescalings only, each fresh release
+            charged its full budget on every cell (``Answer.isolated``).
 
     Example:
         >>> import dpgate, dpgate.datasets
@@ -132,11 +136,15 @@ class Gateway:
         dialect: str = "duckdb",
         ledger_key: bytes | str | None = None,
         new_ledger: bool = False,
+        max_atoms: int = DEFAULT_MAX_ATOMS,
     ):
         budget = positive_finite(budget, "budget", error=InvalidRequirement)
         self.policy = check_policy(policy)
         self.schema = Schema.load(schema)
         self.dialect = dialect
+        if isinstance(max_atoms, bool) or not isinstance(max_atoms, int) or max_atoms < 1:
+            raise InvalidArgument(f"max_atoms must be an integer ≥ 1, got {max_atoms!r}.")
+        self.max_atoms = max_atoms
         self._cube = Cube(data, self.schema)
         # A digest of the private data: the ledger stores only a keyed MAC of it, never the value.
         fingerprint = hashlib.sha256(
@@ -237,12 +245,11 @@ class Gateway:
         policy = check_policy(policy or self.policy)
         with self._lock:
             self._sync()
-            state = self._state(stmt.table)
-            for q in stmt.queries:
-                state.refine(q)
+            # Planned on a refined copy: nothing of a refused statement stays in the live state.
+            state = self._state(stmt.table).refined(stmt.queries, isolate=True)
             steps = plan(state, stmt.queries, accuracy, confidence, policy)
             if any(s.kind == "fresh" for s in steps):
-                steps, blue = self._measure(stmt, sql, steps, accuracy, confidence, policy, allow_partial)
+                steps, blue = self._measure(stmt, sql, state, steps, accuracy, confidence, policy, allow_partial)
             else:
                 blue = state.blue
             out = answers(blue, steps, accuracy, confidence, policy, secure=self._secure(stmt.table))
@@ -262,13 +269,17 @@ class Gateway:
         (q,) = stmt.queries
         with self._lock:
             self._sync()
-            state = self._state(stmt.table)
-            state.refine(q)
+            state = self._state(stmt.table).refined([q], isolate=True)
             if q.is_zero:
                 v = float(q.offset)
                 return float((low is None or low <= v) and (high is None or v <= high))
-            est = state.blue.estimate(state.atoms.vector(q))
-        if est.posterior is None:
+            if state.outside:  # too fine for the atoms: only its exact repeats inform it
+                key, factor = isolation_key(q)
+                iso = state.isolated.get(key)
+                est = iso.estimate([factor]) if iso is not None else None
+            else:
+                est = state.blue.estimate(state.atoms.vector(q))
+        if est is None or est.posterior is None:
             raise NotEstimable(
                 "history does not determine this query yet (it is not a linear combination of released "
                 "answers); ask gw.query(...) for it first."
@@ -325,10 +336,7 @@ class Gateway:
         """
         with self._lock:
             self._sync()
-            state = self._state(table)
-            for q in queries:
-                state.refine(q)
-            yield state.view()
+            yield self._state(table).refined(queries).view()
 
     # -- internals -------------------------------------------------------------------
 
@@ -336,7 +344,7 @@ class Gateway:
         t = self.schema.table(table)
         key = t.name.lower()
         if key not in self._tables:
-            self._tables[key] = TableState.new(t)
+            self._tables[key] = TableState.new(t, self.max_atoms)
         return self._tables[key]
 
     def _spent(self) -> float:
@@ -346,9 +354,15 @@ class Gateway:
         """Apply ledger records this gateway has not seen (other processes' releases)."""
         if records is None:
             records = self._ledger.records(since=self._last_id)
-        for rec in records:
-            if rec.id > self._last_id:
-                self._apply(rec)
+        records = [r for r in records if r.id > self._last_id]
+        queries = [LinearQuery.from_json(r.query) for r in records]
+        by_table: dict[str, list[LinearQuery]] = {}
+        for rec, q in zip(records, queries, strict=True):
+            by_table.setdefault(rec.table, []).append(q)
+        for table, qs in by_table.items():
+            self._state(table).prepare(qs)  # one split for a GROUP BY's releases
+        for rec, q in zip(records, queries, strict=True):
+            self._apply(rec, q)
 
     def _secure(self, table: str) -> bool:
         """Whether every release of ``table`` so far used secure noise (``Answer.secure``)."""
@@ -366,11 +380,11 @@ class Gateway:
             )
             self._warned_seeded = True
 
-    def _apply(self, rec: LedgerRecord) -> None:
+    def _apply(self, rec: LedgerRecord, query: LinearQuery) -> None:
         if not rec.secure:
             self._insecure_tables = self._insecure_tables | {self.schema.table(rec.table).name.lower()}
         state = self._state(rec.table)
-        state.record(rec.id, LinearQuery.from_json(rec.query), rec.scale, rec.value, rec.lattice, rec.alpha,
+        state.record(rec.id, query, rec.scale, rec.value, rec.lattice, rec.alpha,
                      rec.sensitivity)
         self._last_id = rec.id
 
@@ -378,6 +392,7 @@ class Gateway:
         self,
         stmt: CompiledStatement,
         sql: str,
+        state: TableState,
         steps: list[Step],
         accuracy: float,
         confidence: float,
@@ -386,17 +401,16 @@ class Gateway:
     ) -> tuple[list[Step], IncrementalBLUE]:
         """Under the ledger lock: re-plan if others released meanwhile, check the
         budget, measure, record, commit — and only then hand values back, with a
-        copy of the inference state as it was before this statement's releases."""
-        state = self._state(stmt.table)
+        copy of the inference state as it was before this statement's releases.
+        ``state`` is the statement's planning copy (:meth:`TableState.refined`)."""
         self._warn_if_seeded()
         with self._ledger.transaction() as tx:
             seen = self._last_id
             self._sync(tx.records(since=self._last_id))
             if self._last_id != seen:
-                for q in stmt.queries:
-                    state.refine(q)
+                state = self._state(stmt.table).refined(stmt.queries, isolate=True)
                 steps = plan(state, stmt.queries, accuracy, confidence, policy)
-            before = state.blue.copy()
+            before = state.blue.copy()  # the live state's appends below must not reach it
             needed = float(sum(s.increase for s in steps))
             spent = self._spent()
             if spent + needed > self.budget + _BUDGET_SLACK:
@@ -480,13 +494,13 @@ class Gateway:
             if q.is_zero:
                 raise InvalidRequirement("a measured query must have a non-zero weight somewhere.")
         with self._lock:
-            state = self._state(table)
             self._warn_if_seeded()
             with self._ledger.transaction() as tx:
                 self._sync(tx.records(since=self._last_id))
-                for q, _ in measurements:
-                    state.refine(q)
-                parts = [measurement(state, q, q.sensitivity / a) for q, a in measurements]
+                # Planned by the rule the records are applied by, so the charge checked is the one recorded.
+                state = self._state(table).refined([q for q, _ in measurements], isolate=True)
+                parts = [measurement(state, q, q.sensitivity / a, isolated=i in state.outside)
+                         for i, (q, a) in enumerate(measurements)]
                 trial = state.costs.copy()
                 for m in parts:
                     trial.add(m.h, m.alpha, m.sensitivity)

@@ -58,6 +58,10 @@ class Answer:
             default, when whoever built the answer did not say.  An exact answer (a
             public constant) over seeded history is False as well: the flag describes
             the history, not one number.
+        isolated: True when the query cut the table's domain finer than its atom limit
+            (``Gateway(max_atoms=...)``) allows: it was then answered on its own, from
+            its exact repeats and rescalings only (never combined with other queries),
+            and each fresh release of it was charged its full budget on every cell.
     """
 
     value: float
@@ -73,6 +77,7 @@ class Answer:
     group: tuple[tuple[str, Any], ...] = ()
     query: LinearQuery | None = field(repr=False, default=None, compare=False)
     secure: bool = False
+    isolated: bool = False
 
     @property
     def halfwidth(self) -> float:

@@ -10,6 +10,7 @@ extensions (``dpgate.model``, ``dpgate.warmstart``) read history:
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -17,11 +18,51 @@ import numpy as np
 
 from dpgate.accounting import CellCosts
 from dpgate.atoms import AtomPartition
+from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.inference import Estimate, IncrementalBLUE
 from dpgate.query import LinearQuery
 from dpgate.schema import Table
 
-__all__ = ["TableState", "TableView"]
+__all__ = ["DEFAULT_MAX_ATOMS", "TableState", "TableView", "isolation_key"]
+
+_ONE = np.ones(1)
+
+#: Default limit on a table's atoms (``Gateway(max_atoms=...)``); a query that would split
+#: the domain into more is measured on its own (see :meth:`TableState.refined`).
+DEFAULT_MAX_ATOMS = 200_000
+#: A query with more distinct weights than this (e.g. ``SUM(age)`` over 101 ages) is kept
+#: outside the atoms: splitting every atom by each of its weights would multiply the atoms
+#: of every later GROUP BY by that many.  Its support still refines the atoms.
+MAX_ATOM_WEIGHTS = 32
+
+
+def _support(table: Table, query: LinearQuery) -> LinearQuery:
+    """The 0/1 query of ``query``'s support, on its coarsest grid."""
+    return LinearQuery.from_grid(table, query.columns, query.breakpoints,
+                                 (np.asarray(query.numerators) != 0).astype(float))
+
+
+def _wide(query: LinearQuery) -> bool:
+    """Whether ``query`` has more distinct weights than :data:`MAX_ATOM_WEIGHTS`."""
+    return np.unique(np.asarray(query.numerators)).size > MAX_ATOM_WEIGHTS + 1  # + the zero weight
+
+
+def isolation_key(query: LinearQuery) -> tuple[str, float]:
+    """``(key, factor)``: ``query`` is ``factor`` times the query the key names.
+
+    Queries kept outside the atoms (see :meth:`TableState.refined`) are reused only
+    across exact repeats and rescalings: two queries share a key iff they have the same
+    grid and proportional weights (numerators divided by their gcd, first non-zero
+    positive).  Zero queries are never measured and have no key.
+    """
+    nums = np.asarray(query.numerators, dtype=np.int64).ravel()
+    nonzero = np.flatnonzero(nums)
+    g = int(np.gcd.reduce(np.abs(nums))) * (1 if nums[nonzero[0]] > 0 else -1)
+    digest = hashlib.sha256(
+        repr((query.table.lower(), query.columns, query.breakpoints, query.numerators.shape)).encode()
+        + (nums // g).tobytes()
+    ).hexdigest()
+    return digest, g / query.denominator
 
 
 @dataclass
@@ -40,11 +81,17 @@ class TableState:
     record_ids: list[int] = field(default_factory=list)
     alphas: list[float] = field(default_factory=list)
     sensitivities: list[float] = field(default_factory=list)
+    #: Releases of queries the atoms could not hold, by :func:`isolation_key`: a one-atom
+    #: BLUE per key whose rows are the released factors.
+    isolated: dict[str, IncrementalBLUE] = field(default_factory=dict)
+    #: In a planning copy (:meth:`refined`), the positions of the statement's queries
+    #: that stay outside the atoms.
+    outside: frozenset[int] = frozenset()
 
     @classmethod
-    def new(cls, table: Table) -> TableState:
-        """Empty history on the one-atom partition."""
-        atoms = AtomPartition(table)
+    def new(cls, table: Table, max_atoms: int = DEFAULT_MAX_ATOMS) -> TableState:
+        """Empty history on the one-atom partition (at most ``max_atoms`` atoms)."""
+        atoms = AtomPartition(table, max_atoms=max_atoms)
         return cls(
             table, atoms, IncrementalBLUE(atoms.cell_sizes), CellCosts(atoms.n_atoms, table.max_rows_per_individual)
         )
@@ -56,12 +103,102 @@ class TableState:
             self.blue.split(parent, self.atoms.cell_sizes)
             self.costs.split(parent)
 
+    def refined(self, queries: Sequence[LinearQuery], *, isolate: bool = False) -> TableState:
+        """A copy of this state with its atoms refined for ``queries``; this state is unchanged.
+
+        How a statement is planned: its refinements stay on the copy, so a statement that
+        is refused (or answered from history) leaves no trace in the live state; a fresh
+        release reaches the live state only as a ledger record (:meth:`record`).
+        The copy shares arrays with this state until it replaces them: refining replaces
+        the partition's, the BLUE's and the costs' arrays and never writes into them, and
+        the planner copies the BLUE before appending to it.
+
+        Args:
+            queries: the statement's queries.
+            isolate: apply the rule releases are recorded by (:meth:`record`): a query
+                with more than :data:`MAX_ATOM_WEIGHTS` distinct weights, or one the
+                atoms cannot hold within their limit, stays outside them (its position
+                goes to ``outside``; its support refines them) instead of refining them
+                or being refused.
+
+        Raises:
+            UnsupportedQuery: a query exceeds the atom limits and ``isolate`` is False.
+        """
+        trial = copy.copy(self)
+        trial.atoms, trial.blue, trial.costs = copy.copy(self.atoms), copy.copy(self.blue), copy.copy(self.costs)
+        outside = set()
+        if isolate:
+            trial.prepare(queries)
+        for i, q in enumerate(queries):
+            if not isolate:
+                trial.refine(q)
+            elif not trial._hold(q):
+                outside.add(i)
+        trial.outside = frozenset(outside)
+        return trial
+
+    def prepare(self, queries: Sequence[LinearQuery]) -> None:
+        """Refine the atoms for many disjoint queries (a GROUP BY's groups) in one split.
+
+        Best effort, for speed only: the atoms become exactly what refining by each of
+        the (non-wide) queries in turn would give — the coarsest partition on which each
+        is constant — or stay as they are if the queries overlap or the split would
+        exceed the atom limit (then :meth:`_hold` refines and isolates query by query).
+        """
+        held = [q for q in queries if not q.is_zero and not _wide(q)]
+        if len(held) < 2:
+            return
+        names = {c.lower() for q in held for c in q.columns}
+        cols = tuple(c.name for c in self.table.columns if c.name.lower() in names)
+        bps: dict[str, set[int]] = {c.lower(): set() for c in cols}
+        for q in held:
+            for c, b in zip(q.columns, q.breakpoints, strict=True):
+                bps[c.lower()].update(b)
+        grid = tuple(tuple(sorted(bps[c.lower()])) for c in cols)
+        code = np.zeros(tuple(len(b) for b in grid), dtype=np.int64)
+        base = 0
+        for q in held:
+            e = q.expand(self.table, cols, grid)
+            on = e != 0
+            if code[on].any():
+                return  # overlapping supports: no single split describes them
+            _, rank = np.unique(e[on], return_inverse=True)
+            code[on] = base + 1 + rank
+            base += int(rank.max(initial=0)) + 1
+        try:
+            self.refine(LinearQuery.from_grid(self.table, cols, grid, code.astype(float)))
+        except UnsupportedQuery:
+            pass  # left as it was
+
+    def _hold(self, query: LinearQuery) -> bool:
+        """Refine the atoms for ``query``; False when it stays outside them (its support,
+        when the atoms can hold that, refines them instead)."""
+        if not query.is_zero and not _wide(query):
+            try:
+                self.refine(query)
+                return True
+            except UnsupportedQuery:
+                pass  # the atoms are left as they were
+        try:
+            self.refine(_support(self.table, query))
+        except UnsupportedQuery:
+            pass  # charged on every cell instead (isolated_weights)
+        return False
+
     def record(
         self, record_id: int, query: LinearQuery, scale: float, value: float, lattice: float, alpha: float,
         sensitivity: float,
     ) -> None:
-        """Add one released answer of ``query`` (ledger record ``record_id``) to the inference state and the costs."""
-        self.refine(query)
+        """Add one released answer of ``query`` (ledger record ``record_id``) to the inference state and the costs.
+
+        A query the atoms do not hold (see :meth:`refined`) joins its
+        :func:`isolation_key`'s releases and is charged by :meth:`isolated_weights`.
+        """
+        if not self._hold(query):
+            key, factor = isolation_key(query)
+            self.isolated.setdefault(key, IncrementalBLUE(_ONE)).append([factor], scale, value, lattice=lattice)
+            self.costs.add(self.isolated_weights(query), alpha, sensitivity)
+            return
         h = self.atoms.vector(query)
         self.blue.append(h, scale, value, lattice=lattice)
         self.costs.add(h, alpha, sensitivity)
@@ -69,6 +206,20 @@ class TableState:
         self.record_ids.append(record_id)
         self.alphas.append(alpha)
         self.sensitivities.append(sensitivity)
+
+    def isolated_weights(self, query: LinearQuery) -> np.ndarray:
+        """The atom vector a release of ``query`` outside the atoms is charged as.
+
+        ``S`` on every atom of its support (cost α each: ``|q_j|/S ≤ 1`` bounds the true
+        per-cell cost), or on every atom when the atoms could not hold the support.  The
+        support's atoms are the same in any partition that holds it, so planning and
+        recording charge alike.
+        """
+        s = query.sensitivity
+        try:
+            return self.atoms.vector(_support(self.table, query)) * s
+        except DPGateInternalError:  # the support is not part of the atoms
+            return np.full(self.atoms.n_atoms, s)
 
     def view(self) -> TableView:
         """A frozen snapshot of this history (copies: later releases and refinements do not show)."""
