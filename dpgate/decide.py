@@ -44,7 +44,7 @@ from typing import Literal, cast
 import numpy as np
 
 from dpgate.accounting import CellCosts
-from dpgate.errors import DPGateInternalError, InvalidRequirement
+from dpgate.errors import InvalidRequirement
 from dpgate.inference import ErrorLaw, IncrementalBLUE, Posterior, minimal_scale
 from dpgate.noise import lattice_for
 from dpgate.query import LinearQuery
@@ -307,19 +307,17 @@ def _alone_scale(q: LinearQuery, accuracy: float, confidence: float, policy: str
     """The scale of a measurement that is its own answer: the paper's, or for ``minimal``
     the largest at which one release on ``q``'s lattice certifies the requirement."""
     paper = min(max(paper_scale(accuracy, confidence), MIN_SCALE), MAX_SCALE)
-    if policy != "minimal":
-        return paper
-    return max(paper, _single_release_scale(accuracy, confidence, q.denominator))
+    found = _single_release_scale(accuracy, confidence, q.denominator) if policy == "minimal" else None
+    return paper if found is None else max(paper, found)
 
 
 @functools.lru_cache(maxsize=256)
-def _single_release_scale(accuracy: float, confidence: float, denominator: int) -> float:
-    """Largest scale at which one discrete-Laplace release alone meets ±accuracy at confidence."""
-    found = minimal_scale(IncrementalBLUE(_ONE), _ONE, _ONE, accuracy, confidence,
-                          lattice=_lattice_step(denominator), max_scale=MAX_SCALE)
-    if found is None:  # one release of Q always meets the target at a small enough scale
-        raise DPGateInternalError(f"no scale meets ±{accuracy!r} at {confidence!r} for one release")
-    return found
+def _single_release_scale(accuracy: float, confidence: float, denominator: int) -> float | None:
+    """Largest scale at which one discrete-Laplace release alone meets ±accuracy at confidence
+    (``None`` for an accuracy so fine that no usable scale does: the paper's, floored at
+    :data:`MIN_SCALE`, is then charged — and refused by any real budget)."""
+    return minimal_scale(IncrementalBLUE(_ONE), _ONE, _ONE, accuracy, confidence,
+                         lattice=_lattice_step(denominator), max_scale=MAX_SCALE)
 
 
 _ONE = np.ones(1)

@@ -430,7 +430,10 @@ def test_ledger_reopens_on_same_data_from_csv(pums, tmp_path):
         assert gw2.spent == spent
         pd.testing.assert_frame_equal(gw2.history, hist)
         b = gw2.query("SELECT COUNT(*) FROM pums WHERE age < 30", accuracy=25).answer
-        assert b.source == "history" and b.value == a.value and (b.low, b.high) == (a.low, a.high)
+        # The same estimator from the same records; rebuilt in one pass (a GROUP BY's releases
+        # split the atoms at once), so equal up to floating-point rounding.
+        assert b.source == "history"
+        assert (b.value, b.low, b.high) == pytest.approx((a.value, a.low, a.high), rel=1e-12)
         assert gw2.spent == spent and len(gw2.history) == len(hist)
 
 
