@@ -102,7 +102,7 @@ def test_group_by_matches_per_group_queries() -> None:
     ]
     assert [dict(a.group)["sex"] for a in res.answers] == ["0", "1", "<other>", None]
     singles = [single.query(sql, accuracy=20, confidence=0.95).answer for sql in per_group]
-    for g, s, sql in zip(res.answers, singles, per_group):
+    for g, s, sql in zip(res.answers, singles, per_group, strict=True):
         (q,) = dpgate.compile_sql(sql, schema)
         assert g.query == q, sql  # the per-group SQL is the group's linear query
         assert g.source == s.source, sql
