@@ -78,7 +78,7 @@ def test_no_decision_depends_on_data() -> None:
     assert [a.source for a in run_a] == [b.source for b in run_b]
     assert [a.epsilon_spent for a in run_a] == [b.epsilon_spent for b in run_b]
     assert gw_a.spent == gw_b.spent
-    assert {a.source for a in run_a} == {"fresh", "history"}  # the session exercises both paths
+    assert {"fresh", "history"} <= {a.source for a in run_a}  # the session exercises both paths
     # The data did differ, so the answers do (the noise is the same seeded draws).
     assert [a.value for a in run_a] != [b.value for b in run_b]
     # Half-widths come from the error law of the design alone; only the rounding of
