@@ -152,7 +152,7 @@ def _truths(con: Any, sql: str, answers: Sequence[Any]) -> list[float]:
 
 
 # -- one session: the statements through each policy ------------------------------------------
-def run_session(seed: int) -> dict[str, Any]:
+def run_session(seed: int, progress: bool = False) -> dict[str, Any]:
     import dpgate
     from dpgate.datasets import load_pums
 
@@ -170,8 +170,13 @@ def run_session(seed: int) -> dict[str, Any]:
                 res = gw.query(sql, accuracy=acc, confidence=CONFIDENCE)
             except dpgate.Error as e:
                 stmts.append({"seconds": time.perf_counter() - t0, "refused": f"{type(e).__name__}: {e}"})
+                if progress:
+                    print(f"  session {seed} {policy} #{i + 1}: refused: {e}", file=sys.stderr, flush=True)
                 continue
             dt = time.perf_counter() - t0
+            if progress:
+                print(f"  session {seed} {policy} #{i + 1}: {dt:.2f} s {sorted({a.source for a in res.answers})}",
+                      file=sys.stderr, flush=True)
             if i not in truth_cache:  # the answers' groups are the declared keys: the same every time
                 truth_cache[i] = _truths(con, sql, res.answers)
             truth = truth_cache[i]
@@ -273,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sessions", type=int, default=100, help="independent sessions (100)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (1; the machine is shared)")
     ap.add_argument("--quick", action="store_true", help="3 sessions (smoke run; coverage not meaningful)")
+    ap.add_argument("--progress", action="store_true", help="print each statement's latency to stderr")
     args = ap.parse_args(argv)
     sessions = 3 if args.quick else args.sessions
     if sessions < 1 or args.jobs < 1:
@@ -288,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(1, sessions + 1))
     if args.jobs == 1:
         for s in seeds:
-            runs.append(run_session(s))
+            runs.append(run_session(s, args.progress))
             print(f"session {s}/{sessions} done ({time.perf_counter() - t0:.0f} s)", flush=True)
     else:
         with ProcessPoolExecutor(args.jobs) as ex:
