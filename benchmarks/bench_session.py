@@ -31,7 +31,7 @@ Writes ``benchmarks/results/session.json``, ``session.md`` and
 
 Usage::
 
-    python benchmarks/bench_session.py [--sessions 100] [--jobs 1] [--quick]
+    python benchmarks/bench_session.py [--sessions 100] [--jobs 1] [--quick] [--statements 54] [--progress]
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -152,7 +153,7 @@ def _truths(con: Any, sql: str, answers: Sequence[Any]) -> list[float]:
 
 
 # -- one session: the statements through each policy ------------------------------------------
-def run_session(seed: int, progress: bool = False) -> dict[str, Any]:
+def run_session(seed: int, n_statements: int = len(SESSION), progress: bool = False) -> dict[str, Any]:
     import dpgate
     from dpgate.datasets import load_pums
 
@@ -164,7 +165,7 @@ def run_session(seed: int, progress: bool = False) -> dict[str, Any]:
     for policy in POLICIES:
         gw = dpgate.Gateway(df, schema, budget=BUDGET, policy=policy, seed=seed)
         stmts = []
-        for i, (sql, acc, _) in enumerate(SESSION):
+        for i, (sql, acc, _) in enumerate(SESSION[:n_statements]):
             t0 = time.perf_counter()
             try:
                 res = gw.query(sql, accuracy=acc, confidence=CONFIDENCE)
@@ -209,7 +210,8 @@ def _summary(runs: list[dict[str, Any]], policy: str) -> dict[str, Any]:
     times = np.array([[s["seconds"] for s in p["statements"]] for p in per])
     refusals = sorted({(i, s["refused"]) for p in per for i, s in enumerate(p["statements"]) if "refused" in s})
     spent = [p["spent"] for p in per]
-    n_stmt = len(per) * len(SESSION)
+    n = len(per[0]["statements"])
+    n_stmt = len(per) * n
     return {
         "total_epsilon_mean": float(np.mean(spent)), "total_epsilon_min": min(spent), "total_epsilon_max": max(spent),
         "answers": n_ans, "covered": covered, "coverage": cov, "coverage_se": se,
@@ -224,8 +226,8 @@ def _summary(runs: list[dict[str, Any]], policy: str) -> dict[str, Any]:
         "latency_p95_by_index": np.percentile(times, 95, axis=0).tolist(),
         "latency_p50_all": float(np.percentile(times, 50)), "latency_p95_all": float(np.percentile(times, 95)),
         "sources_by_index": [sorted({src for p in per for src in p["statements"][i].get("sources", ["refused"])})
-                             for i in range(len(SESSION))],
-        "epsilon_by_index": [per[0]["statements"][i].get("epsilon", 0.0) for i in range(len(SESSION))],
+                             for i in range(n)],
+        "epsilon_by_index": [per[0]["statements"][i].get("epsilon", 0.0) for i in range(n)],
     }
 
 
@@ -239,18 +241,19 @@ def _plot(summaries: dict[str, dict[str, Any]], sessions: int, path: str) -> boo
         print("matplotlib missing (install the demo extra): no plot", file=sys.stderr)
         return False
     fig, ax = plt.subplots(figsize=(11, 4.5))
-    x = np.arange(1, len(SESSION) + 1)
+    n = len(summaries[POLICIES[0]]["latency_p50_by_index"])
+    x = np.arange(1, n + 1)
     for policy, color in zip(POLICIES, ("tab:gray", "tab:blue", "tab:red"), strict=True):
         s = summaries[policy]
         ax.plot(x, s["latency_p50_by_index"], "-o", ms=3, color=color, label=f"{policy} p50")
         ax.plot(x, s["latency_p95_by_index"], ":", color=color, label=f"{policy} p95")
-    for i, (_, _, kind) in enumerate(SESSION):
+    for i, (_, _, kind) in enumerate(SESSION[:n]):
         if kind.startswith("group by"):
             ax.axvline(i + 1, color="0.9", lw=3, zorder=0)
     ax.set_yscale("log")
     ax.set_xlabel("statement index in the session (shaded: GROUP BY)")
     ax.set_ylabel("gw.query latency [s]")
-    ax.set_title(f"PUMS analyst session, {len(SESSION)} statements, {sessions} sessions")
+    ax.set_title(f"PUMS analyst session, {n} statements, {sessions} sessions")
     ax.legend(ncol=3, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -279,10 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (1; the machine is shared)")
     ap.add_argument("--quick", action="store_true", help="3 sessions (smoke run; coverage not meaningful)")
     ap.add_argument("--progress", action="store_true", help="print each statement's latency to stderr")
+    ap.add_argument("--statements", type=int, default=len(SESSION),
+                    help=f"run only the first N statements ({len(SESSION)}: all); for cores too slow for the "
+                    "whole session — the report then covers that prefix only")
     args = ap.parse_args(argv)
     sessions = 3 if args.quick else args.sessions
-    if sessions < 1 or args.jobs < 1:
-        ap.error("--sessions and --jobs must be ≥ 1")
+    n = args.statements
+    if sessions < 1 or args.jobs < 1 or not 1 <= n <= len(SESSION):
+        ap.error(f"--sessions and --jobs must be ≥ 1 and --statements in 1..{len(SESSION)}")
     import dpgate
     from dpgate.datasets import load_pums
 
@@ -294,11 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(1, sessions + 1))
     if args.jobs == 1:
         for s in seeds:
-            runs.append(run_session(s, args.progress))
+            runs.append(run_session(s, n, args.progress))
             print(f"session {s}/{sessions} done ({time.perf_counter() - t0:.0f} s)", flush=True)
     else:
         with ProcessPoolExecutor(args.jobs) as ex:
-            for run in ex.map(run_session, seeds):
+            for run in ex.map(partial(run_session, n_statements=n), seeds):
                 runs.append(run)
                 print(f"session {run['seed']}/{sessions} done ({time.perf_counter() - t0:.0f} s)", flush=True)
     wall = time.perf_counter() - t0
@@ -315,11 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     machine = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
                "loadavg_at_end": os.getloadavg(), "jobs": args.jobs, "wall_seconds": wall}
     with open(os.path.join(RESULTS, "session.json"), "w", encoding="utf-8") as f:
-        json.dump({"machine": machine, "sessions": sessions, "confidence": CONFIDENCE, "budget": BUDGET,
-                   "statements": [{"sql": q, "accuracy": a, "kind": k} for q, a, k in SESSION],
+        json.dump({"machine": machine, "sessions": sessions, "statements_run": n, "confidence": CONFIDENCE, "budget": BUDGET,
+                   "statements": [{"sql": q, "accuracy": a, "kind": k} for q, a, k in SESSION[:n]],
                    "summaries": summaries}, f, indent=1)
     with open(os.path.join(RESULTS, "session.md"), "w", encoding="utf-8") as f:
-        f.write(f"PUMS analyst session: {len(SESSION)} statements × {sessions} independent sessions × 3 policies "
+        f.write(f"PUMS analyst session: {n} statements × {sessions} independent sessions × 3 policies "
                 f"({wall:.0f} s wall, {args.jobs} job(s), load average at the end "
                 f"{machine['loadavg_at_end'][0]:.2f}).\n\n{table}\n")
         if plotted:
