@@ -336,8 +336,8 @@ def _verdicts(res: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, str]]
             rows.append(("fresh COUNT after history (median)", f"{med * 1e3:.0f} ms = {med / base:.1f}×", "", "—"))
     if "history" in res:
         h = res["history"]
-        for key, label, limit in (("age_fresh_after_history", "GROUP BY age fresh after history", 5),
-                                  ("age_repeat_after_history", "GROUP BY age repeat after history", 2)):
+        for key, label, limit in (("age_fresh_after_history", "GROUP BY age fresh after history", 5.0),
+                                  ("age_repeat_after_history", "GROUP BY age repeat after history", 2.0)):
             c = h.get(key)
             if c is None:
                 rows.append((label, dnf("history"), f"≤ {limit:g}×", "FAIL"))

@@ -47,14 +47,14 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 CONFIDENCE = 0.95
-POLICIES = ("no_reuse", "paper", "minimal")
+POLICIES: tuple[Literal["no_reuse", "paper", "minimal"], ...] = ("no_reuse", "paper", "minimal")
 #: Large enough that no statement of the session is refused for budget under any policy.
 BUDGET = 1e4
 
