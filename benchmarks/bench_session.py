@@ -44,7 +44,7 @@ import platform
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from typing import Any, Literal
@@ -231,7 +231,7 @@ def _summary(runs: list[dict[str, Any]], policy: str) -> dict[str, Any]:
     }
 
 
-def _plot(summaries: dict[str, dict[str, Any]], sessions: int, path: str) -> bool:
+def _plot(summaries: Mapping[str, dict[str, Any]], sessions: int, path: str) -> bool:
     try:
         import matplotlib
 
@@ -261,7 +261,7 @@ def _plot(summaries: dict[str, dict[str, Any]], sessions: int, path: str) -> boo
     return True
 
 
-def _table(summaries: dict[str, dict[str, Any]]) -> str:
+def _table(summaries: Mapping[str, dict[str, Any]]) -> str:
     lines = ["| policy | total ε | free (answers / statements) | refused statements | coverage ± SE "
              f"(nominal {CONFIDENCE}) | latency p50 / p95 | mean session |",
              "|---|---|---|---|---|---|---|"]
