@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(run)
                 print(f"session {run['seed']}/{sessions} done ({time.perf_counter() - t0:.0f} s)", flush=True)
     wall = time.perf_counter() - t0
-    summaries = {p: _summary(runs, p) for p in POLICIES}
+    summaries: dict[str, dict[str, Any]] = {p: _summary(runs, p) for p in POLICIES}
     table = _table(summaries)
     print()
     print(table)
