@@ -130,7 +130,6 @@ def _poison_frame() -> pd.DataFrame:
     return pd.DataFrame({"x2": rng.integers(0, 1000, 300), "y2": rng.integers(0, 1000, 300)})
 
 
-@pytest.mark.xfail(strict=True, reason="issue 14: refused statements leave atom splits")
 def test_refused_statement_leaves_no_trace() -> None:
     df = _poison_frame()
     count = "SELECT COUNT(*) FROM t WHERE x2 < 500"
@@ -138,9 +137,9 @@ def test_refused_statement_leaves_no_trace() -> None:
     expected = fresh.query(count, accuracy=10, confidence=0.95).answer
 
     gw = dpgate.Gateway(df, _POISON_SCHEMA, budget=1.0, seed=3)
-    # Refused either for its atoms (current core) or, once those are handled, for its price:
-    # ±100 on sums of sensitivity ~10⁶ costs thousands of ε, far beyond the budget of 1.
-    with pytest.raises(dpgate.Error):
+    # Refused for its price: ±100 on sums of sensitivity ~10⁶ costs thousands of ε, far beyond
+    # the budget of 1 (before issue 14 it was refused for its atoms, keeping the first output's split).
+    with pytest.raises(dpgate.BudgetExhausted):
         gw.query("SELECT SUM(x2 + 150*y2) AS a, SUM(x2 + 1000*y2) AS b FROM t", accuracy=100, confidence=0.95)
     assert gw.spent == 0.0 and len(gw.history) == 0
     got = gw.query(count, accuracy=10, confidence=0.95).answer
