@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from dpgate._blas import one_blas_thread, single_threaded
 from dpgate._validate import positive_finite
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
 from dpgate.cube import Cube
@@ -159,7 +160,8 @@ class Gateway:
         self._ispe_releases: list[WarmStart] = []  # this object's ISPE warm starts, for method="mmse"
         self._last_id = 0
         self._lock = threading.RLock()
-        self._sync()
+        with one_blas_thread():
+            self._sync()
 
     # -- public properties -------------------------------------------------------
     @property
@@ -195,6 +197,7 @@ class Gateway:
         return self._ledger
 
     # -- queries -------------------------------------------------------------------
+    @single_threaded
     def query(
         self,
         sql: str,
@@ -255,6 +258,7 @@ class Gateway:
             out = answers(blue, steps, accuracy, confidence, policy, secure=self._secure(stmt.table))
         return Result(out, stmt, float(sum(s.increase for s in steps)))
 
+    @single_threaded
     def probability(self, sql: str, low: float | None = None, high: float | None = None, *, params: Any = None) -> float:
         """P(low ≤ θ ≤ high | history) for a single-output query; free (Xiao & Xiong (2012), §5.2).
 
@@ -334,7 +338,7 @@ class Gateway:
             SchemaError: ``table`` is not declared.
             UnsupportedQuery: refining with ``queries`` would exceed the atom limits.
         """
-        with self._lock:
+        with self._lock, one_blas_thread():
             self._sync()
             yield self._state(table).refined(queries).view()
 
@@ -453,6 +457,7 @@ class Gateway:
             values.append(rel.value)
         return values
 
+    @single_threaded
     def release_measurements(
         self, table: str, measurements: Sequence[tuple[LinearQuery, float]], *, kind: str = "warm_start", label: str = ""
     ) -> list[float]:
@@ -577,6 +582,7 @@ class Gateway:
         )
 
     # -- model-based answers (Chen, Zhou & Bhowmick (2016); dpgate.model) -------------
+    @single_threaded
     def estimate(self, sql: str, method: str = "pca", *, confidence: float = 0.95, params: Any = None,
                  **options: Any) -> ModelResult | Result:
         """Biased model-based answers from history alone (Chen, Zhou & Bhowmick (2016)): free, never charged.
@@ -646,6 +652,7 @@ class Gateway:
             "by another process cannot be reused: its partition is not in the ledger)."
         )
 
+    @single_threaded
     def synthesize(self, table: str | None = None, rows: int | None = None, seed: int | None = None,
                    **options: Any) -> pd.DataFrame:
         """A synthetic pandas DataFrame from the maximum-entropy model (Chen, Zhou & Bhowmick (2016), §4).

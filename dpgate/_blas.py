@@ -1,0 +1,48 @@
+"""One BLAS thread for dpgate's small dense algebra.
+
+The inference state is many small matrix-vector products; on a 2-core machine
+numpy's default BLAS thread pool made whole sessions about 6× slower than one
+thread (threads contend and spin for microsecond kernels).  The gateway runs its
+work inside :func:`one_blas_thread` (``threadpoolctl``, the maintained way to limit
+the BLAS pools numpy and scipy load); the caller's own setting is restored after.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
+
+from threadpoolctl import ThreadpoolController
+
+__all__ = ["one_blas_thread", "single_threaded"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_lock = threading.Lock()
+_controller: ThreadpoolController | None = None
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Limit the BLAS thread pools to one thread for the block (restored after)."""
+    global _controller
+    with _lock:
+        if _controller is None:  # found once, after numpy and scipy have loaded their BLAS
+            _controller = ThreadpoolController()
+        controller = _controller
+    with controller.limit(limits=1, user_api="blas"):
+        yield
+
+
+def single_threaded(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run ``method`` inside :func:`one_blas_thread`."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with one_blas_thread():
+            return method(*args, **kwargs)
+
+    return wrapper
