@@ -158,7 +158,7 @@ from dpgate.errors import (
     UnsupportedQuery,
     Warning,
 )
-from dpgate.gateway import Gateway
+from dpgate.gateway import DEFAULT_MAX_OUTPUTS, Gateway
 from dpgate.requirement import hinted, resolve_accuracy, resolve_confidence, resolve_requirement
 from dpgate.result import Answer, Result
 from dpgate.state import DEFAULT_MAX_ATOMS
@@ -232,6 +232,7 @@ def connect(
     seed: int | None = None,
     dialect: str = "duckdb",
     max_atoms: int | None = None,
+    max_outputs: int | None = None,
 ) -> Connection:
     """Open a DB-API connection that answers counting queries with differential privacy.
 
@@ -258,6 +259,8 @@ def connect(
         dialect: sqlglot dialect of incoming SQL.
         max_atoms: the most atoms a table's history may split its domain into (see
             :class:`~dpgate.Gateway`; default 200 000); finer queries are answered on their own.
+        max_outputs: the most outputs one statement may have (default 4 096); larger
+            statements raise ``QueryTooComplex`` before any data is read.
 
     Raises:
         OperationalError: the database file cannot be opened.
@@ -268,7 +271,7 @@ def connect(
     if isinstance(database, Gateway):
         given = [n for n, v in (("schema", schema), ("budget", budget), ("ledger", ledger),
                                 ("ledger_key", ledger_key), ("policy", policy), ("seed", seed),
-                                ("max_atoms", max_atoms)) if v is not None]
+                                ("max_atoms", max_atoms), ("max_outputs", max_outputs)) if v is not None]
         given += ["new_ledger"] if new_ledger else []
         if given:
             raise InterfaceError(
@@ -295,6 +298,7 @@ def connect(
                 seed=seed,
                 dialect=dialect,
                 max_atoms=DEFAULT_MAX_ATOMS if max_atoms is None else max_atoms,
+                max_outputs=DEFAULT_MAX_OUTPUTS if max_outputs is None else max_outputs,
             )
         except TypeError as exc:
             raise InterfaceError(str(exc)) from None

@@ -135,11 +135,13 @@ class QuerySyntaxError(UnsupportedQuery):
 
 
 class QueryTooComplex(UnsupportedQuery):
-    """The SQL text exceeds a size or nesting limit of the compiler.
+    """The SQL text exceeds a size or nesting limit of the compiler, or the statement has
+    more outputs than the gateway answers in one go.
 
     The limits (``dpgate.compile.statement.MAX_SQL_LENGTH``, ``MAX_TOKENS``,
     ``MAX_NESTING_DEPTH``, ``MAX_OPERATORS``) are checked on the tokens, before
-    the parser recurses; the message names the limit and the value found.
+    the parser recurses; ``Gateway(max_outputs=...)`` after compiling, before any
+    data is read.  The message names the limit and the value found.
     """
 
 

@@ -207,3 +207,16 @@ def test_groups_answer_the_same_on_pandas_frames_as_on_duckdb(pums) -> None:
     a = dpgate.Gateway(df, schema, budget=5.0, seed=4).query(sql, accuracy=20).to_pandas()
     b = dpgate.Gateway({"pums": df.copy()}, schema, budget=5.0, seed=4).query(sql, accuracy=20).to_pandas()
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_max_outputs_refuses_a_huge_group_by_before_any_work(pums) -> None:
+    gw = _gw(pums)
+    sql = "SELECT age, educ, race, COUNT(*) FROM pums GROUP BY age, educ, race"
+    with pytest.raises(dpgate.QueryTooComplex, match=r"13872 outputs .* max_outputs = 4096"):
+        gw.query(sql, accuracy=25)
+    assert gw.spent == 0.0 and len(gw.history) == 0
+    with pytest.raises(dpgate.QueryTooComplex, match="max_outputs = 50"):
+        _gw(pums, max_outputs=50).query("SELECT age, COUNT(*) FROM pums GROUP BY age", accuracy=25)
+    for bad in (0, 1.5, None):
+        with pytest.raises(dpgate.InvalidArgument, match="max_outputs"):
+            _gw(pums, max_outputs=bad)
