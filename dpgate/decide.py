@@ -45,7 +45,7 @@ import numpy as np
 
 from dpgate.accounting import CellCosts
 from dpgate.errors import InvalidRequirement
-from dpgate.inference import ErrorLaw, IncrementalBLUE, Posterior, minimal_scale
+from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, minimal_scale
 from dpgate.noise import lattice_for
 from dpgate.query import LinearQuery
 from dpgate.result import Answer, Source
@@ -155,6 +155,7 @@ class Step:
     order: int = 0
     alone: bool = False
     isolated: IncrementalBLUE | None = field(default=None, repr=False)  # its own history, outside the atoms
+    estimate: Estimate | None = field(default=None, repr=False)  # a history step's, from released values only
 
 
 def plan(
@@ -191,10 +192,12 @@ def plan(
         steps[i] = replace(step, order=order)
         order += 1
 
-    for block in _columns(queries):
+    columns = _columns(queries)
+    for n_block, block in enumerate(columns):
         batch = len(block) > 1 and _disjoint([hs[i] for i in block])
         later: list[int] = []
-        alone: list[Measurement] = []
+        # Placed after the block's history steps, which were decided without them.
+        alone: list[tuple[int, Step]] = []
         # Decided on the costs before the block: its outputs are disjoint, so adding one's
         # charge leaves every other's cells (hence its restrictions) as they were.
         restrictable = {i for i in block
@@ -215,19 +218,23 @@ def plan(
                 continue
             est = blue.estimate(h) if policy != "no_reuse" else None
             if est is not None and meets(est.halfwidth(confidence), accuracy):  # inf when not estimable
-                place(i, Step(q, "history", h))
+                # Reusable by answers() only while no planned release (valued 0 here) is in ``blue``.
+                place(i, Step(q, "history", h, estimate=None if own_blue else est))
             elif est is None or (batch and not est.estimable and i not in restrictable):
                 m = measurement(state, q, _alone_scale(q, accuracy, confidence, policy), h=h)
                 before = costs.charge
                 costs.add(m.h, m.alpha, m.sensitivity)
-                place(i, Step(q, "fresh", h, (m,), costs.charge - before, alone=True))
-                alone.append(m)
+                alone.append((i, Step(q, "fresh", h, (m,), costs.charge - before, alone=True)))
             else:
                 later.append(i)
-        if later and alone:
+        for i, step in alone:
+            place(i, step)
+        if alone and (later or n_block < len(columns) - 1):
+            # Everything planned after them sees them (answers() replays the same order).
             if not own_blue:
                 blue, own_blue = blue.copy(), True
-            for m in alone:
+            for _, step in alone:
+                (m,) = step.measurements
                 blue.append(m.h, m.scale, 0.0, lattice=m.lattice)  # weights do not depend on the value
         for i in later:
             q, h = queries[i], hs[i]
@@ -379,7 +386,10 @@ def _answer(
             blue = step.isolated.copy()
             for m, v in zip(step.measurements, step.values, strict=False):
                 blue.append(step.h, m.scale, v, lattice=m.lattice)
-        est = blue.estimate(step.h) if step.h is not None else None
+        if step.kind == "history" and step.estimate is not None:
+            est: Estimate | None = step.estimate  # planned on exactly this history (same order)
+        else:
+            est = blue.estimate(step.h) if step.h is not None else None
         if est is None or est.posterior is None:
             return answer(math.nan, -math.inf, math.inf, source="unavailable", epsilon_spent=0.0,
                           meets_requirement=False)
