@@ -49,6 +49,7 @@ from dpgate._validate import finite_array, points, probability, readonly
 from dpgate.errors import InvalidArgument
 from dpgate.inference._convolution import ConvolutionLaw
 from dpgate.inference._gilpelaez import ABS_CDF_ERROR, LaplaceSum, chernoff_halfwidth
+from dpgate.inference._quantile import sum_quantile
 
 __all__ = ["ErrorLaw", "Method"]
 
@@ -124,6 +125,7 @@ class ErrorLaw:
         self._conv: ConvolutionLaw | None = None
         self._mc: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
         self._mc_args = (int(samples), rng)
+        self._halfwidths: dict[float, float] = {}  # the law is immutable: one search per level
         if method == "exact":
             if self._a.size == 1 and g[self._live[0]] > 0:
                 k = self._live[0]
@@ -271,14 +273,21 @@ class ErrorLaw:
         if self._sum is None:
             # Laplace(a): P(|E| > q) = exp(−q/a); nudge up one part in 1e12 for rounding.
             return float(a[0]) * -math.log1p(-conf) * (1.0 + 1e-12) + w
-        assert self._sum is not None
+        hw = self._halfwidths.get(conf)
+        if hw is None:
+            hw = self._halfwidths[conf] = self._sum_halfwidth(conf)
+        return hw
+
+    def _sum_halfwidth(self, conf: float) -> float:
+        """Certified half-width of two or more terms (Gil-Pelaez, memoised by law)."""
+        a, w = self._a, self.lattice_width
         bound = chernoff_halfwidth(a, 1.0 - conf)  # rigorous; wins only for extreme levels
         if 1.0 - conf <= 100.0 * ABS_CDF_ERROR:
             return float(bound + w)
         dominant = self._dominant_halfwidth(conf)
         if math.isfinite(dominant):
             return dominant
-        return float(min(self._sum.abs_quantile(conf, margin=ABS_CDF_ERROR), bound) + w)
+        return float(min(sum_quantile(a, conf), bound) + w)
 
     def _dominant_halfwidth(self, conf: float) -> float:
         """Certified half-width when one term carries (almost) all the error.
