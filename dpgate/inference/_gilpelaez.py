@@ -295,6 +295,7 @@ class LaplaceSum:
         # Start at the normal quantile when it lies inside: close for many terms.
         z = _normal_abs_quantile(target) * self.sd
         x = z if lo < z < hi else lo
+        lo_tried = x == lo
         checked = math.inf
         for _ in range(_NEWTON_STEPS):
             self.evaluations += 1
@@ -311,7 +312,14 @@ class LaplaceSum:
             # Aim half a tolerance past the root, to the side away from x: the
             # next value then closes the bracket instead of creeping up on it.
             nxt += 0.5 * xtol if f < 0.0 else -0.5 * xtol
-            x = nxt if lo < nxt < hi else 0.5 * (lo + hi)
+            if lo < nxt < hi:
+                x = nxt
+            elif nxt <= lo and not lo_tried:
+                # A step from the right undershot even the rigorous lower end: start
+                # from there instead, where Newton climbs monotonically to the root.
+                x, lo_tried = lo, True
+            else:
+                x = 0.5 * (lo + hi)
         if math.isinf(checked):  # the search did not settle: the rigorous upper end stands
             return hi
         return float(checked + 2.0 * xtol)
