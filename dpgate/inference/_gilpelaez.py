@@ -285,12 +285,13 @@ class LaplaceSum:
             return math.inf
         lo = -self.amax * math.log1p(-target) * (1.0 - 1e-12)
         tail = 1.0 - target
-        hi = min(chernoff_halfwidth(self.a, tail), self.sd / math.sqrt(tail))
+        chernoff = chernoff_halfwidth(self.a, 0.5 * tail)  # P(|E| > ·) ≤ tail/2
+        hi = min(chernoff, self.sd / math.sqrt(tail))
         if not lo < hi:  # rounding at extreme levels: the rigorous upper end stands
             return hi
         # The quadrature nodes of the former Brent search (tail bound narrowed to
         # its bracket so T stays small), so the certified values stay the same.
-        g = self._grid(0.999 * p * self.amax, chernoff_halfwidth(self.a, 0.5 * tail), exact=True)
+        g = self._grid(0.999 * p * self.amax, chernoff, exact=True)
         xtol = 1e-11 * hi
         # Start at the normal quantile when it lies inside: close for many terms.
         z = _normal_abs_quantile(target) * self.sd

@@ -28,7 +28,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from dpgate.inference._gilpelaez import ABS_CDF_ERROR, LaplaceSum, chernoff_halfwidth
+from dpgate.inference._gilpelaez import ABS_CDF_ERROR, LaplaceSum
 
 __all__ = ["sum_quantile"]
 
@@ -71,5 +71,4 @@ def _memo_quantile(key: bytes, conf: float) -> float:
     a = np.frombuffer(key, dtype=np.float64)
     if a.size == 1:  # a single Laplace: P(|E| > q) = exp(−q/a), nudged up for rounding
         return float(a[0]) * -math.log1p(-conf) * (1.0 + 1e-12)
-    bound = chernoff_halfwidth(a, 1.0 - conf)
-    return min(LaplaceSum(a).abs_quantile(conf, margin=ABS_CDF_ERROR), bound)
+    return LaplaceSum(a).abs_quantile(conf, margin=ABS_CDF_ERROR)
