@@ -280,7 +280,8 @@ def lattice_for(scale: float, denominator: int) -> tuple[float, int]:
 
     Returns ``γ = 1 / (denominator · 2^k)`` for the smallest ``k ≥ 0`` with
     ``γ ≤ scale / 1024``, with ``k`` capped at :data:`MAX_LATTICE_EXPONENT`
-    (60).  The comparison is exact (rational arithmetic).  Every answer
+    (60).  The comparison is exact (integer arithmetic on the float's dyadic
+    value), and O(1).  Every answer
     ``n / denominator`` lies on the lattice, so its lattice sensitivity is
     exactly ``S / γ``.
 
@@ -306,12 +307,26 @@ def lattice_for(scale: float, denominator: int) -> tuple[float, int]:
     """
     scale = positive_finite(scale, "scale", error=InvalidRequirement)
     denominator = _check_denominator(denominator)
-    target = Fraction(scale) * denominator  # need denominator · 2^k · scale ≥ 1024
-    k = 0
-    while k < MAX_LATTICE_EXPONENT and target * (1 << k) < LATTICE_FACTOR:
-        k += 1
-    mult = 1 << k
+    mult = 1 << _lattice_exponent(scale, denominator)
     return 1 / (denominator * mult), mult
+
+
+def _lattice_exponent(scale: float, denominator: int) -> int:
+    """The smallest ``k`` in ``[0, MAX_LATTICE_EXPONENT]`` with ``denominator · 2^k · scale ≥ 1024``.
+
+    ``scale = p / q`` exactly, q a power of two, so the test is ``N 2^k ≥ M`` for the
+    integers ``N = p · denominator`` and ``M = 1024 q``; their bit lengths give k
+    up to one, and one shifted comparison settles it.
+    """
+    p, q = scale.as_integer_ratio()
+    n, m = p * denominator, LATTICE_FACTOR * q
+    k = m.bit_length() - n.bit_length()  # n·2^k and m have equal bit lengths
+    if k >= 0:
+        if (n << k) < m:
+            k += 1
+    elif n < (m << -k):
+        k += 1
+    return min(max(k, 0), MAX_LATTICE_EXPONENT)
 
 
 # ----------------------------------------------------------------------------- release

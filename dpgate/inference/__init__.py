@@ -24,8 +24,8 @@ Example:
 from __future__ import annotations
 
 from dpgate.inference._blue import Estimate, SystemCost, estimate, system_cost
-from dpgate.inference._incremental import IncrementalBLUE, minimal_scale
-from dpgate.inference._law import ErrorLaw
+from dpgate.inference._incremental import IncrementalBLUE, minimal_scale, single_release_scale
+from dpgate.inference._law import ErrorLaw, halfwidths
 from dpgate.inference._posterior import Posterior
 
 __all__ = [
@@ -37,4 +37,6 @@ __all__ = [
     "ErrorLaw",
     "IncrementalBLUE",
     "minimal_scale",
+    "single_release_scale",
+    "halfwidths",
 ]

@@ -47,7 +47,7 @@ from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
 from dpgate.inference._law import ErrorLaw, Method
 from dpgate.inference._posterior import Posterior
 
-__all__ = ["EXTEND_RTOL", "IncrementalBLUE", "minimal_scale"]
+__all__ = ["EXTEND_RTOL", "IncrementalBLUE", "minimal_scale", "single_release_scale"]
 
 EXTEND_RTOL = 1e-9
 # minimal_scale treats a scale below this as failing the target: far below the
@@ -357,6 +357,7 @@ class _Pricer:
         hn, rn = st._dnorm(h), st._dnorm(rho)
         self.extends = hn > 0 and rn > EXTEND_RTOL * hn
         same = Q is h or np.array_equal(Q, h)  # the usual case: measure the query itself
+        self.same = same
         cQ, res = (c_h, rho) if same else st._project(Q)
         qn = st._dnorm(Q)
         ce = 0.0
@@ -434,33 +435,109 @@ def minimal_scale(
     pr = _Pricer(state, Qv, hv)
     if not pr.estimable:
         return None
-    m = state._m
-    b_hist, g_hist = state._b[:m], state._g[:m]
     gamma: Callable[[float], float] = lattice if callable(lattice) else (lambda b: float(lattice) * b)
 
-    hist = state.estimate(Qv, method)
-    if hist.estimable and hist.halfwidth(conf) <= acc:
-        return float(max_scale)
+    if pr.extends and pr.same:
+        # Measuring Q itself extends the row space, so history alone cannot estimate Q
+        # and the BLUE gives it zero weight (up to rounding): the law is the fresh
+        # release alone.  Its closed form answers the search; the full law confirms it.
+        c = float(pr.ce_over_rho)
+        if c != 0.0 and method == "exact":
+            b = _largest_meeting(_single_excess(c, acc, conf, gamma), acc, conf, max_scale, rel_tol)
+            if b is not None and _excess_at(pr, state, gamma, acc, conf, method, b) <= 0.0:
+                return b
+    else:
+        hist = state.estimate(Qv, method)
+        if hist.estimable and hist.halfwidth(conf) <= acc:
+            return float(max_scale)
+    return _largest_meeting(lambda b: _excess_at(pr, state, gamma, acc, conf, method, b),
+                            acc, conf, max_scale, rel_tol)
+
+
+def _excess_at(pr: _Pricer, state: IncrementalBLUE, gamma: Callable[[float], float], acc: float,
+               conf: float, method: Method, b: float) -> float:
+    """Certified half-width of the BLUE with the new row at scale b, minus the target."""
+    if b < _MIN_SEARCH_SCALE:  # an extreme accuracy drives the bracket below any usable scale
+        return math.inf
+    m = state._m
+    u_hist, u_new = pr.at(b)
+    law = ErrorLaw(
+        np.append(u_hist / state._b[:m], u_new / b),
+        np.append(state._b[:m], b),
+        np.append(state._g[:m], gamma(b)),
+        method,
+    )
+    return law.halfwidth(conf) - acc
+
+
+def single_release_scale(
+    accuracy: float,
+    confidence: float,
+    lattice: float | Callable[[float], float] = 0.0,
+    max_scale: float = math.inf,
+    *,
+    rel_tol: float = 1e-4,
+) -> float | None:
+    """Largest scale b at which one fresh release of the query certifies ``±accuracy``.
+
+    The law is a single (discrete, on its lattice ``γ(b)``) Laplace term with
+    coefficient 1, whose certified half-width has a closed form, so the search
+    costs microseconds.  It is the same search as :func:`minimal_scale` and
+    returns what that returns for a query measured on an empty history (or
+    whenever measuring it extends the row space, so history gets no weight):
+    every history-free group of a GROUP BY can share this one scale.
+
+    Args:
+        accuracy: Target half-width (> 0).
+        confidence: Target level 1 − δ in (0, 1).
+        lattice: A callable ``b ↦ γ(b)`` or a float ratio (``γ = lattice · b``);
+            0 for continuous noise.
+        max_scale: Upper cap on b.
+        rel_tol: Relative precision of the search in b.
+
+    Returns:
+        The scale b, or ``None`` if no scale meets the target.
+
+    Raises:
+        InvalidArgument: On invalid accuracy, confidence, max_scale or rel_tol.
+
+    Example:
+        >>> b = single_release_scale(10.0, 0.95)  # continuous: 10 / ln 20
+        >>> bool(abs(b - 10.0 / math.log(20.0)) < 1e-3 * b)
+        True
+    """
+    acc = positive_finite(accuracy, "accuracy")
+    conf = probability(confidence, "confidence")
+    if not real(max_scale, "max_scale") > 0:
+        raise InvalidArgument(f"max_scale must be positive; got {max_scale!r}.")
+    probability(rel_tol, "rel_tol")
+    gamma: Callable[[float], float] = lattice if callable(lattice) else (lambda b: float(lattice) * b)
+    return _largest_meeting(_single_excess(1.0, acc, conf, gamma), acc, conf, max_scale, rel_tol)
+
+
+def _single_excess(c: float, acc: float, conf: float, gamma: Callable[[float], float]) -> Callable[[float], float]:
+    """Excess of one fresh release with weight c: the law :func:`minimal_scale` builds on an
+    empty history (a closed form, discrete or continuous)."""
+    coef = np.array([c])
 
     def excess(b: float) -> float:
-        """Certified half-width minus the target (≤ 0 means b meets it)."""
-        if b < _MIN_SEARCH_SCALE:  # an extreme accuracy drives the bracket below any usable scale
+        if b < _MIN_SEARCH_SCALE:
             return math.inf
-        u_hist, u_new = pr.at(b)
-        law = ErrorLaw(
-            np.append(u_hist / b_hist, u_new / b),
-            np.append(b_hist, b),
-            np.append(g_hist, gamma(b)),
-            method,
-        )
-        return law.halfwidth(conf) - acc
+        return ErrorLaw(coef, np.array([b]), np.array([gamma(b)])).halfwidth(conf) - acc
+
+    return excess
+
+
+def _largest_meeting(excess: Callable[[float], float], acc: float, conf: float, max_scale: float,
+                     rel_tol: float) -> float | None:
+    """The search of :func:`minimal_scale`: bracket by factors of 4 from the continuous
+    single-Laplace scale, Brent's method in log b, then step onto the meeting side."""
 
     def meets(b: float) -> bool:
         return excess(b) <= 0.0
 
     b0 = min(acc / -math.log1p(-conf), float(max_scale))
-    if not meets(b0 * 1e-12):
-        return None
+    floor = b0 * 1e-12
     # Bracket [lo, hi] with lo meeting the target and hi not, by factors of 4.
     if meets(b0):
         lo, hi = b0, math.inf
@@ -478,6 +555,11 @@ def minimal_scale(
         hi = b0
         while True:
             b = hi / 4.0
+            if b < floor:  # not even 1e-12 of the closed-form scale meets it: none does
+                if not meets(floor):
+                    return None
+                lo = floor
+                break
             if meets(b):
                 lo = b
                 break

@@ -22,7 +22,10 @@ Guarantees by method (``two_sided_tail``, ``halfwidth`` and ``abs_cdf_bounds``):
     CDF (rigorous truncation bound, quadrature verified against closed forms);
     the error budget and the lattice widening are added, so ``halfwidth`` is a
     certified upper bound on the true quantile of ``|E|``.  Closed forms for
-    zero or one term.
+    zero or one term.  Laws with several terms share their inversion through a
+    memo (:mod:`._quantile`: negligible terms bounded, scales rounded up to 36
+    bits — both rigorous, at most about 1e-10 relative wider), and every law
+    keeps its half-widths: it is immutable.  :func:`halfwidths` serves many laws.
 ``"convolution"``
     Algorithm 2 of Xiao & Xiong (2012) with rigorous bounds (:mod:`._convolution`); its
     ``halfwidth`` is certified but wider by the rounding width.
@@ -40,6 +43,7 @@ Reference: Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -49,8 +53,9 @@ from dpgate._validate import finite_array, points, probability, readonly
 from dpgate.errors import InvalidArgument
 from dpgate.inference._convolution import ConvolutionLaw
 from dpgate.inference._gilpelaez import ABS_CDF_ERROR, LaplaceSum, chernoff_halfwidth
+from dpgate.inference._quantile import sum_quantile
 
-__all__ = ["ErrorLaw", "Method"]
+__all__ = ["ErrorLaw", "Method", "halfwidths"]
 
 Method = Literal["exact", "montecarlo", "convolution"]
 METHODS: tuple[str, ...] = ("exact", "montecarlo", "convolution")
@@ -124,6 +129,7 @@ class ErrorLaw:
         self._conv: ConvolutionLaw | None = None
         self._mc: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
         self._mc_args = (int(samples), rng)
+        self._halfwidths: dict[float, float] = {}  # the law is immutable: one search per level
         if method == "exact":
             if self._a.size == 1 and g[self._live[0]] > 0:
                 k = self._live[0]
@@ -271,14 +277,21 @@ class ErrorLaw:
         if self._sum is None:
             # Laplace(a): P(|E| > q) = exp(−q/a); nudge up one part in 1e12 for rounding.
             return float(a[0]) * -math.log1p(-conf) * (1.0 + 1e-12) + w
-        assert self._sum is not None
+        hw = self._halfwidths.get(conf)
+        if hw is None:
+            hw = self._halfwidths[conf] = self._sum_halfwidth(conf)
+        return hw
+
+    def _sum_halfwidth(self, conf: float) -> float:
+        """Certified half-width of two or more terms (Gil-Pelaez, memoised by law)."""
+        a, w = self._a, self.lattice_width
         bound = chernoff_halfwidth(a, 1.0 - conf)  # rigorous; wins only for extreme levels
         if 1.0 - conf <= 100.0 * ABS_CDF_ERROR:
             return float(bound + w)
         dominant = self._dominant_halfwidth(conf)
         if math.isfinite(dominant):
             return dominant
-        return float(min(self._sum.abs_quantile(conf, margin=ABS_CDF_ERROR), bound) + w)
+        return float(min(sum_quantile(a, conf), bound) + w)
 
     def _dominant_halfwidth(self, conf: float) -> float:
         """Certified half-width when one term carries (almost) all the error.
@@ -439,3 +452,44 @@ def _discrete_quantile(s: float, p: float, conf: float) -> float:
     while not ok(k):
         k += 1
     return float(k * s)
+
+
+def halfwidths(laws: Sequence[ErrorLaw], confidence: float) -> NDArray[np.float64]:
+    """``[law.halfwidth(confidence) for law in laws]``, each distinct law computed once.
+
+    The groups of a GROUP BY priced at one scale give equal laws; exact laws are
+    equal when their non-zero terms carry the same ``|c_k|``, ``b_k`` and ``γ_k``
+    in the same order (the half-width ignores signs and zero terms), and then
+    share one result, bit for bit what each would give alone.  Laws equal only
+    up to rounding still share the Gil-Pelaez inversion (:mod:`._quantile`).
+
+    Args:
+        laws: The error laws.
+        confidence: 1 − δ, in (0, 1).
+
+    Returns:
+        The certified half-widths, in the order of ``laws``.
+
+    Raises:
+        InvalidArgument: If confidence is not in (0, 1).
+
+    Example:
+        >>> laws = [ErrorLaw([1.0, 1.0], [2.0, 2.0]), ErrorLaw([-1.0, 0.0, 1.0], [2.0, 5.0, 2.0])]
+        >>> w = halfwidths(laws, 0.95)
+        >>> bool(w[0] == w[1] == laws[0].halfwidth(0.95))
+        True
+    """
+    conf = probability(confidence, "confidence")
+    out = np.empty(len(laws))
+    seen: dict[tuple[bytes, bytes, bytes], float] = {}
+    for i, law in enumerate(laws):
+        if law.method != "exact":
+            out[i] = law.halfwidth(conf)
+            continue
+        live = law._live
+        key = (np.abs(law.coefficients[live]).tobytes(), law.scales[live].tobytes(), law.lattice[live].tobytes())
+        hw = seen.get(key)
+        if hw is None:
+            hw = seen[key] = law.halfwidth(conf)
+        out[i] = hw
+    return out
