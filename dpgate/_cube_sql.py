@@ -64,6 +64,8 @@ _INT_TYPES = {
 }
 _FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8"}
 _INT_RE = re.compile(r"-?(0|[1-9][0-9]*)\Z")
+#: See BoundColumn.few_values.
+_FEW_VALUES = 2**16
 
 
 def type_class(data_type: str) -> str:
@@ -276,14 +278,43 @@ class BoundColumn:
                 ifs.append(exp.If(this=exp.LT(this=self.value(), expression=number(d.edges[i])), true=number(i - 1)))
             default = number(k - 1)
         elif d.kind == "categorical":
+            other = number(len(d.values))  # the out-of-domain cell, Column.other_cell
+            if self.tclass == "other":
+                # Text: one lookup in the list of declared strings instead of a CASE with a
+                # branch per value (about 5x faster per row).  LIST_POSITION compares exactly
+                # like ``=`` and returns the first match, as the CASE did; NULL when absent.
+                declared = exp.Array(expressions=[exp.Literal.string(v) for v in d.values])
+                pos = exp.func("list_position", declared, self.value(), dialect="duckdb")
+                default = exp.Sub(this=exp.Coalesce(this=pos, expressions=[number(len(d.values) + 1)]), expression=number(1))
+                return exp.Case(ifs=ifs, default=default)
+            # Numbers keep ``=`` against typed literals: a list would coerce its elements to one
+            # common type first, which could change which declared value a number equals.
             for i, m in enumerate(self.matchers()):
                 if m is not None:
                     ifs.append(exp.If(this=exp.EQ(this=self.value(), expression=self._lit(m)), true=number(i)))
-            default = number(len(d.values))  # the out-of-domain cell, Column.other_cell
+            default = other
         else:
             ifs.append(exp.If(this=self.truth(), true=number(1)))
             default = number(0)
         return exp.Case(ifs=ifs, default=default)
+
+    def few_values(self) -> bool:
+        """Whether the raw column takes few distinct values, so that counting rows per raw
+        value first and mapping those values to cells afterwards is cheaper than mapping
+        every row (see ``Cube._histogram``).
+
+        True for integer, boolean and text columns whose in-domain values are at most
+        ``2**16`` (values outside the domain are rare in practice and still counted
+        exactly); never for floating-point or decimal columns, whose values are continuous.
+        """
+        kind, tc = self.decl.kind, self.tclass
+        if tc in ("int", "bool"):
+            if kind == "integer":
+                return self.decl.n_cells <= _FEW_VALUES
+            if kind == "binned":
+                return self.decl.edges[-1] - self.decl.edges[0] <= _FEW_VALUES
+            return True
+        return tc == "other" and kind in ("categorical", "boolean")
 
     def slab_index(self, bps: Sequence[int]) -> exp.Expression:
         """The row's slab index for slabs starting at cells ``bps`` (CASE over ranges)."""

@@ -301,13 +301,7 @@ class Cube:
             else:
                 keys.append((ax, c.slab_index(bp)))
                 by_cell.append(False)
-        sel = [k.as_(f"k{i}") for i, (_, k) in enumerate(keys)] + [exp.Count(this=exp.Star()).as_("n")]
-        q = exp.select(*sel).from_(ref.copy())
-        if where is not None:
-            q = q.where(where)
-        if keys:
-            q = q.group_by(*[exp.Literal.number(i + 1) for i in range(len(keys))])
-        res = self._execute(q, numpy=True)
+        res = self._execute(_grouped_counts(ref, [cols[ax] for ax, _ in keys], [k for _, k in keys], where), numpy=True)
         counts = np.asarray(res["n"], dtype=np.int64)
         idx: list[Any] = [None] * len(shape)
         for ax, v in fixed.items():
@@ -505,6 +499,64 @@ class Cube:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<dpgate.Cube {state} tables={[t.name for t in self.schema.tables]}>"
+
+
+def _grouped_counts(
+    ref: exp.Table, cols: list[BoundColumn], keys: list[exp.Expression], where: exp.Expression | None
+) -> exp.Select:
+    """``SELECT k0, …, n``: the row count per combination of the key expressions
+    ``keys[i]`` (each a function of column ``cols[i]``'s raw value), over rows meeting ``where``.
+
+    Keys on columns with few distinct raw values (``BoundColumn.few_values``) are
+    computed in two steps: an inner query counts rows per raw value — the same work as
+    the analyst's hand-written ``GROUP BY col`` — and the outer one maps those few
+    values to cells and sums.  The cell of a row is a function of its raw value, so the
+    counts are exactly those of mapping every row, at a fraction of the cost (a
+    50-value categorical: ~1x a raw GROUP BY instead of ~4-20x).
+    """
+    count = exp.Count(this=exp.Star())
+    pre = [i for i, c in enumerate(cols) if c.few_values()]
+    if not pre:
+        q = exp.select(*[k.as_(f"k{i}") for i, k in enumerate(keys)], count.as_("n")).from_(ref.copy())
+        if where is not None:
+            q = q.where(where)
+        return q.group_by(*[exp.Literal.number(i + 1) for i in range(len(keys))]) if keys else q
+    # Inner names: raw columns keep their physical names (the key expressions refer to them);
+    # every other name avoids them, so no reference can resolve to the wrong column.
+    taken = {c.name.lower() for c in cols}
+    fresh = _fresh_names(taken, len(keys) + 1)
+    raw = {cols[i].name.lower(): cols[i].raw() for i in pre}
+    inner_sel: list[exp.Expression] = [e.copy() for e in raw.values()]
+    outer_keys: list[exp.Expression] = []
+    for i, k in enumerate(keys):
+        if i in pre:
+            outer_keys.append(k)
+        else:
+            inner_sel.append(k.as_(fresh[i]))
+            outer_keys.append(exp.column(fresh[i], quoted=True))
+    n_inner = fresh[-1]
+    inner = exp.select(*inner_sel, count.as_(n_inner)).from_(ref.copy())
+    if where is not None:
+        inner = inner.where(where)
+    inner = inner.group_by(*[exp.Literal.number(j + 1) for j in range(len(inner_sel))])
+    total = exp.Cast(this=exp.Sum(this=exp.column(n_inner, quoted=True)), to=exp.DataType.build("BIGINT"))
+    return (
+        exp.select(*[k.as_(f"k{i}") for i, k in enumerate(outer_keys)], total.as_("n"))
+        .from_(inner.subquery("cells"))
+        .group_by(*[exp.Literal.number(i + 1) for i in range(len(keys))])
+    )
+
+
+def _fresh_names(taken: set[str], n: int) -> list[str]:
+    """``n`` column names ``dpgate_0``, … that differ (case-insensitively) from ``taken``."""
+    out: list[str] = []
+    i = 0
+    while len(out) < n:
+        name = f"dpgate_{i}"
+        if name not in taken:
+            out.append(name)
+        i += 1
+    return out
 
 
 def _union_grid(t: Table, queries: Sequence[LinearQuery]) -> tuple[list[str], list[tuple[int, ...]]]:
