@@ -273,10 +273,9 @@ class BoundColumn:
             else:
                 default = number(0)
         elif d.kind == "binned":
-            k = len(d.edges) - 1
-            for i in range(1, k):
-                ifs.append(exp.If(this=exp.LT(this=self.value(), expression=number(d.edges[i])), true=number(i - 1)))
-            default = number(k - 1)
+            # Bin i holds e_i <= v < e_(i+1), clamped: a binary search over the inner edges,
+            # nested CASEs of depth log2(k) instead of a chain of k branches.
+            return exp.Case(ifs=ifs, default=self._bin_search(0, len(d.edges) - 2))
         elif d.kind == "categorical":
             other = number(len(d.values))  # the out-of-domain cell, Column.other_cell
             if self.tclass == "other":
@@ -297,6 +296,14 @@ class BoundColumn:
             ifs.append(exp.If(this=self.truth(), true=number(1)))
             default = number(0)
         return exp.Case(ifs=ifs, default=default)
+
+    def _bin_search(self, lo: int, hi: int) -> exp.Expression:
+        """Binned kind, non-NULL value known to lie in bins ``lo..hi``: its bin."""
+        if lo == hi:
+            return number(lo)
+        mid = (lo + hi + 1) // 2  # bins >= mid start at edge e_mid
+        below = exp.LT(this=self.value(), expression=number(self.decl.edges[mid]))
+        return exp.Case(ifs=[exp.If(this=below, true=self._bin_search(lo, mid - 1))], default=self._bin_search(mid, hi))
 
     def few_values(self) -> bool:
         """Whether the raw column takes few distinct values, so that counting rows per raw

@@ -29,6 +29,7 @@ The row → cell mapping and the SQL that computes it live in :mod:`dpgate._cube
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import os
 import threading
@@ -370,9 +371,13 @@ class Cube:
         t, ref, cols = self._table(table)
         union_cols, union_bps = _union_grid(t, queries)
         union_size = math.prod(len(b) for b in union_bps)
-        uniq = [np.unique(np.asarray(q.numerators)) for q in queries]
-        n_terms = sum(len(u) - 1 for u in uniq)
-        zero_based = all(0 in u.tolist() for u in uniq)
+        n_terms, zero_based = 0, True
+        for q in queries:
+            u = np.unique(np.asarray(q.numerators))
+            n_terms += len(u) - 1
+            zero_based = zero_based and bool((u == 0).any())
+            if n_terms > _MAX_BATCH_TERMS:  # decides hist_first on its own
+                break
         plans = None
         # Several weights or queries, all zero outside their regions: grouping the
         # weighed region by slab beats one FILTER per term.  A single condition, or a
@@ -382,17 +387,7 @@ class Cube:
             plans = [self._terms(q, cols) for q in queries]
         big = [i for i, p in enumerate(plans or []) if p is None]
         if (plans is None or big) and union_size <= _MAX_BATCH_GRID:
-            # One scan: a histogram on the union grid, restricted to boxes some query weighs.
-            nums = [np.asarray(q.expand(t, union_cols, union_bps)) for q in queries]
-            mask = np.zeros(tuple(len(b) for b in union_bps), dtype=bool)
-            for n in nums:
-                mask |= n != 0
-            hist = self._histogram(ref, [cols[c.lower()] for c in union_cols], union_bps, mask)
-            mat = np.stack([n.ravel() for n in nums]) if nums else np.zeros((0, 1), dtype=np.int64)
-            flat = hist.ravel()
-            if int(np.max(np.abs(mat), initial=0)) * int(flat.sum()) < 2**62:
-                return [int(v) for v in mat.astype(np.int64) @ flat]
-            return [_dot(n, hist) for n in nums]
+            return self._numerators_on_union_grid(ref, cols, queries, union_cols, union_bps)
         out: dict[int, int] = {}
         for i in big:  # union grid too large: each big query on its own grid
             q = queries[i]
@@ -429,6 +424,56 @@ class Cube:
                 pos += 1
             out[i] = total
         return [out[i] for i in range(len(queries))]
+
+    def _numerators_on_union_grid(
+        self, ref: exp.Table, cols: dict[str, BoundColumn], queries: list[LinearQuery],
+        union_cols: list[str], union_bps: list[tuple[int, ...]],
+    ) -> list[int]:
+        """One scan: a histogram on the union grid, restricted to boxes some query weighs,
+        then each query's exact ``Σ numerators·counts`` on its own grid.
+
+        Each query box is a product of index ranges of the union grid, so the mask is
+        built from a difference array (±1 at each weighed box's corners, then prefix
+        sums) and each box's count is read from the histogram's prefix sums
+        (inclusion-exclusion over the corners).  A batch of G queries (the groups of a
+        GROUP BY) thus costs O(union grid + Σ own grid sizes), not O(G · union grid).
+        """
+        shape = tuple(len(b) for b in union_bps)
+        ubps = [np.asarray(b, dtype=np.int64) for b in union_bps]
+        axis_of = {c.lower(): u for u, c in enumerate(union_cols)}
+        bounds = [_slab_bounds(q, axis_of, ubps) for q in queries]
+        corners = list(itertools.product((0, 1), repeat=len(shape)))
+        cover = np.zeros(tuple(n + 1 for n in shape), dtype=np.int64)
+        for q, bnd in zip(queries, bounds, strict=True):
+            num = np.asarray(q.numerators)
+            nz = np.nonzero(num.reshape(tuple(len(x) - 1 for x in bnd)))
+            if not len(nz[0]):
+                continue
+            for corner in corners:
+                idx = tuple(x[i + k] for x, i, k in zip(bnd, nz, corner, strict=True))
+                np.add.at(cover, idx, -1 if sum(corner) % 2 else 1)
+        for ax in range(len(shape)):
+            cover = np.cumsum(cover, axis=ax)
+        mask = cover[tuple(slice(0, n) for n in shape)] > 0
+        hist = self._histogram(ref, [cols[c.lower()] for c in union_cols], union_bps, mask)
+        total = int(hist.sum())
+        prefix = np.zeros(tuple(n + 1 for n in shape), dtype=np.int64)
+        prefix[tuple(slice(1, None) for _ in shape)] = hist
+        for ax in range(len(shape)):
+            prefix = np.cumsum(prefix, axis=ax)
+        out: list[int] = []
+        for q, bnd in zip(queries, bounds, strict=True):
+            counts = prefix[np.ix_(*bnd)] if bnd else prefix
+            for ax in range(len(bnd)):
+                counts = np.diff(counts, axis=ax)
+            num = np.asarray(q.numerators).ravel()
+            counts = counts.ravel()
+            nz = np.flatnonzero(num)
+            if int(np.max(np.abs(num), initial=0)) * total < 2**62:
+                out.append(int(np.dot(num[nz], counts[nz])))
+            else:
+                out.append(sum(int(a) * int(b) for a, b in zip(num[nz].tolist(), counts[nz].tolist(), strict=True)))
+        return out
 
     def _union_condition(self, queries: list[LinearQuery], cols: dict[str, BoundColumn]) -> exp.Expression | None:
         """Rows where some query has a non-zero weight, or None if that condition is too large."""
@@ -566,6 +611,21 @@ def _union_grid(t: Table, queries: Sequence[LinearQuery]) -> tuple[list[str], li
             bps.setdefault(t.column(c).name, set()).update(bp)
     cols = [c.name for c in t.columns if c.name in bps]
     return cols, [tuple(sorted(bps[c])) for c in cols]
+
+
+def _slab_bounds(q: LinearQuery, axis_of: dict[str, int], ubps: list[np.ndarray]) -> list[np.ndarray]:
+    """Per union axis, the query's slab boundaries as union-grid indices: slab ``i`` of
+    the query spans union slabs ``[b[i], b[i+1])``; ``[0, n]`` where the query ignores
+    the column.  (The union grid refines every query's grid.)"""
+    out = [np.array([0, len(u)], dtype=np.int64) for u in ubps]
+    for c, bp in zip(q.columns, q.breakpoints, strict=True):
+        u = axis_of[c.lower()]
+        mine = np.asarray(bp, dtype=np.int64)
+        starts = np.searchsorted(ubps[u], mine)
+        if starts.max(initial=0) >= len(ubps[u]) or not np.array_equal(ubps[u][starts], mine):
+            raise DPGateInternalError(f"the union grid for {c} does not refine a query's breakpoints")
+        out[u] = np.append(starts, len(ubps[u]))
+    return out
 
 
 def _dot(num: np.ndarray, counts: np.ndarray) -> int:
