@@ -305,6 +305,34 @@ class BoundColumn:
         below = exp.LT(this=self.value(), expression=number(self.decl.edges[mid]))
         return exp.Case(ifs=[exp.If(this=below, true=self._bin_search(lo, mid - 1))], default=self._bin_search(mid, hi))
 
+    def _key_range(self) -> tuple[int, int]:
+        """Binned kind: integers ``lo < e_1`` and ``hi >= e_(k-1)`` (the last inner edge)."""
+        e = self.decl.edges
+        return math.floor(e[0]) - 1, math.ceil(e[-2])
+
+    def bin_key(self) -> exp.Expression:
+        """Binned kind over integer values (``few_values``): the value clamped to a small
+        integer range that keeps its bin, and ``hi + 1`` for NULL (see :meth:`bins_of_key`).
+
+        Values below ``lo`` all lie in bin 0 and values above ``hi`` in the last bin, so
+        clamping keeps every bin; the keys are small integers, exact in float64.
+        """
+        lo, hi = self._key_range()
+        ifs = [
+            exp.If(this=exp.Is(this=self.value(), expression=exp.Null()), true=number(hi + 1)),
+            exp.If(this=exp.LT(this=self.value(), expression=number(lo)), true=number(lo)),
+            exp.If(this=exp.GT(this=self.value(), expression=number(hi)), true=number(hi)),
+        ]
+        return exp.Case(ifs=ifs, default=exp.Cast(this=self.value(), to=sql_type("BIGINT")))
+
+    def bins_of_key(self, keys: np.ndarray) -> np.ndarray:
+        """The cells of :meth:`bin_key` values: bin ``i`` holds ``e_i <= v < e_(i+1)``,
+        clamped, as :meth:`cell_index` maps them; ``hi + 1`` is the NULL cell."""
+        _, hi = self._key_range()
+        inner = np.asarray(self.decl.edges[1:-1], dtype=np.float64)
+        cells = np.searchsorted(inner, keys.astype(np.float64), side="right")
+        return np.where(keys == hi + 1, self.decl.null_cell, cells).astype(np.int64)
+
     def few_values(self) -> bool:
         """Whether the raw column takes few distinct values, so that counting rows per raw
         value first and mapping those values to cells afterwards is cheaper than mapping

@@ -291,16 +291,21 @@ class Cube:
                     used = np.flatnonzero(mask.any(axis=tuple(i for i in range(len(shape)) if i != ax)))
                     if len(used) == 1:
                         fixed[ax] = int(used[0])
-        keys, by_cell = [], []
+        keys, by_cell, bin_keys = [], [], []
         for ax, (c, bp) in enumerate(zip(cols, bps, strict=False)):
             if ax in fixed:
                 continue
             full = len(bp) == c.decl.n_cells
             if full or len(bp) > _CASE_SLABS:
-                keys.append((ax, c.cell_index()))
+                # Many bins of a few-valued integer column: a clamped value, binned in numpy,
+                # rather than a CASE search tree as large as the bins.
+                binned_int = c.decl.kind == "binned" and c.few_values() and len(c.decl.edges) > _CASE_SLABS
+                keys.append((ax, c.bin_key() if binned_int else c.cell_index()))
+                bin_keys.append(binned_int)
                 by_cell.append(not full)
             else:
                 keys.append((ax, c.slab_index(bp)))
+                bin_keys.append(False)
                 by_cell.append(False)
         res = self._execute(_grouped_counts(ref, [cols[ax] for ax, _ in keys], [k for _, k in keys], where), numpy=True)
         counts = np.asarray(res["n"], dtype=np.int64)
@@ -309,6 +314,8 @@ class Cube:
             idx[ax] = np.full(counts.shape, v, dtype=np.int64)
         for i, ((ax, _), cell) in enumerate(zip(keys, by_cell, strict=False)):
             k = np.asarray(res[f"k{i}"], dtype=np.int64)
+            if bin_keys[i]:
+                k = cols[ax].bins_of_key(k)
             if cell:
                 k = np.searchsorted(np.asarray(bps[ax]), k, side="right") - 1
             idx[ax] = k
@@ -468,11 +475,11 @@ class Cube:
                 counts = np.diff(counts, axis=ax)
             num = np.asarray(q.numerators).ravel()
             counts = counts.ravel()
-            nz = np.flatnonzero(num)
+            hit = np.flatnonzero(num)
             if int(np.max(np.abs(num), initial=0)) * total < 2**62:
-                out.append(int(np.dot(num[nz], counts[nz])))
+                out.append(int(np.dot(num[hit], counts[hit])))
             else:
-                out.append(sum(int(a) * int(b) for a, b in zip(num[nz].tolist(), counts[nz].tolist(), strict=True)))
+                out.append(sum(int(a) * int(b) for a, b in zip(num[hit].tolist(), counts[hit].tolist(), strict=True)))
         return out
 
     def _union_condition(self, queries: list[LinearQuery], cols: dict[str, BoundColumn]) -> exp.Expression | None:
@@ -580,8 +587,8 @@ def _grouped_counts(
         if i in pre:
             outer_keys.append(k)
         else:
-            inner_sel.append(k.as_(fresh[i], copy=False))
-            outer_keys.append(exp.column(fresh[i], quoted=True))
+            inner_sel.append(exp.Alias(this=k, alias=exp.to_identifier(fresh[i])))
+            outer_keys.append(exp.Column(this=exp.to_identifier(fresh[i], quoted=True)))
     n_inner = fresh[-1]
     inner = exp.select(*inner_sel, count.as_(n_inner, copy=False), copy=False).from_(ref.copy(), copy=False)
     if where is not None:

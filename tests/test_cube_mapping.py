@@ -37,6 +37,10 @@ def pums_like(seed: int, n: int = 600) -> tuple[pd.DataFrame, Schema]:
     df["race_txt"] = df["race"].astype("string")  # integers as text, declared as categorical strings
     df["score"] = rng.normal(50, 30, n)  # float, 40 bins: binary search, never two-level
     df.loc[rng.random(n) < 0.05, "score"] = np.nan
+    amount = pd.array(rng.integers(-20, 450, n), dtype="Int64")  # integers, 40 bins: numpy-binned keys
+    amount[:5] = [0, 10, 100, 101, 390]  # on and around edges (100.5 is one)
+    amount[rng.random(n) < 0.05] = pd.NA
+    df["amount"] = amount
     df["n"] = rng.integers(-1, 6, n)  # names of the SQL's aliases
     df["k0"] = rng.choice(np.array(["a", "b", "c"], dtype=object), n)
     df["dpgate_0"] = pd.array(rng.choice([0, 1, 2, 7], n), dtype="Int64")
@@ -46,6 +50,8 @@ def pums_like(seed: int, n: int = 600) -> tuple[pd.DataFrame, Schema]:
     cols["region"] = {"type": "categorical", "values": REGIONS}
     cols["race_txt"] = {"type": "categorical", "values": ["1", "2", "3", "01"]}
     cols["score"] = {"type": "numeric", "bins": [float(e) for e in np.linspace(0, 100, 41)]}
+    edges = [*range(0, 100, 10), 100.5, *range(110, 400, 10), 400]
+    cols["amount"] = {"type": "integer", "min": 0, "max": 399, "bins": edges}
     cols["n"] = {"type": "integer", "min": 0, "max": 4}
     cols["k0"] = {"type": "categorical", "values": ["a", "b"]}
     cols["dpgate_0"] = {"type": "categorical", "values": ["0", "1", "2"]}
@@ -86,7 +92,7 @@ def test_every_column_and_pair_matches_the_reference(path: str, seed: int) -> No
         for name in names:
             sub = sub_table(t, [name])
             assert np.array_equal(cube.histogram("pums", [name]), ref_histogram(sub, df[[name]])), name
-        for a, b in [("region", "age"), ("race", "region"), ("score", "k0"), ("n", "dpgate_0"), ("race_txt", "married")]:
+        for a, b in [("region", "age"), ("race", "region"), ("score", "k0"), ("n", "dpgate_0"), ("race_txt", "married"), ("amount", "region")]:
             sub = sub_table(t, [a, b])
             order = [c.name for c in sub.columns]
             assert np.array_equal(cube.histogram("pums", order), ref_histogram(sub, df[order])), (a, b)
@@ -116,6 +122,8 @@ def test_group_by_batches_match_the_reference(path: str) -> None:
             group_by(t, "age"),
             group_by(t, "score"),
             group_by(t, "race_txt"),
+            group_by(t, "amount"),
+            group_by(t, "amount", ("sex", [0, 1], np.array([1, 0]))),
             group_by(t, "region", ("age", [0, 30, 65], np.array([0, 1, 0]))),
             group_by(t, "score", ("region", [0, 10, 50, 51], np.array([1, 0, 1, 0]))),
         ]:
