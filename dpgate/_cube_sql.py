@@ -215,6 +215,14 @@ class BoundColumn:
         parts: list[exp.Expression] = []
         kind = self.decl.kind
         if kind in ("integer", "binned"):
+            # Interior single cells of an integer-typed column hold one value each: one
+            # ``IN`` list, which DuckDB evaluates faster than an OR of ranges.
+            exact = kind == "integer" and self.tclass in ("int", "bool")
+            singles = [a for a, b in ranges if exact and b == a + 1 and 0 < a < null - 1]
+            if len(singles) > 1:
+                lo = self.decl.int_range()[0]
+                parts.append(exp.In(this=self.value(), expressions=[number(lo + a) for a in singles]))
+                ranges = [(a, b) for a, b in ranges if a not in singles or b != a + 1]
             for a, b in ranges:
                 b = min(b, null)
                 if a >= b:
