@@ -409,17 +409,17 @@ class Cube:
         nrows, counts = 0, []
         if len(conds) == 1 and not need_rows:
             # One condition: a plain filtered COUNT(*), which DuckDB pushes into the scan.
-            sel = exp.select(exp.Count(this=exp.Star())).from_(ref.copy()).where(conds[0])
+            sel = exp.select(exp.Count(this=exp.Star()), copy=False).from_(ref.copy(), copy=False).where(conds[0], copy=False)
             counts = [int(self._execute(sel)[0][0])]
         elif conds or need_rows:
             aggs: list[exp.Expression] = [exp.Count(this=exp.Star())]
             aggs += [exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(this=c)) for c in conds]
-            sel = exp.select(*aggs).from_(ref.copy())
+            sel = exp.select(*aggs, copy=False).from_(ref.copy(), copy=False)
             if not need_rows:
                 # Scan only rows some term counts (the union of the terms' regions).
                 where = self._union_condition([queries[i] for i, _ in small], cols)
                 if where is not None:
-                    sel = sel.where(where)
+                    sel = sel.where(where, copy=False)
             row = self._execute(sel)[0]
             nrows, counts = int(row[0]), [int(c) for c in row[1:]]
         pos = 0
