@@ -34,6 +34,7 @@ import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -448,38 +449,58 @@ class Cube:
         shape = tuple(len(b) for b in union_bps)
         ubps = [np.asarray(b, dtype=np.int64) for b in union_bps]
         axis_of = {c.lower(): u for u, c in enumerate(union_cols)}
-        bounds = [_slab_bounds(q, axis_of, ubps) for q in queries]
+        # One-column queries (the groups of a one-column GROUP BY) are handled in bulk per
+        # column; the others one by one on their own grids.
+        one_d: dict[int, list[int]] = {}
+        for i, q in enumerate(queries):
+            if len(q.columns) == 1:
+                one_d.setdefault(axis_of[q.columns[0].lower()], []).append(i)
+        bulk = {u: _OneColumnBatch.of([queries[i] for i in idxs], ubps[u]) for u, idxs in one_d.items()}
+        rest = sorted(set(range(len(queries))) - {i for idxs in one_d.values() for i in idxs})
+        bounds = {i: _slab_bounds(queries[i], axis_of, ubps) for i in rest}
         corners = list(itertools.product((0, 1), repeat=len(shape)))
         cover = np.zeros(tuple(n + 1 for n in shape), dtype=np.int64)
-        for q, bnd in zip(queries, bounds, strict=True):
-            num = np.asarray(q.numerators)
+        for i, bnd in bounds.items():
+            num = np.asarray(queries[i].numerators)
             nz = np.nonzero(num.reshape(tuple(len(x) - 1 for x in bnd)))
             if not len(nz[0]):
                 continue
             for corner in corners:
-                idx = tuple(x[i + k] for x, i, k in zip(bnd, nz, corner, strict=True))
+                idx = tuple(x[j + k] for x, j, k in zip(bnd, nz, corner, strict=True))
                 np.add.at(cover, idx, -1 if sum(corner) % 2 else 1)
         for ax in range(len(shape)):
             cover = np.cumsum(cover, axis=ax)
         mask = cover[tuple(slice(0, n) for n in shape)] > 0
+        for u, batch in bulk.items():
+            mask |= np.expand_dims(batch.weighed(), tuple(ax for ax in range(len(shape)) if ax != u))
         hist = self._histogram(ref, [cols[c.lower()] for c in union_cols], union_bps, mask)
         total = int(hist.sum())
+        out: list[int] = [0] * len(queries)
+        for u, batch in bulk.items():
+            per_slab = hist.sum(axis=tuple(ax for ax in range(len(shape)) if ax != u), dtype=np.int64)
+            values = batch.values(per_slab, total)
+            if values is None:  # int64 could overflow: exactly, one by one
+                bounds.update({i: _slab_bounds(queries[i], axis_of, ubps) for i in one_d[u]})
+            else:
+                for i, v in zip(one_d[u], values, strict=True):
+                    out[i] = v
+        if not bounds:
+            return out
         prefix = np.zeros(tuple(n + 1 for n in shape), dtype=np.int64)
         prefix[tuple(slice(1, None) for _ in shape)] = hist
         for ax in range(len(shape)):
             prefix = np.cumsum(prefix, axis=ax)
-        out: list[int] = []
-        for q, bnd in zip(queries, bounds, strict=True):
+        for i, bnd in bounds.items():
             counts = prefix[np.ix_(*bnd)] if bnd else prefix
             for ax in range(len(bnd)):
                 counts = np.diff(counts, axis=ax)
-            num = np.asarray(q.numerators).ravel()
+            num = np.asarray(queries[i].numerators).ravel()
             counts = counts.ravel()
             hit = np.flatnonzero(num)
             if int(np.max(np.abs(num), initial=0)) * total < 2**62:
-                out.append(int(np.dot(num[hit], counts[hit])))
+                out[i] = int(np.dot(num[hit], counts[hit]))
             else:
-                out.append(sum(int(a) * int(b) for a, b in zip(num[hit].tolist(), counts[hit].tolist(), strict=True)))
+                out[i] = sum(int(a) * int(b) for a, b in zip(num[hit].tolist(), counts[hit].tolist(), strict=True))
         return out
 
     def _union_condition(self, queries: list[LinearQuery], cols: dict[str, BoundColumn]) -> exp.Expression | None:
@@ -622,6 +643,49 @@ def _union_grid(t: Table, queries: Sequence[LinearQuery]) -> tuple[list[str], li
             bps.setdefault(t.column(c).name, set()).update(bp)
     cols = [c.name for c in t.columns if c.name in bps]
     return cols, [tuple(sorted(bps[c])) for c in cols]
+
+
+@dataclass(frozen=True)
+class _OneColumnBatch:
+    """One-column queries on the same union axis, flattened: slab ``j`` of all of them
+    spans union slabs ``[lo[j], hi[j])`` with numerator ``num[j]``; query ``q``'s slabs
+    start at ``offsets[q]``."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    num: np.ndarray
+    offsets: np.ndarray
+    n: int  # union slabs on this axis
+
+    @classmethod
+    def of(cls, queries: list[LinearQuery], ubp: np.ndarray) -> _OneColumnBatch:
+        bps = [np.asarray(q.breakpoints[0], dtype=np.int64) for q in queries]
+        sizes = np.array([len(b) for b in bps], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        flat = np.concatenate(bps)
+        lo = np.searchsorted(ubp, flat)
+        if lo.max(initial=0) >= len(ubp) or not np.array_equal(ubp[lo], flat):
+            raise DPGateInternalError("the union grid does not refine a query's breakpoints")
+        hi = np.append(lo[1:], len(ubp))
+        hi[offsets + sizes - 1] = len(ubp)  # each query's last slab runs to the end
+        num = np.concatenate([np.asarray(q.numerators, dtype=np.int64).ravel() for q in queries])
+        return cls(lo, hi, num, offsets, len(ubp))
+
+    def weighed(self) -> np.ndarray:
+        """Union slabs some query weighs (a difference array over the slab ranges)."""
+        nz = self.num != 0
+        diff = np.zeros(self.n + 1, dtype=np.int64)
+        np.add.at(diff, self.lo[nz], 1)
+        np.add.at(diff, self.hi[nz], -1)
+        return np.cumsum(diff)[: self.n] > 0
+
+    def values(self, per_slab: np.ndarray, total: int) -> list[int] | None:
+        """Each query's exact ``Σ numerators·counts``; None when int64 could overflow."""
+        if int(np.max(np.abs(self.num), initial=0)) * total >= 2**62:
+            return None
+        prefix = np.concatenate([[0], np.cumsum(per_slab, dtype=np.int64)])
+        terms = self.num * (prefix[self.hi] - prefix[self.lo])
+        return [int(v) for v in np.add.reduceat(terms, self.offsets)]
 
 
 def _slab_bounds(q: LinearQuery, axis_of: dict[str, int], ubps: list[np.ndarray]) -> list[np.ndarray]:
