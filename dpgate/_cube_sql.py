@@ -64,6 +64,8 @@ _INT_TYPES = {
 }
 _FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8"}
 _INT_RE = re.compile(r"-?(0|[1-9][0-9]*)\Z")
+#: See BoundColumn.few_values.
+_FEW_VALUES = 2**16
 
 
 def type_class(data_type: str) -> str:
@@ -213,6 +215,14 @@ class BoundColumn:
         parts: list[exp.Expression] = []
         kind = self.decl.kind
         if kind in ("integer", "binned"):
+            # Interior single cells of an integer-typed column hold one value each: one
+            # ``IN`` list, which DuckDB evaluates faster than an OR of ranges.
+            exact = kind == "integer" and self.tclass in ("int", "bool")
+            singles = [a for a, b in ranges if exact and b == a + 1 and 0 < a < null - 1]
+            if len(singles) > 1:
+                lo = self.decl.int_range()[0]
+                parts.append(exp.In(this=self.value(), expressions=[number(lo + a) for a in singles]))
+                ranges = [(a, b) for a, b in ranges if a not in singles or b != a + 1]
             for a, b in ranges:
                 b = min(b, null)
                 if a >= b:
@@ -271,19 +281,83 @@ class BoundColumn:
             else:
                 default = number(0)
         elif d.kind == "binned":
-            k = len(d.edges) - 1
-            for i in range(1, k):
-                ifs.append(exp.If(this=exp.LT(this=self.value(), expression=number(d.edges[i])), true=number(i - 1)))
-            default = number(k - 1)
+            # Bin i holds e_i <= v < e_(i+1), clamped: a binary search over the inner edges,
+            # nested CASEs of depth log2(k) instead of a chain of k branches.
+            return exp.Case(ifs=ifs, default=self._bin_search(0, len(d.edges) - 2))
         elif d.kind == "categorical":
+            other = number(len(d.values))  # the out-of-domain cell, Column.other_cell
+            if self.tclass == "other":
+                # Text: one lookup in the list of declared strings instead of a CASE with a
+                # branch per value (about 5x faster per row).  LIST_POSITION compares exactly
+                # like ``=`` and returns the first match, as the CASE did; NULL when absent.
+                declared = exp.Array(expressions=[exp.Literal.string(v) for v in d.values])
+                pos = exp.func("list_position", declared, self.value(), dialect="duckdb")
+                default = exp.Sub(this=exp.Coalesce(this=pos, expressions=[number(len(d.values) + 1)]), expression=number(1))
+                return exp.Case(ifs=ifs, default=default)
+            # Numbers keep ``=`` against typed literals: a list would coerce its elements to one
+            # common type first, which could change which declared value a number equals.
             for i, m in enumerate(self.matchers()):
                 if m is not None:
                     ifs.append(exp.If(this=exp.EQ(this=self.value(), expression=self._lit(m)), true=number(i)))
-            default = number(len(d.values))  # the out-of-domain cell, Column.other_cell
+            default = other
         else:
             ifs.append(exp.If(this=self.truth(), true=number(1)))
             default = number(0)
         return exp.Case(ifs=ifs, default=default)
+
+    def _bin_search(self, lo: int, hi: int) -> exp.Expression:
+        """Binned kind, non-NULL value known to lie in bins ``lo..hi``: its bin."""
+        if lo == hi:
+            return number(lo)
+        mid = (lo + hi + 1) // 2  # bins >= mid start at edge e_mid
+        below = exp.LT(this=self.value(), expression=number(self.decl.edges[mid]))
+        return exp.Case(ifs=[exp.If(this=below, true=self._bin_search(lo, mid - 1))], default=self._bin_search(mid, hi))
+
+    def _key_range(self) -> tuple[int, int]:
+        """Binned kind: integers ``lo < e_1`` and ``hi >= e_(k-1)`` (the last inner edge)."""
+        e = self.decl.edges
+        return math.floor(e[0]) - 1, math.ceil(e[-2])
+
+    def bin_key(self) -> exp.Expression:
+        """Binned kind over integer values (``few_values``): the value clamped to a small
+        integer range that keeps its bin, and ``hi + 1`` for NULL (see :meth:`bins_of_key`).
+
+        Values below ``lo`` all lie in bin 0 and values above ``hi`` in the last bin, so
+        clamping keeps every bin; the keys are small integers, exact in float64.
+        """
+        lo, hi = self._key_range()
+        ifs = [
+            exp.If(this=exp.Is(this=self.value(), expression=exp.Null()), true=number(hi + 1)),
+            exp.If(this=exp.LT(this=self.value(), expression=number(lo)), true=number(lo)),
+            exp.If(this=exp.GT(this=self.value(), expression=number(hi)), true=number(hi)),
+        ]
+        return exp.Case(ifs=ifs, default=exp.Cast(this=self.value(), to=sql_type("BIGINT")))
+
+    def bins_of_key(self, keys: np.ndarray) -> np.ndarray:
+        """The cells of :meth:`bin_key` values: bin ``i`` holds ``e_i <= v < e_(i+1)``,
+        clamped, as :meth:`cell_index` maps them; ``hi + 1`` is the NULL cell."""
+        _, hi = self._key_range()
+        inner = np.asarray(self.decl.edges[1:-1], dtype=np.float64)
+        cells = np.searchsorted(inner, keys.astype(np.float64), side="right")
+        return np.where(keys == hi + 1, self.decl.null_cell, cells).astype(np.int64)
+
+    def few_values(self) -> bool:
+        """Whether the raw column takes few distinct values, so that counting rows per raw
+        value first and mapping those values to cells afterwards is cheaper than mapping
+        every row (see ``Cube._histogram``).
+
+        True for integer, boolean and text columns whose in-domain values are at most
+        ``2**16`` (values outside the domain are rare in practice and still counted
+        exactly); never for floating-point or decimal columns, whose values are continuous.
+        """
+        kind, tc = self.decl.kind, self.tclass
+        if tc in ("int", "bool"):
+            if kind == "integer":
+                return self.decl.n_cells <= _FEW_VALUES
+            if kind == "binned":
+                return self.decl.edges[-1] - self.decl.edges[0] <= _FEW_VALUES
+            return True
+        return tc == "other" and kind in ("categorical", "boolean")
 
     def slab_index(self, bps: Sequence[int]) -> exp.Expression:
         """The row's slab index for slabs starting at cells ``bps`` (CASE over ranges)."""
