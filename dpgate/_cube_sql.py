@@ -385,15 +385,20 @@ def set_condition(cols: list[BoundColumn], bps: Sequence[Sequence[int]], mask: n
     col, bp = cols[0], list(bps[0])
     n = col.decl.n_cells
     ends = bp[1:] + [n]
+    if mask.ndim == 1:  # runs of selected slabs, found in numpy (a 500 001-cell column is one pass)
+        on = np.flatnonzero(mask)
+        cut = np.flatnonzero(np.diff(on) > 1)
+        firsts, lasts = on[np.r_[0, cut + 1]], on[np.r_[cut, on.size - 1]]
+        here = col.ranges_condition([(bp[a], ends[b]) for a, b in zip(firsts.tolist(), lasts.tolist(), strict=True)])
+        return here if here is not None else exp.true()
     groups: dict[bytes, list[int]] = {}
     subs: dict[bytes, np.ndarray] = {}
-    for i in range(mask.shape[0]):
-        sub = mask[i]
-        if not sub.any():
-            continue
-        key = np.packbits(sub.ravel()).tobytes() + bytes(str(sub.shape), "ascii")
+    rows = mask.reshape(mask.shape[0], -1)
+    keys = np.packbits(rows, axis=1)
+    for i in np.flatnonzero(rows.any(axis=1)).tolist():
+        key = keys[i].tobytes()
         groups.setdefault(key, []).append(i)
-        subs[key] = sub
+        subs[key] = mask[i]
     parts = []
     for key, slabs in groups.items():
         ranges: list[tuple[int, int]] = []

@@ -45,7 +45,7 @@ import numpy as np
 
 from dpgate.accounting import CellCosts
 from dpgate.errors import InvalidRequirement
-from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, minimal_scale
+from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, minimal_scale, single_release_scale
 from dpgate.noise import lattice_for
 from dpgate.query import LinearQuery
 from dpgate.result import Answer, Source
@@ -323,8 +323,7 @@ def _single_release_scale(accuracy: float, confidence: float, denominator: int) 
     """Largest scale at which one discrete-Laplace release alone meets ±accuracy at confidence
     (``None`` for an accuracy so fine that no usable scale does: the paper's, floored at
     :data:`MIN_SCALE`, is then charged — and refused by any real budget)."""
-    return minimal_scale(IncrementalBLUE(_ONE), _ONE, _ONE, accuracy, confidence,
-                         lattice=_lattice_step(denominator), max_scale=MAX_SCALE)
+    return single_release_scale(accuracy, confidence, lattice=_lattice_step(denominator), max_scale=MAX_SCALE)
 
 
 _ONE = np.ones(1)

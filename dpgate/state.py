@@ -37,10 +37,17 @@ DEFAULT_MAX_ATOMS = 200_000
 MAX_ATOM_WEIGHTS = 32
 
 
+_support_cache: weakref.WeakKeyDictionary[LinearQuery, LinearQuery] = weakref.WeakKeyDictionary()
+
+
 def _support(table: Table, query: LinearQuery) -> LinearQuery:
-    """The 0/1 query of ``query``'s support, on its coarsest grid."""
-    return LinearQuery.from_grid(table, query.columns, query.breakpoints,
-                                 (np.asarray(query.numerators) != 0).astype(float))
+    """The 0/1 query of ``query``'s support, on its coarsest grid (built once per query object)."""
+    found = _support_cache.get(query)
+    if found is None:
+        found = _support_cache[query] = LinearQuery.from_grid(
+            table, query.columns, query.breakpoints, (np.asarray(query.numerators) != 0).astype(float)
+        )
+    return found
 
 
 _wide_cache: weakref.WeakKeyDictionary[LinearQuery, bool] = weakref.WeakKeyDictionary()
