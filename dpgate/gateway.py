@@ -384,10 +384,10 @@ class Gateway:
         by_table: dict[str, list[LinearQuery]] = {}
         for rec, q in zip(records, queries, strict=True):
             by_table.setdefault(rec.table, []).append(q)
-        for table, qs in by_table.items():
-            self._state(table).prepare(qs)  # one split for a GROUP BY's releases
+        # One split for a GROUP BY's releases.
+        prepared = {table: self._state(table).prepare(qs) for table, qs in by_table.items()}
         for rec, q in zip(records, queries, strict=True):
-            self._apply(rec, q)
+            self._apply(rec, q, prepared[rec.table])
 
     def _secure(self, table: str) -> bool:
         """Whether every release of ``table`` so far used secure noise (``Answer.secure``)."""
@@ -405,12 +405,12 @@ class Gateway:
             )
             self._warned_seeded = True
 
-    def _apply(self, rec: LedgerRecord, query: LinearQuery) -> None:
+    def _apply(self, rec: LedgerRecord, query: LinearQuery, prepared: bool = False) -> None:
         if not rec.secure:
             self._insecure_tables = self._insecure_tables | {self.schema.table(rec.table).name.lower()}
         state = self._state(rec.table)
         state.record(rec.id, query, rec.scale, rec.value, rec.lattice, rec.alpha,
-                     rec.sensitivity)
+                     rec.sensitivity, prepared=prepared)
         self._last_id = rec.id
 
     def _measure(

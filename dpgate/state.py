@@ -53,6 +53,11 @@ def _support(table: Table, query: LinearQuery) -> LinearQuery:
 _wide_cache: weakref.WeakKeyDictionary[LinearQuery, bool] = weakref.WeakKeyDictionary()
 
 
+def _held(query: LinearQuery) -> bool:
+    """Whether the atoms hold ``query`` when their limit allows (it is neither zero nor wide)."""
+    return not query.is_zero and not _wide(query)
+
+
 def _wide(query: LinearQuery) -> bool:
     """Whether ``query`` has more distinct weights than :data:`MAX_ATOM_WEIGHTS`."""
     nums = np.asarray(query.numerators)
@@ -144,27 +149,28 @@ class TableState:
         trial = copy.copy(self)
         trial.atoms, trial.blue, trial.costs = copy.copy(self.atoms), copy.copy(self.blue), copy.copy(self.costs)
         outside = set()
-        if isolate:
-            trial.prepare(queries)
+        prepared = isolate and trial.prepare(queries)
         for i, q in enumerate(queries):
             if not isolate:
                 trial.refine(q)
-            elif not trial._hold(q):
+            elif not trial._hold(q, prepared=prepared):
                 outside.add(i)
         trial.outside = frozenset(outside)
         return trial
 
-    def prepare(self, queries: Sequence[LinearQuery]) -> None:
+    def prepare(self, queries: Sequence[LinearQuery]) -> bool:
         """Refine the atoms for many disjoint queries (a GROUP BY's groups) in one split.
 
         Best effort, for speed only: the atoms become exactly what refining by each of
         the (non-wide) queries in turn would give — the coarsest partition on which each
         is constant — or stay as they are if the queries overlap or the split would
         exceed the atom limit (then :meth:`_hold` refines and isolates query by query).
+        Returns whether every query it would hold (zero and wide ones aside) is now
+        constant on the atoms.
         """
-        held = [q for q in queries if not q.is_zero and not _wide(q)]
+        held = [q for q in queries if _held(q)]
         if len(held) < 2:
-            return
+            return False
         names = {c.lower() for q in held for c in q.columns}
         cols = tuple(c.name for c in self.table.columns if c.name.lower() in names)
         bps: dict[str, set[int]] = {c.lower(): set() for c in cols}
@@ -178,19 +184,22 @@ class TableState:
             e = q.expand(self.table, cols, grid)
             on = e != 0
             if code[on].any():
-                return  # overlapping supports: no single split describes them
+                return False  # overlapping supports: no single split describes them
             _, rank = np.unique(e[on], return_inverse=True)
             code[on] = base + 1 + rank
             base += int(rank.max(initial=0)) + 1
         try:
             self.refine(LinearQuery.from_grid(self.table, cols, grid, code.astype(float)))
         except UnsupportedQuery:
-            pass  # left as it was
+            return False  # left as it was
+        return True
 
-    def _hold(self, query: LinearQuery) -> bool:
+    def _hold(self, query: LinearQuery, *, prepared: bool = False) -> bool:
         """Refine the atoms for ``query``; False when it stays outside them (its support,
         when the atoms can hold that, refines them instead)."""
-        if not query.is_zero and not _wide(query):
+        if _held(query):
+            if prepared:  # :meth:`prepare` made it constant on the atoms
+                return True
             try:
                 self.refine(query)
                 return True
@@ -204,14 +213,15 @@ class TableState:
 
     def record(
         self, record_id: int, query: LinearQuery, scale: float, value: float, lattice: float, alpha: float,
-        sensitivity: float,
+        sensitivity: float, *, prepared: bool = False,
     ) -> None:
         """Add one released answer of ``query`` (ledger record ``record_id``) to the inference state and the costs.
 
         A query the atoms do not hold (see :meth:`refined`) joins its
         :func:`isolation_key`'s releases and is charged by :meth:`isolated_weights`.
+        ``prepared``: :meth:`prepare` returned True for a batch holding ``query``.
         """
-        if not self._hold(query):
+        if not self._hold(query, prepared=prepared):
             key, factor = isolation_key(query)
             self.isolated.setdefault(key, IncrementalBLUE(_ONE)).append([factor], scale, value, lattice=lattice)
             self.costs.add(self.isolated_weights(query), alpha, sensitivity)
