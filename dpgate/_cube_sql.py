@@ -50,6 +50,7 @@ __all__ = [
     "BoundColumn",
     "conjunction",
     "disjunction",
+    "grouped_counts",
     "leaf_count",
     "number",
     "numeric_category",
@@ -412,3 +413,65 @@ def set_condition(cols: list[BoundColumn], bps: Sequence[Sequence[int]], mask: n
         conj = [e for e in (here, rest) if e is not None and not (isinstance(e, exp.Boolean) and e.this is True)]
         parts.append(conjunction(conj))
     return disjunction(parts)
+
+
+def grouped_counts(
+    ref: exp.Table, cols: list[BoundColumn], keys: list[exp.Expression], where: exp.Expression | None
+) -> exp.Select:
+    """``SELECT k0, …, n``: the row count per combination of the key expressions
+    ``keys[i]`` (each a function of column ``cols[i]``'s raw value), over rows meeting ``where``.
+
+    Keys on columns with few distinct raw values (``BoundColumn.few_values``) are
+    computed in two steps: an inner query counts rows per raw value — the same work as
+    the analyst's hand-written ``GROUP BY col`` — and the outer one maps those few
+    values to cells and sums.  The cell of a row is a function of its raw value, so the
+    counts are exactly those of mapping every row, at a fraction of the cost (a
+    50-value categorical: ~1x a raw GROUP BY instead of ~4-20x).
+    """
+    # Builders with copy=False: the key expressions can be large (a binned column's
+    # search tree) and are built for this statement only.
+    count = exp.Count(this=exp.Star())
+    pre = [i for i, c in enumerate(cols) if c.few_values()]
+    if not pre:
+        sel = [k.as_(f"k{i}", copy=False) for i, k in enumerate(keys)] + [count.as_("n", copy=False)]
+        q = exp.select(*sel, copy=False).from_(ref.copy(), copy=False)
+        if where is not None:
+            q = q.where(where, copy=False)
+        return q.group_by(*[exp.Literal.number(i + 1) for i in range(len(keys))], copy=False) if keys else q
+    # Inner names: raw columns keep their physical names (the key expressions refer to them);
+    # every other name avoids them, so no reference can resolve to the wrong column.
+    taken = {c.name.lower() for c in cols}
+    fresh = _fresh_names(taken, len(keys) + 1)
+    raw = {cols[i].name.lower(): cols[i].raw() for i in pre}
+    inner_sel: list[exp.Expression] = list(raw.values())
+    outer_keys: list[exp.Expression] = []
+    for i, k in enumerate(keys):
+        if i in pre:
+            outer_keys.append(k)
+        else:
+            inner_sel.append(exp.Alias(this=k, alias=exp.to_identifier(fresh[i])))
+            outer_keys.append(exp.Column(this=exp.to_identifier(fresh[i], quoted=True)))
+    n_inner = fresh[-1]
+    inner = exp.select(*inner_sel, count.as_(n_inner, copy=False), copy=False).from_(ref.copy(), copy=False)
+    if where is not None:
+        inner = inner.where(where, copy=False)
+    inner = inner.group_by(*[exp.Literal.number(j + 1) for j in range(len(inner_sel))], copy=False)
+    total = exp.Cast(this=exp.Sum(this=exp.column(n_inner, quoted=True)), to=exp.DataType.build("BIGINT"))
+    sel = [k.as_(f"k{i}", copy=False) for i, k in enumerate(outer_keys)] + [total.as_("n", copy=False)]
+    return (
+        exp.select(*sel, copy=False)
+        .from_(inner.subquery("cells", copy=False), copy=False)
+        .group_by(*[exp.Literal.number(i + 1) for i in range(len(keys))], copy=False)
+    )
+
+
+def _fresh_names(taken: set[str], n: int) -> list[str]:
+    """``n`` column names ``dpgate_0``, … that differ (case-insensitively) from ``taken``."""
+    out: list[str] = []
+    i = 0
+    while len(out) < n:
+        name = f"dpgate_{i}"
+        if name not in taken:
+            out.append(name)
+        i += 1
+    return out

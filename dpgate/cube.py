@@ -1,8 +1,9 @@
 """The cube: exact row counts per cell, computed by DuckDB from SQL that dpgate generates.
 
-Why one module of about 520 lines: the data sources, the locking and the
+Why one module of about 600 lines: the data sources, the locking and the
 exact-count cache sit behind one privacy boundary ("never release"), which is
-easier to audit in one file; SQL generation already lives in ``_cube_sql.py``.
+easier to audit in one file; SQL generation lives in ``_cube_sql.py`` and the
+bulk arithmetic of query batches in ``_cube_batch.py``.
 
 **Internal: never release.**  Everything this module returns is an *exact*
 aggregate of the private data.  Only the gateway may use it, and only to add
@@ -34,13 +35,13 @@ import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from sqlglot import exp
 
-from dpgate._cube_sql import BoundColumn, disjunction, leaf_count, set_condition, type_class
+from dpgate._cube_batch import OneColumnBatch, slab_bounds
+from dpgate._cube_sql import BoundColumn, disjunction, grouped_counts, leaf_count, set_condition, type_class
 from dpgate._frame_check import check_frame_values
 from dpgate.errors import (
     DPGateInternalError,
@@ -308,7 +309,7 @@ class Cube:
                 keys.append((ax, c.slab_index(bp)))
                 bin_keys.append(False)
                 by_cell.append(False)
-        res = self._execute(_grouped_counts(ref, [cols[ax] for ax, _ in keys], [k for _, k in keys], where), numpy=True)
+        res = self._execute(grouped_counts(ref, [cols[ax] for ax, _ in keys], [k for _, k in keys], where), numpy=True)
         counts = np.asarray(res["n"], dtype=np.int64)
         idx: list[Any] = [None] * len(shape)
         for ax, v in fixed.items():
@@ -455,9 +456,9 @@ class Cube:
         for i, q in enumerate(queries):
             if len(q.columns) == 1:
                 one_d.setdefault(axis_of[q.columns[0].lower()], []).append(i)
-        bulk = {u: _OneColumnBatch.of([queries[i] for i in idxs], ubps[u]) for u, idxs in one_d.items()}
+        bulk = {u: OneColumnBatch.of([queries[i] for i in idxs], ubps[u]) for u, idxs in one_d.items()}
         rest = sorted(set(range(len(queries))) - {i for idxs in one_d.values() for i in idxs})
-        bounds = {i: _slab_bounds(queries[i], axis_of, ubps) for i in rest}
+        bounds = {i: slab_bounds(queries[i], axis_of, ubps) for i in rest}
         corners = list(itertools.product((0, 1), repeat=len(shape)))
         cover = np.zeros(tuple(n + 1 for n in shape), dtype=np.int64)
         for i, bnd in bounds.items():
@@ -480,7 +481,7 @@ class Cube:
             per_slab = hist.sum(axis=tuple(ax for ax in range(len(shape)) if ax != u), dtype=np.int64)
             values = batch.values(per_slab, total)
             if values is None:  # int64 could overflow: exactly, one by one
-                bounds.update({i: _slab_bounds(queries[i], axis_of, ubps) for i in one_d[u]})
+                bounds.update({i: slab_bounds(queries[i], axis_of, ubps) for i in one_d[u]})
             else:
                 for i, v in zip(one_d[u], values, strict=True):
                     out[i] = v
@@ -574,68 +575,6 @@ class Cube:
         return f"<dpgate.Cube {state} tables={[t.name for t in self.schema.tables]}>"
 
 
-def _grouped_counts(
-    ref: exp.Table, cols: list[BoundColumn], keys: list[exp.Expression], where: exp.Expression | None
-) -> exp.Select:
-    """``SELECT k0, …, n``: the row count per combination of the key expressions
-    ``keys[i]`` (each a function of column ``cols[i]``'s raw value), over rows meeting ``where``.
-
-    Keys on columns with few distinct raw values (``BoundColumn.few_values``) are
-    computed in two steps: an inner query counts rows per raw value — the same work as
-    the analyst's hand-written ``GROUP BY col`` — and the outer one maps those few
-    values to cells and sums.  The cell of a row is a function of its raw value, so the
-    counts are exactly those of mapping every row, at a fraction of the cost (a
-    50-value categorical: ~1x a raw GROUP BY instead of ~4-20x).
-    """
-    # Builders with copy=False: the key expressions can be large (a binned column's
-    # search tree) and are built for this statement only.
-    count = exp.Count(this=exp.Star())
-    pre = [i for i, c in enumerate(cols) if c.few_values()]
-    if not pre:
-        sel = [k.as_(f"k{i}", copy=False) for i, k in enumerate(keys)] + [count.as_("n", copy=False)]
-        q = exp.select(*sel, copy=False).from_(ref.copy(), copy=False)
-        if where is not None:
-            q = q.where(where, copy=False)
-        return q.group_by(*[exp.Literal.number(i + 1) for i in range(len(keys))], copy=False) if keys else q
-    # Inner names: raw columns keep their physical names (the key expressions refer to them);
-    # every other name avoids them, so no reference can resolve to the wrong column.
-    taken = {c.name.lower() for c in cols}
-    fresh = _fresh_names(taken, len(keys) + 1)
-    raw = {cols[i].name.lower(): cols[i].raw() for i in pre}
-    inner_sel: list[exp.Expression] = list(raw.values())
-    outer_keys: list[exp.Expression] = []
-    for i, k in enumerate(keys):
-        if i in pre:
-            outer_keys.append(k)
-        else:
-            inner_sel.append(exp.Alias(this=k, alias=exp.to_identifier(fresh[i])))
-            outer_keys.append(exp.Column(this=exp.to_identifier(fresh[i], quoted=True)))
-    n_inner = fresh[-1]
-    inner = exp.select(*inner_sel, count.as_(n_inner, copy=False), copy=False).from_(ref.copy(), copy=False)
-    if where is not None:
-        inner = inner.where(where, copy=False)
-    inner = inner.group_by(*[exp.Literal.number(j + 1) for j in range(len(inner_sel))], copy=False)
-    total = exp.Cast(this=exp.Sum(this=exp.column(n_inner, quoted=True)), to=exp.DataType.build("BIGINT"))
-    sel = [k.as_(f"k{i}", copy=False) for i, k in enumerate(outer_keys)] + [total.as_("n", copy=False)]
-    return (
-        exp.select(*sel, copy=False)
-        .from_(inner.subquery("cells", copy=False), copy=False)
-        .group_by(*[exp.Literal.number(i + 1) for i in range(len(keys))], copy=False)
-    )
-
-
-def _fresh_names(taken: set[str], n: int) -> list[str]:
-    """``n`` column names ``dpgate_0``, … that differ (case-insensitively) from ``taken``."""
-    out: list[str] = []
-    i = 0
-    while len(out) < n:
-        name = f"dpgate_{i}"
-        if name not in taken:
-            out.append(name)
-        i += 1
-    return out
-
-
 def _union_grid(t: Table, queries: Sequence[LinearQuery]) -> tuple[list[str], list[tuple[int, ...]]]:
     bps: dict[str, set[int]] = {}
     for q in queries:
@@ -643,64 +582,6 @@ def _union_grid(t: Table, queries: Sequence[LinearQuery]) -> tuple[list[str], li
             bps.setdefault(t.column(c).name, set()).update(bp)
     cols = [c.name for c in t.columns if c.name in bps]
     return cols, [tuple(sorted(bps[c])) for c in cols]
-
-
-@dataclass(frozen=True)
-class _OneColumnBatch:
-    """One-column queries on the same union axis, flattened: slab ``j`` of all of them
-    spans union slabs ``[lo[j], hi[j])`` with numerator ``num[j]``; query ``q``'s slabs
-    start at ``offsets[q]``."""
-
-    lo: np.ndarray
-    hi: np.ndarray
-    num: np.ndarray
-    offsets: np.ndarray
-    n: int  # union slabs on this axis
-
-    @classmethod
-    def of(cls, queries: list[LinearQuery], ubp: np.ndarray) -> _OneColumnBatch:
-        bps = [np.asarray(q.breakpoints[0], dtype=np.int64) for q in queries]
-        sizes = np.array([len(b) for b in bps], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        flat = np.concatenate(bps)
-        lo = np.searchsorted(ubp, flat)
-        if lo.max(initial=0) >= len(ubp) or not np.array_equal(ubp[lo], flat):
-            raise DPGateInternalError("the union grid does not refine a query's breakpoints")
-        hi = np.append(lo[1:], len(ubp))
-        hi[offsets + sizes - 1] = len(ubp)  # each query's last slab runs to the end
-        num = np.concatenate([np.asarray(q.numerators, dtype=np.int64).ravel() for q in queries])
-        return cls(lo, hi, num, offsets, len(ubp))
-
-    def weighed(self) -> np.ndarray:
-        """Union slabs some query weighs (a difference array over the slab ranges)."""
-        nz = self.num != 0
-        diff = np.zeros(self.n + 1, dtype=np.int64)
-        np.add.at(diff, self.lo[nz], 1)
-        np.add.at(diff, self.hi[nz], -1)
-        return np.cumsum(diff)[: self.n] > 0
-
-    def values(self, per_slab: np.ndarray, total: int) -> list[int] | None:
-        """Each query's exact ``Σ numerators·counts``; None when int64 could overflow."""
-        if int(np.max(np.abs(self.num), initial=0)) * total >= 2**62:
-            return None
-        prefix = np.concatenate([[0], np.cumsum(per_slab, dtype=np.int64)])
-        terms = self.num * (prefix[self.hi] - prefix[self.lo])
-        return [int(v) for v in np.add.reduceat(terms, self.offsets)]
-
-
-def _slab_bounds(q: LinearQuery, axis_of: dict[str, int], ubps: list[np.ndarray]) -> list[np.ndarray]:
-    """Per union axis, the query's slab boundaries as union-grid indices: slab ``i`` of
-    the query spans union slabs ``[b[i], b[i+1])``; ``[0, n]`` where the query ignores
-    the column.  (The union grid refines every query's grid.)"""
-    out = [np.array([0, len(u)], dtype=np.int64) for u in ubps]
-    for c, bp in zip(q.columns, q.breakpoints, strict=True):
-        u = axis_of[c.lower()]
-        mine = np.asarray(bp, dtype=np.int64)
-        starts = np.searchsorted(ubps[u], mine)
-        if starts.max(initial=0) >= len(ubps[u]) or not np.array_equal(ubps[u][starts], mine):
-            raise DPGateInternalError(f"the union grid for {c} does not refine a query's breakpoints")
-        out[u] = np.append(starts, len(ubps[u]))
-    return out
 
 
 def _dot(num: np.ndarray, counts: np.ndarray) -> int:
