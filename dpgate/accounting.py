@@ -44,20 +44,20 @@ def to_epsilon(units: int) -> float:
 
 def release_units(h: np.ndarray, alpha: float, sensitivity: float) -> np.ndarray:
     """Per-atom cost ``(α/S)|h_j|`` of one release, in units, rounded up (an object array of ints)."""
-    mags = np.abs(np.asarray(h, dtype=float))
-    values, inverse = np.unique(mags, return_inverse=True)
+    mags = np.abs(np.asarray(h, dtype=float)).ravel()
+    on = np.flatnonzero(mags)  # a query usually touches few atoms: only those are priced
+    values, inverse = np.unique(mags[on], return_inverse=True)
     a, s = Fraction(alpha), Fraction(sensitivity)
     out = []
     for v in values.tolist():
-        if v == 0.0:
-            out.append(0)
-            continue
         ratio = Fraction(v) / s
         ratio = Fraction(1) if ratio >= 1 else min(Fraction(1), ratio * _RATIO_SLACK)
         units = a * ratio * UNITS_PER_EPSILON
         out.append(-(-units.numerator // units.denominator))  # ceil
-    table = np.array(out, dtype=np.int64 if max(out, default=0) < _FAST else object)
-    return table[inverse.reshape(mags.shape)]
+    fast = max(out, default=0) < _FAST
+    result = np.zeros(mags.size, dtype=np.int64 if fast else object)
+    result[on] = np.array(out, dtype=np.int64 if fast else object)[inverse]
+    return result.reshape(np.shape(h))
 
 
 def _plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
