@@ -537,7 +537,10 @@ def _largest_meeting(excess: Callable[[float], float], acc: float, conf: float, 
         return excess(b) <= 0.0
 
     b0 = min(acc / -math.log1p(-conf), float(max_scale))
-    floor = b0 * 1e-12
+    # Not even 1e-12 of the closed-form scale (nor any usable scale) meets it: none does.
+    floor = max(b0 * 1e-12, _MIN_SEARCH_SCALE)
+    if not b0 > floor:  # an accuracy so fine that b0 underflows below any usable scale
+        return None
     # Bracket [lo, hi] with lo meeting the target and hi not, by factors of 4.
     if meets(b0):
         lo, hi = b0, math.inf
@@ -555,7 +558,7 @@ def _largest_meeting(excess: Callable[[float], float], acc: float, conf: float, 
         hi = b0
         while True:
             b = hi / 4.0
-            if b < floor:  # not even 1e-12 of the closed-form scale meets it: none does
+            if b < floor:
                 if not meets(floor):
                     return None
                 lo = floor
