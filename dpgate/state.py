@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ import numpy as np
 
 from dpgate.accounting import CellCosts
 from dpgate.atoms import AtomPartition
-from dpgate.errors import DPGateInternalError, UnsupportedQuery
+from dpgate.errors import UnsupportedQuery
 from dpgate.inference import Estimate, IncrementalBLUE
 from dpgate.query import LinearQuery
 from dpgate.schema import Table
@@ -109,6 +110,9 @@ class TableState:
     #: In a planning copy (:meth:`refined`), the positions of the statement's queries
     #: that stay outside the atoms.
     outside: frozenset[int] = frozenset()
+    #: In a planning copy, the live atoms it was refined from: a query outside the atoms is
+    #: charged on the live atoms it meets (see :meth:`isolated_weights`).
+    charge_base: AtomPartition | None = None
 
     @classmethod
     def new(cls, table: Table, max_atoms: int = DEFAULT_MAX_ATOMS) -> TableState:
@@ -148,6 +152,7 @@ class TableState:
         """
         trial = copy.copy(self)
         trial.atoms, trial.blue, trial.costs = copy.copy(self.atoms), copy.copy(self.blue), copy.copy(self.costs)
+        trial.charge_base = copy.copy(self.atoms)  # refine() replaces arrays: a shallow copy is a snapshot
         outside = set()
         prepared = isolate and trial.prepare(queries)
         for i, q in enumerate(queries):
@@ -237,16 +242,37 @@ class TableState:
     def isolated_weights(self, query: LinearQuery) -> np.ndarray:
         """The atom vector a release of ``query`` outside the atoms is charged as.
 
-        ``S`` on every atom of its support (cost α each: ``|q_j|/S ≤ 1`` bounds the true
-        per-cell cost), or on every atom when the atoms could not hold the support.  The
-        support's atoms are the same in any partition that holds it, so planning and
-        recording charge alike.
+        ``S`` on every atom that meets its support (cost α each: ``|q_j|/S ≤ 1`` bounds
+        the true per-cell cost).  "Meets" is judged on the live atoms (``charge_base``
+        in a planning copy): the live atoms only get finer until the release is recorded,
+        and finer atoms meet fewer cells, so a release is never recorded at a higher
+        charge than it was planned and checked for.  When the atoms hold the support
+        (usually: :meth:`_hold` refines them by it) this is exactly its support.  If even
+        the grid that would show which atoms meet it is over the limit: every atom.
         """
         s = query.sensitivity
-        try:
-            return self.atoms.vector(_support(self.table, query)) * s
-        except DPGateInternalError:  # the support is not part of the atoms
+        base = self.charge_base if self.charge_base is not None else self.atoms
+        support = _support(self.table, query)
+        names = {c.lower() for c in (*base.columns, *support.columns)}
+        cols = tuple(c.name for c in self.table.columns if c.name.lower() in names)
+        mine = {c.lower(): b for c, b in zip(base.columns, base.breakpoints, strict=True)}
+        theirs = {c.lower(): b for c, b in zip(support.columns, support.breakpoints, strict=True)}
+        grid = tuple(tuple(sorted({*mine.get(c.lower(), ()), *theirs.get(c.lower(), ())})) for c in cols)
+        if math.prod(len(b) for b in grid) > base.max_grid:
             return np.full(self.atoms.n_atoms, s)
+        labels = base.labels
+        for ax, (c, bp) in enumerate(zip(cols, grid, strict=True)):
+            if c.lower() in mine:  # the atoms' slab of each finer slab
+                idx = np.searchsorted(np.asarray(mine[c.lower()]), np.asarray(bp), side="right") - 1
+                labels = np.take(labels, idx, axis=ax)
+            else:
+                labels = np.expand_dims(labels, ax)
+        labels = np.broadcast_to(labels, tuple(len(b) for b in grid))
+        met = np.zeros(base.n_atoms, dtype=bool)
+        met[np.unique(labels[support.expand(self.table, cols, grid) != 0])] = True
+        # The met live atoms as a region of the domain, then on this state's (finer) atoms.
+        region = LinearQuery.from_grid(self.table, base.columns, base.breakpoints, met[base.labels].astype(float))
+        return self.atoms.vector(region) * s
 
     def view(self) -> TableView:
         """A frozen snapshot of this history (copies: later releases and refinements do not show)."""

@@ -125,8 +125,11 @@ def test_the_issue_sequence_is_answered(pums) -> None:
 def test_max_atoms_is_settable_and_isolates_what_exceeds_it(pums) -> None:
     gw = _gw(pums, max_atoms=8)
     gw.query("SELECT COUNT(*) FROM pums WHERE age < 30", accuracy=25)
+    before = gw.spent
     res = gw.query("SELECT educ, COUNT(*) FROM pums GROUP BY educ", accuracy=25)
     assert any(a.isolated for a in res.answers) and not all(a.isolated for a in res.answers)
+    # Recorded on the live atoms, never charged more than planned and checked against the budget.
+    assert gw.spent <= before + res.epsilon_spent + 1e-12
     with gw.locked_view("pums") as v:
         assert v.atoms.n_atoms <= 8
     for bad in (0, -1, 2.5, True, "10"):
