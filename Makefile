@@ -1,6 +1,7 @@
 # The two commands of the README quickstart. Each creates .venv with only
 # Python 3.11 + pip and installs dpgate with the demo extra (plot, progress bar:
-# `make demo`, the CLI demo tests, the benchmarks) and the test extra.
+# `make demo`, the CLI demo tests, the benchmarks), the test extra (real PostgreSQL
+# clients for `dpgate serve`) and the postgres/spark backend extras.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ BIN := $(VENV)/bin
 $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[demo,test]'
+	$(BIN)/pip install --quiet -e '.[demo,test,postgres,spark]'
 	touch $(BIN)/activate
 
 demo: $(BIN)/activate
