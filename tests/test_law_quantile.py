@@ -167,12 +167,14 @@ def test_fresh_groups_after_history_share_the_single_release_scale() -> None:
     st_.append([1, 1, 0, 0], 2.0, 5.0, lattice=lattice_for(2.0, 1)[0])
     st_.append([1, 0, 1, 0], 3.0, 1.0, lattice=lattice_for(3.0, 1)[0])
     shared = single_release_scale(4.0, 0.95, _lattice(1))
-    # Values before this change (dpgate at 4c8f32b), each from a full search over its law.
+    # Values before this change (dpgate at 4c8f32b), each from a full search over its law.  The search
+    # is precise to rel_tol = 1e-4 (it may end on either side of the crossing, depending on floating-point
+    # rounding in the BLAS, which decides whether history's weight is exactly zero): equal within 2 rel_tol.
     before = [1.3350492204752868, 1.3352328027813367, 1.3352328027813367, 1.3350492204752868]
     for h, old in zip(([0, 0, 1, 1], [0, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]), before, strict=True):
         hv = np.asarray(h, dtype=float)
         b = minimal_scale(st_, hv, hv, 4.0, 0.95, lattice=_lattice(1))
-        assert b == old
+        assert b == pytest.approx(old, rel=2e-4)
         assert b == pytest.approx(shared, rel=1e-3)
         w_hist, w_new, _, ok = st_.estimate_with(hv, hv, b, lattice_for(b, 1)[0])
         law = ErrorLaw(np.r_[w_hist, w_new], np.r_[st_.scales, b], np.r_[st_.lattice, lattice_for(b, 1)[0]])
@@ -184,14 +186,18 @@ def test_minimal_scale_with_history_matches_the_former_search() -> None:
     st_.append([1, 1, 0, 0], 2.0, 5.0, lattice=lattice_for(2.0, 1)[0])
     st_.append([1, 0, 1, 0], 3.0, 1.0, lattice=lattice_for(3.0, 1)[0])
     st_.append([0, 1, 1, 1], 2.5, 1.0, lattice=lattice_for(2.5, 1)[0])
-    # (query, accuracy, scale before this change at 4c8f32b); Gil-Pelaez searches agree to 1e-10.
+    # (query, accuracy, scale before this change at 4c8f32b); the searches are precise to rel_tol = 1e-4,
+    # and every scale returned is certified (checked against the full law), so they agree within 2 rel_tol.
     cases = [([1, 1, 0, 0], 3.0, 1.1972829200348198), ([0, 1, -1, 0], 3.0, 1.0558449641030427),
              ([1, 1, 1, 1], 5.0, 1.6688449021583833), ([1, 0, 0, 0], 2.0, 0.6676164013906684),
              ([0, 0, 0, 1], 4.0, 1.3352328027813367)]
     for h, acc, old in cases:
         hv = np.asarray(h, dtype=float)
         b = minimal_scale(st_, hv, hv, acc, 0.95, lattice=_lattice(1))
-        assert b == pytest.approx(old, rel=1e-9)
+        assert b == pytest.approx(old, rel=2e-4)
+        w_hist, w_new, _, ok = st_.estimate_with(hv, hv, b, lattice_for(b, 1)[0])
+        law = ErrorLaw(np.r_[w_hist, w_new], np.r_[st_.scales, b], np.r_[st_.lattice, lattice_for(b, 1)[0]])
+        assert ok and law.halfwidth(0.95) <= acc
 
 
 def test_single_release_scale_validates() -> None:
