@@ -368,22 +368,24 @@ class DPAccessor:
         params: Any = None,
         allow_partial: bool = False,
         intervals: bool = True,
+        round: bool = False,  # noqa: A002 - the name Gateway.query uses
     ) -> pd.DataFrame:
         """Answer a counting query on this frame within ±``accuracy`` at ``confidence``.
 
-        Returns one row per group (domain keys, empty groups included; HAVING /
-        ORDER BY / LIMIT applied): the group columns, then for each aggregate ``c``
-        its value and, with ``intervals``, ``c_low``, ``c_high`` and ``c_source``
-        (``"history"`` = free, ``"fresh"`` = paid for).
+        Returns one row per group (the declared keys, typed as their columns, empty groups
+        included; HAVING / ORDER BY / LIMIT applied): the group columns, then for each
+        aggregate ``c`` its value and, with ``intervals``, ``c_low``, ``c_high`` and
+        ``c_source`` (``"history"`` = free, ``"fresh"`` = paid for).  ``round=True`` returns
+        integers for counts (free post-processing, see :meth:`dpgate.Result.rounded`).
 
         Privacy: as :meth:`dpgate.Gateway.query` — add/remove-one-row DP; each fresh
         measurement of a linear query with sensitivity ``S`` gets discrete Laplace
         noise of scale ``S/α`` at the smallest α meeting the requirement; answers from
         history cost nothing.  ``confidence`` defaults to 0.95 (or a SQL hint).
         """
-        return self.result(sql, accuracy, confidence, params=params, allow_partial=allow_partial).to_pandas(
-            intervals=intervals
-        )
+        return self.result(
+            sql, accuracy, confidence, params=params, allow_partial=allow_partial, round=round
+        ).to_pandas(intervals=intervals)
 
     def result(
         self,
@@ -393,9 +395,10 @@ class DPAccessor:
         *,
         params: Any = None,
         allow_partial: bool = False,
+        round: bool = False,  # noqa: A002 - the name Gateway.query uses
     ) -> Result:
         """Like :meth:`query` but returns the :class:`~dpgate.Result` (its ``answers`` carry posteriors)."""
-        return self.gateway.query(sql, accuracy, confidence, params=params, allow_partial=allow_partial)
+        return self.gateway.query(sql, accuracy, confidence, params=params, allow_partial=allow_partial, round=round)
 
     def probability(self, sql: str, low: float | None = None, high: float | None = None, *, params: Any = None) -> float:
         """P(low ≤ answer ≤ high | everything released so far); free."""

@@ -228,6 +228,7 @@ def connect(
     confidence: float = 0.95,
     intervals: bool = False,
     allow_partial: bool = False,
+    round: bool = False,  # noqa: A002 - the name Gateway.query uses
     policy: str | None = None,
     seed: int | None = None,
     dialect: str = "duckdb",
@@ -254,6 +255,7 @@ def connect(
         confidence: default confidence 1−δ (connection level), in [0.5, 1).
         intervals: start with ``SET dpgate.intervals = on``.
         allow_partial: start with ``SET dpgate.allow_partial = on``.
+        round: start with ``SET dpgate.round = on`` (integers for counts).
         policy: ``"minimal"`` (default), ``"paper"`` or ``"no_reuse"``.
         seed: reproducible, **insecure** noise for tests (recorded as such in the ledger).
         dialect: sqlglot dialect of incoming SQL.
@@ -309,6 +311,7 @@ def connect(
         "confidence": resolve_confidence({"confidence": confidence}),
         "intervals": _check_flag("intervals", intervals),
         "allow_partial": _check_flag("allow_partial", allow_partial),
+        "round": _check_flag("round", round),
         "method": None,
     }
     return Connection(gateway, settings, owns_gateway=owns)
@@ -417,7 +420,7 @@ class Connection:
     @property
     def settings(self) -> Mapping[str, Any]:
         """This session's current options (read-only view): accuracy, confidence, intervals,
-        allow_partial, method.  Change them with ``SET dpgate.<option> = <value>``."""
+        allow_partial, round, method.  Change them with ``SET dpgate.<option> = <value>``."""
         return MappingProxyType(dict(self._settings))
 
     @property
@@ -461,13 +464,16 @@ class Connection:
                     self._settings[stmt.name] = stmt.value
                 return NO_ROWS
             settings = dict(self._settings)
+            if not stmt.queries:  # SELECT k … GROUP BY k: the declared keys, free and unrecorded
+                return result_set(Result((), stmt, 0.0), bool(settings["intervals"]), gw.schema)
             method = (stmt.hints.get("method") or settings["method"] or "exact").lower()
             if method != "exact":  # a free, model-based estimate (Gateway.estimate): no accuracy needed
                 confidence = resolve_confidence(hinted(stmt.hints), settings)
                 result = gw.estimate(operation, method, confidence=confidence, params=params)
                 return result_set(result, bool(settings["intervals"]), gw.schema)
             req = resolve_requirement(hinted(stmt.hints), settings, missing=_NO_ACCURACY)  # hint > session SET > connect()
-            result = gw.query(operation, req.accuracy, req.confidence, params=params, allow_partial=req.allow_partial)
+            result = gw.query(operation, req.accuracy, req.confidence, params=params, allow_partial=req.allow_partial,
+                              round=bool(settings["round"]))
             return result_set(result, bool(settings["intervals"]), gw.schema)
         except Error:
             raise

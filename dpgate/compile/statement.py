@@ -75,15 +75,15 @@ METHOD_VALUES = ("exact", *MODEL_METHODS)
 #: Keys accepted in a ``/*+ dpgate key=value … */`` hint comment.
 HINT_KEYS = ("accuracy", "confidence", "method", "allow_partial")
 #: Options accepted by ``SET dpgate.<option> = <value>``.
-SET_OPTIONS = ("accuracy", "confidence", "intervals", "method", "allow_partial")
+SET_OPTIONS = ("accuracy", "confidence", "intervals", "method", "allow_partial", "round")
 
 
 @dataclass(frozen=True)
 class SetOption:
     """A ``SET dpgate.<name> = <value>`` statement: a session option, not a query.
 
-    ``value`` is a float for accuracy and confidence, a bool for intervals and
-    allow_partial, and a string for method.
+    ``value`` is a float for accuracy and confidence, a bool for intervals,
+    allow_partial and round, and a string for method.
     """
 
     name: str
@@ -265,7 +265,7 @@ def _check_option(key: str, value: Any, where: str) -> str | float | bool:
         if key == "accuracy":
             return positive_finite(x, f"{where} accuracy", error=InvalidRequirement)
         return probability(x, f"{where} confidence", error=InvalidRequirement)
-    if key in ("intervals", "allow_partial"):
+    if key in ("intervals", "allow_partial", "round"):
         if text.lower() in TRUE_WORDS:
             return True
         if text.lower() in FALSE_WORDS:
