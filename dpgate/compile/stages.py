@@ -294,10 +294,11 @@ def resolve_table(c: Compilation) -> None:
         )
     table = schema.table(t.name)
     if t.args.get("catalog") or (t.args.get("db") and not table.addressable_as(t.db)):
-        declared = f"'main' or its declared schema {table.schema!r}" if table.schema else "'main'"
+        declared = f"'main' and its declared schema {table.schema!r}" if table.schema else "only 'main'"
+        prefix = ".".join(p for p in (t.catalog, t.db) if p)
         raise SchemaError(
-            f"{t.sql()!r}: table {table.name!r} lives in {declared}; write {table.name} (or declare "
-            f"'schema: {t.db or t.catalog}' on the table in the schema file)."
+            f"schema {prefix!r} in {t.sql()!r} is not declared for table {table.name!r}, which accepts {declared}; "
+            f"write the bare name {table.name}, or declare 'schema: {t.db}' on the table in the schema file."
         )
     alias = t.args.get("alias")
     quals = {table.name.lower()}
@@ -402,7 +403,7 @@ def prepare_cells(c: Compilation) -> None:
     n_groups = math.prod(len(col.group_cells()) for col in c.group_columns)
     if n_groups > MAX_GROUPS:
         raise UnsupportedQuery(
-            f"GROUP BY {', '.join(col.name for col in c.group_columns)} has {n_groups} declared keys, more than "
+            f"GROUP BY {', '.join(col.name for col in c.group_columns)} has {n_groups} declared domain keys, more than "
             f"the limit of {MAX_GROUPS}; group by fewer or coarser (binned) columns."
         )
     c.n_groups = n_groups
