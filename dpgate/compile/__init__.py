@@ -120,6 +120,7 @@ from dpgate.compile.statement import (
     dialect_of,
     hints,
     parse,
+    placeholders,
     set_option,
     split_check,
     tokenize,
@@ -177,8 +178,10 @@ def compile_statement(
 ) -> CompiledStatement | SetOption:
     """Compile one statement: a SELECT (→ CompiledStatement) or ``SET dpgate.x = v`` (→ SetOption).
 
-    ``params`` binds PEP 249 placeholders (``?`` with a sequence, ``$1`` with a
-    sequence, ``:name`` with a mapping); a mismatch raises ``ProgrammingError``.
+    ``params`` binds PEP 249 placeholders (``?``, ``$1`` and psycopg's ``%s`` with a
+    sequence, ``:name`` and ``%(name)s`` with a mapping) as literal nodes of the parsed
+    tree, never as SQL text; a mismatch raises ``ProgrammingError``, an unknown style
+    (``%d``, ``@name``) ``QuerySyntaxError`` naming the accepted ones.
     """
     if not isinstance(sql, str):
         raise InvalidArgumentType(f"the SQL must be a string, got {type(sql).__name__}.")
@@ -191,11 +194,11 @@ def compile_statement(
     # is the last line of defence, so that no exception of sqlglot (nor a recursion
     # error from a shape the limits did not foresee) reaches the caller.
     with map_exceptions(_SQLGLOT_FAILURES, _sqlglot_failure):
-        tokens = tokenize(sql, d)
+        text, tokens = placeholders(sql, tokenize(sql, d), d)
         check_complexity(tokens)
-        found = hints(tokens, sql)
+        found = hints(tokens, text)
         split_check(tokens)
-        tree = bind(parse(sql, d), params)
+        tree = bind(parse(text, d), params)
     if isinstance(tree, exp.Set):
         return set_option(tree)
     # Past the parser, a plain ValueError/TypeError/KeyError/AttributeError is a

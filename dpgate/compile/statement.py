@@ -36,8 +36,8 @@ from dpgate.errors import (
 __all__ = [
     "SetOption", "HINT_KEYS", "METHOD_VALUES", "MODEL_METHODS", "SET_OPTIONS",
     "MAX_SQL_LENGTH", "MAX_TOKENS", "MAX_NESTING_DEPTH", "MAX_OPERATORS",
-    "bind", "check_length", "check_complexity", "dialect_of", "hints", "literal", "parse", "set_option",
-    "split_check", "tokenize",
+    "bind", "check_length", "check_complexity", "dialect_of", "hints", "literal", "parse", "placeholders",
+    "set_option", "split_check", "tokenize", "PLACEHOLDER_STYLES",
 ]
 
 # Size and nesting limits, checked on the text and the tokens before sqlglot's
@@ -195,6 +195,13 @@ def parse(sql: str, dialect: Dialect) -> exp.Expr:
         trees = [t for t in dialect.parse(sql) if t is not None]
     except ParseError as exc:
         errs = exc.errors or []
+        if errs and "Mod'>" in str(errs[0].get("description")):
+            # A % with nothing on its left: a placeholder style dpgate does not know (%d, %(x)d …).
+            e = errs[0]
+            raise QuerySyntaxError(
+                f"SQL syntax error at line {e.get('line')}, column {e.get('col')}: a '%' that is neither a "
+                f"remainder (a % b) nor a placeholder; {_STYLES_TEXT}"
+            ) from None
         if errs:
             e = errs[0]
             where = f"line {e.get('line')}, column {e.get('col')}"
@@ -312,8 +319,72 @@ def set_option(tree: exp.Set) -> SetOption:
 
 
 # -- parameters ----------------------------------------------------------------------------------
+#: Placeholder styles accepted in SQL text (PEP 249 names).  ``paramstyle`` says ``qmark``; every
+#: style here is accepted too, so psycopg / SQLAlchemy / asyncpg habits work unchanged.
+PLACEHOLDER_STYLES = {
+    "qmark": "?",
+    "numeric": "$1",
+    "named": ":name",
+    "format": "%s",
+    "pyformat": "%(name)s",
+}
+_STYLES_TEXT = (
+    "placeholders may be ? or $1 (with a sequence of values), :name (with a mapping), or psycopg's %s "
+    "(a sequence) and %(name)s (a mapping); write a literal % as a % b (a remainder) or inside quotes."
+)
+
+
+def placeholders(sql: str, tokens: list[Token], dialect: Dialect) -> tuple[str, list[Token]]:
+    """Rewrite psycopg's ``%s`` / ``%(name)s`` placeholders to ``?`` / ``:name``; refuse ``@name``.
+
+    Works on tokens (so a ``%s`` inside a string literal or comment is untouched): a
+    ``%`` immediately followed by ``s``, or by ``(name)s``, is a placeholder.  Returns
+    the text sqlglot parses and its tokens (re-tokenized when anything changed).
+    """
+    edits: list[tuple[int, int, str]] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        glued = _glued(tokens, i)  # tok and the tokens written right after it, without a space
+        kinds = [t.token_type for t in glued[1:5]]
+        if tok.token_type == TokenType.MOD and kinds[:1] == [TokenType.VAR] and glued[1].text == "s":
+            edits.append((tok.start, glued[1].end, "?"))
+            i += 2
+            continue
+        if tok.token_type == TokenType.MOD and kinds[:3] == [TokenType.L_PAREN, TokenType.VAR, TokenType.R_PAREN]:
+            if kinds[3:] == [TokenType.VAR] and glued[4].text == "s":
+                edits.append((tok.start, glued[4].end, f":{glued[2].text}"))
+                i += 5
+                continue
+            bad = "".join(t.text for t in glued[:5])
+            raise QuerySyntaxError(f"the placeholder {bad} is not supported; {_STYLES_TEXT}")
+        if tok.token_type == TokenType.PARAMETER and tok.text == "@" and kinds[:1] == [TokenType.VAR]:
+            raise QuerySyntaxError(f"the placeholder @{glued[1].text} is not supported; {_STYLES_TEXT}")
+        i += 1
+    if not edits:
+        return sql, tokens
+    out, pos = [], 0
+    for start, end, text in edits:
+        out += [sql[pos:start], text]
+        pos = end + 1
+    out.append(sql[pos:])
+    text = "".join(out)
+    return text, tokenize(text, dialect)
+
+
+def _glued(tokens: list[Token], i: int) -> list[Token]:
+    """``tokens[i]`` and the (at most four) tokens that follow it with no character in between."""
+    out = [tokens[i]]
+    for tok in tokens[i + 1 : i + 5]:
+        if tok.start != out[-1].end + 1:
+            break
+        out.append(tok)
+    return out
+
+
 def bind(tree: exp.Expr, params: Sequence[Any] | Mapping[str, Any] | None) -> exp.Expr:
-    """Replace placeholders (``?``, ``$1``, ``:name``) by sqlglot literal nodes (PEP 249 binding).
+    """Replace placeholders (``?``, ``$1``, ``:name``; ``%s`` and ``%(name)s`` arrive here rewritten
+    by :func:`placeholders`) by sqlglot literal nodes (PEP 249 binding).
 
     Values become ``exp.Literal.number`` / ``exp.Literal.string`` / ``exp.null()`` /
     ``exp.Boolean`` nodes — never SQL text.  A count or name mismatch raises
@@ -338,10 +409,13 @@ def bind(tree: exp.Expr, params: Sequence[Any] | Mapping[str, Any] | None) -> ex
     elif all(n is not None and not str(n).isdigit() for n in names):
         style = "named"
     else:
-        raise ProgrammingError("the statement mixes parameter styles; use only ?, only $1 … or only :name.")
+        raise ProgrammingError(
+            "the statement mixes positional and named parameters; use one kind: ?, $1 or %s with a sequence, "
+            ":name or %(name)s with a mapping."
+        )
     if style == "named":
         if not isinstance(params, Mapping):
-            raise InvalidArgumentType("named parameters (:name) need a mapping of name to value.")
+            raise InvalidArgumentType("named parameters (:name, %(name)s) need a mapping of name to value.")
         lookup = {str(k).lower(): v for k, v in params.items()}
         want = {str(n).lower() for n in names}
         missing, extra = sorted(want - set(lookup)), sorted(set(lookup) - want)
