@@ -108,6 +108,8 @@ class _Config:
     policy: Policy
     seed: int | None
     unsafe_infer_from_data: bool = False
+    nullable: tuple[str, ...] = ()
+    other: tuple[str, ...] = ()
 
     def schema_for(self, df: pd.DataFrame) -> Schema:
         if self.schema is not None:
@@ -119,6 +121,8 @@ class _Config:
             bounds=dict(self.bounds) or None,
             bins=dict(self.bins) or None,
             unsafe_infer_from_data=self.unsafe_infer_from_data,
+            nullable=self.nullable,
+            other=self.other,
         )
 
 
@@ -303,6 +307,8 @@ class DPAccessor:
         categories: Mapping[str, Iterable[Any]] | None = None,
         *,
         unsafe_infer_from_data: bool = False,
+        nullable: Iterable[str] = (),
+        other: Iterable[str] = (),
     ) -> None:
         """Declare the frame's public schema and its privacy budget.
 
@@ -323,6 +329,8 @@ class DPAccessor:
                 ``unsafe_infer_from_data=True``.
             unsafe_infer_from_data: read undeclared domains from the data, with a warning;
                 this leaks information and voids the guarantee for those columns.
+            nullable: columns that may hold NULL (``GROUP BY`` then emits a NULL group).
+            other: categorical columns that may hold undeclared values (an ``<other>`` group).
 
         Raises:
             SchemaError: the schema is invalid, or a column has no declared domain.
@@ -337,9 +345,10 @@ class DPAccessor:
             _one_table(sch)
             if name is not None and name.lower() != sch.tables[0].name.lower():
                 raise SchemaError(f"name={name!r} differs from the schema's table {sch.tables[0].name!r}.")
-            if bounds or bins or categories:
+            if bounds or bins or categories or nullable or other:
                 raise SchemaError(
-                    "categories=, bounds= and bins= build a schema from the frame; with schema= declare them there."
+                    "categories=, bounds=, bins=, nullable= and other= build a schema from the frame; with schema= "
+                    "declare them there."
                 )
         config = _Config(
             schema=sch,
@@ -352,6 +361,8 @@ class DPAccessor:
             policy=policy,
             seed=seed,
             unsafe_infer_from_data=unsafe_infer_from_data,
+            nullable=tuple(sorted(str(c) for c in nullable)),
+            other=tuple(sorted(str(c) for c in other)),
         )
         # Validates now (schema against data, overlap with configured rows, ledger binding, clashes).
         # Nothing is written to df.attrs: pandas copies attrs into derived frames, and neither a

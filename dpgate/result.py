@@ -15,7 +15,7 @@ post-processing of released values, so they cost no privacy):
   5·10⁻¹⁵ relative, is far below any noise.
 
 :meth:`Result.rounded` (``round=True``, ``SET dpgate.round = on``) returns integers
-for integer-valued queries (counts).
+for integer-valued queries (counts), the value moved into its interval.
 """
 
 from __future__ import annotations
@@ -111,17 +111,24 @@ class Answer:
 
     def rounded(self) -> Answer:
         """This answer with integers for an integer-valued query (integer weights and offset, e.g.
-        ``COUNT``), else itself.  Post-processing, so free; coverage is unchanged because the
-        truth is an integer: ``[⌈low⌉, ⌊high⌋]`` holds it exactly when ``[low, high]`` does
-        (the interval is widened to include the rounded value when it is narrower than 1)."""
+        ``COUNT``), else itself.  Post-processing, so free.
+
+        The interval becomes ``[⌈low⌉, ⌊high⌋]``: the truth is an integer, so it lies in the
+        new interval exactly when it lay in the old one (coverage unchanged).  The value is
+        rounded to the nearest integer and then moved into that interval — so a count is never
+        negative — which makes it a presentation, not an unbiased estimate (``posterior.mean()``
+        keeps the unbiased one).  An interval narrower than one integer is widened to the value.
+        """
         q = self.query
         if (q is None or q.denominator != 1 or q.offset.denominator != 1 or isinstance(self.value, int)
                 or not math.isfinite(self.value)):
             return self
         value = round(self.value)
-        low = min(math.ceil(self.low), value) if math.isfinite(self.low) else self.low
-        high = max(math.floor(self.high), value) if math.isfinite(self.high) else self.high
-        return replace(self, value=value, low=low, high=high)
+        low = math.ceil(self.low) if math.isfinite(self.low) else self.low
+        high = math.floor(self.high) if math.isfinite(self.high) else self.high
+        if low <= high:
+            value = int(min(max(value, low), high))
+        return replace(self, value=value, low=min(low, value), high=max(high, value))
 
     @property
     def halfwidth(self) -> float:

@@ -510,13 +510,17 @@ class Schema:
         bins: Mapping[str, Iterable[float]] | None = None,
         unsafe_infer_from_data: bool = False,
         max_rows_per_individual: int = 1,
+        nullable: Iterable[str] = (),
+        other: Iterable[str] = (),
     ) -> Schema:
         """Declare a one-table schema for a pandas DataFrame.
 
         Every domain is declared by the caller: ``categories={col: [values]}`` for
         categorical columns (any dtype; values compared as strings), ``bounds={col:
         (min, max)}`` (inclusive integers) or ``bins={col: edges}`` for numeric columns;
-        ``bool`` columns are boolean by their type.  A ``Categorical`` dtype is *not*
+        ``bool`` columns are boolean by their type.  ``nullable=[cols]`` and ``other=[cols]``
+        declare that those columns may hold NULL / undeclared categories (``GROUP BY``
+        then emits their NULL / ``<other>`` groups).  A ``Categorical`` dtype is *not*
         a declaration: ``read_csv(dtype="category")`` and ``astype("category")`` build
         its categories from the values, so a category may exist only because one person
         is in the data — such a column is refused until its values are declared.
@@ -543,6 +547,7 @@ class Schema:
         table = table_from_dataframe(
             df, name, categories=categories, bounds=bounds, bins=bins,
             unsafe_infer_from_data=unsafe_infer_from_data, max_rows_per_individual=max_rows_per_individual,
+            nullable=nullable, other=other,
         )
         return cls((table,))
 
