@@ -12,7 +12,7 @@ Importing this module (``import dpgate`` does) registers ``df.dp``::
     >>> list(out.columns)
     ['sex', 'n', 'n_low', 'n_high', 'n_secure', 'n_source']
     >>> out["n_source"].tolist(), bool(out["n_secure"].all())
-    (['fresh', 'fresh', 'fresh', 'fresh'], True)
+    (['fresh', 'fresh'], True)
     >>> df.copy().dp.spent == df.dp.spent > 0      # the budget follows the people
     True
 
