@@ -23,9 +23,12 @@ bridge — can ask dpgate counting queries as if it were a read-only database::
     >>> con.close()
 
 Rows look like a normal database's: one column per SELECT item, one row per
-GROUP BY key of the *declared domain* (empty groups included), HAVING / ORDER BY /
-LIMIT applied to the released rows.  Values are the released (noisy) estimates
-as ``float``; an answer that could not be released (``allow_partial``) is NULL.
+*declared* GROUP BY key (empty groups included; NULL / ``<other>`` only where the
+schema declares them; keys the WHERE clause cannot reach left out), HAVING / ORDER BY /
+LIMIT applied to the released rows.  Keys are Python ``int`` / ``bool`` / ``str`` as
+their column.  Values are the released (noisy) estimates as ``float`` (``int`` with
+``SET dpgate.round = on``); an answer that could not be released (``allow_partial``)
+is NULL.  ``SELECT k FROM t GROUP BY k`` returns the declared keys, free.
 
 Accuracy and confidence
 =======================
@@ -37,7 +40,8 @@ wins — **statement hint > session SET > connection argument**:
 * per connection: ``connect(..., accuracy=25, confidence=0.95)``;
 * per session (this connection, until changed): ``SET dpgate.accuracy = 25``,
   ``SET dpgate.confidence = 0.9``, ``SET dpgate.intervals = on``,
-  ``SET dpgate.allow_partial = on``;
+  ``SET dpgate.allow_partial = on``, ``SET dpgate.round = on`` (integer counts,
+  :meth:`dpgate.Result.rounded`);
 * per statement: a comment hint anywhere in the text,
   ``SELECT /*+ dpgate accuracy=10 confidence=0.99 */ COUNT(*) FROM pums``.
 
@@ -73,10 +77,14 @@ Decisions where PEP 249 leaves a choice
   ``ATTACH``, several statements … raise :class:`~dpgate.errors.UnsupportedQuery`
   (a ``NotSupportedError`` and ``ProgrammingError``) before anything is read.
   The user's SQL is never executed against the data.
-* **Parameters** (``paramstyle = "qmark"``): ``?`` with a sequence; ``$1`` with a
-  sequence and ``:name`` with a mapping also work.  Values are bound as sqlglot
-  literal nodes (never pasted into SQL text), so ``"1; DROP TABLE pums"`` is just
-  a string literal.  Accepted types: None, bool, int, float, Decimal, Fraction, str.
+* **Parameters** (``paramstyle = "qmark"``; PEP 249 allows one value): ``?`` with a
+  sequence; ``$1`` and psycopg's ``%s`` with a sequence, ``:name`` and ``%(name)s``
+  with a mapping also work, so code written for psycopg or sqlite3 runs unchanged.
+  Values are bound as sqlglot literal nodes (never pasted into SQL text), so
+  ``"1; DROP TABLE pums"`` is just a string literal, compared with a column as SQL
+  would (``educ = ?`` with ``'8'`` is ``educ = 8``).  Another style (``%d``,
+  ``@name``) raises ``QuerySyntaxError`` naming the accepted ones.  Accepted value
+  types: None, bool, int, float, Decimal, Fraction, str.
 * **commit()** is a no-op: every release is already committed — written durably to
   the ledger *before* the answer is returned — and nothing else is ever written.
 * **rollback()** raises ``NotSupportedError`` (PEP 249 allows this): a released
@@ -211,7 +219,8 @@ __all__ = [
 apilevel = "2.0"
 #: PEP 249: threads may share the module and connections, but not cursors (see module docs).
 threadsafety = 2
-#: PEP 249: question-mark placeholders (``WHERE age < ?``); ``$1`` and ``:name`` also work.
+#: PEP 249: question-mark placeholders (``WHERE age < ?``); ``$1``, ``:name``, ``%s`` and
+#: ``%(name)s`` also work (PEP 249 lets a module name only one style).
 paramstyle = "qmark"
 
 
