@@ -6,9 +6,10 @@ post-processing of released values, so they cost no privacy):
 * **Non-negative quantities.**  When every weight of the query is ≥ 0 (counts, sums
   of non-negative values) its true answer is at least the query's constant offset
   (0 for a plain count), so the interval is intersected with ``[offset, ∞)`` (and
-  with ``(−∞, offset]`` when every weight is ≤ 0).  Coverage is unchanged: the
-  truth lies in that half-line, so the clipped interval contains it exactly when
-  the unclipped one does.  ``value`` is not clipped (it stays the unbiased
+  with ``(−∞, offset]`` when every weight is ≤ 0; an interval entirely outside
+  the half-line becomes the single point ``offset``).  Coverage cannot drop: the
+  truth lies in that half-line, so the clipped interval contains it whenever the
+  unclipped one does.  ``value`` is not clipped (it stays the unbiased
   estimate, and may be negative for a tiny count); ``posterior`` is the unclipped law.
 * **No binary-float artefacts.**  ``value``, ``low`` and ``high`` are rounded to 15
   significant digits (``497.4999999999999`` → ``497.5``); the change, at most

@@ -37,7 +37,7 @@ __all__ = [
     "SetOption", "HINT_KEYS", "METHOD_VALUES", "MODEL_METHODS", "SET_OPTIONS",
     "MAX_SQL_LENGTH", "MAX_TOKENS", "MAX_NESTING_DEPTH", "MAX_OPERATORS",
     "bind", "check_length", "check_complexity", "dialect_of", "hints", "literal", "parse", "placeholders",
-    "set_option", "split_check", "tokenize", "PLACEHOLDER_STYLES",
+    "set_option", "split_check", "tokenize",
 ]
 
 # Size and nesting limits, checked on the text and the tokens before sqlglot's
@@ -319,15 +319,8 @@ def set_option(tree: exp.Set) -> SetOption:
 
 
 # -- parameters ----------------------------------------------------------------------------------
-#: Placeholder styles accepted in SQL text (PEP 249 names).  ``paramstyle`` says ``qmark``; every
-#: style here is accepted too, so psycopg / SQLAlchemy / asyncpg habits work unchanged.
-PLACEHOLDER_STYLES = {
-    "qmark": "?",
-    "numeric": "$1",
-    "named": ":name",
-    "format": "%s",
-    "pyformat": "%(name)s",
-}
+# The placeholder styles accepted (PEP 249's qmark, numeric, named, format and pyformat), as
+# every refusal of another style names them.
 _STYLES_TEXT = (
     "placeholders may be ? or $1 (with a sequence of values), :name (with a mapping), or psycopg's %s "
     "(a sequence) and %(name)s (a mapping); write a literal % as a % b (a remainder) or inside quotes."
