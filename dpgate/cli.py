@@ -113,7 +113,9 @@ def _echo_json(obj: Any) -> None:
 
 
 def _json_default(v: Any) -> Any:
-    """numpy scalars and other non-JSON values: as Python numbers, else as text."""
+    """numpy scalars and other non-JSON values: as Python numbers, else as text (pandas' NA: null)."""
+    if type(v).__name__ == "NAType":  # a NULL key of an Int64 / boolean column
+        return None
     if hasattr(v, "item"):
         return v.item()
     return str(v)

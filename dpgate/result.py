@@ -218,13 +218,13 @@ def _columns(st: CompiledStatement, intervals: bool) -> list[str]:
 
 
 def _typed(col: pd.Series, keys: list[Any]) -> pd.Series:
-    """A key column with its column's type: int64 / Int64, bool / boolean, else object."""
+    """A key column with its column's type: int64 / Int64, bool / boolean, else object (str, None)."""
     present = [k for k in keys if k is not None]
     if present and all(isinstance(k, bool) for k in present):
         return col.astype("boolean" if len(present) < len(keys) else bool)
     if present and all(isinstance(k, int) and not isinstance(k, bool) for k in present):
         return col.astype("Int64" if len(present) < len(keys) else "int64")
-    return col.astype(object)
+    return col.astype(object).where(col.notna(), None)  # a NULL key is None, not NaN
 
 
 def _tidy(x: Any) -> Any:

@@ -285,22 +285,22 @@ def test_bound_parameters_equal_literals(age: int, sex: str, married: bool, styl
     assert compile_statement(sql, SCHEMA, params=params).queries == compile_sql(literal, SCHEMA)
 
 
-def test_cli_round_prints_integers(tmp_path) -> None:
+def test_cli_round_prints_integers_and_null_keys_as_json_null(tmp_path) -> None:
     import json
     import subprocess
     import sys
 
-    from dpgate.datasets import _file
+    import yaml
 
-    csv = tmp_path / "pums.csv"
-    PUMS.to_csv(csv, index=False)
-    schema = str(_file("pums.yaml"))
-    r = subprocess.run([sys.executable, "-m", "dpgate.cli", "query", "--schema", schema, "--data", str(csv),
+    csv, schema = tmp_path / "pums_null.csv", tmp_path / "pums_null.yaml"
+    NULL_PUMS.to_csv(csv, index=False)
+    schema.write_text(yaml.safe_dump(NULL_SCHEMA.to_dict()), encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", "dpgate.cli", "query", "--schema", str(schema), "--data", str(csv),
                         "--budget", "1", "--accuracy", "30", "--round", "--json",
                         "SELECT sex, COUNT(*) AS n FROM PUMS.pums GROUP BY sex"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["rows"]
-    assert [row["sex"] for row in rows] == ["0", "1"]
+    assert [row["sex"] for row in rows] == ["0", "1", None]  # nullable: the NULL group, as JSON null
     assert all(isinstance(row[k], int) for row in rows for k in ("n", "n_low", "n_high"))
     assert np.all([row["n_low"] <= row["n"] <= row["n_high"] for row in rows])
