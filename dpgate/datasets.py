@@ -87,7 +87,12 @@ def load_pums(null: bool = False) -> tuple[Any, Schema]:
 
     Args:
         null: load ``PUMS_null`` (1948 rows with missing values and an undeclared
-            ``pid`` column) instead of the 1000-row ``PUMS``.
+            ``pid`` column) instead of the 1000-row ``PUMS``; its schema declares every
+            column ``nullable: true``, so ``GROUP BY`` shows each column's NULL group.
+
+    The schema declares ``schema: PUMS`` (SQL may say ``FROM PUMS.PUMS``, as in
+    SmartNoise's PUMS examples) and no ``nullable`` / ``other`` for ``PUMS``, which
+    has neither missing nor undeclared values.
 
     Columns are nullable ``Int64`` (income is integral dollars in the file).
     """
