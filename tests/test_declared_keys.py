@@ -232,6 +232,7 @@ STYLES = [
     ("SELECT COUNT(*) FROM pums WHERE age < :a AND sex = :s", {"a": 30, "s": "1"}),
     ("SELECT COUNT(*) FROM pums WHERE age < %s AND sex = %s", (30, "1")),
     ("SELECT COUNT(*) FROM pums WHERE age < %(a)s AND sex = %(s)s", {"a": 30, "s": "1"}),
+    ("SELECT COUNT(*) FROM pums WHERE age<%(limit)s AND sex=%s", None),  # checked apart: mixed styles
 ]
 
 
@@ -239,10 +240,14 @@ def test_every_placeholder_style_binds_on_the_dbapi() -> None:
     assert dbapi.paramstyle == "qmark"
     with dbapi.connect(PUMS, schema=SCHEMA, budget=5.0, accuracy=20, seed=4) as con:
         cur = con.cursor()
-        for i, (sql, params) in enumerate(STYLES):
+        for i, (sql, params) in enumerate(STYLES[:5]):
             cur.execute(sql, params)
             (a,) = cur.answers
             assert a.source == ("fresh" if i == 0 else "history"), sql  # the same query every time
+        cur.execute("SELECT COUNT(*) FROM pums WHERE age<%(limit)s AND sex=%(sex)s", {"limit": 30, "sex": 1})
+        assert cur.answers[0].source == "history"  # a keyword as the name, no spaces, a number for sex
+        with pytest.raises(dbapi.ProgrammingError, match="mixes positional and named"):
+            cur.execute(STYLES[5][0], {"limit": 30})
         # a '%s' inside a string literal is text, not a placeholder
         cur.execute("SELECT COUNT(*) FROM pums WHERE age % 2 = 1 AND sex LIKE '%s' AND age < ?", (5,))
         assert cur.answers[0].source == "exact"
@@ -276,7 +281,7 @@ def test_quoted_numbers_compile_as_numbers(col: str, k: int, op: str, spaces: bo
 
 @settings(max_examples=40, deadline=None)
 @given(age=st.integers(-3, 104), sex=st.sampled_from(["0", "1"]), married=st.booleans(),
-       style=st.sampled_from(range(len(STYLES))))
+       style=st.sampled_from(range(5)))
 def test_bound_parameters_equal_literals(age: int, sex: str, married: bool, style: int) -> None:
     sql, _ = STYLES[style]
     sql += " AND married = " + {0: "?", 1: "$3", 2: ":m", 3: "%s", 4: "%(m)s"}[style]

@@ -331,8 +331,9 @@ def placeholders(sql: str, tokens: list[Token], dialect: Dialect) -> tuple[str, 
     """Rewrite psycopg's ``%s`` / ``%(name)s`` placeholders to ``?`` / ``:name``; refuse ``@name``.
 
     Works on tokens (so a ``%s`` inside a string literal or comment is untouched): a
-    ``%`` immediately followed by ``s``, or by ``(name)s``, is a placeholder.  Returns
-    the text sqlglot parses and its tokens (re-tokenized when anything changed).
+    ``%`` immediately followed by ``s``, or by ``(name)s``, is a placeholder, as in
+    psycopg (a remainder by a column named ``s`` is written ``a % s``).  Returns the
+    text sqlglot parses and its tokens (re-tokenized when anything changed).
     """
     edits: list[tuple[int, int, str]] = []
     i = 0
@@ -344,7 +345,8 @@ def placeholders(sql: str, tokens: list[Token], dialect: Dialect) -> tuple[str, 
             edits.append((tok.start, glued[1].end, "?"))
             i += 2
             continue
-        if tok.token_type == TokenType.MOD and kinds[:3] == [TokenType.L_PAREN, TokenType.VAR, TokenType.R_PAREN]:
+        named = len(kinds) >= 3 and kinds[0] == TokenType.L_PAREN and kinds[2] == TokenType.R_PAREN
+        if tok.token_type == TokenType.MOD and named and glued[2].text.isidentifier():  # %(limit)s: any word
             if kinds[3:] == [TokenType.VAR] and glued[4].text == "s":
                 edits.append((tok.start, glued[4].end, f":{glued[2].text}"))
                 i += 5
