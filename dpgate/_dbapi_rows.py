@@ -129,10 +129,13 @@ def result_set(result: Result, intervals: bool, schema: Schema) -> ResultSet:
             types.append((_GROUP_TYPES[table.column(st.group_columns[out.index]).kind], True))
         else:
             names.append(out.name)
-            types.append(("DOUBLE", True))
+            # Integers when every answer of the column was rounded (SET dpgate.round = on).
+            column = result.answers[out.index :: n_aggs] if n_aggs else ()
+            number = "BIGINT" if column and all(isinstance(a.value, int) for a in column) else "DOUBLE"
+            types.append((number, True))
             if intervals:
                 names += [f"{out.name}_low", f"{out.name}_high", f"{out.name}_source"]
-                types += [("DOUBLE", False), ("DOUBLE", False), ("VARCHAR", False)]
+                types += [(number, False), (number, False), ("VARCHAR", False)]
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise ProgrammingError(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from dpgate.errors import SchemaError
@@ -30,9 +31,17 @@ def table_from_dataframe(
     bins: Mapping[str, Iterable[float]] | None,
     unsafe_infer_from_data: bool,
     max_rows_per_individual: int,
+    nullable: Iterable[str] = (),
+    other: Iterable[str] = (),
 ) -> Table:
     """The table :meth:`dpgate.Schema.from_dataframe` declares (see there)."""
     import pandas as pd
+
+    flags = {"nullable": {str(c) for c in nullable}, "other": {str(c) for c in other}}
+    for key, names in flags.items():
+        missing = sorted(names - {str(c) for c in df.columns})
+        if missing:
+            raise SchemaError(f"{key}= names columns not in the DataFrame: {missing}.")
 
     declared = {str(k): tuple(str(v) for v in vs) for k, vs in (categories or {}).items()}
     bounds = dict(bounds or {})
@@ -71,6 +80,7 @@ def table_from_dataframe(
             UserWarning,
             stacklevel=3,
         )
+    cols = [replace(c, nullable=c.name in flags["nullable"], other=c.name in flags["other"]) for c in cols]
     return Table(name, tuple(cols), max_rows_per_individual=max_rows_per_individual)
 
 

@@ -12,7 +12,7 @@ Importing this module (``import dpgate`` does) registers ``df.dp``::
     >>> list(out.columns)
     ['sex', 'n', 'n_low', 'n_high', 'n_secure', 'n_source']
     >>> out["n_source"].tolist(), bool(out["n_secure"].all())
-    (['fresh', 'fresh', 'fresh', 'fresh'], True)
+    (['fresh', 'fresh'], True)
     >>> df.copy().dp.spent == df.dp.spent > 0      # the budget follows the people
     True
 
@@ -108,6 +108,8 @@ class _Config:
     policy: Policy
     seed: int | None
     unsafe_infer_from_data: bool = False
+    nullable: tuple[str, ...] = ()
+    other: tuple[str, ...] = ()
 
     def schema_for(self, df: pd.DataFrame) -> Schema:
         if self.schema is not None:
@@ -119,6 +121,8 @@ class _Config:
             bounds=dict(self.bounds) or None,
             bins=dict(self.bins) or None,
             unsafe_infer_from_data=self.unsafe_infer_from_data,
+            nullable=self.nullable,
+            other=self.other,
         )
 
 
@@ -303,6 +307,8 @@ class DPAccessor:
         categories: Mapping[str, Iterable[Any]] | None = None,
         *,
         unsafe_infer_from_data: bool = False,
+        nullable: Iterable[str] = (),
+        other: Iterable[str] = (),
     ) -> None:
         """Declare the frame's public schema and its privacy budget.
 
@@ -323,6 +329,8 @@ class DPAccessor:
                 ``unsafe_infer_from_data=True``.
             unsafe_infer_from_data: read undeclared domains from the data, with a warning;
                 this leaks information and voids the guarantee for those columns.
+            nullable: columns that may hold NULL (``GROUP BY`` then emits a NULL group).
+            other: categorical columns that may hold undeclared values (an ``<other>`` group).
 
         Raises:
             SchemaError: the schema is invalid, or a column has no declared domain.
@@ -337,9 +345,10 @@ class DPAccessor:
             _one_table(sch)
             if name is not None and name.lower() != sch.tables[0].name.lower():
                 raise SchemaError(f"name={name!r} differs from the schema's table {sch.tables[0].name!r}.")
-            if bounds or bins or categories:
+            if bounds or bins or categories or nullable or other:
                 raise SchemaError(
-                    "categories=, bounds= and bins= build a schema from the frame; with schema= declare them there."
+                    "categories=, bounds=, bins=, nullable= and other= build a schema from the frame; with schema= "
+                    "declare them there."
                 )
         config = _Config(
             schema=sch,
@@ -352,6 +361,8 @@ class DPAccessor:
             policy=policy,
             seed=seed,
             unsafe_infer_from_data=unsafe_infer_from_data,
+            nullable=tuple(sorted(str(c) for c in nullable)),
+            other=tuple(sorted(str(c) for c in other)),
         )
         # Validates now (schema against data, overlap with configured rows, ledger binding, clashes).
         # Nothing is written to df.attrs: pandas copies attrs into derived frames, and neither a
@@ -368,22 +379,24 @@ class DPAccessor:
         params: Any = None,
         allow_partial: bool = False,
         intervals: bool = True,
+        round: bool = False,  # noqa: A002 - the name Gateway.query uses
     ) -> pd.DataFrame:
         """Answer a counting query on this frame within ±``accuracy`` at ``confidence``.
 
-        Returns one row per group (domain keys, empty groups included; HAVING /
-        ORDER BY / LIMIT applied): the group columns, then for each aggregate ``c``
-        its value and, with ``intervals``, ``c_low``, ``c_high`` and ``c_source``
-        (``"history"`` = free, ``"fresh"`` = paid for).
+        Returns one row per group (the declared keys, typed as their columns, empty groups
+        included; HAVING / ORDER BY / LIMIT applied): the group columns, then for each
+        aggregate ``c`` its value and, with ``intervals``, ``c_low``, ``c_high`` and
+        ``c_source`` (``"history"`` = free, ``"fresh"`` = paid for).  ``round=True`` returns
+        integers for counts (free post-processing, see :meth:`dpgate.Result.rounded`).
 
         Privacy: as :meth:`dpgate.Gateway.query` — add/remove-one-row DP; each fresh
         measurement of a linear query with sensitivity ``S`` gets discrete Laplace
         noise of scale ``S/α`` at the smallest α meeting the requirement; answers from
         history cost nothing.  ``confidence`` defaults to 0.95 (or a SQL hint).
         """
-        return self.result(sql, accuracy, confidence, params=params, allow_partial=allow_partial).to_pandas(
-            intervals=intervals
-        )
+        return self.result(
+            sql, accuracy, confidence, params=params, allow_partial=allow_partial, round=round
+        ).to_pandas(intervals=intervals)
 
     def result(
         self,
@@ -393,9 +406,10 @@ class DPAccessor:
         *,
         params: Any = None,
         allow_partial: bool = False,
+        round: bool = False,  # noqa: A002 - the name Gateway.query uses
     ) -> Result:
         """Like :meth:`query` but returns the :class:`~dpgate.Result` (its ``answers`` carry posteriors)."""
-        return self.gateway.query(sql, accuracy, confidence, params=params, allow_partial=allow_partial)
+        return self.gateway.query(sql, accuracy, confidence, params=params, allow_partial=allow_partial, round=round)
 
     def probability(self, sql: str, low: float | None = None, high: float | None = None, *, params: Any = None) -> float:
         """P(low ≤ answer ≤ high | everything released so far); free."""

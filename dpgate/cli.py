@@ -113,7 +113,9 @@ def _echo_json(obj: Any) -> None:
 
 
 def _json_default(v: Any) -> Any:
-    """numpy scalars and other non-JSON values: as Python numbers, else as text."""
+    """numpy scalars and other non-JSON values: as Python numbers, else as text (pandas' NA: null)."""
+    if type(v).__name__ == "NAType":  # a NULL key of an Int64 / boolean column
+        return None
     if hasattr(v, "item"):
         return v.item()
     return str(v)
@@ -132,9 +134,11 @@ def _ledger_summary(meta: dict[str, str], recs: Any) -> dict[str, Any]:
 @_gateway_options
 @click.option("--allow-partial", is_flag=True, help="Return history's best estimate instead of refusing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows and the budget as JSON.")
+@click.option("--round", "round_", is_flag=True, help="Integers for counts (free post-processing).")
 @click.argument("sql")
 def query(schema_path: str, data: str, budget: float, ledger: str | None, accuracy: float | None,
-          confidence: float | None, policy: Policy, allow_partial: bool, as_json: bool, sql: str) -> None:
+          confidence: float | None, policy: Policy, allow_partial: bool, as_json: bool, round_: bool,
+          sql: str) -> None:
     """Answer one SQL counting query within ±ACCURACY and print the released table."""
     from dpgate.gateway import Gateway
     from dpgate.schema import Schema
@@ -142,7 +146,7 @@ def query(schema_path: str, data: str, budget: float, ledger: str | None, accura
     schema = Schema.load(schema_path)
     source = _open_data(data, schema)
     with Gateway(source, schema, budget=budget, ledger=ledger, policy=policy) as gw:
-        res = gw.query(sql, accuracy=accuracy, confidence=confidence, allow_partial=allow_partial)
+        res = gw.query(sql, accuracy=accuracy, confidence=confidence, allow_partial=allow_partial, round=round_)
         table = res.to_pandas()
         if as_json:
             _echo_json({"rows": table.to_dict(orient="records"), "epsilon_charged": res.epsilon_spent,
@@ -162,6 +166,7 @@ Statements end with ';' and may span lines.  Every answer is differentially priv
   SET dpgate.accuracy = 25;               half-width of every later answer's interval
   SET dpgate.confidence = 0.95;           confidence 1−δ
   SET dpgate.intervals = on;              add low / high / source columns
+  SET dpgate.round = on;                  integers for counts (free)
   /*+ dpgate accuracy=10 */ SELECT ...;   per-statement requirement
   \\budget        budget, spent, remaining
   \\history [N]   the last N releases (default 20)

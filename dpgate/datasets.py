@@ -74,7 +74,11 @@ def _pums_schema(null: bool) -> Schema:
 
     spec = yaml.safe_load(_file("pums.yaml").read_text(encoding="utf-8"))
     if null:
-        spec["tables"]["pums"].pop("rows", None)  # the 1000-row count is not this file's
+        table = spec["tables"]["pums"]
+        table.pop("rows", None)  # the 1000-row count is not this file's
+        # PUMS_null.csv has missing values in every column: GROUP BY shows each column's NULL group.
+        for column in table["columns"].values():
+            column["nullable"] = True
     return Schema.from_dict(spec)
 
 
@@ -83,7 +87,12 @@ def load_pums(null: bool = False) -> tuple[Any, Schema]:
 
     Args:
         null: load ``PUMS_null`` (1948 rows with missing values and an undeclared
-            ``pid`` column) instead of the 1000-row ``PUMS``.
+            ``pid`` column) instead of the 1000-row ``PUMS``; its schema declares every
+            column ``nullable: true``, so ``GROUP BY`` shows each column's NULL group.
+
+    The schema declares ``schema: PUMS`` (SQL may say ``FROM PUMS.PUMS``, as in
+    SmartNoise's PUMS examples) and no ``nullable`` / ``other`` for ``PUMS``, which
+    has neither missing nor undeclared values.
 
     Columns are nullable ``Int64`` (income is integral dollars in the file).
     """

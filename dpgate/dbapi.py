@@ -23,9 +23,12 @@ bridge — can ask dpgate counting queries as if it were a read-only database::
     >>> con.close()
 
 Rows look like a normal database's: one column per SELECT item, one row per
-GROUP BY key of the *declared domain* (empty groups included), HAVING / ORDER BY /
-LIMIT applied to the released rows.  Values are the released (noisy) estimates
-as ``float``; an answer that could not be released (``allow_partial``) is NULL.
+*declared* GROUP BY key (empty groups included; NULL / ``<other>`` only where the
+schema declares them; keys the WHERE clause cannot reach left out), HAVING / ORDER BY /
+LIMIT applied to the released rows.  Keys are Python ``int`` / ``bool`` / ``str`` as
+their column.  Values are the released (noisy) estimates as ``float`` (``int`` with
+``SET dpgate.round = on``); an answer that could not be released (``allow_partial``)
+is NULL.  ``SELECT k FROM t GROUP BY k`` returns the declared keys, free.
 
 Accuracy and confidence
 =======================
@@ -37,7 +40,8 @@ wins — **statement hint > session SET > connection argument**:
 * per connection: ``connect(..., accuracy=25, confidence=0.95)``;
 * per session (this connection, until changed): ``SET dpgate.accuracy = 25``,
   ``SET dpgate.confidence = 0.9``, ``SET dpgate.intervals = on``,
-  ``SET dpgate.allow_partial = on``;
+  ``SET dpgate.allow_partial = on``, ``SET dpgate.round = on`` (integer counts,
+  :meth:`dpgate.Result.rounded`);
 * per statement: a comment hint anywhere in the text,
   ``SELECT /*+ dpgate accuracy=10 confidence=0.99 */ COUNT(*) FROM pums``.
 
@@ -73,10 +77,14 @@ Decisions where PEP 249 leaves a choice
   ``ATTACH``, several statements … raise :class:`~dpgate.errors.UnsupportedQuery`
   (a ``NotSupportedError`` and ``ProgrammingError``) before anything is read.
   The user's SQL is never executed against the data.
-* **Parameters** (``paramstyle = "qmark"``): ``?`` with a sequence; ``$1`` with a
-  sequence and ``:name`` with a mapping also work.  Values are bound as sqlglot
-  literal nodes (never pasted into SQL text), so ``"1; DROP TABLE pums"`` is just
-  a string literal.  Accepted types: None, bool, int, float, Decimal, Fraction, str.
+* **Parameters** (``paramstyle = "qmark"``; PEP 249 allows one value): ``?`` with a
+  sequence; ``$1`` and psycopg's ``%s`` with a sequence, ``:name`` and ``%(name)s``
+  with a mapping also work, so code written for psycopg or sqlite3 runs unchanged.
+  Values are bound as sqlglot literal nodes (never pasted into SQL text), so
+  ``"1; DROP TABLE pums"`` is just a string literal, compared with a column as SQL
+  would (``educ = ?`` with ``'8'`` is ``educ = 8``).  Another style (``%d``,
+  ``@name``) raises ``QuerySyntaxError`` naming the accepted ones.  Accepted value
+  types: None, bool, int, float, Decimal, Fraction, str.
 * **commit()** is a no-op: every release is already committed — written durably to
   the ledger *before* the answer is returned — and nothing else is ever written.
 * **rollback()** raises ``NotSupportedError`` (PEP 249 allows this): a released
@@ -211,7 +219,8 @@ __all__ = [
 apilevel = "2.0"
 #: PEP 249: threads may share the module and connections, but not cursors (see module docs).
 threadsafety = 2
-#: PEP 249: question-mark placeholders (``WHERE age < ?``); ``$1`` and ``:name`` also work.
+#: PEP 249: question-mark placeholders (``WHERE age < ?``); ``$1``, ``:name``, ``%s`` and
+#: ``%(name)s`` also work (PEP 249 lets a module name only one style).
 paramstyle = "qmark"
 
 
@@ -228,6 +237,7 @@ def connect(
     confidence: float = 0.95,
     intervals: bool = False,
     allow_partial: bool = False,
+    round: bool = False,  # noqa: A002 - the name Gateway.query uses
     policy: str | None = None,
     seed: int | None = None,
     dialect: str = "duckdb",
@@ -254,6 +264,7 @@ def connect(
         confidence: default confidence 1−δ (connection level), in [0.5, 1).
         intervals: start with ``SET dpgate.intervals = on``.
         allow_partial: start with ``SET dpgate.allow_partial = on``.
+        round: start with ``SET dpgate.round = on`` (integers for counts).
         policy: ``"minimal"`` (default), ``"paper"`` or ``"no_reuse"``.
         seed: reproducible, **insecure** noise for tests (recorded as such in the ledger).
         dialect: sqlglot dialect of incoming SQL.
@@ -309,6 +320,7 @@ def connect(
         "confidence": resolve_confidence({"confidence": confidence}),
         "intervals": _check_flag("intervals", intervals),
         "allow_partial": _check_flag("allow_partial", allow_partial),
+        "round": _check_flag("round", round),
         "method": None,
     }
     return Connection(gateway, settings, owns_gateway=owns)
@@ -417,7 +429,7 @@ class Connection:
     @property
     def settings(self) -> Mapping[str, Any]:
         """This session's current options (read-only view): accuracy, confidence, intervals,
-        allow_partial, method.  Change them with ``SET dpgate.<option> = <value>``."""
+        allow_partial, round, method.  Change them with ``SET dpgate.<option> = <value>``."""
         return MappingProxyType(dict(self._settings))
 
     @property
@@ -461,13 +473,16 @@ class Connection:
                     self._settings[stmt.name] = stmt.value
                 return NO_ROWS
             settings = dict(self._settings)
+            if not stmt.queries:  # SELECT k … GROUP BY k: the declared keys, free and unrecorded
+                return result_set(Result((), stmt, 0.0), bool(settings["intervals"]), gw.schema)
             method = (stmt.hints.get("method") or settings["method"] or "exact").lower()
             if method != "exact":  # a free, model-based estimate (Gateway.estimate): no accuracy needed
                 confidence = resolve_confidence(hinted(stmt.hints), settings)
                 result = gw.estimate(operation, method, confidence=confidence, params=params)
                 return result_set(result, bool(settings["intervals"]), gw.schema)
             req = resolve_requirement(hinted(stmt.hints), settings, missing=_NO_ACCURACY)  # hint > session SET > connect()
-            result = gw.query(operation, req.accuracy, req.confidence, params=params, allow_partial=req.allow_partial)
+            result = gw.query(operation, req.accuracy, req.confidence, params=params, allow_partial=req.allow_partial,
+                              round=bool(settings["round"]))
             return result_set(result, bool(settings["intervals"]), gw.schema)
         except Error:
             raise

@@ -222,6 +222,7 @@ class Gateway:
         params: Sequence[Any] | Mapping[str, Any] | None = None,
         allow_partial: bool = False,
         policy: Policy | None = None,
+        round: bool = False,  # noqa: A002 - the pinned public name
     ) -> Result:
         """Answer a counting query within ±``accuracy`` at ``confidence``.
 
@@ -242,6 +243,11 @@ class Gateway:
                 (with their true, wider intervals, ``meets_requirement=False``) instead
                 of raising ``BudgetExhausted``.
             policy: override the gateway's policy for this call.
+            round: return integers for integer-valued outputs (counts): ``Result.rounded``,
+                free post-processing with unchanged coverage.
+
+        A statement without aggregates (``SELECT k FROM t GROUP BY k``) returns the declared
+        keys: it needs no accuracy, reads no data, spends nothing and is not recorded.
 
         Raises:
             UnsupportedQuery, SchemaError: the SQL is refused (nothing read, nothing spent).
@@ -249,6 +255,8 @@ class Gateway:
             BudgetExhausted: the answer would overspend (nothing read, nothing spent).
         """
         stmt = self.compile(sql, params)
+        if not stmt.queries:  # only declared group keys: public, so free
+            return Result((), stmt, 0.0)
         if len(stmt.queries) > self.max_outputs:
             raise QueryTooComplex(
                 f"this statement has {len(stmt.queries)} outputs (groups × aggregates), more than this gateway's "
@@ -277,7 +285,8 @@ class Gateway:
             else:
                 blue = state.blue
             out = answers(blue, steps, accuracy, confidence, policy, secure=self._secure(stmt.table))
-        return Result(out, stmt, float(sum(s.increase for s in steps)))
+        result = Result(out, stmt, float(sum(s.increase for s in steps)))
+        return result.rounded() if round else result
 
     @single_threaded
     def probability(self, sql: str, low: float | None = None, high: float | None = None, *, params: Any = None) -> float:

@@ -28,6 +28,14 @@ counts, ``COUNT(col)`` and ``SUM(col)`` skip, and ``col IS NULL`` selects.  The
 value and matches no ``LIKE`` pattern.  A table is the product of its columns'
 cells; the cube counts rows per cell.
 
+Group keys are the *declared* keys (:meth:`Column.group_cells`): ``GROUP BY col``
+emits the NULL group only when the column declares ``nullable: true``, and a
+categorical's ``<other>`` group only when it declares ``other: true``.  The cells
+exist either way: a row with an undeclared value or NULL in a column not so
+declared is still counted by every ungrouped aggregate and predicate that matches
+it (``COUNT(*)``, ``col IS NULL``, ``sex <> '1'``), and by ``GROUP BY`` on *other*
+columns; it only falls in no group of ``GROUP BY col``.
+
 The format, as YAML or the same structure as a dict::
 
     tables:
@@ -38,10 +46,13 @@ The format, as YAML or the same structure as a dict::
           age:     {type: integer, min: 0, max: 100}
           income:  {type: integer, min: 0, max: 500000,
                     bins: [0, 10000, 25000, 50000, 100000, 500001]}
-          sex:     {type: categorical, values: ["0", "1"]}
-          married: {type: boolean}
+          sex:     {type: categorical, values: ["0", "1"], other: true}
+          married: {type: boolean, nullable: true}
 
-``type: numeric`` (or ``float``) columns must declare ``bins``.
+``nullable: true`` (any column) and ``other: true`` (categoricals) declare that
+NULL / undeclared values may occur, so ``GROUP BY`` emits their groups.  A table
+may declare ``schema: PUMS`` so that SQL may address it as ``PUMS.pums`` (the
+name ``main`` is always accepted).  ``type: numeric`` (or ``float``) columns must declare ``bins``.
 """
 
 from __future__ import annotations
@@ -53,7 +64,7 @@ import os
 import reprlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -92,6 +103,8 @@ class Column:
         min, max: inclusive integer range (integer kind; binned kind when declared).
         edges: bin edges ``e0 < e1 < … < ek`` of half-open bins ``[e_i, e_{i+1})`` (binned kind).
         values: declared category values, as strings (categorical kind).
+        nullable: the column may hold NULL: ``GROUP BY`` emits a NULL group (declared key ``None``).
+        other: a categorical may hold undeclared values: ``GROUP BY`` emits an ``"<other>"`` group.
     """
 
     name: str
@@ -100,9 +113,19 @@ class Column:
     max: int | None = None
     edges: tuple[float, ...] = ()
     values: tuple[str, ...] = ()
+    nullable: bool = False
+    other: bool = False
 
     def __post_init__(self) -> None:
         where = f"column {_brief(self.name)}"
+        for key in ("nullable", "other"):
+            if not isinstance(getattr(self, key), bool):
+                raise SchemaError(f"{where}: {key!r} must be true or false, got {_brief(getattr(self, key))}.")
+        if self.other and self.kind != "categorical":
+            raise SchemaError(
+                f"{where}: 'other: true' applies to categorical columns only (values outside an integer range "
+                "are clamped, outside bins go to the first / last bin, and booleans have no other values)."
+            )
         for key, bound in (("min", self.min), ("max", self.max)):
             if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)):
                 raise SchemaError(f"{where}: {key!r} must be an integer, got {_brief(bound)}.")
@@ -196,6 +219,25 @@ class Column:
             return [*self.values, OTHER_LABEL, NULL_LABEL]
         return [False, True, NULL_LABEL]
 
+    def group_cells(self) -> list[int]:
+        """The cells ``GROUP BY`` emits as groups, in declared order: the declared values
+        (integers, bins, categories, ``false``/``true``), then ``other`` when declared
+        ``other: true``, then NULL when declared ``nullable: true``."""
+        declared = self.null_cell - (1 if self.kind == "categorical" else 0)
+        cells = list(range(declared))
+        if self.other:
+            cells.append(declared)
+        if self.nullable:
+            cells.append(self.null_cell)
+        return cells
+
+    def declared_cells(self) -> np.ndarray:
+        """Boolean mask over the cells: True on the cells a declared value (or a declared
+        NULL / ``other``) maps to, i.e. on :meth:`group_cells`."""
+        mask = np.zeros(self.n_cells, dtype=bool)
+        mask[self.group_cells()] = True
+        return mask
+
     def cell_values(self) -> np.ndarray | None:
         """Numeric value of each cell (NaN for NULL), or ``None`` when cells carry no single number.
 
@@ -211,16 +253,23 @@ class Column:
 
     def to_dict(self) -> dict[str, Any]:
         """The declaration in the schema file format."""
+        out: dict[str, Any]
         if self.kind == "integer":
-            return {"type": "integer", "min": self.min, "max": self.max}
-        if self.kind == "binned":
-            out: dict[str, Any] = {"type": "numeric", "bins": list(self.edges)}
+            out = {"type": "integer", "min": self.min, "max": self.max}
+        elif self.kind == "binned":
+            out = {"type": "numeric", "bins": list(self.edges)}
             if self.min is not None:
                 out.update(type="integer", min=self.min, max=self.max)
-            return out
-        if self.kind == "categorical":
-            return {"type": "categorical", "values": list(self.values)}
-        return {"type": "boolean"}
+        elif self.kind == "categorical":
+            out = {"type": "categorical", "values": list(self.values)}
+        else:
+            out = {"type": "boolean"}
+        # Only when set, so that a schema declaring neither keeps its fingerprint (and its ledgers).
+        if self.nullable:
+            out["nullable"] = True
+        if self.other:
+            out["other"] = True
+        return out
 
     @classmethod
     def from_dict(cls, name: str, spec: Mapping[str, Any], table: str = "?") -> Column:
@@ -230,46 +279,52 @@ class Column:
             raise SchemaError(
                 f"{where}: expected a mapping like {{type: integer, min: 0, max: 100}}, got {_brief(spec)}."
             )
-        known = {"type", "min", "max", "bins", "values", "nullable", "description"}
+        known = {"type", "min", "max", "bins", "values", "nullable", "other", "description"}
         unknown = set(spec) - known
         if unknown:
             raise SchemaError(f"{where}: unknown keys {sorted(unknown)}; allowed keys are {sorted(known)}.")
         kind = str(spec.get("type", "")).lower()
+        flags = {k: spec[k] for k in ("nullable", "other") if k in spec}
         try:
-            if kind in ("integer", "int", "bigint"):
-                lo, hi = spec.get("min"), spec.get("max")
-                if lo is None or hi is None:
-                    raise SchemaError(f"{where}: an integer column needs both 'min' and 'max'.")
-                lo_i, hi_i = _as_int(lo, where, "min"), _as_int(hi, where, "max")
-                if "bins" in spec:
-                    edges = _edges(spec["bins"], where)
-                    return cls(name, "binned", min=lo_i, max=hi_i, edges=edges)
-                return cls(name, "integer", min=lo_i, max=hi_i)
-            if kind in ("numeric", "float", "double", "decimal", "real"):
-                if "bins" not in spec:
-                    raise SchemaError(f"{where}: a numeric column needs 'bins' (half-open bin edges).")
-                return cls(name, "binned", edges=_edges(spec["bins"], where))
-            if kind in ("categorical", "category", "string", "varchar", "text"):
-                values = spec.get("values")
-                if not isinstance(values, (list, tuple)) or not values:
-                    raise SchemaError(f"{where}: a categorical column needs a non-empty 'values' list.")
-                if len(values) > MAX_DECLARED_VALUES:
-                    raise SchemaError(
-                        f"{where}: {len(values)} declared values, more than the limit of {MAX_DECLARED_VALUES}."
-                    )
-                nested = next((v for v in values if isinstance(v, (list, tuple, dict, set))), None)
-                if nested is not None:
-                    raise SchemaError(
-                        f"{where}: 'values' must list scalar values (strings or numbers), got a "
-                        f"{type(nested).__name__}: {_brief(nested)}."
-                    )
-                return cls(name, "categorical", values=tuple(str(v) for v in values))
-            if kind in ("boolean", "bool"):
-                return cls(name, "boolean")
+            return replace(cls._from_spec(name, spec, kind, where), **flags)
         except SchemaError as exc:
             if str(exc).startswith(where):
                 raise
             raise SchemaError(f"table {table!r}, {exc}") from None
+
+    @classmethod
+    def _from_spec(cls, name: str, spec: Mapping[str, Any], kind: str, where: str) -> Column:
+        """The column of a declaration without its ``nullable`` / ``other`` flags."""
+        if kind in ("integer", "int", "bigint"):
+            lo, hi = spec.get("min"), spec.get("max")
+            if lo is None or hi is None:
+                raise SchemaError(f"{where}: an integer column needs both 'min' and 'max'.")
+            lo_i, hi_i = _as_int(lo, where, "min"), _as_int(hi, where, "max")
+            if "bins" in spec:
+                edges = _edges(spec["bins"], where)
+                return cls(name, "binned", min=lo_i, max=hi_i, edges=edges)
+            return cls(name, "integer", min=lo_i, max=hi_i)
+        if kind in ("numeric", "float", "double", "decimal", "real"):
+            if "bins" not in spec:
+                raise SchemaError(f"{where}: a numeric column needs 'bins' (half-open bin edges).")
+            return cls(name, "binned", edges=_edges(spec["bins"], where))
+        if kind in ("categorical", "category", "string", "varchar", "text"):
+            values = spec.get("values")
+            if not isinstance(values, (list, tuple)) or not values:
+                raise SchemaError(f"{where}: a categorical column needs a non-empty 'values' list.")
+            if len(values) > MAX_DECLARED_VALUES:
+                raise SchemaError(
+                    f"{where}: {len(values)} declared values, more than the limit of {MAX_DECLARED_VALUES}."
+                )
+            nested = next((v for v in values if isinstance(v, (list, tuple, dict, set))), None)
+            if nested is not None:
+                raise SchemaError(
+                    f"{where}: 'values' must list scalar values (strings or numbers), got a "
+                    f"{type(nested).__name__}: {_brief(nested)}."
+                )
+            return cls(name, "categorical", values=tuple(str(v) for v in values))
+        if kind in ("boolean", "bool"):
+            return cls(name, "boolean")
         raise SchemaError(
             f"{where}: unknown type {spec.get('type')!r}; use integer, numeric (with bins), categorical or boolean."
         )
@@ -285,12 +340,15 @@ class Table:
         rows: optional public row count.
         max_rows_per_individual: how many rows one person may contribute; sensitivity is
             multiplied by it (see README, "Privacy model").
+        schema: an SQL schema name the table may be addressed with (``FROM schema.name``), as
+            declared by ``schema: PUMS``; ``main`` is always accepted.
     """
 
     name: str
     columns: tuple[Column, ...]
     rows: int | None = None
     max_rows_per_individual: int = 1
+    schema: str | None = None
 
     def __post_init__(self) -> None:
         if not self.columns:
@@ -306,6 +364,15 @@ class Table:
             )
         if self.rows is not None and (isinstance(self.rows, bool) or not isinstance(self.rows, int) or self.rows < 0):
             raise SchemaError(f"table {self.name!r}: rows must be a non-negative integer, got {_brief(self.rows)}.")
+        if self.schema is not None and (not isinstance(self.schema, str) or not self.schema.strip()):
+            raise SchemaError(
+                f"table {self.name!r}: schema must be a non-empty name such as PUMS, got {_brief(self.schema)}."
+            )
+
+    def addressable_as(self, qualifier: str) -> bool:
+        """Whether ``FROM qualifier.<table>`` names this table: ``main`` or the declared schema."""
+        q = qualifier.lower()
+        return q == "main" or (self.schema is not None and q == self.schema.lower())
 
     def column(self, name: str) -> Column:
         """The column called ``name`` (case-insensitive); SchemaError names the declared ones."""
@@ -337,6 +404,8 @@ class Table:
             out["rows"] = self.rows
         if self.max_rows_per_individual != 1:
             out["max_rows_per_individual"] = self.max_rows_per_individual
+        if self.schema is not None:
+            out["schema"] = self.schema
         return out
 
 
@@ -387,11 +456,11 @@ class Schema:
         for tname, tspec in spec["tables"].items():
             if not isinstance(tspec, Mapping) or not isinstance(tspec.get("columns"), Mapping):
                 raise SchemaError(f"table {tname!r}: needs a 'columns' mapping of column name to declaration.")
-            unknown = set(tspec) - {"columns", "rows", "max_rows_per_individual", "description"}
+            unknown = set(tspec) - {"columns", "rows", "max_rows_per_individual", "schema", "description"}
             if unknown:
                 raise SchemaError(
                     f"table {tname!r}: unknown keys {sorted(unknown)}; allowed: columns, rows, "
-                    "max_rows_per_individual, description."
+                    "max_rows_per_individual, schema, description."
                 )
             cols = tuple(Column.from_dict(str(c), cs, str(tname)) for c, cs in tspec["columns"].items())
             tables.append(
@@ -400,6 +469,7 @@ class Schema:
                     cols,
                     rows=tspec.get("rows"),
                     max_rows_per_individual=tspec.get("max_rows_per_individual", 1),
+                    schema=tspec.get("schema"),
                 )
             )
         return cls(tuple(tables))
@@ -440,13 +510,17 @@ class Schema:
         bins: Mapping[str, Iterable[float]] | None = None,
         unsafe_infer_from_data: bool = False,
         max_rows_per_individual: int = 1,
+        nullable: Iterable[str] = (),
+        other: Iterable[str] = (),
     ) -> Schema:
         """Declare a one-table schema for a pandas DataFrame.
 
         Every domain is declared by the caller: ``categories={col: [values]}`` for
         categorical columns (any dtype; values compared as strings), ``bounds={col:
         (min, max)}`` (inclusive integers) or ``bins={col: edges}`` for numeric columns;
-        ``bool`` columns are boolean by their type.  A ``Categorical`` dtype is *not*
+        ``bool`` columns are boolean by their type.  ``nullable=[cols]`` and ``other=[cols]``
+        declare that those columns may hold NULL / undeclared categories (``GROUP BY``
+        then emits their NULL / ``<other>`` groups).  A ``Categorical`` dtype is *not*
         a declaration: ``read_csv(dtype="category")`` and ``astype("category")`` build
         its categories from the values, so a category may exist only because one person
         is in the data — such a column is refused until its values are declared.
@@ -473,6 +547,7 @@ class Schema:
         table = table_from_dataframe(
             df, name, categories=categories, bounds=bounds, bins=bins,
             unsafe_infer_from_data=unsafe_infer_from_data, max_rows_per_individual=max_rows_per_individual,
+            nullable=nullable, other=other,
         )
         return cls((table,))
 

@@ -45,13 +45,15 @@ show("age 30–49", gw.query("SELECT COUNT(*) FROM pums WHERE age >= 30 AND age 
 show("age 20–49 (implied by the parts)", gw.query(
     "SELECT COUNT(*) FROM pums WHERE age BETWEEN 20 AND 49", accuracy=45))
 
-# 4. GROUP BY: one row per declared key (NULL and out-of-domain cells included, even when
-#    empty: keys never come from the data, and a noisy count of 0 rows can be negative);
+# 4. GROUP BY: one row per declared key, in declared order (empty groups included: keys
+#    never come from the data; a NULL / <other> group only where the schema declares one);
 #    the groups are disjoint, so the statement costs what one group costs.  Each interval
 #    covers its true count 95 % of the time — so about one in twenty does not.
-res = gw.query("SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex", accuracy=30)
+#    round=True shows integer counts (free post-processing); the keys alone are free.
+res = gw.query("SELECT sex, COUNT(*) AS n FROM PUMS.pums GROUP BY sex", accuracy=30, round=True)
 show("by sex", res)
-print(res.to_pandas().round(1).to_string(index=False))
+print(res.to_pandas().to_string(index=False))
+print("declared educ codes:", gw.query("SELECT educ FROM pums GROUP BY educ").to_pandas()["educ"].tolist())
 
 # 5. Claims about the truth are post-processing of released answers: free.
 p = gw.probability("SELECT COUNT(*) FROM pums WHERE age BETWEEN 20 AND 29", low=150)

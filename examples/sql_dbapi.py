@@ -22,7 +22,7 @@ ledger = os.path.join(tempfile.mkdtemp(), "ledger.db")
 with connect(df, schema=schema, budget=1.0, ledger=ledger, accuracy=25, seed=0) as con:
     cur = con.cursor()
 
-    # Connection-level accuracy (±25 at 95 %): a GROUP BY returns one row per domain key.
+    # Connection-level accuracy (±25 at 95 %): a GROUP BY returns one row per declared key.
     cur.execute("SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex")
     print([d[0] for d in cur.description], cur.fetchall())
     print(f"spent {con.spent:.3f} of {con.budget}")
@@ -32,6 +32,9 @@ with connect(df, schema=schema, budget=1.0, ledger=ledger, accuracy=25, seed=0) 
     cur.execute("SET dpgate.intervals = on")
     cur.execute("SELECT COUNT(*) AS young FROM pums WHERE age < ?", (30,))
     print(cur.fetchone())
+    # psycopg-style placeholders work too; a quoted number compares as a number.
+    cur.execute("SELECT COUNT(*) AS young FROM pums WHERE age < %(age)s", {"age": "30"})
+    print(cur.fetchone(), "(the same query: from history)")
 
     # A per-statement hint beats the session; answers implied by history are free.
     cur.execute("SELECT /*+ dpgate accuracy=40 */ COUNT(*) AS women FROM pums WHERE sex = '1'")

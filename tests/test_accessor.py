@@ -58,13 +58,13 @@ def test_registered_and_query_shape(pums_frame):
     out = pums_frame.dp.query(Q, accuracy=15, confidence=0.9)
     assert list(out.columns) == ["sex", "n", "n_low", "n_high", "n_secure", "n_source"]
     assert not out["n_secure"].any()  # seeded noise
-    assert out["sex"].tolist()[:3] == ["0", "1", "<other>"] and pd.isna(out["sex"].iloc[3])
+    assert out["sex"].tolist() == ["0", "1"]  # the declared keys only
     assert (out["n_source"] == "fresh").all()
     assert (out["n_high"] - out["n"] <= 15 * (1 + 1e-6) + 0.01).all()
     true = pums_frame["sex"].value_counts()
     assert abs(out["n"][0] - true["0"]) < 60
     assert 0 < pums_frame.dp.spent <= 1.0 and pums_frame.dp.remaining == pytest.approx(1.0 - pums_frame.dp.spent)
-    assert pums_frame.dp.budget == 1.0 and len(pums_frame.dp.history) == 4
+    assert pums_frame.dp.budget == 1.0 and len(pums_frame.dp.history) == 2
     res = pums_frame.dp.result("SELECT COUNT(*) FROM df WHERE sex = '1'", accuracy=20)
     assert isinstance(res, Result) and res.answer.source == "history"  # free: implied by the histogram
     assert pums_frame.dp.query("/*+ dpgate accuracy=20 */ SELECT COUNT(*) AS n FROM df", intervals=False).columns.tolist() == ["n"]
@@ -76,9 +76,12 @@ def test_schema_from_categoricals_and_bounds(pums_frame):
     with pytest.raises(ProgrammingError, match="configure"):
         pums_frame.dp.query(Q, accuracy=10)  # unconfigured: refused, never a silent default budget
     only_codes = pums_frame[["sex", "race", "married"]]
-    only_codes.dp.configure(categories=CATEGORIES, seed=0)
+    only_codes.dp.configure(categories=CATEGORIES, seed=0, nullable=["married"], other=["race"])
     out = only_codes.dp.query("SELECT married, COUNT(*) AS n FROM df GROUP BY married", accuracy=20)
-    assert out["married"].tolist()[:2] == [False, True] and pd.isna(out["married"].iloc[2])
+    assert out["married"].tolist()[:2] == [False, True] and pd.isna(out["married"].iloc[2])  # declared nullable
+    assert str(out["married"].dtype) == "boolean"
+    races = only_codes.dp.query("SELECT race FROM df GROUP BY race")  # keys only: free
+    assert races["race"].tolist() == [*CATEGORIES["race"], "<other>"]
     # The same people under a second schema would get a second budget: refused (a new process may).
     with pytest.raises(ProgrammingError, match="another schema"):
         pums_frame.dp.configure(bounds=BOUNDS, categories=CATEGORIES)
@@ -182,7 +185,7 @@ def test_ledger_path_persists_budget_across_processes(tmp_path, csv_path):
     assert proc.returncode == 0, proc.stderr
     child_spent, sources = proc.stdout.split()
     assert float(child_spent) == pytest.approx(spent)
-    assert sources == "history,history,history,history"
+    assert sources == "history,history"
     # The same ledger refuses other data (in a new process: within this one, overlap is refused first).
     accessor._forget_all()
     with pytest.raises(LedgerError):

@@ -40,27 +40,73 @@ def schemas(draw):
     bmax = draw(st.integers(1, 3))
     edges = sorted(draw(st.sets(st.sampled_from([-1.0, 0.0, 0.5, 1.5, 2.0, 4.0]), min_size=2, max_size=4)))
     values = draw(st.lists(st.sampled_from(["x", "y", "xy", "zz"]), min_size=1, max_size=3, unique=True))
+    nullable = {c: draw(st.booleans()) for c in "a b bn c f".split()}
+    other = draw(st.booleans())
     return {
         "a": (amin, amax),
         "b": (0, bmax),
         "bn": edges,
         "c": values,
+        "nullable": nullable,
+        "other": other,
         "schema": Schema.from_dict(
             {
                 "tables": {
                     "t": {
                         "columns": {
-                            "a": {"type": "integer", "min": amin, "max": amax},
-                            "b": {"type": "integer", "min": 0, "max": bmax},
-                            "bn": {"type": "numeric", "bins": edges},
-                            "c": {"type": "categorical", "values": values},
-                            "f": {"type": "boolean"},
+                            "a": {"type": "integer", "min": amin, "max": amax, "nullable": nullable["a"]},
+                            "b": {"type": "integer", "min": 0, "max": bmax, "nullable": nullable["b"]},
+                            "bn": {"type": "numeric", "bins": edges, "nullable": nullable["bn"]},
+                            "c": {"type": "categorical", "values": values, "nullable": nullable["c"], "other": other},
+                            "f": {"type": "boolean", "nullable": nullable["f"]},
                         }
                     }
                 }
             }
         ),
     }
+
+
+def every_cell_frame(s) -> pd.DataFrame:
+    """One raw row per cell of the product domain (NULL and an undeclared category included)."""
+    a = [*range(s["a"][0], s["a"][1] + 1), np.nan]
+    b = [*range(s["b"][0], s["b"][1] + 1), np.nan]
+    bn = [*s["bn"][:-1], np.nan]
+    c = [*s["c"], "w", None]  # "w" is never declared
+    f = [False, True, None]
+    rows = list(itertools.product(a, b, bn, c, f))
+    return pd.DataFrame({
+        "a": pd.Series([r[0] for r in rows], dtype="float64"),
+        "b": pd.Series([r[1] for r in rows], dtype="float64"),
+        "bn": pd.Series([r[2] for r in rows], dtype="float64"),
+        "c": pd.Series([r[3] for r in rows], dtype="object"),
+        "f": pd.Series([r[4] for r in rows], dtype="boolean"),
+    })
+
+
+def expected_keys(s, group, where) -> list[tuple[int, ...]]:
+    """The declared keys (NULL only where nullable, other only where declared) that some cell
+    satisfying WHERE reaches — independently of the compiler."""
+    if not group:
+        return [()]
+    declared_count = {"a": s["a"][1] - s["a"][0] + 1, "b": s["b"][1] - s["b"][0] + 1,
+                      "bn": len(s["bn"]) - 1, "c": len(s["c"]), "f": 2}
+    per_column = []
+    for g in group:
+        n = declared_count[g]
+        cells = list(range(n))
+        if g == "c":
+            if s["other"]:
+                cells.append(n)
+            n += 1
+        if s["nullable"][g]:
+            cells.append(n)
+        per_column.append(cells)
+    m = Mapped(s, every_cell_frame(s))
+    cells = np.array(m.cells(), dtype=np.int64).reshape(-1, 5)
+    ok = _true(where[1](m)) if where is not None else np.ones(m.n, dtype=bool)
+    reached = {tuple(int(x) for x in row[[AXES[g] for g in group]]) for row in cells[ok]}
+    return [k for k in itertools.product(*per_column) if k in reached]
 
 
 def _num_values(rng, n, lo, hi):
@@ -399,7 +445,8 @@ def test_compiled_query_matches_independent_evaluation(data):
         contrib = [(k, np.where(where_mask, ev(m), 0)) for k, ev in terms]
         per_output.append((contrib, offset, halve))
 
-    keys = list(itertools.product(*[range(table.column(g).n_cells) for g in group]))
+    keys = expected_keys(s, group, where)
+    assert len(stmt.group_keys) == len(keys)
     assert len(stmt.queries) == len(keys) * len(outputs)
     for gi, key in enumerate(keys):
         in_group = np.ones(m.n, dtype=bool)

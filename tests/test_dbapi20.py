@@ -22,7 +22,7 @@ SCHEMA = {
     "tables": {
         "booze": {
             "columns": {
-                "name": {"type": "categorical", "values": NAMES},
+                "name": {"type": "categorical", "values": NAMES, "other": True, "nullable": True},
                 "abv": {"type": "integer", "min": 0, "max": 9},
             }
         }
@@ -35,7 +35,7 @@ def _frame() -> pd.DataFrame:
     return pd.DataFrame({"name": rng.choice(NAMES, 300), "abv": rng.integers(0, 10, 300)})
 
 
-# One row per name, the 'other' cell and the NULL cell (keys come from the domain).
+# One row per name, the declared other cell and the declared NULL cell (keys come from the schema).
 ALL_KEYS = [*NAMES, "<other>", None]
 SAMPLES = "SELECT name, COUNT(*) AS n FROM booze GROUP BY name"
 

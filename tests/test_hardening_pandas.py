@@ -70,7 +70,7 @@ def test_declared_categories_are_the_domain_not_the_datas(pums):
     df = pums.assign(zip=pd.Categorical(["10001"] * 999 + ["99999"]))
     df.dp.configure(bounds={**BOUNDS, "married": (0, 1)}, categories={**CATEGORIES, "zip": ["10001", "10002"]})
     out = df.dp.query("SELECT zip, COUNT(*) AS n FROM df GROUP BY zip", accuracy=20)
-    assert out["zip"].tolist()[:3] == ["10001", "10002", "<other>"]  # 99999 is not a key
+    assert out["zip"].tolist() == ["10001", "10002"]  # 99999 is not a key
     t = dpgate.Schema.from_dataframe(df[["zip", "age"]], categories={"zip": ["a", "b"]}, bounds={"age": (0, 9)})
     assert t.table("df").column("zip").values == ("a", "b")
 
@@ -89,7 +89,7 @@ def test_schema_path_still_works(pums):
     }}}}
     df = pums.assign(sex=pums["sex"].astype(str).astype("category"))
     df.dp.configure(schema=schema)
-    assert len(df.dp.query("SELECT sex, COUNT(*) FROM people GROUP BY sex", accuracy=30)) == 4
+    assert len(df.dp.query("SELECT sex, COUNT(*) FROM people GROUP BY sex", accuracy=30)) == 2
     assert df.dp.query("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", accuracy=31)["n_source"].eq("history").all()
 
 

@@ -68,22 +68,21 @@ def test_synthetic_frame_respects_the_schema(pums_history) -> None:  # type: ign
     age = syn["age"].dropna()
     assert str(syn["age"].dtype) == "Int64" and age.between(0, 100).all()
     assert syn["income"].dropna().between(0, 500000).all()
-    assert set(syn["sex"].dropna()) <= {"0", "1", OTHER_LABEL}
-    assert set(syn["race"].dropna()) <= {"1", "2", "3", "4", "5", "6", OTHER_LABEL}
     assert str(syn["married"].dtype) == "boolean"
-    # race and married were never asked about: uniform over their cells, NULL and <other> included
-    assert 0.05 < syn["race"].isna().mean() < 0.20 and 0.2 < syn["married"].isna().mean() < 0.45
-    # sex was released (GROUP BY sex), so the model follows it: almost no NULL / <other>
-    assert syn["sex"].isna().mean() < 0.05 and (syn["sex"] == OTHER_LABEL).mean() < 0.05
+    # pums.yaml declares no nullable column and no other: only declared values are emitted
+    assert not syn.isna().any().any()
+    assert set(syn["sex"]) <= {"0", "1"} and set(syn["race"]) <= {"1", "2", "3", "4", "5", "6"}
+    # race was never asked about: uniform over its six declared values
+    assert all(0.12 < (syn["race"] == r).mean() < 0.22 for r in "123456")
     assert gw.synthesize(rows=50, seed=1).equals(gw.synthesize(rows=50, seed=1))
 
 
 def test_null_and_binned_cells_round_trip() -> None:
     schema = {"tables": {"t": {"columns": {
-        "x": {"type": "numeric", "bins": [0.0, 0.5, 2.0, 10.0]},
-        "k": {"type": "integer", "min": 0, "max": 99, "bins": [0, 10, 50, 100]},
-        "c": {"type": "categorical", "values": ["a", "b"]},
-        "f": {"type": "boolean"},
+        "x": {"type": "numeric", "bins": [0.0, 0.5, 2.0, 10.0], "nullable": True},
+        "k": {"type": "integer", "min": 0, "max": 99, "bins": [0, 10, 50, 100], "nullable": True},
+        "c": {"type": "categorical", "values": ["a", "b"], "nullable": True, "other": True},
+        "f": {"type": "boolean", "nullable": True},
     }}}}
     rng = np.random.default_rng(0)
     n = 400
@@ -110,6 +109,30 @@ def test_null_and_binned_cells_round_trip() -> None:
         got = np.array(cube.true_numerators(qs), dtype=float)
     # cells, NULL and <other> included, come back where the model put them (within noise)
     assert np.mean(np.abs(got - vals) <= 3 * np.sqrt(2 * 0.5**2 + np.maximum(got, 1))) >= 0.95
+
+
+def test_synthesize_emits_only_declared_values() -> None:
+    """Data with NULLs and undeclared categories, a schema declaring neither: the released
+    answers see those rows (COUNT(*) counts them), the synthetic rows never hold them."""
+    rng = np.random.default_rng(4)
+    n = 300
+    df = pd.DataFrame({
+        "c": np.where(rng.random(n) < 0.3, None, rng.choice(["a", "b", "zzz"], n)),
+        "k": pd.array(np.where(rng.random(n) < 0.3, None, rng.integers(0, 5, n)), dtype="Int64"),
+    })
+    schema = {"tables": {"t": {"columns": {
+        "c": {"type": "categorical", "values": ["a", "b"]}, "k": {"type": "integer", "min": 0, "max": 4}}}}}
+    gw = dpgate.Gateway(df, schema, budget=1e6, seed=5)
+    s = dpgate.Schema.load(schema)
+    qs = [*dpgate.compile_sql("SELECT COUNT(*) FROM t", s),
+          *dpgate.compile_sql("SELECT COUNT(*) FROM t WHERE c IS NULL OR k IS NULL", s),
+          *dpgate.compile_sql("SELECT c, k, COUNT(*) FROM t GROUP BY c, k", s)]
+    gw.release_measurements("t", [(q, 2.0) for q in qs])
+    for method in ({}, {"solver": "sgd"}):
+        syn = gw.synthesize(rows=400, seed=6, **method)
+        assert len(syn) == 400 and not syn.isna().any().any()
+        assert (syn.attrs["dpgate"].get("sampler") == "gibbs") == bool(method)
+        assert set(syn["c"]) <= {"a", "b"} and syn["k"].between(0, 4).all()
 
 
 def test_maxent_dual_is_exact_when_constraints_are_inactive() -> None:
@@ -142,11 +165,11 @@ def test_model_needs_a_row_count(pums_history) -> None:  # type: ignore[no-untyp
 
 # ----------------------------------------------------------------- stochastic fit (seed 002 §4.2)
 
-MIXED = {"tables": {"t": {"columns": {
-    "x": {"type": "numeric", "bins": [0.0, 0.5, 2.0, 10.0]},
-    "k": {"type": "integer", "min": 0, "max": 99, "bins": [0, 10, 50, 100]},
-    "c": {"type": "categorical", "values": ["a", "b"]},
-    "f": {"type": "boolean"},
+MIXED = {"tables": {"t": {"columns": {  # NULLs and undeclared categories are declared possible
+    "x": {"type": "numeric", "bins": [0.0, 0.5, 2.0, 10.0], "nullable": True},
+    "k": {"type": "integer", "min": 0, "max": 99, "bins": [0, 10, 50, 100], "nullable": True},
+    "c": {"type": "categorical", "values": ["a", "b"], "nullable": True, "other": True},
+    "f": {"type": "boolean", "nullable": True},
 }}}}
 #: Laplace scale of every release in the stochastic-fit tests (answer noise sd = 4·√2).
 B = 4.0

@@ -17,8 +17,9 @@ weights are computed from the public schema alone.
 Supported SQL
 =============
 
-One ``SELECT`` from one declared table (``pums``, ``main.pums``, ``"PUMS"``;
-names are case-insensitive, quoted or not) whose output columns are
+One ``SELECT`` from one declared table (``pums``, ``main.pums``, ``"PUMS"``, or
+``PUMS.pums`` when the table declares ``schema: PUMS``; names are
+case-insensitive, quoted or not) whose output columns are
 
 * ``COUNT(*)``, ``COUNT(1)``, ``COUNT(expr)`` (rows where ``expr`` is not NULL),
   ``COUNT_IF(cond)``;
@@ -37,17 +38,27 @@ names are case-insensitive, quoted or not) whose output columns are
 either side), ``BETWEEN``, ``IN (…)``, ``NOT``, ``AND``, ``OR``, ``IS [NOT] NULL``,
 ``IS [NOT] TRUE/FALSE``, ``LIKE`` / ``ILIKE`` / ``NOT LIKE`` (with ``ESCAPE``) on
 categorical columns, and boolean columns as conditions (``WHERE married``,
-``married = true``, ``married = 1``).  ``GROUP BY`` takes declared columns by
-name, alias or position (and ``GROUP BY ALL``) and returns one row per *domain*
-key (``Column.labels()``), in row-major order over the columns as written —
-keys never come from the data, empty groups included.  ``HAVING``, ``ORDER BY``,
+``married = true``, ``married = 1``).  A string constant takes the type of what it
+is compared with (``educ = '8'`` is ``educ = 8``, ``married = 'true'`` is
+``married``), as a number takes a categorical's (``sex = 1`` is ``sex = '1'``);
+a string that is not a number / boolean is refused naming the column's type.
+
+``GROUP BY`` takes declared columns by name, alias or position (and ``GROUP BY
+ALL``) and returns one row per *declared* key (:meth:`Column.group_cells`: the
+declared values, then ``<other>`` when the column declares ``other: true``, then
+NULL when it declares ``nullable: true``), in row-major order over the columns as
+written — keys never come from the data, empty groups included, except the keys
+the WHERE clause cannot reach on any cell (decided from the query and the schema:
+``WHERE age < 3 GROUP BY age`` has the groups 0, 1, 2).  A SELECT of GROUP BY
+columns alone (``SELECT educ FROM pums GROUP BY educ``) lists those keys: no
+aggregate, nothing to measure.  ``HAVING``, ``ORDER BY``,
 ``LIMIT`` and ``OFFSET`` are post-processing of the released noisy rows (see
 :meth:`CompiledStatement.apply_postprocessing`).  Parameters (``?``, ``$1``,
-``:name``) are bound as literal nodes, and a ``/*+ dpgate accuracy=25
+``:name``, psycopg's ``%s`` and ``%(name)s``) are bound as literal nodes, and a ``/*+ dpgate accuracy=25
 confidence=0.95 */`` comment anywhere in the text (keys: accuracy, confidence,
 method, allow_partial) is returned as hints.  ``SET dpgate.accuracy = 25``,
 ``SET dpgate.confidence = 0.95``, ``SET dpgate.intervals = on|off`` (also
-``method``, ``allow_partial``) compile to a :class:`SetOption`.
+``method``, ``allow_partial``, ``round``) compile to a :class:`SetOption`.
 
 Semantics of cells, NULL, ``other`` and clamping
 ================================================
@@ -65,6 +76,11 @@ So on ``age`` declared ``0..100`` a raw age of 130 counts as 100 and
   skip them.  ``SUM`` over no rows is 0, not NULL (a linear query).
 * ``other`` equals no declared value (so ``sex <> '1'`` counts it, ``sex = '1'``
   and ``sex IN ('0', '1')`` do not) and matches no ``LIKE`` pattern.
+* Rows whose value is NULL or undeclared in a column that does not declare
+  ``nullable`` / ``other`` keep their cells: every predicate that matches them
+  counts them (``COUNT(*)``, ``sex IS NULL``, ``sex <> '1'``), and so does a
+  ``GROUP BY`` on other columns; only ``GROUP BY`` on that column has no group
+  for them.
 * Categorical columns support only ``=``, ``<>``, ``IN``, ``LIKE`` and
   ``IS NULL``, against declared values; any other literal is refused (also in
   ``<>`` / ``NOT IN``), listing the declared values.  A numeric literal is
@@ -87,7 +103,7 @@ errors raise :class:`~dpgate.errors.QuerySyntaxError` with line and column.
 Example:
     >>> schema = {"tables": {"pums": {"columns": {
     ...     "age": {"type": "integer", "min": 0, "max": 100},
-    ...     "sex": {"type": "categorical", "values": ["0", "1"]}}}}}
+    ...     "sex": {"type": "categorical", "values": ["0", "1"], "other": True}}}}}
     >>> (q,) = compile_sql("SELECT COUNT(*) FROM pums WHERE age BETWEEN 20 AND 29", schema)
     >>> q == compile_sql("SELECT COUNT(*) FROM pums WHERE age >= 20 AND age < 30", schema)[0]
     True
@@ -95,7 +111,9 @@ Example:
     1.0
     >>> qs = compile_sql("SELECT sex, 2*COUNT(*) - 10 AS n FROM pums GROUP BY sex", schema)
     >>> [(dict(q.group)["sex"], q.label, q.sensitivity, q.offset) for q in qs]
-    [('0', 'n', 2.0, Fraction(-10, 1)), ('1', 'n', 2.0, Fraction(-10, 1)), ('<other>', 'n', 2.0, Fraction(-10, 1)), (None, 'n', 2.0, Fraction(-10, 1))]
+    [('0', 'n', 2.0, Fraction(-10, 1)), ('1', 'n', 2.0, Fraction(-10, 1)), ('<other>', 'n', 2.0, Fraction(-10, 1))]
+    >>> [k for (k,) in compile_statement("SELECT age FROM pums WHERE age < 3 GROUP BY age", schema).group_keys]
+    [0, 1, 2]
 """
 
 from __future__ import annotations
@@ -120,6 +138,7 @@ from dpgate.compile.statement import (
     dialect_of,
     hints,
     parse,
+    placeholders,
     set_option,
     split_check,
     tokenize,
@@ -177,8 +196,10 @@ def compile_statement(
 ) -> CompiledStatement | SetOption:
     """Compile one statement: a SELECT (→ CompiledStatement) or ``SET dpgate.x = v`` (→ SetOption).
 
-    ``params`` binds PEP 249 placeholders (``?`` with a sequence, ``$1`` with a
-    sequence, ``:name`` with a mapping); a mismatch raises ``ProgrammingError``.
+    ``params`` binds PEP 249 placeholders (``?``, ``$1`` and psycopg's ``%s`` with a
+    sequence, ``:name`` and ``%(name)s`` with a mapping) as literal nodes of the parsed
+    tree, never as SQL text; a mismatch raises ``ProgrammingError``, an unknown style
+    (``%d``, ``@name``) ``QuerySyntaxError`` naming the accepted ones.
     """
     if not isinstance(sql, str):
         raise InvalidArgumentType(f"the SQL must be a string, got {type(sql).__name__}.")
@@ -191,11 +212,11 @@ def compile_statement(
     # is the last line of defence, so that no exception of sqlglot (nor a recursion
     # error from a shape the limits did not foresee) reaches the caller.
     with map_exceptions(_SQLGLOT_FAILURES, _sqlglot_failure):
-        tokens = tokenize(sql, d)
+        text, tokens = placeholders(sql, tokenize(sql, d), d)
         check_complexity(tokens)
-        found = hints(tokens, sql)
+        found = hints(tokens, text)
         split_check(tokens)
-        tree = bind(parse(sql, d), params)
+        tree = bind(parse(text, d), params)
     if isinstance(tree, exp.Set):
         return set_option(tree)
     # Past the parser, a plain ValueError/TypeError/KeyError/AttributeError is a

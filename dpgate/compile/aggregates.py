@@ -255,8 +255,10 @@ def group_weights(
     group_cols: Sequence[Column],
     table: Table,
     label: str,
+    *,
+    keys: Sequence[tuple[int, ...]] | None = None,
 ) -> list[LinearQuery]:
-    """The LinearQuery of every group key for one aggregate output."""
+    """The LinearQuery of every group key (``keys``: cell tuples; default every cell) for one aggregate output."""
     used: set[str] = {c.name for c in group_cols}
     for part in [where, *[p for _, a in terms for p in (a.arg, a.cond)]]:
         if part is not None:
@@ -285,7 +287,7 @@ def group_weights(
         return [LinearQuery.from_grid(table, cols, _ints(bps), w, offset, label=label)]
     gax = [cols.index(c.name) for c in group_cols]
     out = []
-    for key in itertools.product(*[range(c.n_cells) for c in group_cols]):
+    for key in keys if keys is not None else itertools.product(*[range(c.n_cells) for c in group_cols]):
         index: list[Any] = [slice(None)] * len(cols)
         new_bps = list(bps)
         new_shape = list(shape)

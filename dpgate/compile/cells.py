@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sqlglot import exp
 
+from dpgate._validate import FALSE_WORDS, TRUE_WORDS
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema import Column
 
 __all__ = [
     "NUM", "BOOL", "CAT", "BIN", "STR", "NULL", "CMP", "FLIP", "OPS", "Val",
     "children", "walk", "column_of", "boolean", "parse_number", "constant", "like_regex", "fmt_number", "base_value",
-    "candidate_cells", "change_points", "bin_truth", "categorical_compare", "binned_compare",
+    "candidate_cells", "change_points", "bin_truth", "categorical_compare", "binned_compare", "coerce_literal",
 ]
 
 NUM, BOOL, CAT, BIN, STR, NULL = "number", "boolean", "categorical", "binned", "string", "null"
@@ -345,3 +346,38 @@ def binned_compare(sym: str, a: Val, b: Val, node: exp.Expr) -> Val:
     for i, (lo, hi) in enumerate(zip(col.edges, col.edges[1:], strict=False)):
         table[i] = bin_truth(col, sym, lo, hi, c, node)
     return boolean(table[np.asarray(a.v)], a.null)
+
+
+_DECIMAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def coerce_literal(text: Val, other: Val, node: exp.Expr) -> Val:
+    """The string constant ``text`` as a value of ``other``'s type (a number or a boolean), or refuse.
+
+    SQL casts a literal compared with a column to the column's type; so does dpgate, on
+    every kind symmetrically: ``educ = '8'`` is ``educ = 8``, ``married = 'true'`` is
+    ``married = true`` (and, in :func:`categorical_compare`, ``sex = 1`` is ``sex = '1'``).
+    """
+    raw = str(text.v).strip()
+    col = other.col
+    if other.kind == BOOL:
+        word = raw.lower()
+        if word in TRUE_WORDS or word in FALSE_WORDS:
+            return Val(BOOL, word in TRUE_WORDS, False)
+        what = f"boolean column {col.name!r}" if col is not None else "a condition"
+        raise UnsupportedQuery(
+            f"{node.sql()!r}: the string {raw!r} is not a boolean, so it cannot be compared with {what}; "
+            f"write true or false (or one of {sorted(TRUE_WORDS | FALSE_WORDS)})."
+        )
+    if other.kind == NUM and _DECIMAL.fullmatch(raw):
+        return Val(NUM, float(parse_number(raw)), False, text=raw)
+    if col is not None and col.kind == "integer":
+        what = f"integer column {col.name!r} ({col.min}..{col.max})"
+    elif col is not None and col.kind == "binned":
+        what = f"binned numeric column {col.name!r} (edges {', '.join(fmt_number(e) for e in col.edges)})"
+    else:
+        what = "a numeric expression"
+    raise UnsupportedQuery(
+        f"{node.sql()!r}: the string {raw!r} is not a number, so it cannot be compared with {what}; "
+        "write a number, e.g. 8 or '8'."
+    )

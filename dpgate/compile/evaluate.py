@@ -49,6 +49,7 @@ from dpgate.compile.cells import (
     categorical_compare,
     change_points,
     children,
+    coerce_literal,
     column_of,
 )
 from dpgate.compile.nodes import handler_for
@@ -313,6 +314,8 @@ class Evaluator:
                 )
             if b.kind == NULL:
                 return boolean(np.zeros_like(a.v, dtype=bool), np.ones_like(a.v, dtype=bool))
+            if a.kind == BIN and b.kind == STR:  # income < '25000' works as income < 25000
+                b = coerce_literal(b, Val(NUM, 0.0, False, a.col), node)
             return categorical_compare(sym, a, b, node) if a.kind == CAT else binned_compare(sym, a, b, node)
         if a.kind == STR or b.kind == STR:
             if a.kind == STR and b.kind == STR:
@@ -320,10 +323,12 @@ class Evaluator:
             other = b if a.kind == STR else a
             if other.kind == NULL:
                 return boolean(False, True)
-            raise UnsupportedQuery(
-                f"{node.sql()!r} compares a number with a string; compare numeric and boolean columns "
-                "with numbers (no quotes), and categorical columns with their declared values."
-            )
+            # A string constant takes the other side's type, as SQL casts a literal to the
+            # column's type: educ = '8' works as educ = 8 (and sex = 1 as sex = '1').
+            if a.kind == STR:
+                a = coerce_literal(a, b, node)
+            else:
+                b = coerce_literal(b, a, node)
         a, b = self.as_num(a, node, node), self.as_num(b, node, node)
         self.finite(a, node)
         self.finite(b, node)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
+import numpy as np
 from sqlglot import exp
 
 from dpgate.compile.aggregates import (
@@ -43,7 +44,7 @@ from dpgate.compile.cells import walk
 from dpgate.compile.evaluate import Evaluator
 from dpgate.compile.post import PostProcess
 from dpgate.compile.post import build as build_post
-from dpgate.errors import SchemaError, UnsupportedQuery
+from dpgate.errors import DPGateInternalError, SchemaError, UnsupportedQuery
 from dpgate.query import LinearQuery
 from dpgate.schema import Column, Schema, Table
 
@@ -291,11 +292,14 @@ def resolve_table(c: Compilation) -> None:
             f"{t.sql()!r}: {', '.join(sorted(extra)).upper()} on a table is not supported (e.g. TABLESAMPLE); "
             "query the declared table as is."
         )
-    if t.args.get("db") and t.db.lower() != "main":
-        raise SchemaError(
-            f"schema {t.db!r} in {t.sql()!r} is not supported; declared tables live in 'main' (or write the bare name)."
-        )
     table = schema.table(t.name)
+    if t.args.get("catalog") or (t.args.get("db") and not table.addressable_as(t.db)):
+        declared = f"'main' and its declared schema {table.schema!r}" if table.schema else "only 'main'"
+        prefix = ".".join(p for p in (t.catalog, t.db) if p)
+        raise SchemaError(
+            f"schema {prefix!r} in {t.sql()!r} is not declared for table {table.name!r}, which accepts {declared}; "
+            f"write the bare name {table.name}, or declare 'schema: {t.db}' on the table in the schema file."
+        )
     alias = t.args.get("alias")
     quals = {table.name.lower()}
     if alias is not None:
@@ -340,7 +344,7 @@ def group_by(c: Compilation) -> None:
                 f"COUNT(*) … GROUP BY {it.column.name} for counts per value."
             )
     aggregates = tuple(it for it in c.items if it.column is None)
-    if not aggregates:
+    if not aggregates and not cols:
         raise UnsupportedQuery("the SELECT lists no aggregate; add COUNT(*) or SUM(...) to SELECT.")
     c.group_columns, c.aggregates = tuple(cols), aggregates
 
@@ -396,25 +400,51 @@ def prepare_cells(c: Compilation) -> None:
                     ev.prepare(part)
     for col in c.group_columns:
         ev.need_unit(col)
-    n_groups = math.prod(col.n_cells for col in c.group_columns)
+    n_groups = math.prod(len(col.group_cells()) for col in c.group_columns)
     if n_groups > MAX_GROUPS:
         raise UnsupportedQuery(
-            f"GROUP BY {', '.join(col.name for col in c.group_columns)} has {n_groups} domain keys, more than "
+            f"GROUP BY {', '.join(col.name for col in c.group_columns)} has {n_groups} declared domain keys, more than "
             f"the limit of {MAX_GROUPS}; group by fewer or coarser (binned) columns."
         )
     c.n_groups = n_groups
 
 
 def weigh(c: Compilation) -> None:
-    """Weights of each aggregate output on its grid, then one LinearQuery per (group key, output)."""
+    """The groups the WHERE clause can reach, then one LinearQuery per (group key, aggregate output)."""
+    cols = c.group_columns
+    keys = reachable_keys(c.evaluator, c.where, cols) if cols else [()]
     names = [o.name for o in c.outputs if o.kind == "aggregate"]
     per_output = [
-        group_weights(c.evaluator, c.where, it.terms, it.offset, c.group_columns, c.table, name)
+        group_weights(c.evaluator, c.where, it.terms, it.offset, cols, c.table, name, keys=keys)
         for it, name in zip(c.aggregates, names, strict=True)
     ]
-    c.queries = tuple(per_output[j][g] for g in range(c.n_groups) for j in range(len(per_output)))
-    cols = c.group_columns
-    c.group_keys = tuple(itertools.product(*[col.labels() for col in cols])) if cols else ((),)
+    c.queries = tuple(per_output[j][g] for g in range(len(keys)) for j in range(len(per_output)))
+    labels = [col.labels() for col in cols]
+    c.group_keys = tuple(tuple(lab[k] for lab, k in zip(labels, key, strict=True)) for key in keys)
+
+
+def reachable_keys(ev: Evaluator, where: exp.Expr | None, cols: tuple[Column, ...]) -> list[tuple[int, ...]]:
+    """The declared group keys (cell tuples, row-major over ``cols`` as written) some row could reach.
+
+    A key is dropped when the WHERE condition is not TRUE on any cell of its group —
+    decided from the query and the schema alone, never from data — so ``WHERE age < 3
+    GROUP BY age`` has the groups 0, 1, 2, as SQL would (SQL emits no empty group).
+    """
+    declared = list(itertools.product(*[col.group_cells() for col in cols]))
+    if where is None:
+        return declared
+    names = {col.name for col in cols} | set(ev.columns_in(where))
+    grid_cols, bps = ev.set_grid(sorted(names))
+    truth = np.broadcast_to(np.asarray(ev.truth(where), dtype=bool), ev.shape)
+    group_axes = [grid_cols.index(col.name) for col in cols]
+    others = tuple(ax for ax in range(len(grid_cols)) if ax not in group_axes)
+    reach = np.asarray(truth.any(axis=others) if others else truth)
+    # ``any`` keeps the group axes in grid order; index them in the order written.
+    order = sorted(range(len(cols)), key=lambda i: group_axes[i])
+    # Group columns have unit slabs (need_unit), so a slab index is a cell index.
+    if any(len(bps[ax]) != col.n_cells for ax, col in zip(group_axes, cols, strict=True)):
+        raise DPGateInternalError("a GROUP BY column lost its unit slabs")
+    return [key for key in declared if reach[tuple(key[i] for i in order)]]
 
 
 #: The compiler, stage by stage (see the module docstring); compile_tree runs them in this order.

@@ -36,8 +36,8 @@ from dpgate.errors import (
 __all__ = [
     "SetOption", "HINT_KEYS", "METHOD_VALUES", "MODEL_METHODS", "SET_OPTIONS",
     "MAX_SQL_LENGTH", "MAX_TOKENS", "MAX_NESTING_DEPTH", "MAX_OPERATORS",
-    "bind", "check_length", "check_complexity", "dialect_of", "hints", "literal", "parse", "set_option",
-    "split_check", "tokenize",
+    "bind", "check_length", "check_complexity", "dialect_of", "hints", "literal", "parse", "placeholders",
+    "set_option", "split_check", "tokenize",
 ]
 
 # Size and nesting limits, checked on the text and the tokens before sqlglot's
@@ -75,15 +75,15 @@ METHOD_VALUES = ("exact", *MODEL_METHODS)
 #: Keys accepted in a ``/*+ dpgate key=value … */`` hint comment.
 HINT_KEYS = ("accuracy", "confidence", "method", "allow_partial")
 #: Options accepted by ``SET dpgate.<option> = <value>``.
-SET_OPTIONS = ("accuracy", "confidence", "intervals", "method", "allow_partial")
+SET_OPTIONS = ("accuracy", "confidence", "intervals", "method", "allow_partial", "round")
 
 
 @dataclass(frozen=True)
 class SetOption:
     """A ``SET dpgate.<name> = <value>`` statement: a session option, not a query.
 
-    ``value`` is a float for accuracy and confidence, a bool for intervals and
-    allow_partial, and a string for method.
+    ``value`` is a float for accuracy and confidence, a bool for intervals,
+    allow_partial and round, and a string for method.
     """
 
     name: str
@@ -195,6 +195,13 @@ def parse(sql: str, dialect: Dialect) -> exp.Expr:
         trees = [t for t in dialect.parse(sql) if t is not None]
     except ParseError as exc:
         errs = exc.errors or []
+        if errs and "Mod'>" in str(errs[0].get("description")):
+            # A % with nothing on its left: a placeholder style dpgate does not know (%d, %(x)d …).
+            e = errs[0]
+            raise QuerySyntaxError(
+                f"SQL syntax error at line {e.get('line')}, column {e.get('col')}: a '%' that is neither a "
+                f"remainder (a % b) nor a placeholder; {_STYLES_TEXT}"
+            ) from None
         if errs:
             e = errs[0]
             where = f"line {e.get('line')}, column {e.get('col')}"
@@ -265,7 +272,7 @@ def _check_option(key: str, value: Any, where: str) -> str | float | bool:
         if key == "accuracy":
             return positive_finite(x, f"{where} accuracy", error=InvalidRequirement)
         return probability(x, f"{where} confidence", error=InvalidRequirement)
-    if key in ("intervals", "allow_partial"):
+    if key in ("intervals", "allow_partial", "round"):
         if text.lower() in TRUE_WORDS:
             return True
         if text.lower() in FALSE_WORDS:
@@ -312,8 +319,67 @@ def set_option(tree: exp.Set) -> SetOption:
 
 
 # -- parameters ----------------------------------------------------------------------------------
+# The placeholder styles accepted (PEP 249's qmark, numeric, named, format and pyformat), as
+# every refusal of another style names them.
+_STYLES_TEXT = (
+    "placeholders may be ? or $1 (with a sequence of values), :name (with a mapping), or psycopg's %s "
+    "(a sequence) and %(name)s (a mapping); write a literal % as a % b (a remainder) or inside quotes."
+)
+
+
+def placeholders(sql: str, tokens: list[Token], dialect: Dialect) -> tuple[str, list[Token]]:
+    """Rewrite psycopg's ``%s`` / ``%(name)s`` placeholders to ``?`` / ``:name``; refuse ``@name``.
+
+    Works on tokens (so a ``%s`` inside a string literal or comment is untouched): a
+    ``%`` immediately followed by ``s``, or by ``(name)s``, is a placeholder, as in
+    psycopg (a remainder by a column named ``s`` is written ``a % s``).  Returns the
+    text sqlglot parses and its tokens (re-tokenized when anything changed).
+    """
+    edits: list[tuple[int, int, str]] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        glued = _glued(tokens, i)  # tok and the tokens written right after it, without a space
+        kinds = [t.token_type for t in glued[1:5]]
+        if tok.token_type == TokenType.MOD and kinds[:1] == [TokenType.VAR] and glued[1].text == "s":
+            edits.append((tok.start, glued[1].end, "?"))
+            i += 2
+            continue
+        named = len(kinds) >= 3 and kinds[0] == TokenType.L_PAREN and kinds[2] == TokenType.R_PAREN
+        if tok.token_type == TokenType.MOD and named and glued[2].text.isidentifier():  # %(limit)s: any word
+            if kinds[3:] == [TokenType.VAR] and glued[4].text == "s":
+                edits.append((tok.start, glued[4].end, f":{glued[2].text}"))
+                i += 5
+                continue
+            bad = "".join(t.text for t in glued[:5])
+            raise QuerySyntaxError(f"the placeholder {bad} is not supported; {_STYLES_TEXT}")
+        if tok.token_type == TokenType.PARAMETER and tok.text == "@" and kinds[:1] == [TokenType.VAR]:
+            raise QuerySyntaxError(f"the placeholder @{glued[1].text} is not supported; {_STYLES_TEXT}")
+        i += 1
+    if not edits:
+        return sql, tokens
+    out, pos = [], 0
+    for start, end, text in edits:
+        out += [sql[pos:start], text]
+        pos = end + 1
+    out.append(sql[pos:])
+    text = "".join(out)
+    return text, tokenize(text, dialect)
+
+
+def _glued(tokens: list[Token], i: int) -> list[Token]:
+    """``tokens[i]`` and the (at most four) tokens that follow it with no character in between."""
+    out = [tokens[i]]
+    for tok in tokens[i + 1 : i + 5]:
+        if tok.start != out[-1].end + 1:
+            break
+        out.append(tok)
+    return out
+
+
 def bind(tree: exp.Expr, params: Sequence[Any] | Mapping[str, Any] | None) -> exp.Expr:
-    """Replace placeholders (``?``, ``$1``, ``:name``) by sqlglot literal nodes (PEP 249 binding).
+    """Replace placeholders (``?``, ``$1``, ``:name``; ``%s`` and ``%(name)s`` arrive here rewritten
+    by :func:`placeholders`) by sqlglot literal nodes (PEP 249 binding).
 
     Values become ``exp.Literal.number`` / ``exp.Literal.string`` / ``exp.null()`` /
     ``exp.Boolean`` nodes — never SQL text.  A count or name mismatch raises
@@ -338,10 +404,13 @@ def bind(tree: exp.Expr, params: Sequence[Any] | Mapping[str, Any] | None) -> ex
     elif all(n is not None and not str(n).isdigit() for n in names):
         style = "named"
     else:
-        raise ProgrammingError("the statement mixes parameter styles; use only ?, only $1 … or only :name.")
+        raise ProgrammingError(
+            "the statement mixes positional and named parameters; use one kind: ?, $1 or %s with a sequence, "
+            ":name or %(name)s with a mapping."
+        )
     if style == "named":
         if not isinstance(params, Mapping):
-            raise InvalidArgumentType("named parameters (:name) need a mapping of name to value.")
+            raise InvalidArgumentType("named parameters (:name, %(name)s) need a mapping of name to value.")
         lookup = {str(k).lower(): v for k, v in params.items()}
         want = {str(n).lower() for n in names}
         missing, extra = sorted(want - set(lookup)), sorted(set(lookup) - want)

@@ -22,16 +22,25 @@ binned         a value drawn uniformly inside the half-open bin — an integer
                when the column declares integer ``min``/``max`` (``Int64``),
                else a float (``float64``)
 categorical    the category string; the out-of-domain cell gives the literal
-               ``"<other>"`` (:data:`dpgate.schema.OTHER_LABEL`), which is not a
-               declared value, so it maps back to the ``other`` cell (object dtype)
+               ``"<other>"`` (:data:`dpgate.schema.OTHER_LABEL`, only when the
+               column declares ``other: true``), which is not a declared value,
+               so it maps back to the ``other`` cell (object dtype)
 boolean        ``False`` / ``True`` (dtype ``boolean``)
-NULL cell      a missing value (``pd.NA`` / ``None`` / ``NaN``)
+NULL cell      a missing value (``pd.NA`` / ``None`` / ``NaN``; only when the
+               column declares ``nullable: true``)
 =============  =============================================================
+
+Rows are drawn from the model *conditioned on declared values*: a column emits NULL
+only when it declares ``nullable: true``, and ``"<other>"`` only when it declares
+``other: true`` (the values ``GROUP BY`` emits, :meth:`dpgate.schema.Column.group_cells`).
+Exact fit: the box probabilities are multiplied by the declared share of each box and
+cells are drawn among declared cells only; stochastic fit: rows with an undeclared
+cell are redrawn.
 
 Reading the frame back through the same schema therefore reproduces exactly the
 sampled cells.  Under the uniform prior a column no released query mentions is
-uniform over *all* its cells, NULL and ``<other>`` included: nothing released says
-otherwise.  (Release 1-D marginals, or pass ``prior=``, to inform it.)
+uniform over its declared cells: nothing released says otherwise.  (Release 1-D
+marginals, or pass ``prior=``, to inform it.)
 """
 
 from __future__ import annotations
@@ -41,9 +50,9 @@ from typing import Any
 
 import numpy as np
 
-from dpgate.errors import DPGateInternalError
+from dpgate.errors import DPGateInternalError, NotEstimable
 from dpgate.model._history import History, box_mass
-from dpgate.schema import OTHER_LABEL, Column
+from dpgate.schema import OTHER_LABEL, Column, Table
 
 __all__ = ["sample_frame"]
 
@@ -53,10 +62,44 @@ def _cells_in(rng: np.random.Generator, start: np.ndarray, end: np.ndarray, p: n
     u = rng.random(start.size)
     if p is None:
         return np.minimum(start + np.floor(u * (end - start)).astype(np.int64), end - 1)
-    cum = np.concatenate([[0.0], np.cumsum(p)])
-    target = cum[start] + u * (cum[end] - cum[start])
-    cell = np.searchsorted(cum, target, side="right") - 1
-    return np.clip(cell, start, end - 1)
+    # Only cells of positive weight can be drawn (zero-weight ones are undeclared): index those.
+    idx = np.flatnonzero(p > 0)
+    cum = np.concatenate([[0.0], np.cumsum(p[idx])])
+    lo, hi = np.searchsorted(idx, start), np.searchsorted(idx, end)
+    target = cum[lo] + u * (cum[hi] - cum[lo])
+    k = np.clip(np.searchsorted(cum, target, side="right") - 1, lo, np.maximum(hi - 1, lo))
+    return idx[np.minimum(k, len(idx) - 1)]
+
+
+#: Rounds of redrawing a stochastic fit's rows with undeclared cells before giving up.
+_MAX_REDRAWS = 64
+_NO_DECLARED_MASS = (
+    "the model puts (almost) no probability on rows whose every value is declared: the released answers "
+    "say most rows hold NULL or undeclared values; declare them (nullable: true, other: true) to synthesize them."
+)
+
+
+def _declared_weights(col: Column, marginals: dict[str, np.ndarray]) -> np.ndarray | None:
+    """Per-cell sampling weights of ``col`` restricted to its declared cells (None: uniform, all declared)."""
+    mask = col.declared_cells()
+    p = marginals.get(col.name)
+    if p is None:
+        return None if mask.all() else mask.astype(float)
+    return p * mask
+
+
+def _declared_share(t: Table, atoms: Any, marginals: dict[str, np.ndarray]) -> np.ndarray:
+    """For every grid box, the share of its prior mass on cells every column declares."""
+    share = np.ones(())
+    for c, bp in zip(atoms.columns, atoms.breakpoints, strict=True):
+        col = t.column(c)
+        full = marginals.get(col.name)
+        full = np.ones(col.n_cells) if full is None else full
+        starts = np.asarray(bp, dtype=np.int64)
+        declared = np.add.reduceat(full * col.declared_cells(), starts)
+        total = np.add.reduceat(full, starts)
+        share = np.multiply.outer(share, np.divide(declared, total, out=np.zeros_like(total), where=total > 0))
+    return share
 
 
 def _masked(values: np.ndarray, null: np.ndarray, dtype: str) -> Any:
@@ -111,7 +154,7 @@ def _frame(data: dict[str, Any], info: dict[str, Any], n: int, source: str, seed
     df = pd.DataFrame(data)
     meta = {k: v for k, v in info.items() if k != "cv_curve"}
     meta.update(source="model", method="maxent", epsilon_spent=0.0, rows=n, rows_source=source, seed=seed,
-                other_label=OTHER_LABEL, **extra)
+                other_label=OTHER_LABEL, declared_values_only=True, **extra)
     df.attrs["dpgate"] = meta
     return df
 
@@ -141,8 +184,10 @@ def sample_frame(
         box = np.ravel(sizes)
     within = np.zeros(atoms.n_atoms)
     np.add.at(within, labels, box)
-    p_box = p[labels] * box / within[labels]
+    p_box = p[labels] * box / within[labels] * np.ravel(_declared_share(t, atoms, marginals))
     p_box = np.maximum(p_box, 0.0)
+    if not p_box.sum() > 0:
+        raise NotEstimable(_NO_DECLARED_MASS)
     p_box /= p_box.sum()
     picks = rng.choice(p_box.size, size=n, p=p_box) if n else np.zeros(0, dtype=np.int64)
     shape = tuple(len(b) for b in atoms.breakpoints)
@@ -156,7 +201,7 @@ def sample_frame(
             start, end = edges[coords[k]], edges[coords[k] + 1]
         else:
             start, end = np.zeros(n, dtype=np.int64), np.full(n, col.n_cells, dtype=np.int64)
-        cells = _cells_in(rng, start, end, marginals.get(col.name))
+        cells = _cells_in(rng, start, end, _declared_weights(col, marginals))
         data[col.name] = _values(col, cells, rng)
     return _frame(data, info, n, source, seed)
 
@@ -171,6 +216,20 @@ def sample_frame_gibbs(hist: History, model: Any, rows: int | None, seed: int | 
     """
     n, source = _row_count(hist, model, rows)
     rng = np.random.default_rng(seed)
-    cells = model.sample_cells(n, rng)
+    masks = [col.declared_cells() for col in hist.table.columns]
+    kept: list[np.ndarray] = []
+    have = 0
+    for _ in range(_MAX_REDRAWS):  # rejection: rows with an undeclared cell are drawn again
+        if have >= n:
+            break
+        draw = model.sample_cells(n, rng)
+        ok = np.ones(len(draw), dtype=bool)
+        for k, mask in enumerate(masks):
+            ok &= mask[draw[:, k]]
+        kept.append(draw[ok])
+        have += int(ok.sum())
+    if have < n:
+        raise NotEstimable(_NO_DECLARED_MASS)
+    cells = np.concatenate(kept)[:n] if kept else np.zeros((0, len(masks)), dtype=np.int64)
     data = {col.name: _values(col, cells[:, k], rng) for k, col in enumerate(hist.table.columns)}
     return _frame(data, info, n, source, seed, sampler="gibbs")
