@@ -50,6 +50,7 @@ from dpgate._validate import positive_finite
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
 from dpgate.cube import Cube
 from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
+from dpgate.derived import assemble, measured_queries, plan_confidence
 from dpgate.errors import (
     BudgetExhausted,
     InvalidArgument,
@@ -57,6 +58,7 @@ from dpgate.errors import (
     NotEstimable,
     ProgrammingError,
     QueryTooComplex,
+    UnsupportedQuery,
 )
 from dpgate.errors import Warning as DPGateWarning
 from dpgate.inference import IncrementalBLUE
@@ -90,6 +92,15 @@ def _outside_dpgate() -> int:
     while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("dpgate"):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _refuse_derived(stmt: CompiledStatement, what: str) -> None:
+    """AVG / VAR / STDDEV answers are Bonferroni boxes, not distributions: ``what`` needs a linear query."""
+    if stmt.derived:
+        raise UnsupportedQuery(
+            f"{what} needs linear outputs; AVG, VAR and STDDEV are not linear (their answers carry an interval "
+            "but no posterior) — ask for their components, e.g. SUM(x) and COUNT(x), instead."
+        )
 
 
 class Gateway:
@@ -269,14 +280,14 @@ class Gateway:
         policy = check_policy(policy or self.policy)
         with self._lock:
             self._sync()
-            # Planned on a refined copy: nothing of a refused statement stays in the live state.
-            state = self._state(stmt.table).refined(stmt.queries, isolate=True)
-            steps = plan(state, stmt.queries, accuracy, confidence, policy)
+            state, steps = self._plan(stmt, accuracy, confidence, policy)
             if any(s.kind == "fresh" for s in steps):
                 steps, blue = self._measure(stmt, sql, state, steps, accuracy, confidence, policy, allow_partial)
             else:
                 blue = state.blue
-            out = answers(blue, steps, accuracy, confidence, policy, secure=self._secure(stmt.table))
+            secure = self._secure(stmt.table)
+            out = assemble(stmt, self.schema.table(stmt.table),
+                           lambda c: answers(blue, steps, accuracy, c, policy, secure=secure), confidence)
         return Result(out, stmt, float(sum(s.increase for s in steps)))
 
     @single_threaded
@@ -287,6 +298,7 @@ class Gateway:
             NotEstimable: history does not determine this query.
         """
         stmt = self.compile(sql, params)
+        _refuse_derived(stmt, "probability()")
         if len(stmt.queries) != 1:
             raise ProgrammingError(
                 f"probability() needs a query with one output, this one has {len(stmt.queries)}."
@@ -413,6 +425,13 @@ class Gateway:
                      rec.sensitivity, prepared=prepared)
         self._last_id = rec.id
 
+    def _plan(self, stmt: CompiledStatement, accuracy: float, confidence: float, policy: str) -> tuple[TableState, list[Step]]:
+        """Plan ``stmt`` on a refined copy of its table's state (nothing of a refused statement
+        stays in the live state).  AVG / VAR / STDDEV plan their components (``dpgate.derived``)."""
+        queries = measured_queries(stmt)
+        state = self._state(stmt.table).refined(queries, isolate=True)
+        return state, plan(state, queries, accuracy, plan_confidence(stmt, confidence), policy)
+
     def _measure(
         self,
         stmt: CompiledStatement,
@@ -433,8 +452,7 @@ class Gateway:
             seen = self._last_id
             self._sync(tx.records(since=self._last_id))
             if self._last_id != seen:
-                state = self._state(stmt.table).refined(stmt.queries, isolate=True)
-                steps = plan(state, stmt.queries, accuracy, confidence, policy)
+                state, steps = self._plan(stmt, accuracy, confidence, policy)
             before = state.blue.copy()  # the live state's appends below must not reach it
             needed = float(sum(s.increase for s in steps))
             spent = self._spent()
@@ -642,6 +660,7 @@ class Gateway:
         """
         if method not in MODEL_METHODS:
             raise InvalidRequirement(f"method must be one of {', '.join(map(repr, MODEL_METHODS))}, got {method!r}.")
+        _refuse_derived(self.compile(sql, params), "model-based estimates")
         if method == "mmse":
             from dpgate.warmstart import mmse_estimate
 

@@ -62,6 +62,10 @@ class Answer:
             (``Gateway(max_atoms=...)``) allows: it was then answered on its own, from
             its exact repeats and rescalings only (never combined with other queries),
             and each fresh release of it was charged its full budget on every cell.
+        components: for AVG / VAR / STDDEV (``dpgate.derived``), the answers of the linear
+            components it was computed from (``COUNT(x)``, ``SUM(x)``[, ``SUM(x*x)``], each at
+            confidence ``1 − δ/k``); empty otherwise.  A derived answer has ``posterior=None``
+            and ``query=None``: its interval is a Bonferroni box, not a distribution.
     """
 
     value: float
@@ -78,6 +82,7 @@ class Answer:
     query: LinearQuery | None = field(repr=False, default=None, compare=False)
     secure: bool = False
     isolated: bool = False
+    components: tuple[Answer, ...] = field(default=(), repr=False)
 
     @property
     def halfwidth(self) -> float:

@@ -106,6 +106,7 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from dpgate.compile.derived import compile_derived, has_derived
 from dpgate.compile.post import PostProcess
 from dpgate.compile.stages import MAX_GROUPS, STAGES, CompiledStatement, Output, compile_tree
 from dpgate.compile.statement import (
@@ -201,6 +202,8 @@ def compile_statement(
     # Past the parser, a plain ValueError/TypeError/KeyError/AttributeError is a
     # dpgate bug, not a refusal: say so rather than blame the user's SQL.
     with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
+        if isinstance(tree, exp.Select) and has_derived(tree):
+            return compile_derived(tree, schema, dialect, hints=found, sql=sql)
         return compile_tree(tree, schema, dialect, hints=found, sql=sql)
 
 

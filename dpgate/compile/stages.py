@@ -32,6 +32,7 @@ from typing import Any, Literal
 from sqlglot import exp
 
 from dpgate.compile.aggregates import (
+    Derivation,
     SelectItem,
     group_columns,
     group_weights,
@@ -109,6 +110,10 @@ class CompiledStatement:
         postprocess: HAVING / ORDER BY / LIMIT / OFFSET on the released rows.
         hints: ``/*+ dpgate key=value */`` hints found in the text.
         sql: the statement as given.
+        derived: empty for a statement of linear outputs (one query per group and output);
+            with AVG / VAR / STDDEV (:mod:`dpgate.compile.derived`), one
+            :class:`~dpgate.compile.aggregates.Derivation` per aggregate output, and
+            ``queries`` holds the linear components, ``n_components`` per group.
     """
 
     table: str
@@ -119,6 +124,7 @@ class CompiledStatement:
     postprocess: PostProcess = field(default_factory=PostProcess)
     hints: dict[str, str] = field(default_factory=dict)
     sql: str = ""
+    derived: tuple[Derivation, ...] = ()
 
     @property
     def n_aggregates(self) -> int:
