@@ -35,6 +35,7 @@ its components, in ``Answer.components``, give the linear answers it was made of
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -47,7 +48,7 @@ from dpgate.query import LinearQuery
 from dpgate.result import Answer, Source
 from dpgate.schema import Table
 
-__all__ = ["measured_queries", "plan_confidence", "assemble", "mean_range", "variance_range"]
+__all__ = ["measured_queries", "plan_confidence", "output_parts", "assemble", "mean_range", "variance_range"]
 
 
 def _normalized(q: LinearQuery) -> LinearQuery:
@@ -79,34 +80,37 @@ def _n_components(stmt: CompiledStatement) -> int:
     return sum(len(d.parts) for d in stmt.derived)
 
 
+def output_parts(stmt: CompiledStatement) -> list[tuple[str, str, tuple[int, ...]]]:
+    """Per (group, aggregate output), in answer order: its name, its kind (``"linear"`` or a
+    derived kind) and the indices of the queries of ``stmt.queries`` it reads."""
+    if not stmt.derived:
+        return [(q.label, "linear", (i,)) for i, q in enumerate(stmt.queries)]
+    n = _n_components(stmt)
+    names = [o.name for o in stmt.outputs if o.kind == "aggregate"]
+    return [(name, d.kind, tuple(g * n + p for p in d.parts))
+            for g in range(len(stmt.queries) // n) for d, name in zip(stmt.derived, names, strict=True)]
+
+
 def assemble(
     stmt: CompiledStatement, table: Table, answers_at: Callable[[float], Sequence[Answer]], confidence: float,
 ) -> tuple[Answer, ...]:
-    """One answer per (group, output) of a derived statement.
+    """One answer per (group, output) of a statement.
 
-    ``answers_at(c)`` answers ``measured_queries(stmt)`` with intervals at confidence ``c``.
+    ``answers_at(c)`` answers ``measured_queries(stmt)`` with intervals at confidence ``c``;
+    a derived output reads its components at ``1 − δ/k`` and combines them.
     """
     if not stmt.derived:
         return tuple(answers_at(confidence))
-    cache: dict[float, Sequence[Answer]] = {}
-
-    def at(c: float) -> Sequence[Answer]:
-        if c not in cache:
-            cache[c] = answers_at(c)
-        return cache[c]
-
-    n = _n_components(stmt)
-    names = [o.name for o in stmt.outputs if o.kind == "aggregate"]
+    at = functools.cache(answers_at)  # one replay per confidence level
     out: list[Answer] = []
-    for g in range(len(stmt.queries) // n):
-        for d, name in zip(stmt.derived, names, strict=True):
-            if d.kind == "linear":
-                out.append(at(confidence)[g * n + d.parts[0]])
-                continue
-            c = 1.0 - (1.0 - confidence) / len(d.parts)
-            raw = [stmt.queries[g * n + p] for p in d.parts]
-            comps = tuple(_rescale(at(c)[g * n + p], q) for p, q in zip(d.parts, raw, strict=True))
-            out.append(_combine(d.kind, comps, _value_range(raw[0], raw[1], table), confidence, name))
+    for name, kind, idx in output_parts(stmt):
+        if kind == "linear":
+            out.append(at(confidence)[idx[0]])
+            continue
+        c = 1.0 - (1.0 - confidence) / len(idx)
+        raw = [stmt.queries[i] for i in idx]
+        comps = tuple(_rescale(at(c)[i], q) for i, q in zip(idx, raw, strict=True))
+        out.append(_combine(kind, comps, _value_range(raw[0], raw[1], table), confidence, name))
     return tuple(out)
 
 

@@ -50,7 +50,7 @@ from dpgate._validate import positive_finite
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
 from dpgate.cube import Cube
 from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
-from dpgate.derived import assemble, measured_queries, plan_confidence
+from dpgate.derived import assemble, measured_queries, output_parts, plan_confidence
 from dpgate.errors import (
     BudgetExhausted,
     InvalidArgument,
@@ -61,11 +61,12 @@ from dpgate.errors import (
     UnsupportedQuery,
 )
 from dpgate.errors import Warning as DPGateWarning
+from dpgate.explain import Explanation, Quote, quote, zero_valued
 from dpgate.inference import IncrementalBLUE
 from dpgate.ledger import Ledger, LedgerRecord, LedgerTransaction
 from dpgate.noise import noise_source, release
 from dpgate.query import LinearQuery
-from dpgate.requirement import hinted, resolve_confidence, resolve_requirement
+from dpgate.requirement import Requirement, hinted, resolve_confidence, resolve_requirement
 from dpgate.result import Result
 from dpgate.schema import Schema
 from dpgate.state import DEFAULT_MAX_ATOMS, TableState, TableView, isolation_key
@@ -92,6 +93,17 @@ def _outside_dpgate() -> int:
     while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("dpgate"):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _requirement(stmt: CompiledStatement, accuracy: float | None, confidence: float | None,
+                 allow_partial: bool | None) -> Requirement:
+    """The requirement of a call: its arguments, else the statement's hints."""
+    return resolve_requirement(
+        {"accuracy": accuracy, "confidence": confidence, "allow_partial": allow_partial or None},
+        hinted(stmt.hints),
+        missing="no accuracy given: pass accuracy= (the half-width of the interval you need, e.g. 25) "
+        "or add a hint /*+ dpgate accuracy=25 */.",
+    )
 
 
 def _refuse_derived(stmt: CompiledStatement, what: str) -> None:
@@ -259,23 +271,12 @@ class Gateway:
             InvalidRequirement: accuracy/confidence out of range.
             BudgetExhausted: the answer would overspend (nothing read, nothing spent).
         """
-        stmt = self.compile(sql, params)
-        if len(stmt.queries) > self.max_outputs:
-            raise QueryTooComplex(
-                f"this statement has {len(stmt.queries)} outputs (groups × aggregates), more than this gateway's "
-                f"max_outputs = {self.max_outputs}; group by fewer or coarser columns, or raise the limit with "
-                "Gateway(max_outputs=...) / connect(max_outputs=...)."
-            )
+        stmt = self._compile_checked(sql, params)
         method = stmt.hints.get("method", "exact")  # validated and lower-cased by the compiler
         if method != "exact":  # a hint asked for a free, model-based estimate instead
             confidence = resolve_confidence({"confidence": confidence}, hinted(stmt.hints))
             return self.estimate(sql, method, confidence=confidence, params=params)
-        req = resolve_requirement(
-            {"accuracy": accuracy, "confidence": confidence, "allow_partial": allow_partial or None},
-            hinted(stmt.hints),
-            missing="no accuracy given: pass accuracy= (the half-width of the interval you need, e.g. 25) "
-            "or add a hint /*+ dpgate accuracy=25 */.",
-        )
+        req = _requirement(stmt, accuracy, confidence, allow_partial)
         accuracy, confidence, allow_partial = req.accuracy, req.confidence, req.allow_partial
         policy = check_policy(policy or self.policy)
         with self._lock:
@@ -289,6 +290,56 @@ class Gateway:
             out = assemble(stmt, self.schema.table(stmt.table),
                            lambda c: answers(blue, steps, accuracy, c, policy, secure=secure), confidence)
         return Result(out, stmt, float(sum(s.increase for s in steps)))
+
+    @single_threaded
+    def explain(
+        self,
+        sql: str,
+        accuracy: float | None = None,
+        confidence: float | None = None,
+        *,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
+        policy: Policy | None = None,
+        method: str | None = None,
+    ) -> Explanation:
+        """The quote of :meth:`query` for the same arguments, without reading data or spending.
+
+        Per output: whether it would be answered from history (free) or fresh, the ε it
+        would charge, the half-width its interval would carry and the budget left after
+        it (``Explanation.to_pandas()``; ``EXPLAIN SELECT …`` on the DB-API gives the same
+        rows).  The next identical :meth:`query` charges exactly the quoted ε, unless
+        another release happens in between.
+
+        It is free — it spends nothing, reads no data, records nothing (``spent`` and
+        ``history`` are unchanged) — because the plan depends only on the queries, the
+        requirement and the *design* of history (which queries were released at which
+        noise scales), all public or post-processing of released answers: the half-width
+        of an estimator is a quantile of its error law, which depends on the design
+        alone, never on a noise value or a row (see ``dpgate.explain``).
+
+        ``method`` (default: the statement's ``/*+ dpgate method=… */`` hint, else
+        ``"exact"``): a model-based method quotes its free estimates (``source="model"``).
+
+        Raises:
+            UnsupportedQuery, SchemaError, InvalidRequirement: as :meth:`query` (nothing spent).
+        """
+        stmt = self._compile_checked(sql, params)
+        method = method or stmt.hints.get("method", "exact")
+        with self._lock:
+            self._sync()
+            spent = self._spent()
+            if method != "exact":  # model-based estimates are free and have no certified interval
+                c = resolve_confidence({"confidence": confidence}, hinted(stmt.hints))
+                left = self.budget - spent
+                quotes = tuple(Quote(name, stmt.queries[idx[0]].group, "model", 0.0, math.nan, c, left)
+                               for name, _, idx in output_parts(stmt))
+                return Explanation(quotes, 0.0, spent, self.budget, stmt)
+            req = _requirement(stmt, accuracy, confidence, None)
+            pol = check_policy(policy or self.policy)
+            state, steps = self._plan(stmt, req.accuracy, req.confidence, pol)
+            zero = zero_valued(steps)
+            return quote(stmt, steps, lambda c: answers(state.blue, zero, req.accuracy, c, pol, secure=True),
+                         req.confidence, spent, self.budget)
 
     @single_threaded
     def probability(self, sql: str, low: float | None = None, high: float | None = None, *, params: Any = None) -> float:
@@ -376,6 +427,17 @@ class Gateway:
             yield self._state(table).refined(queries).view()
 
     # -- internals -------------------------------------------------------------------
+    def _compile_checked(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> CompiledStatement:
+        """:meth:`compile`, refusing statements with more outputs than ``max_outputs``."""
+        stmt = self.compile(sql, params)
+        if len(stmt.queries) > self.max_outputs:
+            raise QueryTooComplex(
+                f"this statement has {len(stmt.queries)} outputs (groups × aggregates), more than this gateway's "
+                f"max_outputs = {self.max_outputs}; group by fewer or coarser columns, or raise the limit with "
+                "Gateway(max_outputs=...) / connect(max_outputs=...)."
+            )
+        return stmt
+
 
     def _state(self, table: str) -> TableState:
         t = self.schema.table(table)
