@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from dpgate import _progress
 from dpgate._blas import one_blas_thread, single_threaded
 from dpgate._validate import positive_finite
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
@@ -279,7 +280,7 @@ class Gateway:
         req = _requirement(stmt, accuracy, confidence, allow_partial)
         accuracy, confidence, allow_partial = req.accuracy, req.confidence, req.allow_partial
         policy = check_policy(policy or self.policy)
-        with self._lock:
+        with self._lock, _progress.working(f"planning {len(stmt.queries)} outputs"):
             self._sync()
             state, steps = self._plan(stmt, accuracy, confidence, policy)
             if any(s.kind == "fresh" for s in steps):
@@ -538,7 +539,7 @@ class Gateway:
         truths = self._cube.true_numerators([m.query for m in parts])
         trial = state.costs.copy()
         values = []
-        for m, truth in zip(parts, truths, strict=True):
+        for m, truth in _progress.track(zip(parts, truths, strict=True), len(parts), "releasing"):
             rel = release(truth, m.query.denominator, m.sensitivity, m.alpha, self._noise)
             trial.add(m.h, m.alpha, m.sensitivity)
             tx.append(
@@ -647,7 +648,8 @@ class Gateway:
         epsilon = positive_finite(epsilon, "epsilon", error=InvalidRequirement)
         if not isinstance(columns, str) and not (isinstance(columns, Sequence) and columns):
             raise InvalidRequirement(f"columns must be a column name or a non-empty list of names, got {columns!r}.")
-        release = warmstart.warm_start(self, strategy, epsilon, columns, table=table, **options)
+        with _progress.working(f"{strategy} warm start"):
+            release = warmstart.warm_start(self, strategy, epsilon, columns, table=table, **options)
         if release.strategy == "ispe":
             with self._lock:
                 self._ispe_releases.append(release)
@@ -732,7 +734,8 @@ class Gateway:
             )
         from dpgate.model import estimate as _estimate
 
-        return self._flag_security(_estimate(self, sql, method, confidence=confidence, params=params, **options))
+        with _progress.working(f"fitting the {method} model"):
+            return self._flag_security(_estimate(self, sql, method, confidence=confidence, params=params, **options))
 
     def _flag_security(self, result: _R) -> _R:
         """``result`` with ``Answer.secure`` set from its table's history (model answers are
@@ -772,5 +775,6 @@ class Gateway:
         """
         from dpgate.model import synthesize as _synthesize
 
-        return _synthesize(self, table, rows, seed, **options)
+        with _progress.working("synthesizing"):
+            return _synthesize(self, table, rows, seed, **options)
 
