@@ -61,10 +61,15 @@ class DBAPITypeObject:
         return f"<dpgate.dbapi.{self.name}>"
 
 
+#: PEP 249 type object: text columns (group keys of categorical and binned columns, ``source``).
 STRING = DBAPITypeObject("STRING", "VARCHAR")
+#: PEP 249 type object: binary columns (dpgate returns none).
 BINARY = DBAPITypeObject("BINARY", "BLOB")
+#: PEP 249 type object: numbers (released values, intervals, integer and boolean keys).
 NUMBER = DBAPITypeObject("NUMBER", "DOUBLE", "BIGINT", "BOOLEAN")
+#: PEP 249 type object: dates and times (dpgate returns none).
 DATETIME = DBAPITypeObject("DATETIME", "DATE", "TIME", "TIMESTAMP")
+#: PEP 249 type object: row ids (dpgate returns none).
 ROWID = DBAPITypeObject("ROWID", "ROWID")
 
 Date = _dt.date

@@ -185,6 +185,8 @@ def strip_explain(sql: str) -> str | None:
 
     >>> strip_explain("/*+ dpgate accuracy=5 */ EXPLAIN SELECT COUNT(*) FROM t")
     '/*+ dpgate accuracy=5 */  SELECT COUNT(*) FROM t'
+    >>> strip_explain("-- why\\nexplain SELECT 1")
+    '-- why\\n SELECT 1'
     >>> strip_explain("SELECT 1") is None
     True
 
@@ -198,4 +200,5 @@ def strip_explain(sql: str) -> str | None:
         return None
     if m.group(2):
         raise UnsupportedQuery("EXPLAIN ANALYZE would run the query; use EXPLAIN SELECT … for the free quote.")
-    return m.group(1) + " " + sql[m.end():]
+    rest = sql[m.end():]
+    return m.group(1) + (rest if rest[:1].isspace() else " " + rest)  # a "--" comment keeps its newline

@@ -222,13 +222,36 @@ class Gateway:
 
     @property
     def history(self) -> pd.DataFrame:
-        """Every release so far as a pandas DataFrame (one row per noisy measurement)."""
+        """Every release so far as a pandas DataFrame (one row per noisy measurement).
+
+        ``measured`` says in words what each release counted and on which cells — for a
+        GROUP BY, its group (e.g. ``COUNT where sex = 1``); ``query`` (last) is the exact
+        weight vector as JSON."""
         import pandas as pd
 
+        from dpgate._describe import describe
+
         recs = self._ledger.records()
-        cols = ["id", "kind", "table", "sql", "query", "alpha", "sensitivity", "scale", "lattice",
-                "noise", "value", "cost_after", "secure", "created_at", "session"]
-        return pd.DataFrame([{c: getattr(r, c) for c in cols} for r in recs], columns=cols)
+        cols = ["id", "kind", "table", "sql", "alpha", "sensitivity", "scale", "lattice",
+                "noise", "value", "cost_after", "secure", "created_at", "session", "query"]
+        rows = [{"measured": describe(LinearQuery.from_json(r.query), self.schema.table(r.table)),
+                 **{c: getattr(r, c) for c in cols}} for r in recs]
+        return pd.DataFrame(rows, columns=[*cols[:4], "measured", *cols[4:]])
+
+    def __repr__(self) -> str:
+        tables = ", ".join(t.name for t in self.schema.tables)
+        return (f"<dpgate.Gateway tables=[{tables}] budget={self.budget:g} spent={self.spent:.6g} "
+                f"remaining={self.remaining:.6g} releases={len(self._ledger.records())} policy={self.policy}>")
+
+    def _repr_html_(self) -> str:
+        import html
+
+        rows = [("tables", ", ".join(t.name for t in self.schema.tables)), ("budget ε", f"{self.budget:g}"),
+                ("spent", f"{self.spent:.6g}"), ("remaining", f"{self.remaining:.6g}"),
+                ("releases", str(len(self._ledger.records()))), ("policy", self.policy)]
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+                       for k, v in rows)
+        return f"<b>dpgate.Gateway</b><table>{body}</table>"
 
     @property
     def ledger(self) -> Ledger:

@@ -8,10 +8,12 @@ import warnings
 import duckdb
 import numpy as np
 import pytest
+import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpgate
+from dpgate.compile.derived import has_derived
 from dpgate.derived import mean_range, variance_range
 
 
@@ -124,3 +126,23 @@ def test_box_ranges_contain_the_truth(xs, ws, wn, wq, fs, fn, fq):
     for sample, truth in ((False, x.var()), (True, x.var(ddof=1))):
         lo, hi = variance_range(bq, bs, bn, (0.0, 100.0), sample=sample)
         assert lo - 1e-6 * (1 + truth) <= truth <= hi + 1e-6 * (1 + truth)
+
+
+def test_compile_splits_derived_outputs_into_components(pums):
+    _, schema, _ = pums
+    stmt = dpgate.compile.compile_statement(
+        "SELECT sex, COUNT(*) AS n, VAR_POP(age) FILTER (WHERE married) AS v FROM pums GROUP BY 1 ORDER BY v",
+        schema)
+    assert [o.name for o in stmt.outputs] == ["sex", "n", "v"]
+    assert [(d.kind, d.parts) for d in stmt.derived] == [("linear", (0,)), ("var_pop", (1, 2, 3))]
+    n_groups = len(stmt.group_keys)
+    assert len(stmt.queries) == 4 * n_groups and stmt.postprocess.order_by[0].startswith('"v"')
+    count, total, squares = stmt.queries[1:4]
+    assert (count.sensitivity, total.sensitivity, squares.sensitivity) == (1.0, 100.0, 10_000.0)
+    plain = dpgate.compile_sql("SELECT SUM(age * age) FILTER (WHERE married) FROM pums WHERE sex = '0'", schema)[0]
+    assert squares.weights.max() == plain.weights.max()
+    assert has_derived(sqlglot.parse_one("SELECT MEAN(x) FROM t")) and not has_derived(sqlglot.parse_one("SELECT 1"))
+    with pytest.raises(dpgate.UnsupportedQuery, match="refers to an aggregate"):
+        dpgate.compile_sql("SELECT AVG(age), sex FROM pums GROUP BY 1", schema)
+    with pytest.raises(dpgate.UnsupportedQuery, match="exactly one argument"):
+        dpgate.compile_sql("SELECT AVG(*) FROM pums", schema)
