@@ -282,7 +282,9 @@ class Gateway:
                 ``/*+ dpgate accuracy=25 confidence=0.95 */`` supplies defaults;
                 ``/*+ dpgate method=pca|maxent|mmse */`` returns :meth:`estimate`'s free,
                 model-based answers instead (no accuracy needed, nothing spent).
-            accuracy: half-width ε of the requested interval (> 0).
+            accuracy: half-width of the requested interval (> 0), in the answer's units (not
+                ε, which is the budget); for AVG / VAR / STDDEV, of each component in rows
+                (``dpgate.derived``).
             confidence: 1−δ, in (0, 1); default 0.95.
             params: PEP 249 parameters bound into placeholders.
             allow_partial: when the budget cannot pay, return history's best estimates
