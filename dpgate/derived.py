@@ -4,11 +4,15 @@ A derived output (see :mod:`dpgate.compile.derived`) reads ``k`` linear
 components — ``N = COUNT(x)``, ``S = SUM(x)`` and, for variances,
 ``Q = SUM(x²)`` — answered by the gateway like any other query.
 
+The sums are centred on the middle ``c`` of ``x``'s range (``SUM(x − c)``,
+``SUM((x − c)²)``, see :mod:`dpgate.compile.derived`); the formulas below read
+``x`` as ``x − c`` and the mean is shifted back by ``c``.
+
 Requirement.  The analyst's ``accuracy`` applies to the *components*, in rows:
 each component is planned as the query divided by its sensitivity (``COUNT(x)``
-as is, ``SUM(x)/max|x|``, ``SUM(x²)/max x²``), so every component is pinned
+as is, ``SUM(x − c)/max|x − c|``, ``SUM((x − c)²)/max (x − c)²``), so every component is pinned
 down to within ``accuracy`` rows' worth of contribution.  The derived half-width
-is then roughly ``accuracy·(max|x| + |mean|)/N`` for AVG — it shrinks with the
+is then roughly ``accuracy·(max|x − c| + |mean − c|)/N`` for AVG — it shrinks with the
 number of rows, which the planner may not look at (a plan that depended on the
 data would break the exactness of the intervals).  The cost is that of the
 ``k`` component queries at confidence ``1 − δ/k`` each, with the usual reuse of
@@ -46,7 +50,6 @@ import numpy as np
 from dpgate.compile import CompiledStatement
 from dpgate.query import LinearQuery
 from dpgate.result import Answer, Source
-from dpgate.schema import Table
 
 __all__ = ["measured_queries", "plan_confidence", "output_parts", "assemble", "mean_range", "variance_range"]
 
@@ -92,7 +95,7 @@ def output_parts(stmt: CompiledStatement) -> list[tuple[str, str, tuple[int, ...
 
 
 def assemble(
-    stmt: CompiledStatement, table: Table, answers_at: Callable[[float], Sequence[Answer]], confidence: float,
+    stmt: CompiledStatement, answers_at: Callable[[float], Sequence[Answer]], confidence: float,
 ) -> tuple[Answer, ...]:
     """One answer per (group, output) of a statement.
 
@@ -103,14 +106,15 @@ def assemble(
         return tuple(answers_at(confidence))
     at = functools.cache(answers_at)  # one replay per confidence level
     out: list[Answer] = []
-    for name, kind, idx in output_parts(stmt):
+    n_outputs = len(stmt.derived)
+    for k, (name, kind, idx) in enumerate(output_parts(stmt)):
         if kind == "linear":
             out.append(at(confidence)[idx[0]])
             continue
+        d = stmt.derived[k % n_outputs]
         c = 1.0 - (1.0 - confidence) / len(idx)
-        raw = [stmt.queries[i] for i in idx]
-        comps = tuple(_rescale(at(c)[i], q) for i, q in zip(idx, raw, strict=True))
-        out.append(_combine(kind, comps, _value_range(raw[0], raw[1], table), confidence, name))
+        comps = tuple(_rescale(at(c)[i], stmt.queries[i]) for i in idx)
+        out.append(_combine(kind, comps, d.ranges[k // n_outputs], confidence, name, d.centre))
     return tuple(out)
 
 
@@ -121,29 +125,11 @@ def _rescale(a: Answer, q: LinearQuery) -> Answer:
                    posterior=None, query=q)
 
 
-def _value_range(count: LinearQuery, total: LinearQuery, table: Table) -> tuple[float, float] | None:
-    """``[a, b]``: the range of ``x`` over the cells ``COUNT(x)`` counts (public: from the weights)."""
-    if count.is_zero:
-        return None
-    used = {c.lower() for c in (*count.columns, *total.columns)}
-    cols = [c.name for c in table.columns if c.name.lower() in used]
-    bps = []
-    for c in cols:
-        merged: set[int] = set()
-        for q in (count, total):
-            for qc, bp in zip(q.columns, q.breakpoints, strict=True):
-                if qc.lower() == c.lower():
-                    merged |= set(bp)
-        bps.append(sorted(merged | {0}))
-    wn = count.expand(table, cols, bps)
-    ws = np.broadcast_to(total.expand(table, cols, bps), wn.shape) / total.denominator
-    xs = ws[wn != 0]
-    return float(xs.min()), float(xs.max())
-
-
 def _combine(
     kind: str, comps: tuple[Answer, ...], bounds: tuple[float, float] | None, confidence: float, label: str,
+    centre: int,
 ) -> Answer:
+    """The derived answer from its components (``bounds``: the range of ``x − centre``)."""
     first = comps[0]
     sources = {a.source for a in comps}
     source: Source = ("unavailable" if "unavailable" in sources else "fresh" if "fresh" in sources
@@ -153,9 +139,10 @@ def _combine(
     if bounds is None:  # no cell can be counted: the aggregate is NULL on any data
         value = low = high = math.nan
         source = "exact"
-    elif kind == "avg":
+    elif kind == "avg":  # the mean of x − c, then shifted back
         low, high = mean_range(boxes[1], boxes[0], bounds)
         value = _point(vals[1] / vals[0] if vals[0] > 0 else math.nan, low, high)
+        value, low, high = value + centre, low + centre, high + centre
     else:
         sample = kind.endswith("_samp")
         low, high = variance_range(boxes[2], boxes[1], boxes[0], bounds, sample=sample)

@@ -313,8 +313,7 @@ class Gateway:
             else:
                 blue = state.blue
             secure = self._secure(stmt.table)
-            out = assemble(stmt, self.schema.table(stmt.table),
-                           lambda c: answers(blue, steps, accuracy, c, policy, secure=secure), confidence)
+            out = assemble(stmt, lambda c: answers(blue, steps, accuracy, c, policy, secure=secure), confidence)
         return Result(out, stmt, float(sum(s.increase for s in steps)))
 
     @single_threaded

@@ -36,13 +36,13 @@ def test_avg_and_stddev_cover_the_truth_over_independent_repetitions(pums):
     """200 fresh gateways (independent seeds): the stated 95 % intervals must cover the truth at
     least 95 % − 3 SE of the time (the Bonferroni box is conservative, so usually far more)."""
     df, schema, con = pums
-    truth = {"a": df.age.mean(), "s": df.age.std(), "v": df.age.var(ddof=0)}
+    truth = {"a": df.age.mean(), "s": df.age.std()}  # a STDDEV interval is the root of VAR's
     reps, hits = 200, dict.fromkeys(truth, 0)
     for seed in range(reps):
         gw = _gateway(con, schema, seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", dpgate.Warning)
-            res = gw.query("SELECT AVG(age) AS a, STDDEV(age) AS s, VAR_POP(age) AS v FROM pums",
+            res = gw.query("SELECT AVG(age) AS a, STDDEV(age) AS s FROM pums",
                            accuracy=10, confidence=0.95)
         for ans in res.answers:
             hits[ans.label] += ans.low <= truth[ans.label] <= ans.high
@@ -85,11 +85,12 @@ def test_filter_position_and_repeat_is_free(pums):
 
 
 def test_components_are_reused_from_history(pums):
-    """AVG after its COUNT and SUM were released at the same requirement costs nothing."""
+    """AVG after its components were released at the same requirement costs nothing: COUNT(age)
+    and the sum centred on the middle of age's declared range, SUM(age − 50), in rows (÷ 50)."""
     _, schema, con = pums
     gw = _gateway(con, schema, seed=5)
     gw.query("SELECT COUNT(age) FROM pums", accuracy=5, confidence=0.975)
-    gw.query("SELECT SUM(age) / 100 FROM pums", accuracy=5, confidence=0.975)
+    gw.query("SELECT SUM(age - 50) / 50 FROM pums", accuracy=5, confidence=0.975)
     spent = gw.spent
     res = gw.query("SELECT AVG(age) FROM pums", accuracy=5, confidence=0.95)
     assert res.answer.source == "history" and gw.spent == spent
@@ -138,9 +139,12 @@ def test_compile_splits_derived_outputs_into_components(pums):
     n_groups = len(stmt.group_keys)
     assert len(stmt.queries) == 4 * n_groups and stmt.postprocess.order_by[0].startswith('"v"')
     count, total, squares = stmt.queries[1:4]
-    assert (count.sensitivity, total.sensitivity, squares.sensitivity) == (1.0, 100.0, 10_000.0)
-    plain = dpgate.compile_sql("SELECT SUM(age * age) FILTER (WHERE married) FROM pums WHERE sex = '0'", schema)[0]
-    assert squares.weights.max() == plain.weights.max()
+    # centred on the middle of age's range, 0..100: SUM(age − 50) and SUM((age − 50)²)
+    assert (count.sensitivity, total.sensitivity, squares.sensitivity) == (1.0, 50.0, 2500.0)
+    assert stmt.derived[1].centre == 50 and stmt.derived[1].ranges[0] == (-50.0, 50.0)
+    plain = dpgate.compile_sql("SELECT SUM((age - 50) * (age - 50)) FILTER (WHERE married) FROM pums "
+                               "WHERE sex = '0'", schema)[0]
+    assert squares == plain
     assert has_derived(sqlglot.parse_one("SELECT MEAN(x) FROM t")) and not has_derived(sqlglot.parse_one("SELECT 1"))
     with pytest.raises(dpgate.UnsupportedQuery, match="refers to an aggregate"):
         dpgate.compile_sql("SELECT AVG(age), sex FROM pums GROUP BY 1", schema)

@@ -102,11 +102,16 @@ class Derivation:
         kind: ``"linear"`` (the output is its one query), ``"group"`` (a GROUP BY column, no
             query) or a derived kind of :data:`DERIVED_KINDS`.
         parts: indices, within one group's block of queries, of the linear queries it
-            reads: ``(COUNT(x), SUM(x)[, SUM(x*x)])`` for a derived kind.
+            reads: ``(COUNT(x), SUM(x − c)[, SUM((x − c)²)])`` for a derived kind.
+        centre: ``c``, the public centre the sums are taken around (0: not centred).
+        ranges: per group, the range ``[a − c, b − c]`` of ``x − c`` over the cells it counts
+            (None: no cell can be counted), read off the public weights.
     """
 
     kind: str
     parts: tuple[int, ...]
+    centre: int = 0
+    ranges: tuple[tuple[float, float] | None, ...] = ()
 
 
 # -- aggregates ------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@
 deviations are their square roots.  None is linear, so :func:`compile_derived`
 rewrites each such SELECT item into its *components* — ``COUNT(x)``, ``SUM(x)``
 and, for variances, ``SUM(x*x)``, each with the item's FILTER — compiles that
-linear SELECT with the ordinary stages, and records in
+linear SELECT with the ordinary stages, centres the sums on the middle ``c`` of
+``x``'s declared range (``SUM(x − c)``, ``SUM((x − c)²)``: same information,
+smaller sensitivity), and records in
 :attr:`CompiledStatement.derived` how every output is put back together.  The
 gateway answers the components like any other linear query (history reused,
 minimal budget) and :mod:`dpgate.derived` turns their intervals into an honest
@@ -20,9 +22,11 @@ them (``AVG(x) + 1``) is refused: compute it from the released value, it is free
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from sqlglot import exp
 
 from dpgate.compile.aggregates import DERIVED_KINDS, Derivation, derived_kind, unparen
@@ -30,9 +34,10 @@ from dpgate.compile.cells import walk
 from dpgate.compile.post import build as build_post
 from dpgate.compile.stages import STAGES, Compilation, CompiledStatement, Output
 from dpgate.errors import UnsupportedQuery
-from dpgate.schema import Schema
+from dpgate.query import LinearQuery
+from dpgate.schema import Schema, Table
 
-__all__ = ["compile_derived", "has_derived"]
+__all__ = ["compile_derived", "has_derived", "common_grid", "value_range"]
 
 # Component suffixes, in the order dpgate.derived reads them.
 _PARTS = {"avg": ("n", "s"), "var_samp": ("n", "s", "q"), "var_pop": ("n", "s", "q"),
@@ -117,20 +122,83 @@ def compile_derived(
         else:
             outputs.append(Output(name, "aggregate", None, agg_index))
             agg_index += 1
+    queries, derived = _centred(c.queries, [d for d in derivations if d.kind != "group"], c.table)
     post_items = [(o.name, unparen(it.this if isinstance(it, exp.Alias) else it), o.column)
                   for o, it in zip(outputs, originals, strict=True)]
     postprocess = build_post(tree, c.table, c.qualifiers, post_items, dialect)
     return CompiledStatement(
         table=c.table.name,
-        queries=c.queries,
+        queries=queries,
         group_columns=tuple(col.name for col in c.group_columns),
         group_keys=c.group_keys,
         outputs=tuple(outputs),
         postprocess=postprocess,
         hints=dict(hints or {}),
         sql=sql,
-        derived=tuple(d for d in derivations if d.kind != "group"),
+        derived=derived,
     )
+
+
+def _centred(
+    queries: tuple[LinearQuery, ...], derived: list[Derivation], table: Table
+) -> tuple[tuple[LinearQuery, ...], tuple[Derivation, ...]]:
+    """Components of ``x − c`` instead of ``x``: ``SUM(x − c) = SUM(x) − c·COUNT(x)`` and
+    ``SUM((x − c)²) = SUM(x²) − 2c·SUM(x) + c²·COUNT(x)``, with ``c`` the (integer) middle
+    of the range of ``x`` over the cells counted in any group — public, from the weights.
+
+    The variance is the same for ``x − c``, and the mean is ``c`` plus that of ``x − c``;
+    but the centred sums have sensitivity ``max|x − c|`` (half the range) instead of
+    ``max|x|``, so the same budget pins them down several times more tightly.
+    """
+    n = sum(len(d.parts) for d in derived)
+    out = list(queries)
+    centred = []
+    for d in derived:
+        if d.kind == "linear":
+            centred.append(d)
+            continue
+        groups = range(len(out) // n)
+        ranges = [value_range(out[g * n + d.parts[0]], out[g * n + d.parts[1]], table) for g in groups]
+        found = [r for r in ranges if r is not None]
+        c = math.floor((min(r[0] for r in found) + max(r[1] for r in found)) / 2) if found else 0
+        shifted_ranges = tuple(None if r is None else (r[0] - c, r[1] - c) for r in ranges)
+        if c:
+            for g in groups:
+                ids = [g * n + p for p in d.parts]
+                comps = [out[i] for i in ids]
+                cols, bps = common_grid(comps, table)
+                w = [q.expand(table, cols, bps) / q.denominator for q in comps]
+                shifted = [w[0], w[1] - c * w[0], *([w[2] - 2 * c * w[1] + c * c * w[0]] if len(w) > 2 else [])]
+                for i, q, wi in zip(ids, comps, shifted, strict=True):
+                    out[i] = LinearQuery.from_grid(table, cols, bps, wi, label=q.label, group=q.group)
+        centred.append(Derivation(d.kind, d.parts, c, shifted_ranges))
+    return tuple(out), tuple(centred)
+
+
+def common_grid(queries: Sequence[LinearQuery], table: Table) -> tuple[list[str], list[list[int]]]:
+    """The coarsest grid refining every query's grid (columns in declaration order)."""
+    used = {c.lower() for q in queries for c in q.columns}
+    cols = [c.name for c in table.columns if c.name.lower() in used]
+    bps = []
+    for col in cols:
+        merged: set[int] = {0}
+        for q in queries:
+            for qc, bp in zip(q.columns, q.breakpoints, strict=True):
+                if qc.lower() == col.lower():
+                    merged |= set(bp)
+        bps.append(sorted(merged))
+    return cols, bps
+
+
+def value_range(count: LinearQuery, total: LinearQuery, table: Table) -> tuple[float, float] | None:
+    """``[a, b]``: the range of ``x`` over the cells ``COUNT(x)`` counts, read off ``COUNT(x)`` and
+    ``SUM(x)`` (public weights); None when no cell is counted."""
+    if count.is_zero:
+        return None
+    cols, bps = common_grid([count, total], table)
+    wn = count.expand(table, cols, bps)
+    xs = np.broadcast_to(total.expand(table, cols, bps), wn.shape)[wn != 0] / total.denominator
+    return float(xs.min()), float(xs.max())
 
 
 def _split(body: exp.Expr) -> tuple[str | None, exp.Expr | None, exp.Expr | None]:
