@@ -48,10 +48,11 @@ from itertools import product
 import numpy as np
 
 from dpgate.compile import CompiledStatement
+from dpgate.compile.aggregates import Derivation
 from dpgate.query import LinearQuery
 from dpgate.result import Answer, Source
 
-__all__ = ["measured_queries", "plan_confidence", "output_parts", "assemble", "mean_range", "variance_range"]
+__all__ = ["measured_queries", "plan_confidence", "output_parts", "assemble", "component_confidence", "mean_range", "variance_range"]
 
 
 def _normalized(q: LinearQuery) -> LinearQuery:
@@ -83,14 +84,14 @@ def _n_components(stmt: CompiledStatement) -> int:
     return sum(len(d.parts) for d in stmt.derived)
 
 
-def output_parts(stmt: CompiledStatement) -> list[tuple[str, str, tuple[int, ...]]]:
-    """Per (group, aggregate output), in answer order: its name, its kind (``"linear"`` or a
-    derived kind) and the indices of the queries of ``stmt.queries`` it reads."""
+def output_parts(stmt: CompiledStatement) -> list[tuple[str, Derivation, int, tuple[int, ...]]]:
+    """Per (group, aggregate output), in answer order: its name, its :class:`Derivation`, its
+    group's number and the indices of the queries of ``stmt.queries`` it reads."""
     if not stmt.derived:
-        return [(q.label, "linear", (i,)) for i, q in enumerate(stmt.queries)]
+        return [(q.label, Derivation("linear", (0,)), i, (i,)) for i, q in enumerate(stmt.queries)]
     n = _n_components(stmt)
     names = [o.name for o in stmt.outputs if o.kind == "aggregate"]
-    return [(name, d.kind, tuple(g * n + p for p in d.parts))
+    return [(name, d, g, tuple(g * n + p for p in d.parts))
             for g in range(len(stmt.queries) // n) for d, name in zip(stmt.derived, names, strict=True)]
 
 
@@ -106,16 +107,19 @@ def assemble(
         return tuple(answers_at(confidence))
     at = functools.cache(answers_at)  # one replay per confidence level
     out: list[Answer] = []
-    n_outputs = len(stmt.derived)
-    for k, (name, kind, idx) in enumerate(output_parts(stmt)):
-        if kind == "linear":
+    for name, d, g, idx in output_parts(stmt):
+        if d.kind == "linear":
             out.append(at(confidence)[idx[0]])
             continue
-        d = stmt.derived[k % n_outputs]
-        c = 1.0 - (1.0 - confidence) / len(idx)
+        c = component_confidence(d, confidence)
         comps = tuple(_rescale(at(c)[i], stmt.queries[i]) for i in idx)
-        out.append(_combine(kind, comps, d.ranges[k // n_outputs], confidence, name, d.centre))
+        out.append(_combine(d.kind, comps, d.ranges[g], confidence, name, d.centre))
     return tuple(out)
+
+
+def component_confidence(d: Derivation, confidence: float) -> float:
+    """``1 − δ/k``: the confidence each of a derived output's ``k`` components is read at."""
+    return 1.0 - (1.0 - confidence) / len(d.parts)
 
 
 def _rescale(a: Answer, q: LinearQuery) -> Answer:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpgate.compile import CompiledStatement
 from dpgate.decide import Step
-from dpgate.derived import output_parts
+from dpgate.derived import component_confidence, output_parts
 from dpgate.errors import UnsupportedQuery
 from dpgate.result import Answer
 
@@ -151,23 +151,23 @@ def quote(
     left = budget - spent
     at = functools.cache(answers_at)  # one replay per confidence level
 
-    for name, kind, idx in output_parts(stmt):
+    for name, d, _, idx in output_parts(stmt):
         parts = [steps[i] for i in idx]
         eps = float(sum(s.increase for s in parts))
         left -= eps
         kinds = {s.kind for s in parts}
         source = "fresh" if "fresh" in kinds else "history" if "history" in kinds else "exact"
         group = stmt.queries[idx[0]].group
-        if kind == "linear":
-            (a,) = (at(confidence)[i] for i in idx)
-            quotes.append(Quote(name, group, source, eps, a.halfwidth, confidence, left))
+        if d.kind == "linear":
+            quotes.append(Quote(name, group, source, eps, at(confidence)[idx[0]].halfwidth, confidence, left))
             continue
-        c = 1.0 - (1.0 - confidence) / len(idx)
+        c = component_confidence(d, confidence)
+        x = f"x − {d.centre}" if d.centre > 0 else f"x + {-d.centre}" if d.centre else "x"
         comps = []
-        for label, i in zip(("COUNT", "SUM(x)", "SUM(x*x)"), idx, strict=False):
+        for label, i in zip(("COUNT(x)", f"SUM({x})", f"SUM(({x})²)"), idx, strict=False):
             q = stmt.queries[i]
             comps.append(f"{label} ±{at(c)[i].halfwidth * (q.sensitivity or 1.0):.6g}")
-        note = f"{kind.upper()} from {', '.join(comps)} at {c:.4g}; its interval depends on their values"
+        note = f"{d.kind.upper()} from {', '.join(comps)} at {c:.4g}; its interval depends on their values"
         quotes.append(Quote(name, group, source, eps, math.nan, confidence, left, note))
     return Explanation(tuple(quotes), float(sum(s.increase for s in steps)), spent, budget, stmt)
 

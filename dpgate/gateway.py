@@ -357,7 +357,7 @@ class Gateway:
                 c = resolve_confidence({"confidence": confidence}, hinted(stmt.hints))
                 left = self.budget - spent
                 quotes = tuple(Quote(name, stmt.queries[idx[0]].group, "model", 0.0, math.nan, c, left)
-                               for name, _, idx in output_parts(stmt))
+                               for name, _, _, idx in output_parts(stmt))
                 return Explanation(quotes, 0.0, spent, self.budget, stmt)
             req = _requirement(stmt, accuracy, confidence, None)
             pol = check_policy(policy or self.policy)

@@ -48,7 +48,7 @@ def test_quote_equals_the_charge_and_costs_nothing(gw):
             assert q.epsilon == pytest.approx(a.epsilon_spent, abs=1e-12, rel=0)
             assert q.source == a.source
             if a.components:  # a derived output: its interval depends on the released values
-                assert math.isnan(q.halfwidth) and "SUM(x)" in q.note
+                assert math.isnan(q.halfwidth) and "SUM(x − 50)" in q.note
             else:
                 assert q.halfwidth == pytest.approx(a.halfwidth, rel=1e-9)
         assert quote.remaining <= gw.remaining + 1e-12
