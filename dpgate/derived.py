@@ -52,7 +52,10 @@ from dpgate.compile.aggregates import Derivation
 from dpgate.query import LinearQuery
 from dpgate.result import Answer, Source
 
-__all__ = ["measured_queries", "plan_confidence", "output_parts", "assemble", "component_confidence", "mean_range", "variance_range"]
+__all__ = [
+    "measured_queries", "plan_confidence", "output_parts", "assemble", "component_confidence", "mean_range",
+    "variance_range",
+]
 
 
 def _normalized(q: LinearQuery) -> LinearQuery:

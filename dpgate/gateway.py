@@ -463,7 +463,6 @@ class Gateway:
             )
         return stmt
 
-
     def _state(self, table: str) -> TableState:
         t = self.schema.table(table)
         key = t.name.lower()
