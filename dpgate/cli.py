@@ -337,7 +337,7 @@ def _shell_command(conn: Any, command: str, args: list[str]) -> None:
             raise InvalidArgument("Usage: \\history [N], with N a whole number of releases.")
         n = int(args[0]) if args else 20
         df = conn.history
-        cols = ["id", "table", "sql", "alpha", "value", "cost_after"]
+        cols = ["id", "table", "sql", "measured", "alpha", "value", "cost_after"]
         click.echo(f"{len(df)} releases" + (f"; the last {min(n, len(df))}:" if len(df) else "."))
         if len(df):
             with _pd_display():

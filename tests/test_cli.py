@@ -201,7 +201,7 @@ def test_shell_runs_statements_settings_and_backslash_commands(pums_files, tmp_p
     assert len(charges) == 2 and charges[0] > 0 and charges[1] == 0
     assert "ok" in out.splitlines()
     assert "budget 1" in out and "remaining" in out
-    assert "1 releases" in out
+    assert "1 releases" in out and "COUNT where age 0–39" in out  # \\history says what was measured
     errors = r.stderr.splitlines()
     assert len(errors) == 3 and all(e.startswith("error: ") for e in errors), errors
     assert "\\nope" in errors[0] and "confidence" in errors[2]

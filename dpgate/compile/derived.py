@@ -68,7 +68,7 @@ def compile_derived(
     derivations: list[Derivation] = []
     originals = list(tree.expressions)
     for i, item in enumerate(originals):
-        body = unparen(item.this if isinstance(item, exp.Alias) else item)
+        body = unparen(_body(item))
         kind, arg, cond = _split(body)
         if kind is None:
             if any(derived_kind(n) is not None for n in walk(body)):
@@ -109,8 +109,8 @@ def compile_derived(
             o = next(compiled)
             name, column, kind = o.name, o.column, o.kind
         else:
-            body = item.this if isinstance(item, exp.Alias) else item
-            name, column, kind = (item.alias if isinstance(item, exp.Alias) else body.sql(dialect=dialect)), None, "aggregate"
+            name = item.alias if isinstance(item, exp.Alias) else _body(item).sql(dialect=dialect)
+            column, kind = None, "aggregate"
         base, k = name, 0
         while name.lower() in seen:
             k += 1
@@ -123,7 +123,7 @@ def compile_derived(
             outputs.append(Output(name, "aggregate", None, agg_index))
             agg_index += 1
     queries, derived = _centred(c.queries, [d for d in derivations if d.kind != "group"], c.table)
-    post_items = [(o.name, unparen(it.this if isinstance(it, exp.Alias) else it), o.column)
+    post_items = [(o.name, unparen(_body(it)), o.column)
                   for o, it in zip(outputs, originals, strict=True)]
     postprocess = build_post(tree, c.table, c.qualifiers, post_items, dialect)
     return CompiledStatement(
@@ -218,6 +218,11 @@ def _split(body: exp.Expr) -> tuple[str | None, exp.Expr | None, exp.Expr | None
     return kind, arg, cond
 
 
+def _body(item: exp.Expr) -> exp.Expr:
+    """A SELECT item without its alias."""
+    return item.this if isinstance(item, exp.Alias) else item
+
+
 def _is_column(body: exp.Expr) -> bool:
     return isinstance(body, exp.Column) and not isinstance(body.this, exp.Star)
 
@@ -233,7 +238,7 @@ def _remap_group_positions(tree: exp.Select, originals: list[exp.Expr]) -> None:
         u = unparen(e)
         if isinstance(u, exp.Literal) and not u.is_string and u.this.isdigit() and 1 <= int(u.this) <= len(originals):
             picked = originals[int(u.this) - 1]
-            body = unparen(picked.this if isinstance(picked, exp.Alias) else picked)
+            body = unparen(_body(picked))
             if not _is_column(body):
                 raise UnsupportedQuery(f"GROUP BY {u.sql()} refers to an aggregate ({picked.sql()!r}); group by columns.")
             new.append(body.copy())
