@@ -11,7 +11,24 @@ from __future__ import annotations
 from dpgate import accessor as _accessor  # noqa: F401  (registers DataFrame.dp)
 from dpgate import dbapi, inference
 from dpgate.compile import compile_sql
-from dpgate.dbapi import apilevel, connect, paramstyle, threadsafety
+from dpgate.dbapi import (
+    BINARY,
+    DATETIME,
+    NUMBER,
+    ROWID,
+    STRING,
+    Binary,
+    Date,
+    DateFromTicks,
+    Time,
+    TimeFromTicks,
+    Timestamp,
+    TimestampFromTicks,
+    apilevel,
+    connect,
+    paramstyle,
+    threadsafety,
+)
 from dpgate.errors import (
     BudgetExhausted,
     DatabaseError,
@@ -35,6 +52,7 @@ from dpgate.errors import (
     UnsupportedQuery,
     Warning,
 )
+from dpgate.explain import Explanation
 from dpgate.gateway import POLICIES, Gateway
 from dpgate.ledger import Ledger
 from dpgate.query import LinearQuery
@@ -45,8 +63,21 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Answer",
+    "BINARY",
+    "Binary",
     "BudgetExhausted",
     "Column",
+    "DATETIME",
+    "Date",
+    "DateFromTicks",
+    "Explanation",
+    "NUMBER",
+    "ROWID",
+    "STRING",
+    "Time",
+    "TimeFromTicks",
+    "Timestamp",
+    "TimestampFromTicks",
     "DataError",
     "DatabaseError",
     "DPGateInternalError",

@@ -16,6 +16,7 @@ from typing import Any
 
 from dpgate.compile import CompiledStatement
 from dpgate.errors import ProgrammingError
+from dpgate.explain import COLUMNS, Explanation
 from dpgate.result import Answer, Result
 from dpgate.schema import Schema
 
@@ -36,6 +37,7 @@ __all__ = [
     "ResultSet",
     "NO_ROWS",
     "result_set",
+    "explain_set",
 ]
 
 
@@ -59,10 +61,15 @@ class DBAPITypeObject:
         return f"<dpgate.dbapi.{self.name}>"
 
 
+#: PEP 249 type object: text columns (group keys of categorical and binned columns, ``source``).
 STRING = DBAPITypeObject("STRING", "VARCHAR")
+#: PEP 249 type object: binary columns (dpgate returns none).
 BINARY = DBAPITypeObject("BINARY", "BLOB")
+#: PEP 249 type object: numbers (released values, intervals, integer and boolean keys).
 NUMBER = DBAPITypeObject("NUMBER", "DOUBLE", "BIGINT", "BOOLEAN")
+#: PEP 249 type object: dates and times (dpgate returns none).
 DATETIME = DBAPITypeObject("DATETIME", "DATE", "TIME", "TIMESTAMP")
+#: PEP 249 type object: row ids (dpgate returns none).
 ROWID = DBAPITypeObject("ROWID", "ROWID")
 
 Date = _dt.date
@@ -170,3 +177,13 @@ def result_set(result: Result, intervals: bool, schema: Schema) -> ResultSet:
     answers = tuple(a for g in order for a in result.answers[g * n_aggs : (g + 1) * n_aggs])
     description = tuple((n, t, None, None, None, None, null_ok) for n, (t, null_ok) in zip(names, types, strict=True))
     return ResultSet(description, rows, result, answers)
+
+
+_EXPLAIN_TYPES = ("VARCHAR", "VARCHAR", "VARCHAR", "DOUBLE", "DOUBLE", "DOUBLE", "DOUBLE", "VARCHAR")
+
+
+def explain_set(explanation: Explanation) -> ResultSet:
+    """The rows of ``EXPLAIN SELECT …``: one per output, columns :data:`dpgate.explain.COLUMNS`."""
+    rows = tuple(tuple(_python(v) for v in row) for row in explanation.rows())
+    description = tuple((n, t, None, None, None, None, True) for n, t in zip(COLUMNS, _EXPLAIN_TYPES, strict=True))
+    return ResultSet(description, rows, None, ())

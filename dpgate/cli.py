@@ -18,7 +18,9 @@ insecure and for demonstrations only.**
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -88,6 +90,18 @@ def _open_data(data: str, schema: Any) -> Any:
     return con
 
 
+def _quiet(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value:
+        from dpgate import _progress
+
+        _progress.set_enabled(False)
+    return value
+
+
+_QUIET = click.option("--quiet", "-q", is_flag=True, expose_value=False, callback=_quiet,
+                      help="No progress bar (bars are drawn on stderr, on a terminal, for work over 2 s).")
+
+
 def _gateway_options(f: Any) -> Any:
     """The options that open a gateway over a data file, shared by ``query`` and ``shell``."""
     options = [
@@ -98,10 +112,17 @@ def _gateway_options(f: Any) -> Any:
                      help="Total privacy budget ε (fixed when the ledger is created)."),
         click.option("--ledger", default=None,
                      help="Durable ledger file (SQLite); omitted: in memory, forgotten on exit."),
-        click.option("--accuracy", type=float, default=None, help="Half-width ε of the requested interval."),
-        click.option("--confidence", type=float, default=None, help="1−δ (default 0.95)."),
+        click.option("--accuracy", type=float, default=None,
+                     help="Half-width of the requested interval, in the answer's units (e.g. 25 rows for a "
+                     "count; for AVG/VAR/STDDEV, rows of each COUNT/SUM component). Not ε: ε is the "
+                     "privacy budget, which dpgate spends as little of as this accuracy allows."),
+        click.option("--confidence", type=float, default=None,
+                     help="Confidence 1−δ of the interval [default: 0.95]."),
         click.option("--policy", type=click.Choice(["minimal", "paper", "no_reuse"]), default="minimal",
-                     show_default=True),
+                     show_default=True,
+                     help="minimal: cheapest measurement meeting --accuracy; paper: Xiao & Xiong's rule; "
+                     "no_reuse: ignore history (a baseline)."),
+        _QUIET,
     ]
     for option in reversed(options):
         f = option(f)
@@ -109,15 +130,27 @@ def _gateway_options(f: Any) -> Any:
 
 
 def _echo_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=1, default=_json_default))
+    """Print ``obj`` as strict JSON: NULL, NaN and infinities become ``null`` (never ``NaN``)."""
+    click.echo(json.dumps(_jsonable(obj), indent=1, allow_nan=False))
 
 
-def _json_default(v: Any) -> Any:
-    """numpy scalars and other non-JSON values: as Python numbers, else as text (pandas' NA: null)."""
-    if type(v).__name__ == "NAType":  # a NULL key of an Int64 / boolean column
+def _jsonable(v: Any) -> Any:
+    """``v`` with JSON types only: numpy scalars as Python values, missing and non-finite numbers
+    as None, other objects as text."""
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if v is None or isinstance(v, (bool, str, int)):
+        return v
+    if hasattr(v, "item") and not isinstance(v, float):
+        return _jsonable(v.item())
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    import pandas as pd
+
+    if v is pd.NA or v is pd.NaT:  # a NULL key of an Int64 / boolean column
         return None
-    if hasattr(v, "item"):
-        return v.item()
     return str(v)
 
 
@@ -135,17 +168,33 @@ def _ledger_summary(meta: dict[str, str], recs: Any) -> dict[str, Any]:
 @click.option("--allow-partial", is_flag=True, help="Return history's best estimate instead of refusing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows and the budget as JSON.")
 @click.option("--round", "round_", is_flag=True, help="Integers for counts (free post-processing).")
+@click.option("--explain", is_flag=True,
+              help="Print what the query would cost (per output: free or fresh, ε, half-width, budget left) "
+              "without reading data or spending.")
 @click.argument("sql")
 def query(schema_path: str, data: str, budget: float, ledger: str | None, accuracy: float | None,
           confidence: float | None, policy: Policy, allow_partial: bool, as_json: bool, round_: bool,
-          sql: str) -> None:
-    """Answer one SQL counting query within ±ACCURACY and print the released table."""
+          explain: bool, sql: str) -> None:
+    """Answer one SQL counting query within ±--accuracy and print the released table."""
     from dpgate.gateway import Gateway
     from dpgate.schema import Schema
 
     schema = Schema.load(schema_path)
     source = _open_data(data, schema)
     with Gateway(source, schema, budget=budget, ledger=ledger, policy=policy) as gw:
+        if explain:
+            quote = gw.explain(sql, accuracy=accuracy, confidence=confidence)
+            if as_json:
+                _echo_json({"quotes": quote.to_pandas().to_dict(orient="records"), "epsilon": quote.epsilon,
+                            "affordable": quote.affordable, **_budget_summary(gw.budget, gw.spent,
+                                                                              len(gw.ledger.records()))})
+            else:
+                with _pd_display():
+                    click.echo(quote.to_pandas().to_string(index=False))
+                click.echo(f"\nwould charge ε = {quote.epsilon:.6g}; {max(quote.remaining, 0.0):.6g} of "
+                           f"{gw.budget:g} would remain" + ("" if quote.affordable else " — over budget, refused")
+                           + ".  Nothing was read or spent.")
+            return
         res = gw.query(sql, accuracy=accuracy, confidence=confidence, allow_partial=allow_partial, round=round_)
         table = res.to_pandas()
         if as_json:
@@ -167,6 +216,7 @@ Statements end with ';' and may span lines.  Every answer is differentially priv
   SET dpgate.confidence = 0.95;           confidence 1−δ
   SET dpgate.intervals = on;              add low / high / source columns
   SET dpgate.round = on;                  integers for counts (free)
+  EXPLAIN SELECT ...;                     what it would cost (free: reads nothing, spends nothing)
   /*+ dpgate accuracy=10 */ SELECT ...;   per-statement requirement
   \\budget        budget, spent, remaining
   \\history [N]   the last N releases (default 20)
@@ -196,9 +246,11 @@ def shell(schema_path: str, data: str, budget: float, ledger: str | None, accura
                         policy=policy) as conn:
         if interactive:
             click.echo(f"dpgate shell: budget {conn.budget:g}, spent {conn.spent:.6g}.  \\help for help, \\q to quit.")
-        _shell_loop(conn, interactive)
+        failed = _shell_loop(conn, interactive)
     if hasattr(source, "close"):
         source.close()
+    if failed and not interactive:  # a script's failure must be visible to its caller
+        raise click.exceptions.Exit(EXIT_ERROR)
 
 
 def _enable_line_history(path: str) -> None:
@@ -223,13 +275,15 @@ def _save_line_history(readline: Any, path: str) -> None:
         pass
 
 
-def _shell_loop(conn: Any, interactive: bool) -> None:
-    """Read statements until EOF or ``\\q``; an error is reported and the shell goes on."""
+def _shell_loop(conn: Any, interactive: bool) -> bool:
+    """Read statements until EOF or ``\\q``; an error is reported and the shell goes on.
+    Returns whether any statement or command failed."""
     import pandas as pd
 
     from dpgate.errors import Error
 
     buffer: list[str] = []
+    failed = False
     while True:
         prompt = ("dpgate> " if not buffer else "   ...> ") if interactive else ""
         try:
@@ -246,7 +300,8 @@ def _shell_loop(conn: Any, interactive: bool) -> None:
             try:
                 _shell_command(conn, command, args)
             except Error as e:
-                click.echo(f"error: {_one_line(e)}", err=True)
+                click.echo(f"error: {_as_flags(_one_line(e))}", err=True)
+                failed = True
             continue
         if stripped:
             buffer.append(line)
@@ -258,6 +313,7 @@ def _shell_loop(conn: Any, interactive: bool) -> None:
             cur.execute(sql)
         except Error as e:
             click.echo(f"error: {_one_line(e)}", err=True)
+            failed = True
             continue
         if cur.description is not None:
             table = pd.DataFrame(cur.fetchall(), columns=[d[0] for d in cur.description])
@@ -269,6 +325,8 @@ def _shell_loop(conn: Any, interactive: bool) -> None:
             click.echo("ok")
     if buffer:
         click.echo("error: the last statement has no closing ';' and was not run.", err=True)
+        failed = True
+    return failed
 
 
 def _shell_command(conn: Any, command: str, args: list[str]) -> None:
@@ -281,7 +339,7 @@ def _shell_command(conn: Any, command: str, args: list[str]) -> None:
             raise InvalidArgument("Usage: \\history [N], with N a whole number of releases.")
         n = int(args[0]) if args else 20
         df = conn.history
-        cols = ["id", "table", "sql", "alpha", "value", "cost_after"]
+        cols = ["id", "table", "sql", "measured", "alpha", "value", "cost_after"]
         click.echo(f"{len(df)} releases" + (f"; the last {min(n, len(df))}:" if len(df) else "."))
         if len(df):
             with _pd_display():
@@ -368,6 +426,7 @@ def budget(ledger: str, as_json: bool) -> None:
 @click.option("--seed", type=int, default=None, help="Sampler seed (reproducible output).")
 @click.option("--alpha", default="cv", show_default=True, help="Max-ent trade-off α (a number), or 'cv'.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Output file: .parquet or .csv.")
+@_QUIET
 def synthesize(schema_path: str, data: str, ledger: str, table: str | None, rows: int | None,
                seed: int | None, alpha: str, out: str) -> None:
     """Write a synthetic table drawn from the maximum-entropy model of every released answer.
@@ -434,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         click.echo(f"dpgate: error: {e.format_message()}", err=True)
         return EXIT_USAGE if isinstance(e, click.UsageError) else EXIT_ERROR
     except Error as e:
-        click.echo(f"dpgate: error: {_one_line(e)}", err=True)
+        click.echo(f"dpgate: error: {_as_flags(_one_line(e))}", err=True)
         return EXIT_ERROR
     except (OSError, ValueError) as e:
         click.echo(f"dpgate: error: {_one_line(e)}", err=True)
@@ -447,6 +506,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "(rerun with --debug for the traceback; this is a bug in dpgate).", err=True)
         return EXIT_ERROR
     return int(rv or 0) if isinstance(rv, int) else 0
+
+
+_ARGUMENT = re.compile(r"\b(accuracy|confidence|allow_partial|policy|budget)=(True\b|(?=[\s(,.;]|$))")
+_BUDGET_VALUE = re.compile(r"\bbudget=(?=\d)")
+
+
+def _as_flags(message: str) -> str:
+    """A library message as the command line says it: ``pass accuracy=`` → ``pass --accuracy``.
+
+    Hints such as ``/*+ dpgate accuracy=25 */`` are SQL and stay as written.
+
+    >>> _as_flags("pass accuracy= (the half-width) or allow_partial=True; pass budget=2.5 or a new ledger.")
+    'pass --accuracy (the half-width) or --allow-partial; pass --budget 2.5 or a new ledger.'
+    >>> _as_flags("add a hint /*+ dpgate accuracy=25 */")
+    'add a hint /*+ dpgate accuracy=25 */'
+    """
+    message = _ARGUMENT.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
+    return _BUDGET_VALUE.sub("--budget ", message)
 
 
 def _one_line(e: BaseException) -> str:

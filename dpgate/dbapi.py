@@ -59,6 +59,16 @@ With no accuracy at any level, ``execute`` raises
 :class:`~dpgate.errors.InvalidRequirement` (a ``DataError``) saying how to set
 one; nothing is read and nothing is spent.
 
+Quotes: EXPLAIN
+===============
+
+``EXPLAIN SELECT …`` runs nothing and spends nothing: it returns the quote of
+:meth:`dpgate.Gateway.explain` as rows, one per (group, output), with columns
+``output, group, source, epsilon, halfwidth, confidence, remaining, note``
+(``source`` ``'history'`` = free, ``'fresh'`` = paid; ``remaining`` = the budget
+left after that output).  The requirement is resolved as for the SELECT itself,
+and the next identical SELECT charges exactly the quoted ``epsilon``.
+
 Intervals
 =========
 
@@ -139,6 +149,7 @@ from dpgate._dbapi_rows import (
     TimeFromTicks,
     Timestamp,
     TimestampFromTicks,
+    explain_set,
     result_set,
 )
 from dpgate.compile import SetOption, compile_statement
@@ -166,6 +177,7 @@ from dpgate.errors import (
     UnsupportedQuery,
     Warning,
 )
+from dpgate.explain import strip_explain
 from dpgate.gateway import DEFAULT_MAX_OUTPUTS, Gateway
 from dpgate.requirement import hinted, resolve_accuracy, resolve_confidence, resolve_requirement
 from dpgate.result import Answer, Result
@@ -467,6 +479,9 @@ class Connection:
         params = _params(parameters)
         gw = self._gateway
         try:
+            inner = strip_explain(operation)
+            if inner is not None:
+                return self._explain(inner, params)
             stmt = compile_statement(operation, gw.schema, dialect=gw.dialect, params=params)
             if isinstance(stmt, SetOption):
                 with self._lock:
@@ -488,6 +503,20 @@ class Connection:
             raise
         except Exception as exc:  # the DB-API contract: every failure is a dpgate.Error
             raise DPGateInternalError(f"unexpected {type(exc).__name__} while running a statement: {exc}") from exc
+
+    def _explain(self, operation: str, params: Sequence[Any] | Mapping[str, Any] | None) -> ResultSet:
+        """``EXPLAIN SELECT …``: the quote of the statement as rows (:meth:`Gateway.explain`); free."""
+        gw = self._gateway
+        stmt = compile_statement(operation, gw.schema, dialect=gw.dialect, params=params)
+        if isinstance(stmt, SetOption):
+            raise UnsupportedQuery("EXPLAIN takes a SELECT; SET dpgate.* changes a setting and costs nothing.")
+        settings = dict(self._settings)
+        method = (stmt.hints.get("method") or settings["method"] or "exact").lower()
+        if method != "exact":
+            confidence = resolve_confidence(hinted(stmt.hints), settings)
+            return explain_set(gw.explain(operation, confidence=confidence, params=params, method=method))
+        req = resolve_requirement(hinted(stmt.hints), settings, missing=_NO_ACCURACY)
+        return explain_set(gw.explain(operation, req.accuracy, req.confidence, params=params))
 
 
 def _params(parameters: Any) -> Sequence[Any] | Mapping[str, Any] | None:

@@ -45,11 +45,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from dpgate import _progress
 from dpgate._blas import one_blas_thread, single_threaded
 from dpgate._validate import positive_finite
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
 from dpgate.cube import Cube
 from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
+from dpgate.derived import assemble, measured_queries, output_parts, plan_confidence
 from dpgate.errors import (
     BudgetExhausted,
     InvalidArgument,
@@ -57,13 +59,15 @@ from dpgate.errors import (
     NotEstimable,
     ProgrammingError,
     QueryTooComplex,
+    UnsupportedQuery,
 )
 from dpgate.errors import Warning as DPGateWarning
+from dpgate.explain import Explanation, Quote, quote, zero_valued
 from dpgate.inference import IncrementalBLUE
 from dpgate.ledger import Ledger, LedgerRecord, LedgerTransaction
 from dpgate.noise import noise_source, release
 from dpgate.query import LinearQuery
-from dpgate.requirement import hinted, resolve_confidence, resolve_requirement
+from dpgate.requirement import Requirement, hinted, resolve_confidence, resolve_requirement
 from dpgate.result import Result
 from dpgate.schema import Schema
 from dpgate.state import DEFAULT_MAX_ATOMS, TableState, TableView, isolation_key
@@ -90,6 +94,26 @@ def _outside_dpgate() -> int:
     while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("dpgate"):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _requirement(stmt: CompiledStatement, accuracy: float | None, confidence: float | None,
+                 allow_partial: bool | None) -> Requirement:
+    """The requirement of a call: its arguments, else the statement's hints."""
+    return resolve_requirement(
+        {"accuracy": accuracy, "confidence": confidence, "allow_partial": allow_partial or None},
+        hinted(stmt.hints),
+        missing="no accuracy given: pass accuracy= (the half-width of the interval you need, e.g. 25) "
+        "or add a hint /*+ dpgate accuracy=25 */.",
+    )
+
+
+def _refuse_derived(stmt: CompiledStatement, what: str) -> None:
+    """AVG / VAR / STDDEV answers are Bonferroni boxes, not distributions: ``what`` needs a linear query."""
+    if stmt.derived:
+        raise UnsupportedQuery(
+            f"{what} needs linear outputs; AVG, VAR and STDDEV are not linear (their answers carry an interval "
+            "but no posterior) — ask for their components, e.g. SUM(x) and COUNT(x), instead."
+        )
 
 
 class Gateway:
@@ -198,13 +222,36 @@ class Gateway:
 
     @property
     def history(self) -> pd.DataFrame:
-        """Every release so far as a pandas DataFrame (one row per noisy measurement)."""
+        """Every release so far as a pandas DataFrame (one row per noisy measurement).
+
+        ``measured`` says in words what each release counted and on which cells — for a
+        GROUP BY, its group (e.g. ``COUNT where sex = 1``); ``query`` (last) is the exact
+        weight vector as JSON."""
         import pandas as pd
 
+        from dpgate._describe import describe
+
         recs = self._ledger.records()
-        cols = ["id", "kind", "table", "sql", "query", "alpha", "sensitivity", "scale", "lattice",
-                "noise", "value", "cost_after", "secure", "created_at", "session"]
-        return pd.DataFrame([{c: getattr(r, c) for c in cols} for r in recs], columns=cols)
+        cols = ["id", "kind", "table", "sql", "alpha", "sensitivity", "scale", "lattice",
+                "noise", "value", "cost_after", "secure", "created_at", "session", "query"]
+        rows = [{"measured": describe(LinearQuery.from_json(r.query), self.schema.table(r.table)),
+                 **{c: getattr(r, c) for c in cols}} for r in recs]
+        return pd.DataFrame(rows, columns=[*cols[:4], "measured", *cols[4:]])
+
+    def __repr__(self) -> str:
+        tables = ", ".join(t.name for t in self.schema.tables)
+        return (f"<dpgate.Gateway tables=[{tables}] budget={self.budget:g} spent={self.spent:.6g} "
+                f"remaining={self.remaining:.6g} releases={len(self._ledger.records())} policy={self.policy}>")
+
+    def _repr_html_(self) -> str:
+        import html
+
+        rows = [("tables", ", ".join(t.name for t in self.schema.tables)), ("budget ε", f"{self.budget:g}"),
+                ("spent", f"{self.spent:.6g}"), ("remaining", f"{self.remaining:.6g}"),
+                ("releases", str(len(self._ledger.records()))), ("policy", self.policy)]
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+                       for k, v in rows)
+        return f"<b>dpgate.Gateway</b><table>{body}</table>"
 
     @property
     def ledger(self) -> Ledger:
@@ -236,7 +283,9 @@ class Gateway:
                 ``/*+ dpgate accuracy=25 confidence=0.95 */`` supplies defaults;
                 ``/*+ dpgate method=pca|maxent|mmse */`` returns :meth:`estimate`'s free,
                 model-based answers instead (no accuracy needed, nothing spent).
-            accuracy: half-width ε of the requested interval (> 0).
+            accuracy: half-width of the requested interval (> 0), in the answer's units (not
+                ε, which is the budget); for AVG / VAR / STDDEV, of each component in rows
+                (``dpgate.derived``).
             confidence: 1−δ, in (0, 1); default 0.95.
             params: PEP 249 parameters bound into placeholders.
             allow_partial: when the budget cannot pay, return history's best estimates
@@ -254,39 +303,79 @@ class Gateway:
             InvalidRequirement: accuracy/confidence out of range.
             BudgetExhausted: the answer would overspend (nothing read, nothing spent).
         """
-        stmt = self.compile(sql, params)
+        stmt = self._compile_checked(sql, params)
         if not stmt.queries:  # only declared group keys: public, so free
             return Result((), stmt, 0.0)
-        if len(stmt.queries) > self.max_outputs:
-            raise QueryTooComplex(
-                f"this statement has {len(stmt.queries)} outputs (groups × aggregates), more than this gateway's "
-                f"max_outputs = {self.max_outputs}; group by fewer or coarser columns, or raise the limit with "
-                "Gateway(max_outputs=...) / connect(max_outputs=...)."
-            )
         method = stmt.hints.get("method", "exact")  # validated and lower-cased by the compiler
         if method != "exact":  # a hint asked for a free, model-based estimate instead
             confidence = resolve_confidence({"confidence": confidence}, hinted(stmt.hints))
             return self.estimate(sql, method, confidence=confidence, params=params)
-        req = resolve_requirement(
-            {"accuracy": accuracy, "confidence": confidence, "allow_partial": allow_partial or None},
-            hinted(stmt.hints),
-            missing="no accuracy given: pass accuracy= (the half-width of the interval you need, e.g. 25) "
-            "or add a hint /*+ dpgate accuracy=25 */.",
-        )
+        req = _requirement(stmt, accuracy, confidence, allow_partial)
         accuracy, confidence, allow_partial = req.accuracy, req.confidence, req.allow_partial
         policy = check_policy(policy or self.policy)
-        with self._lock:
+        with self._lock, _progress.working(f"planning {len(stmt.queries)} outputs"):
             self._sync()
-            # Planned on a refined copy: nothing of a refused statement stays in the live state.
-            state = self._state(stmt.table).refined(stmt.queries, isolate=True)
-            steps = plan(state, stmt.queries, accuracy, confidence, policy)
+            state, steps = self._plan(stmt, accuracy, confidence, policy)
             if any(s.kind == "fresh" for s in steps):
                 steps, blue = self._measure(stmt, sql, state, steps, accuracy, confidence, policy, allow_partial)
             else:
                 blue = state.blue
-            out = answers(blue, steps, accuracy, confidence, policy, secure=self._secure(stmt.table))
+            secure = self._secure(stmt.table)
+            out = assemble(stmt, lambda c: answers(blue, steps, accuracy, c, policy, secure=secure), confidence)
         result = Result(out, stmt, float(sum(s.increase for s in steps)))
         return result.rounded() if round else result
+
+    @single_threaded
+    def explain(
+        self,
+        sql: str,
+        accuracy: float | None = None,
+        confidence: float | None = None,
+        *,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
+        policy: Policy | None = None,
+        method: str | None = None,
+    ) -> Explanation:
+        """The quote of :meth:`query` for the same arguments, without reading data or spending.
+
+        Per output: whether it would be answered from history (free) or fresh, the ε it
+        would charge, the half-width its interval would carry and the budget left after
+        it (``Explanation.to_pandas()``; ``EXPLAIN SELECT …`` on the DB-API gives the same
+        rows).  The next identical :meth:`query` charges exactly the quoted ε, unless
+        another release happens in between.
+
+        It is free — it spends nothing, reads no data, records nothing (``spent`` and
+        ``history`` are unchanged) — because the plan depends only on the queries, the
+        requirement and the *design* of history (which queries were released at which
+        noise scales), all public or post-processing of released answers: the half-width
+        of an estimator is a quantile of its error law, which depends on the design
+        alone, never on a noise value or a row (see ``dpgate.explain``).
+
+        ``method`` (default: the statement's ``/*+ dpgate method=… */`` hint, else
+        ``"exact"``): a model-based method quotes its free estimates (``source="model"``).
+
+        Raises:
+            UnsupportedQuery, SchemaError, InvalidRequirement: as :meth:`query` (nothing spent).
+        """
+        stmt = self._compile_checked(sql, params)
+        method = method or stmt.hints.get("method", "exact")
+        with self._lock:
+            self._sync()
+            spent = self._spent()
+            if not stmt.queries:  # only declared group keys: public, nothing to charge
+                return Explanation((), 0.0, spent, self.budget, stmt)
+            if method != "exact":  # model-based estimates are free and have no certified interval
+                c = resolve_confidence({"confidence": confidence}, hinted(stmt.hints))
+                left = self.budget - spent
+                quotes = tuple(Quote(name, stmt.queries[idx[0]].group, "model", 0.0, math.nan, c, left)
+                               for name, _, _, idx in output_parts(stmt))
+                return Explanation(quotes, 0.0, spent, self.budget, stmt)
+            req = _requirement(stmt, accuracy, confidence, None)
+            pol = check_policy(policy or self.policy)
+            state, steps = self._plan(stmt, req.accuracy, req.confidence, pol)
+            zero = zero_valued(steps)
+            return quote(stmt, steps, lambda c: answers(state.blue, zero, req.accuracy, c, pol, secure=True),
+                         req.confidence, spent, self.budget)
 
     @single_threaded
     def probability(self, sql: str, low: float | None = None, high: float | None = None, *, params: Any = None) -> float:
@@ -296,6 +385,7 @@ class Gateway:
             NotEstimable: history does not determine this query.
         """
         stmt = self.compile(sql, params)
+        _refuse_derived(stmt, "probability()")
         if len(stmt.queries) != 1:
             raise ProgrammingError(
                 f"probability() needs a query with one output, this one has {len(stmt.queries)}."
@@ -373,6 +463,16 @@ class Gateway:
             yield self._state(table).refined(queries).view()
 
     # -- internals -------------------------------------------------------------------
+    def _compile_checked(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> CompiledStatement:
+        """:meth:`compile`, refusing statements with more outputs than ``max_outputs``."""
+        stmt = self.compile(sql, params)
+        if len(stmt.queries) > self.max_outputs:
+            raise QueryTooComplex(
+                f"this statement has {len(stmt.queries)} outputs (groups × aggregates), more than this gateway's "
+                f"max_outputs = {self.max_outputs}; group by fewer or coarser columns, or raise the limit with "
+                "Gateway(max_outputs=...) / connect(max_outputs=...)."
+            )
+        return stmt
 
     def _state(self, table: str) -> TableState:
         t = self.schema.table(table)
@@ -422,6 +522,13 @@ class Gateway:
                      rec.sensitivity, prepared=prepared)
         self._last_id = rec.id
 
+    def _plan(self, stmt: CompiledStatement, accuracy: float, confidence: float, policy: str) -> tuple[TableState, list[Step]]:
+        """Plan ``stmt`` on a refined copy of its table's state (nothing of a refused statement
+        stays in the live state).  AVG / VAR / STDDEV plan their components (``dpgate.derived``)."""
+        queries = measured_queries(stmt)
+        state = self._state(stmt.table).refined(queries, isolate=True)
+        return state, plan(state, queries, accuracy, plan_confidence(stmt, confidence), policy)
+
     def _measure(
         self,
         stmt: CompiledStatement,
@@ -442,8 +549,7 @@ class Gateway:
             seen = self._last_id
             self._sync(tx.records(since=self._last_id))
             if self._last_id != seen:
-                state = self._state(stmt.table).refined(stmt.queries, isolate=True)
-                steps = plan(state, stmt.queries, accuracy, confidence, policy)
+                state, steps = self._plan(stmt, accuracy, confidence, policy)
             before = state.blue.copy()  # the live state's appends below must not reach it
             needed = float(sum(s.increase for s in steps))
             spent = self._spent()
@@ -467,7 +573,7 @@ class Gateway:
         truths = self._cube.true_numerators([m.query for m in parts])
         trial = state.costs.copy()
         values = []
-        for m, truth in zip(parts, truths, strict=True):
+        for m, truth in _progress.track(zip(parts, truths, strict=True), len(parts), "releasing"):
             rel = release(truth, m.query.denominator, m.sensitivity, m.alpha, self._noise)
             trial.add(m.h, m.alpha, m.sensitivity)
             tx.append(
@@ -576,7 +682,8 @@ class Gateway:
         epsilon = positive_finite(epsilon, "epsilon", error=InvalidRequirement)
         if not isinstance(columns, str) and not (isinstance(columns, Sequence) and columns):
             raise InvalidRequirement(f"columns must be a column name or a non-empty list of names, got {columns!r}.")
-        release = warmstart.warm_start(self, strategy, epsilon, columns, table=table, **options)
+        with _progress.working(f"{strategy} warm start"):
+            release = warmstart.warm_start(self, strategy, epsilon, columns, table=table, **options)
         if release.strategy == "ispe":
             with self._lock:
                 self._ispe_releases.append(release)
@@ -651,6 +758,7 @@ class Gateway:
         """
         if method not in MODEL_METHODS:
             raise InvalidRequirement(f"method must be one of {', '.join(map(repr, MODEL_METHODS))}, got {method!r}.")
+        _refuse_derived(self.compile(sql, params), "model-based estimates")
         if method == "mmse":
             from dpgate.warmstart import mmse_estimate
 
@@ -660,7 +768,8 @@ class Gateway:
             )
         from dpgate.model import estimate as _estimate
 
-        return self._flag_security(_estimate(self, sql, method, confidence=confidence, params=params, **options))
+        with _progress.working(f"fitting the {method} model"):
+            return self._flag_security(_estimate(self, sql, method, confidence=confidence, params=params, **options))
 
     def _flag_security(self, result: _R) -> _R:
         """``result`` with ``Answer.secure`` set from its table's history (model answers are
@@ -700,5 +809,6 @@ class Gateway:
         """
         from dpgate.model import synthesize as _synthesize
 
-        return _synthesize(self, table, rows, seed, **options)
+        with _progress.working("synthesizing"):
+            return _synthesize(self, table, rows, seed, **options)
 

@@ -81,6 +81,10 @@ class Answer:
             (``Gateway(max_atoms=...)``) allows: it was then answered on its own, from
             its exact repeats and rescalings only (never combined with other queries),
             and each fresh release of it was charged its full budget on every cell.
+        components: for AVG / VAR / STDDEV (``dpgate.derived``), the answers of the linear
+            components it was computed from (``COUNT(x)``, ``SUM(x)``[, ``SUM(x*x)``], each at
+            confidence ``1 − δ/k``); empty otherwise.  A derived answer has ``posterior=None``
+            and ``query=None``: its interval is a Bonferroni box, not a distribution.
     """
 
     value: float
@@ -97,6 +101,7 @@ class Answer:
     query: LinearQuery | None = field(repr=False, default=None, compare=False)
     secure: bool = False
     isolated: bool = False
+    components: tuple[Answer, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         low, high = self.low, self.high
@@ -139,6 +144,19 @@ class Answer:
         """Half the interval's width (``inf`` when unavailable)."""
         return (self.high - self.low) / 2 if math.isfinite(self.high - self.low) else math.inf
 
+    def __repr__(self) -> str:
+        where = f" {', '.join(f'{c}={k}' for c, k in self.group)}" if self.group else ""
+        name = f"{self.label}{where}: " if self.label or where else ""
+        cost = "free" if self.epsilon_spent == 0 else f"ε={self.epsilon_spent:.4g}"
+        seeded = "" if self.secure else ", seeded noise"
+        return (f"<Answer {name}{self.value:.6g} in [{self.low:.6g}, {self.high:.6g}] at {self.confidence:.0%} "
+                f"({self.source}, {cost}{seeded})>")
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return f"<code>{html.escape(repr(self))}</code>"
+
 
 @dataclass(frozen=True)
 class Result:
@@ -167,6 +185,17 @@ class Result:
                 "use .answers or .to_pandas() instead of .answer."
             )
         return self.answers[0]
+
+    def __repr__(self) -> str:
+        head = (f"<dpgate.Result {len(self.answers)} answers, ε spent {self.epsilon_spent:.6g}, "
+                f"{self.answers[0].confidence:.0%} intervals>" if self.answers else "<dpgate.Result (empty)>")
+        return head + "\n" + self.to_pandas().to_string(index=False, max_rows=60)
+
+    def _repr_html_(self) -> str:
+        import html
+
+        head = html.escape(repr(self).splitlines()[0])
+        return f"<p>{head}</p>" + self.to_pandas().to_html(index=False, max_rows=60)
 
     def to_pandas(self, *, intervals: bool = True) -> pd.DataFrame:
         """One row per group: the group keys, then per output column its value and,

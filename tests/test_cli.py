@@ -194,14 +194,14 @@ def test_shell_runs_statements_settings_and_backslash_commands(pums_files, tmp_p
     ]) + "\n"
     r = dpgate("shell", "--schema", str(schema), "--data", str(csv), "--budget", "1", "--ledger", str(ledger),
                "--accuracy", "25", stdin=script)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # piped input with failed statements: non-zero exit
     out = r.stdout
     assert out.count("n_source") == 2 and "fresh" in out and "history" in out
     charges = [float(line.split()[2]) for line in out.splitlines() if line.startswith("ε charged:")]
     assert len(charges) == 2 and charges[0] > 0 and charges[1] == 0
     assert "ok" in out.splitlines()
     assert "budget 1" in out and "remaining" in out
-    assert "1 releases" in out
+    assert "1 releases" in out and "COUNT where age 0–39" in out  # \\history says what was measured
     errors = r.stderr.splitlines()
     assert len(errors) == 3 and all(e.startswith("error: ") for e in errors), errors
     assert "\\nope" in errors[0] and "confidence" in errors[2]
@@ -232,3 +232,48 @@ def test_synthesize_writes_a_schema_shaped_table_and_spends_nothing(pums_files, 
     bad = dpgate("synthesize", "--schema", str(schema), "--data", str(csv), "--ledger", str(ledger),
                  "--out", str(tmp_path / "x.json"))
     assert bad.returncode == 2 and ".parquet or .csv" in bad.stderr
+
+
+def test_shell_script_exit_code_and_explain(pums_files):
+    csv, schema = pums_files
+    base = ["shell", "--schema", str(schema), "--data", str(csv), "--budget", "1", "--accuracy", "25"]
+    ok = dpgate(*base, stdin="EXPLAIN SELECT COUNT(*) AS n FROM people;\nSELECT COUNT(*) AS n FROM people;\n")
+    assert ok.returncode == 0, ok.stderr
+    assert "halfwidth" in ok.stdout and "remaining" in ok.stdout
+    for bad in ("SELECT * FROM people;\n", "SELECT COUNT(*) FROM people\n", "\\nope\n"):
+        r = dpgate(*base, stdin=bad)
+        assert r.returncode == 1 and r.stderr.startswith("error: "), (bad, r.stderr)
+
+
+def test_query_explain_json_and_null_keys_are_strict_json(pums_files, tmp_path):
+    csv, schema = pums_files
+    ledger = tmp_path / "l.db"
+    base = ["query", "--schema", str(schema), "--data", str(csv), "--budget", "1", "--ledger", str(ledger)]
+    sql = "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex"
+    quote = dpgate(*base, "--accuracy", "30", "--explain", "--json", sql)
+    assert quote.returncode == 0, quote.stderr
+    q = json.loads(quote.stdout)
+    assert q["spent"] == 0 and q["releases"] == 0 and q["affordable"]
+    assert {row["source"] for row in q["quotes"]} == {"fresh"}
+    r = dpgate(*base, "--accuracy", "30", "--json", sql)
+    assert r.returncode == 0, r.stderr
+    assert "NaN" not in r.stdout and "Infinity" not in r.stdout
+    answer = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert answer["epsilon_charged"] == pytest.approx(q["epsilon"], abs=1e-12)
+    assert any(row["sex"] is None for row in answer["rows"]) or all(row["sex"] for row in answer["rows"])
+    text = dpgate(*base, "--accuracy", "30", "--explain", "SELECT COUNT(*) FROM people WHERE age < 30")
+    assert text.returncode == 0 and "would charge" in text.stdout and "Nothing was read or spent" in text.stdout
+
+
+def test_cli_speaks_in_flags(pums_files):
+    csv, schema = pums_files
+    base = ["query", "--schema", str(schema), "--data", str(csv), "--budget", "1"]
+    r = dpgate(*base, "SELECT COUNT(*) FROM people")
+    assert r.returncode == 1 and "--accuracy" in r.stderr and "accuracy=" not in r.stderr.replace("accuracy=25", "")
+    broke = dpgate(*base, "--accuracy", "0.5", "SELECT COUNT(*) FROM people WHERE age < 30")
+    assert broke.returncode == 1 and ("--allow-partial" in broke.stderr or "allow_partial" not in broke.stderr)
+    h = dpgate("query", "--help")
+    assert h.returncode == 0
+    help_text = " ".join(h.stdout.split())
+    assert "--explain" in help_text and "--quiet" in help_text
+    assert "Half-width of the requested interval" in help_text and "Not ε" in help_text

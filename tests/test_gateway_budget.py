@@ -185,7 +185,7 @@ BAD_REQUIREMENTS = [
 BAD_SQL = [
     ("SELECT * FROM pums", dpgate.UnsupportedQuery),
     ("SELECT age FROM pums", dpgate.UnsupportedQuery),
-    ("SELECT AVG(age) FROM pums", dpgate.UnsupportedQuery),
+    ("SELECT AVG(age) + 1 FROM pums", dpgate.UnsupportedQuery),
     ("SELECT MIN(age) FROM pums", dpgate.UnsupportedQuery),
     ("SELECT COUNT(*) FROM pums a JOIN pums b ON a.age = b.age", dpgate.UnsupportedQuery),
     ("SELECT COUNT(*) FROM (SELECT * FROM pums)", dpgate.UnsupportedQuery),

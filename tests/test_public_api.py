@@ -150,3 +150,13 @@ def test_every_public_module_has_a_test() -> None:
     untested = public_modules() - mentioned_modules()
     assert untested <= UNTESTED, f"no test module names {sorted(untested - UNTESTED)}: add tests"
     assert UNTESTED <= untested, f"{sorted(UNTESTED - untested)} are tested (or gone) now: remove them from UNTESTED"
+
+
+def test_pep249_type_objects_are_at_top_level() -> None:
+    """PEP 249 asks for the type objects and constructors on the module that has ``connect``."""
+    for name in ("STRING", "NUMBER", "DATETIME", "BINARY", "ROWID", "Date", "Time", "Timestamp",
+                 "DateFromTicks", "TimeFromTicks", "TimestampFromTicks", "Binary"):
+        assert name in dpgate.__all__ and getattr(dpgate, name) is getattr(dpgate.dbapi, name), name
+    assert dpgate.NUMBER == "DOUBLE" and dpgate.STRING == "VARCHAR" and dpgate.NUMBER != "VARCHAR"
+    assert dpgate.Date(2024, 1, 2).year == 2024 and dpgate.Binary(b"x") == b"x"
+    assert dpgate.DateFromTicks(0).year in (1969, 1970)

@@ -32,7 +32,11 @@ case-insensitive, quoted or not) whose output columns are
 * linear combinations of those with numeric constants, e.g.
   ``2*COUNT(*) - 10`` or ``COUNT(*) FILTER (WHERE a) - COUNT(*) FILTER (WHERE b)``;
   the constants go to the query's offset and do not change its sensitivity;
-* the ``GROUP BY`` columns themselves (aliases allowed).
+* the ``GROUP BY`` columns themselves (aliases allowed);
+* ``AVG``, ``VAR``/``VAR_SAMP``/``VARIANCE``, ``VAR_POP``, ``STDDEV``/``STDDEV_SAMP``,
+  ``STDDEV_POP`` of a cell expression as whole output columns (with FILTER too):
+  compiled into their ``COUNT``/``SUM``/``SUM(x*x)`` components
+  (:mod:`dpgate.compile.derived`; answered by :mod:`dpgate.derived`).
 
 ``WHERE`` / ``FILTER`` conditions may use ``= <> != < <= > >=`` (constants on
 either side), ``BETWEEN``, ``IN (…)``, ``NOT``, ``AND``, ``OR``, ``IS [NOT] NULL``,
@@ -94,7 +98,7 @@ So on ``age`` declared ``0..100`` a raw age of 130 counts as 100 and
   a division by a value that can be 0 is refused unless guarded by CASE/FILTER.
 
 Refused, before any data is touched: ``SELECT *``, raw (ungrouped) columns,
-MIN/MAX/AVG/MEDIAN/STDDEV and other aggregates, DISTINCT, joins, subqueries,
+MIN/MAX/MEDIAN and other aggregates, arithmetic on AVG/VAR/STDDEV, DISTINCT, joins, subqueries,
 CTEs, set operations, window functions, table functions, non-SELECT statements,
 several statements, undeclared tables and columns (``SchemaError``), GROUP BY
 expressions, non-constant LIMIT/OFFSET, ``SELECT`` without ``FROM``.  Parse
@@ -124,6 +128,7 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from dpgate.compile.derived import compile_derived, has_derived
 from dpgate.compile.post import PostProcess
 from dpgate.compile.stages import MAX_GROUPS, STAGES, CompiledStatement, Output, compile_tree
 from dpgate.compile.statement import (
@@ -222,6 +227,8 @@ def compile_statement(
     # Past the parser, a plain ValueError/TypeError/KeyError/AttributeError is a
     # dpgate bug, not a refusal: say so rather than blame the user's SQL.
     with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
+        if isinstance(tree, exp.Select) and has_derived(tree):
+            return compile_derived(tree, schema, dialect, hints=found, sql=sql)
         return compile_tree(tree, schema, dialect, hints=found, sql=sql)
 
 

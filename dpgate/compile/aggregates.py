@@ -23,17 +23,19 @@ from dpgate.query import LinearQuery
 from dpgate.schema import Column, Table
 
 __all__ = [
-    "Aggregate", "SelectItem", "linear", "no_aggregates", "unparen", "group_columns", "group_weights",
+    "Aggregate", "DERIVED_KINDS", "Derivation", "derived_kind", "SelectItem", "linear",
+    "no_aggregates", "unparen", "group_columns", "group_weights",
 ]
 
 _AGG_ADVICE = {
-    "Avg": "AVG is not a linear query; ask for SUM(x) and COUNT(x) as two output columns and divide the "
-    "released values (post-processing is free)",
+    "Avg": "AVG is answered from SUM and COUNT only as a whole output column (SELECT AVG(x) … , optionally "
+    "aliased or with FILTER); arithmetic on it is post-processing of the released value",
     "Min": "MIN / MAX are not supported (one row can move them arbitrarily); ask for counts per value with "
     "GROUP BY, or COUNT(*) FILTER (WHERE x >= t) for a threshold",
     "Median": "medians and quantiles are not linear; ask for counts per value or per bin with GROUP BY and "
     "read the quantile off the released histogram",
-    "Stddev": "variances are not linear; ask for SUM(x*x), SUM(x) and COUNT(x) and combine the released values",
+    "Stddev": "VAR and STDDEV are answered from SUM(x*x), SUM(x) and COUNT(x) only as whole output columns "
+    "(optionally aliased or with FILTER); arithmetic on them is post-processing of the released value",
     "Distinct": "distinct counts are not linear (one row can change them by more than any weight); count rows "
     "per value with GROUP BY instead",
 }
@@ -71,6 +73,45 @@ def _within(sub: exp.Expr | None, node: exp.Expr) -> bool:
             return True
         sub = sub.parent
     return False
+
+
+# -- derived (non-linear) aggregates: see dpgate.compile.derived ------------------------------------
+#: Derived kinds and the SQL name shown in messages.
+DERIVED_KINDS = {"avg": "AVG", "var_samp": "VAR_SAMP", "var_pop": "VAR_POP", "stddev_samp": "STDDEV_SAMP",
+                 "stddev_pop": "STDDEV_POP"}
+_DERIVED_NODES: dict[type[exp.Expr], str] = {
+    exp.Avg: "avg", exp.Variance: "var_samp", exp.VariancePop: "var_pop", exp.Stddev: "stddev_samp",
+    exp.StddevSamp: "stddev_samp", exp.StddevPop: "stddev_pop",
+}
+_DERIVED_FUNCTIONS = {"VAR": "var_samp", "MEAN": "avg"}  # parsed as anonymous functions
+
+
+def derived_kind(node: exp.Expr) -> str | None:
+    """The derived kind (a key of :data:`DERIVED_KINDS`) of an AVG / VAR / STDDEV node, else None."""
+    kind = _DERIVED_NODES.get(type(node))
+    if kind is None and isinstance(node, exp.Anonymous):
+        kind = _DERIVED_FUNCTIONS.get(node.name.upper())
+    return kind
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """How one output of a statement is computed from its compiled linear queries.
+
+    Attributes:
+        kind: ``"linear"`` (the output is its one query), ``"group"`` (a GROUP BY column, no
+            query) or a derived kind of :data:`DERIVED_KINDS`.
+        parts: indices, within one group's block of queries, of the linear queries it
+            reads: ``(COUNT(x), SUM(x − c)[, SUM((x − c)²)])`` for a derived kind.
+        centre: ``c``, the public centre the sums are taken around (0: not centred).
+        ranges: per group, the range ``[a − c, b − c]`` of ``x − c`` over the cells it counts
+            (None: no cell can be counted), read off the public weights.
+    """
+
+    kind: str
+    parts: tuple[int, ...]
+    centre: int = 0
+    ranges: tuple[tuple[float, float] | None, ...] = ()
 
 
 # -- aggregates ------------------------------------------------------------------------------------

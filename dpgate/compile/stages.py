@@ -33,6 +33,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpgate.compile.aggregates import (
+    Derivation,
     SelectItem,
     group_columns,
     group_weights,
@@ -110,6 +111,10 @@ class CompiledStatement:
         postprocess: HAVING / ORDER BY / LIMIT / OFFSET on the released rows.
         hints: ``/*+ dpgate key=value */`` hints found in the text.
         sql: the statement as given.
+        derived: empty for a statement of linear outputs (one query per group and output);
+            with AVG / VAR / STDDEV (:mod:`dpgate.compile.derived`), one
+            :class:`~dpgate.compile.aggregates.Derivation` per aggregate output, and
+            ``queries`` holds the linear components, ``n_components`` per group.
     """
 
     table: str
@@ -120,6 +125,7 @@ class CompiledStatement:
     postprocess: PostProcess = field(default_factory=PostProcess)
     hints: dict[str, str] = field(default_factory=dict)
     sql: str = ""
+    derived: tuple[Derivation, ...] = ()
 
     @property
     def n_aggregates(self) -> int:

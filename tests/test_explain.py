@@ -1,0 +1,91 @@
+"""Gateway.explain / EXPLAIN SELECT: the quote is free and equals what the next identical query charges."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+
+import dpgate
+
+QUERIES = [
+    ("SELECT COUNT(*) FROM pums WHERE age < 30", 10),
+    ("SELECT sex, COUNT(*), SUM(educ) FROM pums GROUP BY sex", 20),
+    ("SELECT COUNT(*) FROM pums WHERE age < 30 AND sex = '1'", 10),
+    ("SELECT married, AVG(age) AS a FROM pums GROUP BY married", 5),
+    ("SELECT COUNT(*) FROM pums WHERE age < 30", 10),  # a repeat: free
+    ("SELECT STDDEV(age) FROM pums", 5),
+]
+
+
+@pytest.fixture
+def gw():
+    df, schema = dpgate.datasets.load_pums()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        g = dpgate.Gateway(df, schema, budget=50.0, seed=11)
+        yield g
+
+
+def test_quote_equals_the_charge_and_costs_nothing(gw):
+    for sql, acc in QUERIES:
+        spent, n_hist = gw.spent, len(gw.history)
+        quote = gw.explain(sql, accuracy=acc, confidence=0.9)
+        again = gw.explain(sql, accuracy=acc, confidence=0.9)
+        assert gw.spent == spent and len(gw.history) == n_hist  # explain is free and leaves no trace
+        assert again.quotes == quote.quotes
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dpgate.Warning)
+            res = gw.query(sql, accuracy=acc, confidence=0.9)
+        assert res.epsilon_spent == pytest.approx(quote.epsilon, abs=1e-12, rel=0)
+        # The ledger's cost rises by the charge; a query outside the atoms may be recorded on fewer
+        # atoms than planned (dpgate.state), never more.
+        assert gw.spent <= spent + quote.epsilon + 1e-12
+        assert len(quote.quotes) == len(res.answers)
+        for q, a in zip(quote.quotes, res.answers, strict=True):
+            assert (q.output, q.group) == (a.label, a.group)
+            assert q.epsilon == pytest.approx(a.epsilon_spent, abs=1e-12, rel=0)
+            assert q.source == a.source
+            if a.components:  # a derived output: its interval depends on the released values
+                assert math.isnan(q.halfwidth) and "SUM(x − 50)" in q.note
+            else:
+                assert q.halfwidth == pytest.approx(a.halfwidth, rel=1e-9)
+        assert quote.remaining <= gw.remaining + 1e-12
+    assert gw.explain(*QUERIES[0][:1], accuracy=10, confidence=0.9).free
+
+
+def test_quote_over_budget_and_refusals(gw):
+    e = gw.explain("SELECT COUNT(*) FROM pums", accuracy=1e-4)
+    assert not e.affordable and e.remaining < 0 and "over budget" in repr(e)
+    with pytest.raises(dpgate.BudgetExhausted):
+        gw.query("SELECT COUNT(*) FROM pums", accuracy=1e-4)
+    with pytest.raises(dpgate.UnsupportedQuery):
+        gw.explain("SELECT MIN(age) FROM pums", accuracy=5)
+    with pytest.raises(dpgate.InvalidRequirement):
+        gw.explain("SELECT COUNT(*) FROM pums")
+    model = gw.explain("/*+ dpgate method=pca */ SELECT COUNT(*) FROM pums")
+    assert model.free and model.quotes[0].source == "model"
+    assert gw.spent == 0 and gw.history.empty
+    df = e.to_pandas()
+    assert list(df.columns) == list(dpgate.explain.COLUMNS) and "<table" in e._repr_html_()
+
+
+def test_explain_select_on_the_dbapi():
+    df, schema = dpgate.datasets.load_pums()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        conn = dpgate.connect(df, schema=schema, budget=5.0, accuracy=10, seed=2)
+        cur = conn.cursor()
+        cur.execute("/*+ dpgate accuracy=20 */ EXPLAIN SELECT sex, COUNT(*) FROM pums GROUP BY sex")
+        assert [d[0] for d in cur.description] == list(dpgate.explain.COLUMNS)
+        rows = cur.fetchall()
+        assert conn.spent == 0 and conn.history.empty
+        quoted = sum(r[3] for r in rows)
+        assert {r[2] for r in rows} == {"fresh"} and all(r[4] == pytest.approx(20) or r[4] < 20 for r in rows)
+        cur.execute("/*+ dpgate accuracy=20 */ SELECT sex, COUNT(*) FROM pums GROUP BY sex")
+        assert conn.spent == pytest.approx(quoted, abs=1e-12)
+        cur.execute("explain  SELECT COUNT(*) FROM pums")
+        assert cur.fetchone()[2] == "fresh"
+        with pytest.raises(dpgate.UnsupportedQuery, match="EXPLAIN ANALYZE"):
+            cur.execute("EXPLAIN ANALYZE SELECT COUNT(*) FROM pums")
