@@ -132,7 +132,7 @@ def _empty(sql: str) -> CatalogAnswer | None:
         branches = [part for b in branches for part in ((b.left, b.right) if isinstance(b, exp.Union) else (b,))]
     if not all(isinstance(b, exp.Select) for b in branches):
         return None
-    if "to_regtype(" not in sql.lower() and not all(_reads_empty(b) for b in branches):
+    if "to_regtype(" not in sql.lower() and not all(isinstance(b, exp.Select) and _reads_empty(b) for b in branches):
         return None
     return CatalogAnswer(tuple(_f(e.alias_or_name or "?column?") for e in branches[0].expressions), ())
 
