@@ -1,0 +1,160 @@
+"""``dpgate serve`` with real PostgreSQL clients: psql, psycopg 3, pg8000, asyncpg, SQLAlchemy + pandas, TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import pytest
+from _dpserve import PASSWORDS, dsn, psql, thread_server
+
+psycopg = pytest.importorskip("psycopg")
+needs_psql = pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed")
+
+QUERY = "SELECT COUNT(*) FROM pums WHERE age < 30"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    with thread_server(tmp_path_factory.mktemp("serve")) as s:
+        yield s
+
+
+@needs_psql
+def test_psql_counts_lists_tables_and_describes(server) -> None:
+    out = psql(server.port, QUERY, r"\dt", r"\d pums")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert 150 < float(lines[0]) < 300  # one row: the noisy count (true: 220ish, ±25)
+    assert "public|pums|table|dpgate" in lines
+    assert "age|bigint|||" in lines and "sex|text|||" in lines and "married|boolean|||" in lines
+
+
+@needs_psql
+def test_psql_refusal_carries_sqlstate_and_dpgates_message(server) -> None:
+    out = psql(server.port, "SELECT age FROM pums")
+    assert out.returncode != 0
+    assert "ERROR:  0A000: the raw column 'age' is not aggregated" in out.stderr
+    out = psql(server.port, "SELECT COUNT(*) FROM nope")
+    assert "ERROR:  42P01:" in out.stderr
+
+
+@needs_psql
+def test_psql_wrong_password_and_unknown_user_are_refused(server) -> None:
+    for user, pw in (("alice", "bad"), ("mallory", "x")):
+        out = psql(server.port, QUERY, user=user, password=pw)
+        assert out.returncode != 0
+        assert f'password authentication failed for user "{user}"' in out.stderr
+
+
+def test_psycopg_params_types_settings_and_errors(server) -> None:
+    with psycopg.connect(dsn(server.port), autocommit=True) as con:
+        cur = con.execute("SELECT COUNT(*) AS n FROM pums WHERE age < %s", [30])
+        assert [(d.name, d.type_code) for d in cur.description] == [("n", 701)]
+        (n,) = cur.fetchone()
+        assert isinstance(n, float)
+        cur = con.execute("SELECT sex, married, COUNT(*) AS n FROM pums WHERE sex = %s GROUP BY sex, married",
+                          ["1"])
+        assert [d.type_code for d in cur.description] == [25, 16, 701]
+        assert ("1", True) in [r[:2] for r in cur.fetchall()]
+        con.execute("SET dpgate.intervals = on")
+        cur = con.execute("SELECT COUNT(*) AS n FROM pums WHERE age < %s", [30])
+        row = cur.fetchone()
+        assert [d.name for d in cur.description] == ["n", "n_low", "n_high", "n_source"]
+        assert row[3] == "history" and row[1] <= row[0] <= row[2] and abs(row[0] - n) <= 25
+        assert con.execute("SHOW dpgate.intervals").fetchone() == ("on",)
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as err:
+            con.execute("SELECT age FROM pums")
+        assert "not aggregated" in str(err.value)
+        with pytest.raises(psycopg.errors.UndefinedColumn):
+            con.execute("SELECT COUNT(*) FROM pums WHERE height > 3")
+        with pytest.raises(psycopg.Error) as err:
+            con.execute("SELECT /*+ dpgate accuracy=0.001 */ COUNT(*) FROM pums WHERE age < 50")
+        assert err.value.sqlstate == "53400"
+        budget = con.execute("SHOW dpgate.budget").fetchone()
+        assert budget[0] == "alice" and budget[1] == 0.5 and 0 < budget[2] <= 0.5 and budget[5] >= budget[2]
+
+
+def test_psycopg_transaction_blocks_fail_until_rollback(server) -> None:
+    with psycopg.connect(dsn(server.port)) as con:  # psycopg opens a transaction block (BEGIN)
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            con.execute("SELECT age FROM pums")
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            con.execute(QUERY)
+        con.rollback()
+        assert con.execute(QUERY).fetchone()[0] > 0
+
+
+def test_pg8000_and_asyncpg(server) -> None:
+    pg8000 = pytest.importorskip("pg8000.dbapi")
+    con = pg8000.connect(user="alice", password=PASSWORDS["alice"], host="127.0.0.1", port=server.port,
+                         database="pums")
+    cur = con.cursor()
+    cur.execute("SELECT COUNT(*) FROM pums WHERE age < %s", (30,))
+    assert cur.description[0][1] == 701 and len(cur.fetchall()) == 1
+    con.close()
+    asyncpg = pytest.importorskip("asyncpg")
+
+    async def run() -> list:
+        c = await asyncpg.connect(user="bob", password=PASSWORDS["bob"], host="127.0.0.1", port=server.port,
+                                  database="pums")
+        try:
+            rows = await c.fetch("SELECT COUNT(*) AS n FROM pums WHERE age < $1", 30)
+            rows += await c.fetch("SELECT sex, COUNT(*) AS n FROM pums WHERE sex = $1 GROUP BY sex", "1")
+            with pytest.raises(asyncpg.exceptions.FeatureNotSupportedError):
+                await c.fetch("SELECT age FROM pums")
+            return rows
+        finally:
+            await c.close()
+
+    rows = asyncio.run(run())
+    assert isinstance(rows[0]["n"], float) and ("1",) in [(r["sex"],) for r in rows[1:]]
+
+
+def test_sqlalchemy_and_pandas_without_warnings(server) -> None:
+    sa = pytest.importorskip("sqlalchemy")
+    import pandas as pd
+
+    engine = sa.create_engine(f"postgresql+psycopg://alice:{PASSWORDS['alice']}@127.0.0.1:{server.port}/pums")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            df = pd.read_sql_query("SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex", engine)
+            assert list(df.columns) == ["sex", "n"] and "1" in set(df["sex"])
+            df = pd.read_sql_query(sa.text("SELECT COUNT(*) AS n FROM pums WHERE age < :a"), engine,
+                                   params={"a": 30})
+            assert len(df) == 1
+            insp = sa.inspect(engine)
+            assert insp.has_table("pums") and not insp.has_table("secret")
+            cols = {c["name"]: type(c["type"]).__name__ for c in insp.get_columns("pums")}
+            assert cols["age"] == "BIGINT" and cols["sex"] == "TEXT" and cols["married"] == "BOOLEAN"
+    finally:
+        engine.dispose()
+
+
+def _self_signed(tmp: Path) -> tuple[str, str]:
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
+def test_tls_with_a_self_signed_certificate(tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path)
+    with thread_server(tmp_path, tls_cert=cert, tls_key=key) as s:
+        with psycopg.connect(dsn(s.port, sslmode="require")) as con:
+            assert con.pgconn.ssl_in_use
+            assert con.execute(QUERY).fetchone()[0] > 0
+        if shutil.which("psql"):
+            out = psql(s.port, QUERY, PGSSLMODE="verify-ca", PGSSLROOTCERT=cert)
+            assert out.returncode == 0, out.stderr
+
+
+def test_no_tls_on_a_public_address_without_the_flag(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="without TLS"):
+        with thread_server(tmp_path, host="0.0.0.0"):
+            pass
