@@ -64,7 +64,8 @@ def _now() -> str:
 
 def statement_hash(sql: str, params: Any = None) -> str:
     """A short SHA-256 of the statement text and its parameters (for logs and provenance)."""
-    return hashlib.sha256(f"{sql}\x00{params!r}".encode()).hexdigest()[:16]
+    bound = tuple(params) if params else ()  # the same for both protocols: () when nothing is bound
+    return hashlib.sha256(f"{sql}\x00{bound!r}".encode()).hexdigest()[:16]
 
 
 def ensure_table(ledger: Ledger) -> None:
