@@ -804,14 +804,22 @@ class Ledger:
         finally:
             self._local.on_append = previous
 
-    def write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``fn(conn)`` in its own write transaction on the ledger's database (durable on
-        return), serialised with releases.  For extension tables only: the records and the
-        metadata stay append-only through their triggers."""
+    def write(self, fn: Callable[[sqlite3.Connection], Any], *, fsync: bool = True) -> Any:
+        """Run ``fn(conn)`` in its own write transaction on the ledger's database, serialised
+        with releases.  For extension tables only: the records and the metadata stay
+        append-only through their triggers.  Committed on return; with ``fsync=False`` the
+        commit is not fsync'd (SQLite ``synchronous=NORMAL`` in WAL mode): it survives a crash
+        of the process, but not of the machine — never use it for a release."""
         conn = self._connection()
-        with self._write_locked(conn):
-            with map_exceptions({sqlite3.Error: LedgerError}, "Writing to the ledger failed: {exc}."):
-                return fn(conn)
+        if not fsync:
+            conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            with self._write_locked(conn):
+                with map_exceptions({sqlite3.Error: LedgerError}, "Writing to the ledger failed: {exc}."):
+                    return fn(conn)
+        finally:
+            if not fsync:
+                conn.execute("PRAGMA synchronous=FULL")
 
     def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn(conn)`` on a committed snapshot of the ledger's database (no write lock)."""

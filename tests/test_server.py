@@ -158,3 +158,35 @@ def test_no_tls_on_a_public_address_without_the_flag(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="without TLS"):
         with thread_server(tmp_path, host="0.0.0.0"):
             pass
+
+
+def test_one_log_line_per_statement_without_values(server, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="dpgate.server"):
+        with psycopg.connect(dsn(server.port, "bob"), autocommit=True) as con:
+            value = con.execute("SELECT COUNT(*) FROM pums WHERE age < %s", [61]).fetchone()[0]
+            with pytest.raises(psycopg.Error):
+                con.execute("SELECT income FROM pums")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("analyst=bob")]
+    assert len(lines) == 2 and "kind=query source=fresh epsilon=" in lines[0] and "kind=refused" in lines[1]
+    assert all(f"{value:g}" not in line and "61" not in line and "income" not in line for line in lines)
+
+
+def test_cancel_request_is_accepted_and_the_session_goes_on(server) -> None:
+    with psycopg.connect(dsn(server.port), autocommit=True) as con:
+        con.cancel_safe()  # nothing in flight: a no-op, as in PostgreSQL (cancel() would hold the GIL here)
+        assert con.execute(QUERY).fetchone()[0] > 0
+
+
+def test_user_add_command_writes_a_verifier(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dpgate.cli import cli
+    from dpgate.server import load_users
+
+    path = tmp_path / "users.yaml"
+    res = CliRunner().invoke(cli, ["user", "add", str(path), "dave", "--budget", "0.2", "--password-stdin"],
+                             input="hunter-2\n")
+    assert res.exit_code == 0, res.output
+    assert load_users(path)["dave"].budget == 0.2 and "hunter-2" not in path.read_text()
+    res = CliRunner().invoke(cli, ["user", "add", str(path), "eve", "--budget", "0.1"], input="pw\npw\n")
+    assert res.exit_code == 0 and sorted(load_users(path)) == ["dave", "eve"]

@@ -159,6 +159,7 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def setup(self) -> None:
         self.sock: Any = self.request
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # replies are whole; never wait to batch
         self.busy = threading.Lock()  # held while a message is being processed
         self.finished = threading.Event()
         self.session: Session | None = None
