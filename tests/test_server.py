@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from _dpserve import PASSWORDS, dsn, psql, thread_server
 
+from dpgate.server.server import is_loopback
+
 psycopg = pytest.importorskip("psycopg")
 needs_psql = pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed")
 
@@ -155,6 +157,8 @@ def test_tls_with_a_self_signed_certificate(tmp_path: Path) -> None:
 
 
 def test_no_tls_on_a_public_address_without_the_flag(tmp_path: Path) -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1") and not is_loopback("example.org")
     with pytest.raises(ValueError, match="without TLS"):
         with thread_server(tmp_path, host="0.0.0.0"):
             pass
