@@ -194,3 +194,13 @@ def test_user_add_command_writes_a_verifier(tmp_path: Path) -> None:
     assert load_users(path)["dave"].budget == 0.2 and "hunter-2" not in path.read_text()
     res = CliRunner().invoke(cli, ["user", "add", str(path), "eve", "--budget", "0.1"], input="pw\npw\n")
     assert res.exit_code == 0 and sorted(load_users(path)) == ["dave", "eve"]
+
+
+def test_connections_beyond_the_limit_are_refused(tmp_path: Path) -> None:
+    with thread_server(tmp_path, max_connections=1) as s:
+        with psycopg.connect(dsn(s.port), autocommit=True) as first:
+            with pytest.raises(psycopg.OperationalError, match="too many clients"):
+                psycopg.connect(dsn(s.port, "bob"))
+            assert first.execute("SHOW dpgate.accuracy").fetchone() == ("25.0",)
+        with psycopg.connect(dsn(s.port, "bob"), autocommit=True) as again:  # the slot is free again
+            assert again.execute("SELECT current_schema()").fetchone() == ("public",)

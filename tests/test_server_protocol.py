@@ -207,3 +207,11 @@ def test_parameter_types_follow_the_compared_column() -> None:
                            schema, "duckdb")
     assert [oid for oid, _ in got] == [_values.INT8, _values.TEXT, _values.BOOL, _values.INT8]
     assert got[1][1] == "0"
+
+
+def test_simple_query_text_splits_at_top_level_semicolons_only() -> None:
+    from dpgate.server.server import _split
+
+    assert _split("SET a = 1; SELECT 'x;y' ; -- c;\n SELECT \"q;\" /* ; */") == [
+        "SET a = 1", " SELECT 'x;y' ", " -- c;\n SELECT \"q;\" /* ; */"]
+    assert _split(" ; ;") == [] and _split("SELECT 1") == ["SELECT 1"]

@@ -31,9 +31,11 @@ __all__ = ["serve", "user"]
               help="Default half-width of answers (sessions change it with SET dpgate.accuracy).")
 @click.option("--confidence", type=float, default=0.95, show_default=True, help="Default confidence 1−δ.")
 @click.option("--policy", type=click.Choice(["minimal", "paper", "no_reuse"]), default="minimal", show_default=True)
+@click.option("--max-connections", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Connections served at once (one thread each).")
 def serve(data: str, schema_path: str, ledger: str, budget: float, users_path: str, host: str, port: int,
           tls_cert: str | None, tls_key: str | None, allow_insecure_password: bool, accuracy: float | None,
-          confidence: float, policy: Any) -> None:
+          confidence: float, policy: Any, max_connections: int) -> None:
     """Serve the gateway over the PostgreSQL wire protocol (psql, psycopg, JDBC, BI tools).
 
     Logs one line per statement to stderr: analyst, statement hash, kind, source, ε — never values.
@@ -53,7 +55,8 @@ def serve(data: str, schema_path: str, ledger: str, budget: float, users_path: s
     try:
         server = Server(gw, users, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                         allow_insecure_password=allow_insecure_password,
-                        defaults={"accuracy": accuracy, "confidence": confidence})
+                        defaults={"accuracy": accuracy, "confidence": confidence},
+                        max_connections=max_connections)
     except BaseException:
         gw.close()
         raise

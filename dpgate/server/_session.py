@@ -141,28 +141,33 @@ class Session:
 
     # -- statements --------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Outcome:
-        """Run one statement.  Raises SqlError."""
+        """Run one statement and log it (one line, no values).  Raises SqlError."""
         word = _first_word(sql)
         if not sql.strip().rstrip(";").strip():
             return Outcome(None, empty=True)
-        if word in _TAGS:
-            return self._transaction(word, sql)
-        if self.status == "E":
-            raise SqlError("25P02", "current transaction is aborted, commands ignored until end of transaction block")
+        kind = "session"
         try:
-            if word == "set":
-                return self._set(sql)
-            if word == "show":
-                return self._show(sql)
-            found = _catalog.answer(sql, params, self.gateway.schema, user=self.analyst.name,
-                                    database=self.database)
-            if found is not None:
-                self._log(sql, params, "catalog", "-", 0.0)
-                return Outcome(found.fields, found.rows, found.tag)
-            return self._query(sql, params)
+            if word in _TAGS:
+                out = self._transaction(word, sql)
+            elif self.status == "E":
+                raise SqlError("25P02", "current transaction is aborted, commands ignored until end of transaction "
+                                        "block")
+            elif word in ("set", "show"):
+                out = self._set(sql) if word == "set" else self._show(sql)
+            else:
+                found = _catalog.answer(sql, params, self.gateway.schema, user=self.analyst.name,
+                                        database=self.database)
+                if found is None:
+                    return self._query(sql, params)  # logs its own line, with source and ε
+                out, kind = Outcome(found.fields, found.rows, found.tag), "catalog"
         except errors.Error as exc:
             self._log(sql, params, "refused", type(exc).__name__, 0.0)
             raise SqlError(sqlstate(exc), str(exc)) from exc
+        except SqlError as exc:
+            self._log(sql, params, "refused", exc.code, 0.0)
+            raise
+        self._log(sql, params, kind, "-", 0.0)
+        return out
 
     def fail(self) -> None:
         """An error happened: a transaction block becomes failed."""

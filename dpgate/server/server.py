@@ -71,6 +71,8 @@ class _Shared:
     users: Mapping[str, Analyst]
     defaults: dict[str, Any]
     tls: ssl.SSLContext | None
+    max_connections: int
+    auth_timeout: float
     closing: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     connections: dict[int, _Handler] = field(default_factory=dict)
@@ -87,6 +89,8 @@ class Server:
         tls_cert, tls_key: PEM files; with them clients may (and with ``sslmode=require``, do) use TLS.
         allow_insecure_password: allow SCRAM without TLS on a non-loopback address.
         defaults: per-session DB-API defaults (``accuracy``, ``confidence``, ``intervals``, ``allow_partial``).
+        max_connections: connections served at once; more are refused with SQLSTATE 53300.
+        auth_timeout: seconds a new connection has to finish startup and authentication.
 
     Raises:
         ValueError: no TLS on a non-loopback address without ``allow_insecure_password``.
@@ -94,7 +98,8 @@ class Server:
 
     def __init__(self, gateway: Gateway, users: Mapping[str, Analyst], *, host: str = "127.0.0.1", port: int = 5433,
                  tls_cert: str | None = None, tls_key: str | None = None, allow_insecure_password: bool = False,
-                 defaults: Mapping[str, Any] | None = None) -> None:
+                 defaults: Mapping[str, Any] | None = None, max_connections: int = 100,
+                 auth_timeout: float = 60.0) -> None:
         tls = None
         if tls_cert or tls_key:
             if not (tls_cert and tls_key):
@@ -109,7 +114,7 @@ class Server:
                 "network is trusted."
             )
         _provenance.ensure_table(gateway.ledger)
-        self._shared = _Shared(gateway, dict(users), dict(defaults or {}), tls)
+        self._shared = _Shared(gateway, dict(users), dict(defaults or {}), tls, max_connections, auth_timeout)
         shared = self._shared
 
         class Handler(_Handler):
@@ -209,6 +214,7 @@ class _Handler(socketserver.BaseRequestHandler):
 
     # -- startup and authentication ------------------------------------------------------------
     def _serve(self) -> None:
+        self.sock.settimeout(self.state.auth_timeout)  # like PostgreSQL's authentication_timeout
         params = self._startup()
         if params is None:
             return
@@ -216,9 +222,15 @@ class _Handler(socketserver.BaseRequestHandler):
         if analyst is None:
             return
         with self.state.lock:
-            self.state.next_pid += 1
-            self.pid = self.state.next_pid
-            self.state.connections[self.pid] = self
+            full = len(self.state.connections) >= self.state.max_connections
+            if not full:
+                self.state.next_pid += 1
+                self.pid = self.state.next_pid
+                self.state.connections[self.pid] = self
+        if full:
+            self._fatal("53300", f"sorry, too many clients already (max_connections = {self.state.max_connections})")
+            return
+        self.sock.settimeout(None)
         self.session = Session(self.state.gateway, analyst, params.get("database", analyst.name),
                                self.state.defaults)
         reported = {"server_version": SERVER_VERSION, "server_encoding": "UTF8", "client_encoding": "UTF8",
