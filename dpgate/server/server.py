@@ -314,7 +314,8 @@ class _Handler(socketserver.BaseRequestHandler):
                     return
                 if kind == b"S":
                     skipping = False
-                    portals.clear() if session.status == "I" else None
+                    if session.status == "I":  # portals live until the end of the transaction
+                        portals.clear()
                     self._send(pq.ready_for_query(session.status))
                     self._flush()
                     continue
