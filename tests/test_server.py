@@ -68,6 +68,7 @@ def test_psycopg_params_types_settings_and_errors(server) -> None:
         assert [d.name for d in cur.description] == ["n", "n_low", "n_high", "n_source"]
         assert row[3] == "history" and row[1] <= row[0] <= row[2] and abs(row[0] - n) <= 25
         assert con.execute("SHOW dpgate.intervals").fetchone() == ("on",)
+        assert con.execute("SELECT 1").fetchone() == (1,)  # pools' liveness check: a constant
         with pytest.raises(psycopg.errors.FeatureNotSupported) as err:
             con.execute("SELECT age FROM pums")
         assert "not aggregated" in str(err.value)
@@ -120,7 +121,8 @@ def test_sqlalchemy_and_pandas_without_warnings(server) -> None:
     sa = pytest.importorskip("sqlalchemy")
     import pandas as pd
 
-    engine = sa.create_engine(f"postgresql+psycopg://alice:{PASSWORDS['alice']}@127.0.0.1:{server.port}/pums")
+    engine = sa.create_engine(f"postgresql+psycopg://alice:{PASSWORDS['alice']}@127.0.0.1:{server.port}/pums",
+                              pool_pre_ping=True)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
@@ -129,6 +131,7 @@ def test_sqlalchemy_and_pandas_without_warnings(server) -> None:
             df = pd.read_sql_query(sa.text("SELECT COUNT(*) AS n FROM pums WHERE age < :a"), engine,
                                    params={"a": 30})
             assert len(df) == 1
+            df = pd.read_sql_query("SELECT COUNT(*) AS n FROM pums WHERE age < 30", engine)  # pre-ping: SELECT 1
             insp = sa.inspect(engine)
             assert insp.has_table("pums") and not insp.has_table("secret")
             cols = {c["name"]: type(c["type"]).__name__ for c in insp.get_columns("pums")}

@@ -215,3 +215,17 @@ def test_simple_query_text_splits_at_top_level_semicolons_only() -> None:
     assert _split("SET a = 1; SELECT 'x;y' ; -- c;\n SELECT \"q;\" /* ; */") == [
         "SET a = 1", " SELECT 'x;y' ", " -- c;\n SELECT \"q;\" /* ; */"]
     assert _split(" ; ;") == [] and _split("SELECT 1") == ["SELECT 1"]
+
+
+def test_sqlstate_mapping_of_dpgate_errors() -> None:
+    from dpgate import errors
+    from dpgate.server._session import sqlstate
+
+    cases = [(errors.QuerySyntaxError("x"), "42601"), (errors.QueryTooComplex("x"), "54000"),
+             (errors.UnsupportedQuery("x"), "0A000"), (errors.SchemaError("undeclared column 'h'"), "42703"),
+             (errors.SchemaError("undeclared table 't'"), "42P01"),
+             (errors.BudgetExhausted("x", needed=1.0, remaining=0.0), "53400"),
+             (errors.NotEstimable("x"), "55000"), (errors.InvalidRequirement("x"), "22023"),
+             (errors.LedgerError("x"), "58000"), (errors.ProgrammingError("x"), "42P02"),
+             (errors.DPGateInternalError("x"), "XX000"), (RuntimeError("x"), "XX000")]
+    assert [sqlstate(e) for e, _ in cases] == [code for _, code in cases]

@@ -5,7 +5,8 @@ or describe tables.  ``dpgate serve`` answers the statements the common ones
 send — captured from psql 15 (``psql -E``: ``\\dt``, ``\\d``, ``\\d table``),
 SQLAlchemy 2's PostgreSQL dialect (connect, ``has_table``, ``get_columns``) and
 psycopg 3 (type lookups) against a real PostgreSQL — plus ``version()``,
-``current_schema()``, ``current_database()``, ``current_user``.  Every answer is
+``current_schema()``, ``current_database()``, ``current_user``, and ``SELECT 1``
+(connection pools' liveness check).  Every answer is
 built from the public schema declaration (table and column names, declared
 types); nothing here reads the data or the ledger.  A catalogue statement not
 recognised here is not answered: it goes to the counting-query compiler, which
@@ -28,7 +29,7 @@ from sqlglot import exp
 
 from dpgate.schema import Column, Schema, Table
 from dpgate.server._protocol import Field
-from dpgate.server._values import BOOL, CHAR, INT2, JSON, NAME, OID, TEXT, TYPE_SIZES
+from dpgate.server._values import BOOL, CHAR, INT2, INT4, JSON, NAME, OID, TEXT, TYPE_SIZES
 
 __all__ = ["CatalogAnswer", "answer", "SERVER_VERSION", "VERSION_STRING"]
 
@@ -152,6 +153,8 @@ def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str, databa
     }
     if text in simple:
         return _one(*simple[text], oid=NAME if "version" not in text else TEXT)
+    if text == "select 1":  # connection pools' and BI tools' liveness check (SQLAlchemy pool_pre_ping)
+        return _one("?column?", 1, INT4)
     if "pg_catalog." not in text and "pg_" not in text:
         return None
     # psql \dt, \d (list): Schema, Name, Type, Owner of the relations.

@@ -75,27 +75,19 @@ class Outcome:
     empty: bool = False
 
 
+# First match wins: subclasses before their bases.
+_SQLSTATES: tuple[tuple[type[BaseException], str], ...] = (
+    (errors.QuerySyntaxError, "42601"), (errors.QueryTooComplex, "54000"), (errors.UnsupportedQuery, "0A000"),
+    (errors.BudgetExhausted, "53400"), (errors.NotEstimable, "55000"), (errors.DataError, "22023"),
+    (errors.LedgerError, "58000"), (errors.ProgrammingError, "42P02"),
+)
+
+
 def sqlstate(exc: BaseException) -> str:
     """The SQLSTATE of a dpgate error (see the module docstring)."""
-    if isinstance(exc, errors.QuerySyntaxError):
-        return "42601"
     if isinstance(exc, errors.SchemaError):
         return "42703" if "column" in str(exc).lower() else "42P01"
-    if isinstance(exc, errors.QueryTooComplex):
-        return "54000"
-    if isinstance(exc, errors.UnsupportedQuery):
-        return "0A000"
-    if isinstance(exc, errors.BudgetExhausted):
-        return "53400"
-    if isinstance(exc, errors.NotEstimable):
-        return "55000"
-    if isinstance(exc, errors.DataError):
-        return "22023"
-    if isinstance(exc, errors.LedgerError):
-        return "58000"
-    if isinstance(exc, errors.ProgrammingError):
-        return "42P02"
-    return "XX000"
+    return next((code for cls, code in _SQLSTATES if isinstance(exc, cls)), "XX000")
 
 
 _SETTINGS_REPORTED = ("application_name", "client_encoding", "DateStyle", "TimeZone", "IntervalStyle")
