@@ -55,6 +55,7 @@ class CatalogAnswer:
 
     @property
     def tag(self) -> str:
+        """The CommandComplete tag, ``SELECT <rows>``."""
         return f"SELECT {len(self.rows)}"
 
 

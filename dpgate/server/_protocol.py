@@ -132,6 +132,8 @@ def cstring_payload(payload: bytes) -> str:
 
 @dataclass(frozen=True)
 class Parse:
+    """A Parse message: statement name, SQL text, parameter type OIDs (0: unspecified)."""
+
     name: str
     query: str
     param_types: tuple[int, ...]
@@ -147,6 +149,8 @@ def parse_parse(payload: bytes) -> Parse:
 
 @dataclass(frozen=True)
 class Bind:
+    """A Bind message: portal, prepared statement, parameter formats and values, result formats."""
+
     portal: str
     statement: str
     param_formats: tuple[int, ...]  # one per parameter (expanded from 0 or 1 codes)
@@ -154,6 +158,7 @@ class Bind:
     result_formats: tuple[int, ...]  # as sent: 0 codes (all text), 1 (all), or one per column
 
     def result_format(self, column: int) -> int:
+        """The format (0 text, 1 binary) the client wants for result column ``column``."""
         if not self.result_formats:
             return 0
         return self.result_formats[0] if len(self.result_formats) == 1 else self.result_formats[column]

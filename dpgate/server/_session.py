@@ -123,11 +123,13 @@ class Session:
 
     @property
     def conn(self) -> Connection:
+        """This session's DB-API connection on the shared gateway (its SET dpgate.* settings)."""
         if self._conn is None:
             self._conn = connect(self.gateway, **self.defaults)
         return self._conn
 
     def close(self) -> None:
+        """Close the DB-API connection (never the shared gateway)."""
         if self._conn is not None:
             self._conn.close()
 

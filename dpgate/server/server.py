@@ -132,6 +132,7 @@ class Server:
 
     @property
     def gateway(self) -> Gateway:
+        """The gateway every connection shares."""
         return self._shared.gateway
 
     def serve_forever(self) -> None:
