@@ -108,7 +108,9 @@ def test_sixteen_concurrent_clients_never_overspend(tmp_path: Path) -> None:
     assert set(served) <= delivered  # every answer a client received was recorded before it was sent
 
 
-def test_kill_9_mid_load_then_restart(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+def test_killed_or_stopped_mid_load_then_restart(tmp_path: Path, sig: signal.Signals) -> None:
+    """kill -9: nothing was sent without its record; SIGTERM: statements in flight finish, exit 0."""
     users_file(tmp_path, {"alice": 1.0, "bob": 1.0})
     proc, port = spawn_server(tmp_path, budget=2.0)
     received: list[str] = []
@@ -131,8 +133,9 @@ def test_kill_9_mid_load_then_restart(tmp_path: Path) -> None:
         t.start()
     while len(received) < 30 and proc.poll() is None:
         threading.Event().wait(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
+    proc.send_signal(sig)
+    code = proc.wait(30)
+    assert code == (0 if sig == signal.SIGTERM else -signal.SIGKILL)
     stop.set()
     for t in threads:
         t.join(30)
