@@ -473,6 +473,17 @@ def synthesize(schema_path: str, data: str, ledger: str, table: str | None, rows
         source.close()
 
 
+def _add_server_commands() -> None:
+    """``dpgate serve`` and ``dpgate user``, which live with the server (dpgate.server._cli)."""
+    from dpgate.server._cli import serve, user
+
+    cli.add_command(serve)
+    cli.add_command(user)
+
+
+_add_server_commands()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run the CLI, turning errors into one line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)

@@ -789,6 +789,51 @@ class Ledger:
         """Whether :meth:`close` was called."""
         return self._closed
 
+    # -- extension tables (dpgate serve's provenance) -----------------------------
+
+    @contextlib.contextmanager
+    def on_append(self, hook: Callable[[sqlite3.Connection, int, float], None]) -> Iterator[None]:
+        """While the block runs, call ``hook(conn, record_id, cost_after)`` in this thread
+        after each record a transaction appends, inside the same SQLite transaction: rows
+        the hook writes commit or roll back with the record, and an exception it raises
+        rolls the whole transaction back (nothing is released)."""
+        previous = getattr(self._local, "on_append", None)
+        self._local.on_append = hook
+        try:
+            yield
+        finally:
+            self._local.on_append = previous
+
+    def write(self, fn: Callable[[sqlite3.Connection], Any], *, fsync: bool = True) -> Any:
+        """Run ``fn(conn)`` in its own write transaction on the ledger's database, serialised
+        with releases.  For extension tables only: the records and the metadata stay
+        append-only through their triggers.  Committed on return; with ``fsync=False`` the
+        commit is not fsync'd (SQLite ``synchronous=NORMAL`` in WAL mode): it survives a crash
+        of the process, but not of the machine — never use it for a release."""
+        conn = self._connection()
+        if not fsync:
+            conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            with self._write_locked(conn):
+                with map_exceptions({sqlite3.Error: LedgerError}, "Writing to the ledger failed: {exc}."):
+                    return fn(conn)
+        finally:
+            if not fsync:
+                conn.execute("PRAGMA synchronous=FULL")
+
+    def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn(conn)`` on a committed snapshot of the ledger's database (no write lock)."""
+        conn = self._connection()
+        with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
+            if self.path is not None:
+                return self._retry(lambda: fn(conn))
+            if not self._mem_lock.acquire(self._timeout):
+                raise LedgerError(f"Timed out after {self._timeout:g} s waiting for the in-memory ledger.")
+            try:
+                return fn(conn)
+            finally:
+                self._mem_lock.release()
+
     def __enter__(self) -> Ledger:
         return self
 
@@ -912,6 +957,9 @@ class LedgerTransaction:
         mac = record_mac(led._key, self.head[1], row)
         self._conn.execute(f"INSERT INTO dpgate_records({_COLUMNS}, mac) VALUES ({', '.join('?' * 16)})",
                            (*row, mac))
+        hook = getattr(led._local, "on_append", None)
+        if hook is not None:  # e.g. dpgate serve's per-analyst charge, in this same transaction
+            hook(self._conn, rid, reals["cost_after"])
         self.head = (rid, mac)
         return LedgerRecord(
             id=int(rid), kind=kind, table=table, query=query, sql=sql, alpha=reals["alpha"],

@@ -1,0 +1,28 @@
+"""``dpgate serve``: the gateway as a PostgreSQL wire-protocol (v3) server.
+
+Analysts connect with any PostgreSQL client (psql, psycopg, pg8000, asyncpg,
+JDBC, SQLAlchemy, BI tools) and authenticate with SCRAM-SHA-256 against a
+users file; the data, the budget and the ledger stay on the server's side.
+
+Modules: :mod:`~dpgate.server._protocol` (framing), :mod:`~dpgate.server._scram`
+(authentication), :mod:`~dpgate.server.users` (the users file),
+:mod:`~dpgate.server._catalog` (introspection answered from the declared schema),
+:mod:`~dpgate.server._provenance` (per-analyst charges and deliveries in the
+ledger), :mod:`~dpgate.server._session` (one analyst's statements, SQLSTATEs),
+:mod:`~dpgate.server.server` (the listener).
+
+Analyst model.  The gateway's per-cell budget bounds the privacy loss of every
+individual over *everything released to anyone*: that is the guarantee that
+holds even if all analysts collude.  Each analyst also has a cap, charged the
+increase of the global cost caused by the fresh releases made for them; history
+is shared, so an answer already released to anyone is free for everyone (it is
+post-processing).  An analyst's cap therefore bounds only what was spent *on
+their behalf*, not what they can learn: their view also contains every other
+release that history lets them reuse, whose privacy loss is bounded by the
+global budget alone.
+"""
+
+from dpgate.server.server import Server
+from dpgate.server.users import Analyst, add_user, load_users
+
+__all__ = ["Server", "Analyst", "add_user", "load_users"]

@@ -1,0 +1,95 @@
+"""The ``dpgate serve`` and ``dpgate user add`` commands (registered by :mod:`dpgate.cli`)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+import click
+
+__all__ = ["serve", "user"]
+
+
+@click.command()
+@click.option("--data", required=True, help="A .duckdb, .csv or .parquet file (never modified).")
+@click.option("--schema", "schema_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Schema YAML (public domains).")
+@click.option("--ledger", required=True, help="Durable ledger file (SQLite); also holds per-analyst provenance.")
+@click.option("--budget", type=float, required=True, help="Total (global, per-cell) privacy budget ε.")
+@click.option("--users", "users_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Users file (dpgate user add) with SCRAM verifiers and per-analyst caps.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=5433, show_default=True)
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM certificate.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key.")
+@click.option("--allow-insecure-password", is_flag=True,
+              help="Allow password authentication without TLS on a non-loopback address.")
+@click.option("--accuracy", type=float, default=None,
+              help="Default half-width of answers (sessions change it with SET dpgate.accuracy).")
+@click.option("--confidence", type=float, default=0.95, show_default=True, help="Default confidence 1−δ.")
+@click.option("--policy", type=click.Choice(["minimal", "paper", "no_reuse"]), default="minimal", show_default=True)
+@click.option("--max-connections", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Connections served at once (one thread each).")
+def serve(data: str, schema_path: str, ledger: str, budget: float, users_path: str, host: str, port: int,
+          tls_cert: str | None, tls_key: str | None, allow_insecure_password: bool, accuracy: float | None,
+          confidence: float, policy: Any, max_connections: int) -> None:
+    """Serve the gateway over the PostgreSQL wire protocol (psql, psycopg, JDBC, BI tools).
+
+    Logs one line per statement to stderr: analyst, statement hash, kind, source, ε — never values.
+    SIGTERM or Ctrl-C: statements in flight finish, then the server exits.
+    """
+    from dpgate.cli import _open_data
+    from dpgate.gateway import Gateway
+    from dpgate.schema import Schema
+    from dpgate.server.server import Server
+    from dpgate.server.users import load_users
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    schema = Schema.load(schema_path)
+    users = load_users(users_path)
+    gw = Gateway(_open_data(data, schema), schema, budget=budget, ledger=ledger, policy=policy)
+    try:
+        server = Server(gw, users, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
+                        allow_insecure_password=allow_insecure_password,
+                        defaults={"accuracy": accuracy, "confidence": confidence},
+                        max_connections=max_connections)
+    except BaseException:
+        gw.close()
+        raise
+
+    def stop(signum: int, frame: Any) -> None:
+        threading.Thread(target=server.shutdown, name="dpgate-shutdown").start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    logging.getLogger("dpgate.server").info(
+        "listening on %s:%d (%s), %d analysts, budget %g", host, server.port, "TLS" if tls_cert else "no TLS",
+        len(users), budget)
+    server.serve_forever()
+    logging.getLogger("dpgate.server").info("stopped")
+
+
+@click.group()
+def user() -> None:
+    """Manage the analysts of a users file."""
+
+
+@user.command("add")
+@click.argument("users_file", type=click.Path(dir_okay=False))
+@click.argument("name")
+@click.option("--budget", type=float, required=True, help="This analyst's cap ε (fresh releases made for them).")
+@click.option("--password-stdin", is_flag=True, help="Read the password from stdin (one line) instead of prompting.")
+def add(users_file: str, name: str, budget: float, password_stdin: bool) -> None:
+    """Add or replace analyst NAME: stores a SCRAM-SHA-256 verifier (never the password) and a cap."""
+    from dpgate.server.users import add_user
+
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = click.prompt(f"password for {name}", hide_input=True, confirmation_prompt=True)
+    add_user(users_file, name, password, budget)
+    click.echo(f"analyst {name!r} (cap ε = {budget:g}) written to {users_file}")

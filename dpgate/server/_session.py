@@ -1,0 +1,339 @@
+"""One analyst's session: route each statement to the catalogue, a session command or the DB-API.
+
+Protocol-independent: :meth:`Session.execute` takes SQL text and Python
+parameters and returns an :class:`Outcome` (columns, rows, command tag) or
+raises :class:`SqlError` with a SQLSTATE.  Counting queries go through a
+:class:`dpgate.dbapi.Connection` on the gateway every session of the server
+shares, so ``SET dpgate.*``, hints and placeholders behave exactly as in the
+DB-API, and decisions are serialised by the gateway and its ledger.
+
+SQLSTATE mapping (:func:`sqlstate`):
+
+=====================================  =======  ===================================
+dpgate error                           SQLSTATE  PostgreSQL name
+=====================================  =======  ===================================
+QuerySyntaxError                       42601    syntax_error
+SchemaError naming a column            42703    undefined_column
+SchemaError (other: undeclared table)  42P01    undefined_table
+QueryTooComplex                        54000    program_limit_exceeded
+UnsupportedQuery (refused SQL)         0A000    feature_not_supported
+BudgetExhausted (global or analyst)    53400    configuration_limit_exceeded
+NotEstimable                           55000    object_not_in_prerequisite_state
+InvalidRequirement, DataError          22023    invalid_parameter_value
+other ProgrammingError (parameters…)   42P02    undefined_parameter
+LedgerError                            58000    system_error
+anything else                          XX000    internal_error
+=====================================  =======  ===================================
+
+Server-side conditions: wrong password 28P01, a statement in a failed
+transaction block 25P02, an unknown ``SHOW`` parameter 42704, a cancelled
+statement 57014, shutdown 57P01, a protocol violation 08P01.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from dpgate import errors
+from dpgate.compile import CompiledStatement, compile_statement
+from dpgate.dbapi import Connection, connect
+from dpgate.gateway import Gateway
+from dpgate.server import _catalog, _provenance
+from dpgate.server._protocol import Field
+from dpgate.server._values import BOOL, FLOAT8, INT8, TEXT, TYPE_SIZES, oid_of_dbapi
+from dpgate.server.users import Analyst
+
+__all__ = ["Outcome", "SqlError", "Session", "sqlstate", "LOG"]
+
+LOG = logging.getLogger("dpgate.server")
+
+
+class SqlError(Exception):
+    """An error to send to the client: SQLSTATE, message, optional hint."""
+
+    def __init__(self, code: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.hint = code, message, hint
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one statement returns: columns (None: no result set), rows, tag, status changes."""
+
+    fields: tuple[Field, ...] | None
+    rows: tuple[tuple[Any, ...], ...] = ()
+    tag: str = ""
+    status: tuple[tuple[str, str], ...] = ()
+    empty: bool = False
+
+
+# First match wins: subclasses before their bases.
+_SQLSTATES: tuple[tuple[type[BaseException], str], ...] = (
+    (errors.QuerySyntaxError, "42601"), (errors.QueryTooComplex, "54000"), (errors.UnsupportedQuery, "0A000"),
+    (errors.BudgetExhausted, "53400"), (errors.NotEstimable, "55000"), (errors.DataError, "22023"),
+    (errors.LedgerError, "58000"), (errors.ProgrammingError, "42P02"),
+)
+
+
+def sqlstate(exc: BaseException) -> str:
+    """The SQLSTATE of a dpgate error (see the module docstring)."""
+    if isinstance(exc, errors.SchemaError):
+        return "42703" if "column" in str(exc).lower() else "42P01"
+    return next((code for cls, code in _SQLSTATES if isinstance(exc, cls)), "XX000")
+
+
+_SETTINGS_REPORTED = ("application_name", "client_encoding", "DateStyle", "TimeZone", "IntervalStyle")
+_UTF8 = {"utf8", "utf-8", "unicode"}
+_SET = re.compile(r"^set\s+(?:session\s+|local\s+)?([a-z_][\w.]*)\s*(?:=|\bto\b)\s*(.+?)\s*;?$", re.I | re.S)
+_TAGS = {"begin": "BEGIN", "start": "BEGIN", "commit": "COMMIT", "end": "COMMIT", "rollback": "ROLLBACK",
+         "abort": "ROLLBACK", "savepoint": "SAVEPOINT", "release": "RELEASE", "discard": "DISCARD ALL",
+         "deallocate": "DEALLOCATE", "reset": "RESET", "unlisten": "UNLISTEN", "close": "CLOSE CURSOR"}
+_KINDS_OID = {"integer": INT8, "categorical": TEXT, "binned": TEXT, "boolean": BOOL}
+
+
+def _field(name: str, oid: int) -> Field:
+    return Field(name, oid, TYPE_SIZES.get(oid, -1))
+
+
+def _first_word(sql: str) -> str:
+    m = re.match(r"\s*(?:/\*.*?\*/\s*)*(\w+)", sql, re.S)
+    return m.group(1).lower() if m else ""
+
+
+@dataclass
+class Session:
+    """The state of one analyst's connection."""
+
+    gateway: Gateway
+    analyst: Analyst
+    database: str
+    defaults: dict[str, Any]
+    parameters: dict[str, str] = field(default_factory=dict)
+    status: str = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed block
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    _conn: Connection | None = None
+
+    @property
+    def conn(self) -> Connection:
+        """This session's DB-API connection on the shared gateway (its SET dpgate.* settings)."""
+        if self._conn is None:
+            self._conn = connect(self.gateway, **self.defaults)
+        return self._conn
+
+    def close(self) -> None:
+        """Close the DB-API connection (never the shared gateway)."""
+        if self._conn is not None:
+            self._conn.close()
+
+    # -- statements --------------------------------------------------------------------------
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Outcome:
+        """Run one statement and log it (one line, no values).  Raises SqlError."""
+        word = _first_word(sql)
+        if not sql.strip().rstrip(";").strip():
+            return Outcome(None, empty=True)
+        kind = "session"
+        try:
+            if word in _TAGS:
+                out = self._transaction(word, sql)
+            elif self.status == "E":
+                raise SqlError("25P02", "current transaction is aborted, commands ignored until end of transaction "
+                                        "block")
+            elif word in ("set", "show"):
+                out = self._set(sql) if word == "set" else self._show(sql)
+            else:
+                found = _catalog.answer(sql, params, self.gateway.schema, user=self.analyst.name,
+                                        database=self.database)
+                if found is None:
+                    return self._query(sql, params)  # logs its own line, with source and ε
+                out, kind = Outcome(found.fields, found.rows, found.tag), "catalog"
+        except errors.Error as exc:
+            self._log(sql, params, "refused", type(exc).__name__, 0.0)
+            raise SqlError(sqlstate(exc), str(exc)) from exc
+        except SqlError as exc:
+            self._log(sql, params, "refused", exc.code, 0.0)
+            raise
+        self._log(sql, params, kind, "-", 0.0)
+        return out
+
+    def fail(self) -> None:
+        """An error happened: a transaction block becomes failed."""
+        if self.status == "T":
+            self.status = "E"
+
+    def _transaction(self, word: str, sql: str) -> Outcome:
+        tag = _TAGS[word]
+        low = sql.lower()
+        if word in ("begin", "start"):
+            self.status = "T" if self.status == "I" else self.status
+        elif word in ("commit", "end"):
+            tag = "ROLLBACK" if self.status == "E" else "COMMIT"
+            self.status = "I"
+        elif word in ("rollback", "abort"):
+            self.status = "T" if " to " in f" {low} " and self.status != "I" else "I"
+        return Outcome(None, tag=tag)
+
+    def _set(self, sql: str) -> Outcome:
+        m = _SET.match(sql.strip())
+        if m is None:
+            if re.match(r"^\s*set\s+(session\s+)?(time\s+zone|transaction|session\s+characteristics)", sql, re.I):
+                return Outcome(None, tag="SET")
+            raise SqlError("42601", f"cannot parse this SET statement: {sql.strip()[:80]!r}.")
+        name, value = m.group(1), m.group(2).strip().strip("'\"")
+        if name.lower().startswith("dpgate."):
+            try:
+                self.conn.cursor().execute(sql)
+            except errors.Error as exc:
+                raise SqlError(sqlstate(exc), str(exc)) from exc
+            return Outcome(None, tag="SET")
+        if name.lower() == "client_encoding" and value.lower() not in _UTF8:
+            raise SqlError("22023", f"dpgate serve speaks UTF8 only; client_encoding {value!r} is not supported.")
+        key = next((k for k in _SETTINGS_REPORTED if k.lower() == name.lower()), name.lower())
+        self.parameters[key] = "UTF8" if key == "client_encoding" else value
+        status = ((key, self.parameters[key]),) if key in _SETTINGS_REPORTED else ()
+        return Outcome(None, tag="SET", status=status)
+
+    def _show(self, sql: str) -> Outcome:
+        name = " ".join(sql.strip().rstrip(";").split()[1:]).lower()
+        if name == "dpgate.budget":
+            return self._show_budget()
+        if name == "dpgate.history":
+            rows = _provenance.analyst_history(self.gateway.ledger, self.analyst.name)
+            fields = (_field("id", INT8), _field("created_at", TEXT), _field("kind", TEXT), _field("statement", TEXT),
+                      _field("source", TEXT), _field("epsilon", FLOAT8), _field("record_id", INT8))
+            return Outcome(fields, tuple(rows), f"SHOW {len(rows)}")
+        if name.startswith("dpgate."):
+            key = name.split(".", 1)[1]
+            settings = self.conn.settings
+            if key not in settings:
+                raise SqlError("42704", f"unrecognized configuration parameter {name!r}; dpgate has "
+                               f"{', '.join('dpgate.' + k for k in settings)}, dpgate.budget, dpgate.history.")
+            value = settings[key]
+            text = "" if value is None else ("on" if value is True else "off" if value is False else str(value))
+            return Outcome((_field(name, TEXT),), ((text,),), "SHOW")
+        if name in ("transaction isolation level", "transaction_isolation"):
+            return Outcome((_field("transaction_isolation", TEXT),), (("read committed",),), "SHOW")
+        known = {k.lower(): v for k, v in self.parameters.items()}
+        if name in known:
+            return Outcome((_field(name, TEXT),), ((known[name],),), "SHOW")
+        raise SqlError("42704", f"unrecognized configuration parameter {name!r}.")
+
+    def _show_budget(self) -> Outcome:
+        gw, a = self.gateway, self.analyst
+        mine = _provenance.analyst_spent(gw.ledger, a.name)
+        names = ("analyst", "analyst_budget", "analyst_spent", "analyst_remaining", "budget", "spent", "remaining")
+        row = (a.name, a.budget, mine, max(0.0, a.budget - mine), gw.budget, gw.spent, gw.remaining)
+        return Outcome(tuple(_field(n, TEXT if i == 0 else FLOAT8) for i, n in enumerate(names)), (row,), "SHOW")
+
+    def _query(self, sql: str, params: Sequence[Any]) -> Outcome:
+        digest = _provenance.statement_hash(sql, params)
+        cur = self.conn.cursor()
+        ledger = self.gateway.ledger
+        with _provenance.charging(ledger, self.analyst.name, self.analyst.budget, digest):
+            cur.execute(sql, list(params) if params else None)
+        if self.cancelled.is_set():
+            raise SqlError("57014", "canceling statement due to user request (anything it released was recorded).")
+        if cur.description is None:  # SET dpgate.* through the DB-API
+            return Outcome(None, tag="SET")
+        result = cur.result
+        eps, source = 0.0, "-"
+        if result is not None:
+            sources = {a.source for a in result.answers}
+            eps = float(result.epsilon_spent)
+            source = next(iter(sources)) if len(sources) == 1 else "mixed" if sources else "-"
+            # Durable before the answer leaves: who received what.
+            _provenance.record_delivery(ledger, self.analyst.name, digest, source, eps)
+        self._log(sql, params, "query", source, eps, digest)
+        fields = tuple(_field(d[0], oid_of_dbapi(d[1])) for d in cur.description)
+        rows = tuple(cur.fetchall())
+        return Outcome(fields, rows, f"SELECT {len(rows)}")
+
+    def _log(self, sql: str, params: Any, kind: str, source: str, eps: float, digest: str | None = None) -> None:
+        LOG.info("analyst=%s statement=%s kind=%s source=%s epsilon=%.6g", self.analyst.name,
+                 digest or _provenance.statement_hash(sql, params), kind, source, eps)
+
+    # -- describing without running ------------------------------------------------------------
+    def describe(self, sql: str, param_oids: Sequence[int]) -> tuple[tuple[int, ...], tuple[Field, ...] | None]:
+        """Parameter types and result columns of a prepared statement, without running a query.
+
+        Parameters the client left untyped get the type of the column they are compared
+        with (``int8``, ``text``, ``bool``), else ``text``.
+        """
+        inferred = infer_parameters(sql, self.gateway.schema, self.gateway.dialect)
+        n = max(len(param_oids), len(inferred))
+        oids = tuple((param_oids[i] if i < len(param_oids) and param_oids[i] not in (0, 705) else
+                      inferred[i][0] if i < len(inferred) else TEXT) for i in range(n))
+        dummies = [inferred[i][1] if i < len(inferred) else "" for i in range(n)]
+        word = _first_word(sql)
+        if word in _TAGS or word == "set" or not sql.strip().rstrip(";").strip():
+            return oids, None
+        if word == "show":
+            return oids, self.execute(sql).fields
+        found = _catalog.answer(sql, dummies, self.gateway.schema, user=self.analyst.name, database=self.database)
+        if found is not None:
+            return oids, found.fields
+        try:
+            stmt = compile_statement(sql, self.gateway.schema, dialect=self.gateway.dialect, params=dummies or None)
+        except errors.Error as exc:
+            raise SqlError(sqlstate(exc), str(exc)) from exc
+        if not isinstance(stmt, CompiledStatement):
+            return oids, None
+        return oids, statement_fields(stmt, self.gateway, bool(self.conn.settings["intervals"]))
+
+
+def statement_fields(stmt: CompiledStatement, gateway: Gateway, intervals: bool) -> tuple[Field, ...]:
+    """The result columns of a compiled SELECT, as ``dpgate.dbapi`` will return them."""
+    table = gateway.schema.table(stmt.table)
+    out: list[Field] = []
+    for o in stmt.outputs:
+        if o.kind == "group":
+            out.append(_field(o.name, _KINDS_OID[table.column(stmt.group_columns[o.index]).kind]))
+        else:
+            out.append(_field(o.name, FLOAT8))
+            if intervals:
+                out += [_field(f"{o.name}_low", FLOAT8), _field(f"{o.name}_high", FLOAT8),
+                        _field(f"{o.name}_source", TEXT)]
+    return tuple(out)
+
+
+def infer_parameters(sql: str, schema: Any, dialect: str) -> list[tuple[int, Any]]:
+    """``(type OID, a valid dummy value)`` per ``$n`` placeholder, from the column it is compared with."""
+    try:
+        tree = sqlglot.parse_one(sql, read=dialect)
+    except sqlglot.errors.SqlglotError:
+        return []
+    holders = [h for h in tree.find_all(exp.Placeholder) if str(h.this or "").isdigit()]
+    if not holders:
+        return []
+    table = None
+    src = tree.find(exp.Table)
+    if src is not None:
+        try:
+            table = schema.table(src.name)
+        except errors.Error:
+            table = None
+    out: dict[int, tuple[int, Any]] = {}
+    for h in holders:
+        guess: tuple[int, Any] = (TEXT, "")
+        parent = h.parent
+        if isinstance(parent, (exp.Limit, exp.Offset)):
+            guess = (INT8, 1)
+        col = parent.find(exp.Column) if parent is not None else None
+        if col is not None and table is not None:
+            try:
+                c = table.column(col.name)
+            except errors.Error:
+                c = None
+            if c is not None:
+                dummy = {"integer": c.min, "binned": c.min, "boolean": True}.get(
+                    c.kind, c.values[0] if c.values else "")
+                guess = (_KINDS_OID[c.kind], dummy)
+        out[int(str(h.this))] = guess
+    return [out.get(i, (TEXT, "")) for i in range(1, max(out) + 1)]

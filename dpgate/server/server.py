@@ -1,0 +1,480 @@
+"""``dpgate serve``: the gateway behind the PostgreSQL wire protocol, one thread per connection.
+
+Each connection: optional TLS (``SSLRequest``), SCRAM-SHA-256 authentication
+against the users file, then statements over the simple or the extended
+protocol, answered by a :class:`~dpgate.server._session.Session` on the one
+:class:`~dpgate.Gateway` every connection shares.  Decisions are serialised by
+the gateway's lock and its ledger (also across processes); a slow client only
+holds its own thread.  SIGTERM (:meth:`Server.shutdown`): stop accepting, let
+statements in flight finish (their releases commit and their answers are sent,
+or they never happened), tell idle clients the server is shutting down (57P01),
+close the gateway.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import socket
+import socketserver
+import ssl
+import struct
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpgate.gateway import Gateway
+from dpgate.server import _protocol as pq
+from dpgate.server import _provenance
+from dpgate.server._catalog import SERVER_VERSION
+from dpgate.server._scram import MECHANISM, ScramError, ServerExchange
+from dpgate.server._session import LOG, Outcome, Session, SqlError
+from dpgate.server._values import decode_param, encode
+from dpgate.server.users import Analyst
+
+__all__ = ["Server", "is_loopback"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only the loopback interface."""
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class _Prepared:
+    sql: str
+    param_oids: tuple[int, ...]
+    fields: tuple[pq.Field, ...] | None = None
+    described: bool = False
+
+
+@dataclass
+class _Portal:
+    prepared: _Prepared
+    params: list[Any]
+    bind: pq.Bind
+    outcome: Outcome | None = None
+    sent: int = 0
+
+
+@dataclass
+class _Shared:
+    """What every connection of one server shares."""
+
+    gateway: Gateway
+    users: Mapping[str, Analyst]
+    defaults: dict[str, Any]
+    tls: ssl.SSLContext | None
+    max_connections: int
+    auth_timeout: float
+    closing: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    connections: dict[int, _Handler] = field(default_factory=dict)
+    next_pid: int = 1000
+
+
+class Server:
+    """A running ``dpgate serve`` listener.
+
+    Args:
+        gateway: the gateway answering every connection (its ledger holds the provenance too).
+        users: the analysts (``dpgate.server.users.load_users``).
+        host, port: where to listen (port 0: a free port, see :attr:`port`).
+        tls_cert, tls_key: PEM files; with them clients may (and with ``sslmode=require``, do) use TLS.
+        allow_insecure_password: allow SCRAM without TLS on a non-loopback address.
+        defaults: per-session DB-API defaults (``accuracy``, ``confidence``, ``intervals``, ``allow_partial``).
+        max_connections: connections served at once; more are refused with SQLSTATE 53300.
+        auth_timeout: seconds a new connection has to finish startup and authentication.
+
+    Raises:
+        ValueError: no TLS on a non-loopback address without ``allow_insecure_password``.
+    """
+
+    def __init__(self, gateway: Gateway, users: Mapping[str, Analyst], *, host: str = "127.0.0.1", port: int = 5433,
+                 tls_cert: str | None = None, tls_key: str | None = None, allow_insecure_password: bool = False,
+                 defaults: Mapping[str, Any] | None = None, max_connections: int = 100,
+                 auth_timeout: float = 60.0) -> None:
+        tls = None
+        if tls_cert or tls_key:
+            if not (tls_cert and tls_key):
+                raise ValueError("give both --tls-cert and --tls-key.")
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.minimum_version = ssl.TLSVersion.TLSv1_2
+            tls.load_cert_chain(tls_cert, tls_key)
+        elif not is_loopback(host) and not allow_insecure_password:
+            raise ValueError(
+                f"refusing to serve on {host} without TLS: passwords (even SCRAM exchanges) and answers would cross "
+                "the network in the clear. Give --tls-cert and --tls-key, or --allow-insecure-password if the "
+                "network is trusted."
+            )
+        _provenance.ensure_table(gateway.ledger)
+        self._shared = _Shared(gateway, dict(users), dict(defaults or {}), tls, max_connections, auth_timeout)
+        shared = self._shared
+
+        class Handler(_Handler):
+            state = shared
+
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        self._tcp = socketserver.ThreadingTCPServer((host, port), Handler, bind_and_activate=True)
+        self._tcp.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The port listened on."""
+        return int(self._tcp.server_address[1])
+
+    @property
+    def gateway(self) -> Gateway:
+        """The gateway every connection shares."""
+        return self._shared.gateway
+
+    def serve_forever(self) -> None:
+        """Accept connections until :meth:`shutdown`."""
+        self._tcp.serve_forever(poll_interval=0.2)
+
+    def start(self) -> Server:
+        """Serve in a background thread (tests, embedding); returns self."""
+        self._thread = threading.Thread(target=self.serve_forever, name="dpgate-serve", daemon=True)
+        self._thread.start()
+        return self
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop accepting; finish statements in flight; disconnect idle clients; close the gateway."""
+        shared = self._shared
+        shared.closing.set()
+        self._tcp.shutdown()
+        self._tcp.server_close()
+        with shared.lock:
+            handlers = list(shared.connections.values())
+        for h in handlers:
+            h.interrupt_if_idle()
+        for h in handlers:
+            h.finished.wait(timeout)
+        shared.gateway.close()
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    state: _Shared
+
+    def setup(self) -> None:
+        self.sock: Any = self.request
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # replies are whole; never wait to batch
+        self.busy = threading.Lock()  # held while a message is being processed
+        self.finished = threading.Event()
+        self.session: Session | None = None
+        self.out: list[bytes] = []
+        self.pid, self.secret = 0, secrets.randbits(31)
+
+    def handle(self) -> None:
+        try:
+            self._serve()
+        except (EOFError, ConnectionError, OSError, ssl.SSLError):
+            pass
+        except pq.ProtocolError as exc:
+            self._fatal("08P01", f"protocol violation: {exc}")
+        finally:
+            with self.state.lock:
+                self.state.connections.pop(self.pid, None)
+            if self.session is not None:
+                self.session.close()
+            self.finished.set()
+
+    def interrupt_if_idle(self) -> None:
+        """On shutdown: a connection not processing a message is told so and closed."""
+        if self.busy.acquire(blocking=False):
+            try:
+                self._fatal("57P01", "terminating connection due to administrator command (dpgate is shutting down)")
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            finally:
+                self.busy.release()
+
+    # -- I/O ----------------------------------------------------------------------------------
+    def _send(self, *chunks: bytes) -> None:
+        self.out.extend(chunks)
+
+    def _flush(self) -> None:
+        if self.out:
+            data, self.out = b"".join(self.out), []
+            self.sock.sendall(data)
+
+    def _fatal(self, code: str, text: str) -> None:
+        try:
+            self.sock.sendall(b"".join(self.out) + pq.error_response(code, text, severity="FATAL"))
+        except OSError:
+            pass
+        self.out = []
+
+    # -- startup and authentication ------------------------------------------------------------
+    def _serve(self) -> None:
+        self.sock.settimeout(self.state.auth_timeout)  # like PostgreSQL's authentication_timeout
+        params = self._startup()
+        if params is None:
+            return
+        analyst = self._authenticate(params.get("user", ""))
+        if analyst is None:
+            return
+        with self.state.lock:
+            full = len(self.state.connections) >= self.state.max_connections
+            if not full:
+                self.state.next_pid += 1
+                self.pid = self.state.next_pid
+                self.state.connections[self.pid] = self
+        if full:
+            self._fatal("53300", f"sorry, too many clients already (max_connections = {self.state.max_connections})")
+            return
+        self.sock.settimeout(None)
+        self.session = Session(self.state.gateway, analyst, params.get("database", analyst.name),
+                               self.state.defaults)
+        reported = {"server_version": SERVER_VERSION, "server_encoding": "UTF8", "client_encoding": "UTF8",
+                    "DateStyle": "ISO, MDY", "TimeZone": "UTC", "IntervalStyle": "postgres",
+                    "integer_datetimes": "on", "standard_conforming_strings": "on", "is_superuser": "off",
+                    "session_authorization": analyst.name, "default_transaction_read_only": "on",
+                    "application_name": params.get("application_name", "")}
+        self.session.parameters.update(reported)
+        self._send(pq.authentication(0), *(pq.parameter_status(k, v) for k, v in reported.items()),
+                   pq.backend_key_data(self.pid, self.secret), pq.ready_for_query("I"))
+        self._flush()
+        self._loop()
+
+    def _startup(self) -> dict[str, str] | None:
+        while True:
+            code, payload = pq.read_startup(self.sock)
+            if code == pq.SSL_REQUEST:
+                if self.state.tls is None:
+                    self.sock.sendall(b"N")
+                    continue
+                self.sock.sendall(b"S")
+                self.sock = self.state.tls.wrap_socket(self.sock, server_side=True)
+                continue
+            if code == pq.GSSENC_REQUEST:
+                self.sock.sendall(b"N")
+                continue
+            if code == pq.CANCEL_REQUEST:
+                pid, secret = struct.unpack("!ii", payload[:8])
+                self._cancel(pid, secret)
+                return None
+            if code >> 16 != 3:
+                self._fatal("0A000", f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}: dpgate speaks 3.0")
+                return None
+            if self.state.closing.is_set():
+                self._fatal("57P03", "the dpgate server is shutting down")
+                return None
+            return pq.parse_startup(payload)
+
+    def _cancel(self, pid: int, secret: int) -> None:
+        with self.state.lock:
+            target = self.state.connections.get(pid)
+        if target is not None and target.secret == secret and target.session is not None \
+                and target.busy.locked():
+            target.session.cancelled.set()
+
+    def _authenticate(self, user: str) -> Analyst | None:
+        analyst = self.state.users.get(user)
+        exchange = ServerExchange(analyst.verifier if analyst else None)
+        self.sock.sendall(pq.authentication(10, MECHANISM.encode() + b"\x00\x00"))
+        try:
+            kind, payload = pq.read_message(self.sock)
+            if kind != b"p":
+                raise ScramError("expected a SASLInitialResponse")
+            mechanism, first = pq.parse_sasl_initial(payload)
+            if mechanism != MECHANISM:
+                raise ScramError(f"unsupported SASL mechanism {mechanism!r}")
+            self.sock.sendall(pq.authentication(11, exchange.server_first(first)))
+            kind, payload = pq.read_message(self.sock)
+            if kind != b"p":
+                raise ScramError("expected a SASLResponse")
+            final = exchange.server_final(payload)
+        except (ScramError, UnicodeDecodeError):
+            LOG.warning("authentication failed for user %r", user)
+            self._fatal("28P01", f'password authentication failed for user "{user}"')
+            return None
+        self._send(pq.authentication(12, final))
+        assert analyst is not None  # an unknown user never passes server_final
+        return analyst
+
+    # -- the message loop --------------------------------------------------------------------
+    def _loop(self) -> None:
+        session = self.session
+        assert session is not None
+        prepared: dict[str, _Prepared] = {}
+        portals: dict[str, _Portal] = {}
+        skipping = False  # after an error in the extended protocol, discard until Sync
+        while True:
+            kind, payload = pq.read_message(self.sock)
+            with self.busy:
+                if kind == b"X":
+                    return
+                if kind == b"S":
+                    skipping = False
+                    if session.status == "I":  # portals live until the end of the transaction
+                        portals.clear()
+                    self._send(pq.ready_for_query(session.status))
+                    self._flush()
+                    continue
+                if kind == b"H":
+                    self._flush()
+                    continue
+                if skipping:
+                    continue
+                session.cancelled.clear()
+                try:
+                    if kind == b"Q":
+                        self._simple(pq.cstring_payload(payload))
+                        self._send(pq.ready_for_query(session.status))
+                        self._flush()
+                    elif kind == b"P":
+                        msg = pq.parse_parse(payload)
+                        prepared[msg.name] = _Prepared(msg.query, msg.param_types)
+                        self._send(pq.PARSE_COMPLETE)
+                    elif kind == b"B":
+                        self._bind(pq.parse_bind(payload), prepared, portals)
+                    elif kind == b"D":
+                        self._describe(*pq.parse_describe(payload), prepared, portals)
+                    elif kind == b"E":
+                        self._execute(*pq.parse_execute(payload), portals)
+                    elif kind == b"C":
+                        which, name = pq.parse_describe(payload)
+                        (prepared if which == "S" else portals).pop(name, None)
+                        self._send(pq.CLOSE_COMPLETE)
+                    else:
+                        raise SqlError("08P01", f"unsupported message type {kind!r}")
+                except SqlError as exc:
+                    session.fail()
+                    self._send(pq.error_response(exc.code, exc.message, hint=exc.hint))
+                    if kind == b"Q":
+                        self._send(pq.ready_for_query(session.status))
+                        self._flush()
+                    else:
+                        skipping = True
+                except pq.ProtocolError:
+                    raise
+                except Exception as exc:  # never leak a traceback; the client gets XX000
+                    LOG.exception("internal error")
+                    session.fail()
+                    self._send(pq.error_response("XX000", f"internal error in dpgate: {type(exc).__name__}"))
+                    if kind == b"Q":
+                        self._send(pq.ready_for_query(session.status))
+                        self._flush()
+                    else:
+                        skipping = True
+            if self.state.closing.is_set():
+                self._fatal("57P01", "terminating connection due to administrator command (dpgate is shutting down)")
+                return
+
+    def _simple(self, text: str) -> None:
+        session = self.session
+        assert session is not None
+        for sql in _split(text) or [""]:
+            out = session.execute(sql)
+            if out.empty:
+                self._send(pq.EMPTY_QUERY)
+                continue
+            self._send(*(pq.parameter_status(k, v) for k, v in out.status))
+            if out.fields is not None:
+                self._send(pq.row_description(out.fields))
+                self._send(*(pq.data_row([encode(v, f.type_oid, 0) for v, f in zip(row, out.fields, strict=True)])
+                             for row in out.rows))
+            self._send(pq.command_complete(out.tag))
+
+    def _bind(self, msg: pq.Bind, prepared: dict[str, _Prepared], portals: dict[str, _Portal]) -> None:
+        session = self.session
+        assert session is not None
+        stmt = prepared.get(msg.statement)
+        if stmt is None:
+            raise SqlError("26000", f"prepared statement {msg.statement!r} does not exist")
+        oids, _ = self._described(stmt)
+        if len(msg.params) != len(oids):
+            raise SqlError("08P01", f"bind message supplies {len(msg.params)} parameters, but the prepared "
+                                    f"statement requires {len(oids)}")
+        try:
+            values = [None if raw is None else decode_param(raw, oid, fmt)
+                      for raw, oid, fmt in zip(msg.params, oids, msg.param_formats, strict=True)]
+        except Exception as exc:
+            raise SqlError("22P02", str(exc)) from None
+        portals[msg.portal] = _Portal(stmt, values, msg)
+        self._send(pq.BIND_COMPLETE)
+
+    def _described(self, stmt: _Prepared) -> tuple[tuple[int, ...], tuple[pq.Field, ...] | None]:
+        assert self.session is not None
+        if not stmt.described:
+            stmt.param_oids, stmt.fields = self.session.describe(stmt.sql, stmt.param_oids)
+            stmt.described = True
+        return stmt.param_oids, stmt.fields
+
+    def _describe(self, which: str, name: str, prepared: dict[str, _Prepared], portals: dict[str, _Portal]) -> None:
+        if which == "S":
+            stmt = prepared.get(name)
+            if stmt is None:
+                raise SqlError("26000", f"prepared statement {name!r} does not exist")
+            oids, fields = self._described(stmt)
+            self._send(pq.parameter_description(oids), pq.row_description(fields) if fields else pq.NO_DATA)
+            return
+        portal = portals.get(name)
+        if portal is None:
+            raise SqlError("34000", f"portal {name!r} does not exist")
+        out = self._run(portal)
+        formats = [portal.bind.result_format(i) for i in range(len(out.fields or ()))]
+        self._send(pq.row_description(out.fields, formats) if out.fields else pq.NO_DATA)
+
+    def _run(self, portal: _Portal) -> Outcome:
+        if portal.outcome is None:
+            assert self.session is not None
+            portal.outcome = self.session.execute(portal.prepared.sql, portal.params)
+            self._send(*(pq.parameter_status(k, v) for k, v in portal.outcome.status))
+        return portal.outcome
+
+    def _execute(self, name: str, max_rows: int, portals: dict[str, _Portal]) -> None:
+        portal = portals.get(name)
+        if portal is None:
+            raise SqlError("34000", f"portal {name!r} does not exist")
+        out = self._run(portal)
+        if out.empty:
+            self._send(pq.EMPTY_QUERY)
+            return
+        if out.fields is not None:
+            end = len(out.rows) if max_rows <= 0 else min(len(out.rows), portal.sent + max_rows)
+            formats = [portal.bind.result_format(i) for i in range(len(out.fields))]
+            for row in out.rows[portal.sent:end]:
+                self._send(pq.data_row([encode(v, f.type_oid, fmt)
+                                        for v, f, fmt in zip(row, out.fields, formats, strict=True)]))
+            portal.sent = end
+            if end < len(out.rows):
+                self._send(pq.PORTAL_SUSPENDED)
+                return
+        self._send(pq.command_complete(out.tag))
+
+
+def _split(text: str) -> list[str]:
+    """Split a simple-protocol query string into statements at top-level semicolons."""
+    out, start, i, n = [], 0, 0, len(text)
+    quote: str | None = None
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == quote:
+                quote = None
+        elif c in ("'", '"'):
+            quote = c
+        elif text.startswith("--", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+            continue
+        elif c == ";":
+            out.append(text[start:i])
+            start = i + 1
+        i += 1
+    out.append(text[start:])
+    return [s for s in out if s.strip()]

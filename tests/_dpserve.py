@@ -1,0 +1,76 @@
+"""Helpers for the ``dpgate serve`` tests: a server in a thread or a subprocess, real clients."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dpgate
+from dpgate.datasets import load_pums
+from dpgate.server import Server, add_user
+
+ROOT = Path(__file__).resolve().parents[1]
+PUMS_CSV = ROOT / "dpgate" / "data" / "PUMS.csv"
+PUMS_YAML = ROOT / "dpgate" / "data" / "pums.yaml"
+PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
+
+
+def users_file(tmp: Path, caps: dict[str, float]) -> Path:
+    path = tmp / "users.yaml"
+    for name, cap in caps.items():
+        add_user(path, name, PASSWORDS[name], cap)
+    return path
+
+
+@contextlib.contextmanager
+def thread_server(tmp: Path, *, budget: float = 1.0, caps: dict[str, float] | None = None,
+                  **options: Any) -> Iterator[Server]:
+    """A server on 127.0.0.1:<free port> in this process, over PUMS, with a ledger file in ``tmp``."""
+    from dpgate.server.users import load_users
+
+    df, schema = load_pums()
+    users = load_users(users_file(tmp, caps or {"alice": 0.5, "bob": 0.5, "carol": 0.0}))
+    gw = dpgate.Gateway(df, schema, budget=budget, ledger=str(tmp / "ledger.db"))
+    server = Server(gw, users, port=0, defaults={"accuracy": 25.0}, **options).start()
+    try:
+        yield server
+    finally:
+        server.shutdown(timeout=10)
+
+
+def spawn_server(tmp: Path, *, budget: float = 1.0, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], int]:
+    """``python -m dpgate.cli serve`` on a free port; returns the process and its port."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dpgate.cli", "serve", "--data", str(PUMS_CSV), "--schema", str(PUMS_YAML),
+         "--ledger", str(tmp / "ledger.db"), "--budget", str(budget), "--users", str(tmp / "users.yaml"),
+         "--port", "0", "--accuracy", "25", *extra],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        m = re.search(r"listening on [\d.]+:(\d+)", line)
+        if m:
+            return proc, int(m.group(1))
+    raise RuntimeError(f"the server did not start (exit code {proc.wait()})")
+
+
+def dsn(port: int, user: str = "alice", password: str | None = None, **extra: str) -> str:
+    parts = {"host": "127.0.0.1", "port": str(port), "user": user, "password": password or PASSWORDS[user],
+             "dbname": "pums", **extra}
+    return " ".join(f"{k}={v}" for k, v in parts.items())
+
+
+def psql(port: int, *commands: str, user: str = "alice", password: str | None = None,
+         **env: str) -> subprocess.CompletedProcess[str]:
+    args = ["psql", "-X", "-At", "-v", "VERBOSITY=verbose", "-h", "127.0.0.1", "-p", str(port), "-U", user, "-d",
+            "pums"]
+    for c in commands:
+        args += ["-c", c]
+    environment = {**os.environ, "PGPASSWORD": password or PASSWORDS[user], "PGCONNECT_TIMEOUT": "10", **env}
+    return subprocess.run(args, capture_output=True, text=True, timeout=60, env=environment)
