@@ -119,7 +119,7 @@ class TableState:
         """Empty history on the one-atom partition (at most ``max_atoms`` atoms)."""
         atoms = AtomPartition(table, max_atoms=max_atoms)
         return cls(
-            table, atoms, IncrementalBLUE(atoms.cell_sizes), CellCosts(atoms.n_atoms, table.max_rows_per_individual)
+            table, atoms, IncrementalBLUE(atoms.cell_sizes, keep_rows=False), CellCosts(atoms.n_atoms, table.max_rows_per_individual)
         )
 
     def refine(self, query: LinearQuery) -> None:
@@ -281,7 +281,7 @@ class TableState:
         return TableView(
             self.table,
             copy.copy(self.atoms),
-            _frozen(self.blue.rows),
+            _frozen(self.rows()),
             _frozen(self.blue.values),
             _frozen(self.blue.scales),
             _frozen(self.blue.lattice),
@@ -291,6 +291,13 @@ class TableState:
             tuple(self.record_ids),
             self.blue.copy(),
         )
+
+    def rows(self) -> np.ndarray:
+        """The released queries held by the atoms, as rows over the atoms (m × n, release order)."""
+        out = np.zeros((len(self.queries), self.atoms.n_atoms))
+        for i, q in enumerate(self.queries):
+            out[i] = self.atoms.vector(q)
+        return out
 
     def atom_query(self, query: LinearQuery, keep: np.ndarray) -> LinearQuery:
         """``query`` with its weight zeroed outside the atoms ``keep`` (a boolean mask)."""

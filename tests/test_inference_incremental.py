@@ -37,10 +37,14 @@ def histories(draw: st.DrawFn):  # type: ignore[no-untyped-def]
     n = draw(st.integers(1, 5))
     sizes = draw(st.lists(st.integers(1, 4), min_size=n, max_size=n))
     state = IncrementalBLUE(np.array(sizes, dtype=float))
-    ops = draw(st.lists(st.sampled_from(["append", "append", "append", "split"]), max_size=14))
+    ops = draw(st.lists(st.sampled_from(["append", "append", "append", "split", "copy"]), max_size=16))
     for op in ops:
         n = state.n_atoms
-        if op == "append":
+        if op == "copy":  # the copy shares the basis: appends to the original must not reach it
+            old, state = state, state.copy()
+            old.append(np.array(draw(st.lists(st.integers(-2, 2), min_size=n, max_size=n)), dtype=float), 1.0, 7.0)
+            old.split(np.arange(n), old.cell_sizes)
+        elif op == "append":
             h = draw(st.lists(st.integers(-2, 2), min_size=n, max_size=n))
             scale = draw(st.sampled_from([0.25, 1.0, 3.0, 10.0]))
             value = draw(st.floats(-100, 100))
@@ -70,7 +74,7 @@ def test_incremental_equals_batch(case) -> None:  # type: ignore[no-untyped-def]
     for Q in queries:
         assert_same(state, Q)
     # V stays orthonormal under the atom-size inner product.
-    V = state._V[: state.rank]
+    V = state.basis()
     np.testing.assert_allclose((V * state.cell_sizes) @ V.T, np.eye(state.rank), atol=1e-9)
 
 

@@ -22,6 +22,12 @@ A query Q (over atoms) is estimable iff ``‖Q − c_Q V‖_D ≤ 1e-9 ‖Q‖_D
 ``c_Q = ⟨Q, V⟩_D``; then ``u = C M c_Qᵀ`` is the minimum-norm solution of
 ``Gᵀu = Qᵀ``, ``A_k = u_k/b_k`` and ``Var = 2‖u‖² = 2 c_Q M c_Qᵀ``.
 
+Storage.  V is the big array (r × n): it is kept as row blocks that are never written
+after they are filled, so :meth:`IncrementalBLUE.copy` shares them (a planning copy
+costs O(m r + r²), not O(r n)); the small arrays (C, S, y, b, γ) are copied on the
+first write after a copy.  The history rows H are kept only when asked for
+(``keep_rows``): the gateway rebuilds them from its queries when a view needs them.
+
 Splitting atoms (new atom i is a piece of old atom ``parent[i]``): ``V ← V[:, parent]``
 and ``d ← new sizes``.  V stays orthonormal because the sizes of the pieces of
 an atom add up to the atom's size:
@@ -66,11 +72,29 @@ def _grow(buf: NDArray[np.float64], rows: int, cols: int) -> NDArray[np.float64]
     return new
 
 
+#: A copy merges its basis blocks into one when it would have more than this many.
+_MAX_BLOCKS = 4
+
+
+def _project_blocks(
+    blocks: list[NDArray[np.float64]], d: NDArray[np.float64], v: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Coefficients of ``v`` on the rows of ``blocks`` (D-orthonormal) and the residual."""
+    dv = d * v
+    cs = [B @ dv for B in blocks]
+    res = v.copy()
+    for B, c in zip(blocks, cs, strict=True):
+        res -= c @ B
+    return np.concatenate(cs) if cs else np.zeros(0), res
+
+
 class IncrementalBLUE:
     """Incrementally updated BLUE over a partition of the domain into atoms.
 
     Args:
         cell_sizes: Number of domain cells in each atom (positive).
+        keep_rows: Keep the history rows H (:attr:`rows`); without them, appends and
+            splits do not pay O(m n) for them.
 
     Raises:
         InvalidArgument: If a size is not positive and finite.
@@ -83,7 +107,7 @@ class IncrementalBLUE:
         20.0
     """
 
-    def __init__(self, cell_sizes: ArrayLike) -> None:
+    def __init__(self, cell_sizes: ArrayLike, *, keep_rows: bool = True) -> None:
         d = finite_array(cell_sizes, "cell_sizes", ndim=1)
         if d.size == 0 or (d <= 0).any():
             raise InvalidArgument("cell_sizes must be a non-empty 1-D array of positive sizes.")
@@ -91,14 +115,18 @@ class IncrementalBLUE:
         self._d = d.copy()
         self._m = 0
         self._r = 0
+        # V = the rows of the frozen blocks, then the first _rv rows of _V (the own buffer).
+        self._blocks: list[NDArray[np.float64]] = []
         self._V = np.zeros((8, n))
+        self._rv = 0
         self._C = np.zeros((16, 8))
         self._S = np.zeros((8, 8))  # M = S Sᵀ
         self._fresh = False  # S was just rebuilt from C
-        self._H = np.zeros((16, n))
+        self._H: NDArray[np.float64] | None = np.zeros((16, n)) if keep_rows else None
         self._y = np.zeros(16)
         self._b = np.zeros(16)
         self._g = np.zeros(16)
+        self._owned = True  # C, S, H, y, b, γ are not shared with a copy
 
     # ------------------------------------------------------------------ properties
     @property
@@ -123,8 +151,18 @@ class IncrementalBLUE:
 
     @property
     def rows(self) -> NDArray[np.float64]:
-        """The history H over the current atoms, m × n (read-only copy)."""
+        """The history H over the current atoms, m × n (read-only copy).
+
+        Raises:
+            InvalidArgument: the rows were not kept (``keep_rows=False``).
+        """
+        if self._H is None:
+            raise InvalidArgument("this BLUE was built with keep_rows=False: it does not keep its rows.")
         return readonly(self._H[: self._m])
+
+    def basis(self) -> NDArray[np.float64]:
+        """The D-orthonormal basis V of the row space, r × n (a new array)."""
+        return np.concatenate([*self._blocks, self._V[: self._rv]]) if self._r else np.zeros((0, self.n_atoms))
 
     @property
     def values(self) -> NDArray[np.float64]:
@@ -142,11 +180,33 @@ class IncrementalBLUE:
         return readonly(self._g[: self._m])
 
     def copy(self) -> IncrementalBLUE:
-        """An independent deep copy."""
+        """An independent copy (appends and splits of either never show in the other).
+
+        The basis V is shared, not copied: its filled rows are never written again
+        (appends write rows beyond them, splits build new arrays), so they become a
+        frozen block of the copy.  The small arrays are shared until either side writes.
+        """
         new = object.__new__(IncrementalBLUE)
-        for k, v in self.__dict__.items():
-            new.__dict__[k] = v.copy() if isinstance(v, np.ndarray) else v
+        new.__dict__.update(self.__dict__)
+        new._blocks = [*self._blocks, self._V[: self._rv]] if self._rv else list(self._blocks)
+        if len(new._blocks) > _MAX_BLOCKS:  # many matmuls cost more than one copy
+            new._blocks = [np.concatenate(new._blocks)]
+        new._V = np.zeros((8, self.n_atoms))
+        new._rv = 0
+        self._owned = new._owned = False
         return new
+
+    def _own(self) -> None:
+        """Copy the small arrays this state shares with a copy before writing to them."""
+        if not self._owned:
+            for name in ("_C", "_S", "_y", "_b", "_g", "_H"):
+                v = getattr(self, name)
+                if v is not None:
+                    setattr(self, name, v.copy())
+            self._owned = True
+
+    def _vblocks(self) -> list[NDArray[np.float64]]:
+        return [*self._blocks, self._V[: self._rv]] if self._rv else self._blocks
 
     # ------------------------------------------------------------------ helpers
     def _atom_vector(self, v: ArrayLike, name: str) -> NDArray[np.float64]:
@@ -159,14 +219,17 @@ class IncrementalBLUE:
         (Kahan–Parlett "twice is enough": ``‖res‖ < ‖v‖/√2``) and the residual is
         not negligible anyway — V is memory-bound, so each pass counts.
         """
-        V = self._V[: self._r]
+        blocks = self._vblocks()
         d = self._d
-        c = V @ (d * v)
-        res = v - c @ V
+        if len(blocks) == 1:
+            (V,) = blocks
+            c = V @ (d * v)
+            res = v - c @ V
+        else:
+            c, res = _project_blocks(blocks, d, v)
         rn, vn = self._dnorm(res), self._dnorm(v)
         if EXTEND_RTOL * vn < rn < vn / math.sqrt(2.0):
-            c2 = V @ (d * res)
-            res -= c2 @ V
+            c2, res = _project_blocks(blocks, d, res)
             c = c + c2
         return c, res
 
@@ -208,6 +271,7 @@ class IncrementalBLUE:
     def _refresh(self) -> None:
         """Recompute the square root S = R⁻¹ of M = (CᵀC)⁻¹ from the QR factorisation C = QR."""
         m, r = self._m, self._r
+        self._own()
         R = np.linalg.qr(self._C[:m, :r], mode="r")
         self._S[:r, :r] = solve_triangular(R, np.eye(r))
         self._fresh = True
@@ -230,13 +294,15 @@ class IncrementalBLUE:
         value = finite(value, "value")
         lattice = nonnegative_finite(lattice, "lattice")
         m, r = self._m, self._r
-        self._H = _grow(self._H, m + 1, self.n_atoms)
+        self._own()
+        if self._H is not None:
+            self._H = _grow(self._H, m + 1, self.n_atoms)
+            self._H[m] = hv
         if m + 1 > self._y.size:
             for name in ("_y", "_b", "_g"):
                 old = getattr(self, name)
                 setattr(self, name, np.concatenate((old, np.zeros(old.size))))
         self._C = _grow(self._C, m + 1, r + 1)
-        self._H[m] = hv
         self._y[m], self._b[m], self._g[m] = value, scale, lattice
         self._m = m + 1
         g = hv / scale
@@ -252,9 +318,10 @@ class IncrementalBLUE:
         self._C[m, :r] = c
         self._fresh = False
         if rn > EXTEND_RTOL * gn:
-            self._V = _grow(self._V, r + 1, self.n_atoms)
+            self._V = _grow(self._V, self._rv + 1, self.n_atoms)
             self._S = S = _grow(S, r + 1, r + 1)
-            self._V[r] = rho / rn
+            self._V[self._rv] = rho / rn
+            self._rv += 1
             self._C[m, r] = rn
             S[:r, r] = 0.0
             S[r, :r] = -cS / rn
@@ -287,8 +354,15 @@ class IncrementalBLUE:
         total = np.bincount(p, weights=d, minlength=self.n_atoms)
         if not np.allclose(total, self._d, rtol=1e-12, atol=0.0):
             raise InvalidArgument("The pieces of every old atom must add up to its size (and cover it).")
-        self._V = np.ascontiguousarray(self._V[:, p])
-        self._H = np.ascontiguousarray(self._H[:, p])
+        V = np.empty((max(self._r, 8), p.size))
+        top = 0
+        for block in self._vblocks():
+            np.take(block, p, axis=1, out=V[top: top + block.shape[0]])
+            top += block.shape[0]
+        self._blocks, self._V, self._rv = [], V, self._r
+        if self._H is not None:
+            self._own()
+            self._H = np.ascontiguousarray(self._H[:, p])
         self._d = d.copy()
 
     # ------------------------------------------------------------------ queries
