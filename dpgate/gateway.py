@@ -35,6 +35,7 @@ Data Release and Query Estimation" (Emory TR-2011-005, 2011).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import sys
@@ -45,6 +46,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from dpgate import _checkpoint
 from dpgate._blas import one_blas_thread, single_threaded
 from dpgate._validate import positive_finite
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
@@ -52,6 +54,7 @@ from dpgate.cube import Cube
 from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
 from dpgate.errors import (
     BudgetExhausted,
+    Error,
     InvalidArgument,
     InvalidRequirement,
     NotEstimable,
@@ -80,6 +83,9 @@ _R = TypeVar("_R", bound=Result)
 
 # Budget comparisons allow this much floating-point slack (never more).
 _BUDGET_SLACK = 1e-12
+#: A gateway that replays at least this many ledger records on opening checkpoints its state
+#: (``dpgate._checkpoint``); closing it checkpoints whatever it added.
+_CHECKPOINT_AFTER = 64
 #: Default ``Gateway(max_outputs=...)``: a two-column GROUP BY of a few thousand keys.
 DEFAULT_MAX_OUTPUTS = 4096
 
@@ -175,8 +181,9 @@ class Gateway:
         self._ispe_releases: list[WarmStart] = []  # this object's ISPE warm starts, for method="mmse"
         self._last_id = 0
         self._lock = threading.RLock()
+        self._checkpointed = 0  # records covered by the ledger's checkpoint file (dpgate._checkpoint)
         with one_blas_thread():
-            self._sync()
+            self._open_history()
 
     # -- public properties -------------------------------------------------------
     @property
@@ -315,7 +322,15 @@ class Gateway:
         )
 
     def close(self) -> None:
-        """Close the data source and the ledger (if the gateway opened it)."""
+        """Close the data source and the ledger (if the gateway opened it).
+
+        A file ledger's inference state is first checkpointed (``<ledger>.state``) so
+        that the next gateway on it need not replay its records (see ``dpgate._checkpoint``).
+        """
+        if not self._ledger.closed and self._last_id > self._checkpointed:
+            # Best effort: a ledger that can no longer be read (deleted, tampered) gets none.
+            with self._lock, contextlib.suppress(Error):
+                self._save_checkpoint(self._ledger.records())
         self._cube.close()
         if self._owns_ledger:
             self._ledger.close()
@@ -388,6 +403,34 @@ class Gateway:
         prepared = {table: self._state(table).prepare(qs) for table, qs in by_table.items()}
         for rec, q in zip(records, queries, strict=True):
             self._apply(rec, q, prepared[rec.table])
+
+    def _open_history(self) -> None:
+        """Apply the ledger's records, starting from its verified checkpoint when there is one."""
+        if _checkpoint.path_for(self._ledger) is None:
+            self._sync()
+            return
+        records = self._ledger.records()  # chain-verified by the ledger
+        found = _checkpoint.load(self._ledger, self._checkpoint_header(), records)
+        if found is not None:
+            count, (tables, insecure) = found
+            self._tables, self._insecure_tables, self._last_id = tables, insecure, records[count - 1].id
+            self._checkpointed = count
+        self._sync(records)
+        if len(records) - self._checkpointed >= _CHECKPOINT_AFTER:
+            self._save_checkpoint(records)
+
+    def _checkpoint_header(self) -> dict[str, Any]:
+        """What a checkpoint must match besides the records (the replay depends on these)."""
+        from dpgate import __version__
+
+        return {"version": __version__, "schema": self.schema.fingerprint(), "max_atoms": self.max_atoms}
+
+    def _save_checkpoint(self, records: Sequence[LedgerRecord]) -> None:
+        """Checkpoint the state after ``records`` (all the ledger's records, all applied)."""
+        if records and records[-1].id == self._last_id and len(records) > self._checkpointed:
+            _checkpoint.save(self._ledger, self._checkpoint_header(), records,
+                             (self._tables, self._insecure_tables))
+            self._checkpointed = len(records)
 
     def _secure(self, table: str) -> bool:
         """Whether every release of ``table`` so far used secure noise (``Answer.secure``)."""
