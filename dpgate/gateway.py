@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import math
 import sys
 import threading
@@ -401,8 +402,9 @@ class Gateway:
             by_table.setdefault(rec.table, []).append(q)
         # One split for a GROUP BY's releases.
         prepared = {table: self._state(table).prepare(qs) for table, qs in by_table.items()}
-        for rec, q in zip(records, queries, strict=True):
-            self._apply(rec, q, prepared[rec.table])
+        for table, group in itertools.groupby(zip(records, queries, strict=True), key=lambda rq: rq[0].table):
+            run = list(group)
+            self._apply([rec for rec, _ in run], [q for _, q in run], prepared[table])
 
     def _open_history(self) -> None:
         """Apply the ledger's records, starting from its verified checkpoint when there is one."""
@@ -448,13 +450,16 @@ class Gateway:
             )
             self._warned_seeded = True
 
-    def _apply(self, rec: LedgerRecord, query: LinearQuery, prepared: bool = False) -> None:
-        if not rec.secure:
-            self._insecure_tables = self._insecure_tables | {self.schema.table(rec.table).name.lower()}
-        state = self._state(rec.table)
-        state.record(rec.id, query, rec.scale, rec.value, rec.lattice, rec.alpha,
-                     rec.sensitivity, prepared=prepared)
-        self._last_id = rec.id
+    def _apply(self, recs: Sequence[LedgerRecord], queries: Sequence[LinearQuery], prepared: bool = False) -> None:
+        """Apply consecutive records of one table (a statement's releases: one batched BLUE update)."""
+        table = self.schema.table(recs[0].table).name.lower()
+        if not all(r.secure for r in recs):
+            self._insecure_tables = self._insecure_tables | {table}
+        self._state(recs[0].table).record_many(
+            [(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity) for r, q in zip(recs, queries, strict=True)],
+            prepared=prepared,
+        )
+        self._last_id = recs[-1].id
 
     def _measure(
         self,

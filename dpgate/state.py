@@ -239,6 +239,33 @@ class TableState:
         self.alphas.append(alpha)
         self.sensitivities.append(sensitivity)
 
+    def record_many(
+        self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]], *, prepared: bool = False
+    ) -> None:
+        """:meth:`record` for each ``(record_id, query, scale, value, lattice, alpha, sensitivity)``
+        in turn, with the rows that need no refinement (``prepared``) added to the BLUE as one block."""
+        pending: list[tuple[np.ndarray, float, float, float]] = []
+
+        def flush() -> None:
+            if pending:
+                h, b, y, g = zip(*pending, strict=True)
+                self.blue.extend(np.array(h), b, y, g)
+                pending.clear()
+
+        for rid, query, scale, value, lattice, alpha, sensitivity in items:
+            if not (prepared and _held(query)):  # it may refine the atoms: the block goes first
+                flush()
+                self.record(rid, query, scale, value, lattice, alpha, sensitivity, prepared=prepared)
+                continue
+            h = self.atoms.vector(query)
+            pending.append((h, scale, value, lattice))
+            self.costs.add(h, alpha, sensitivity)
+            self.queries.append(query)
+            self.record_ids.append(rid)
+            self.alphas.append(alpha)
+            self.sensitivities.append(sensitivity)
+        flush()
+
     def isolated_weights(self, query: LinearQuery) -> np.ndarray:
         """The atom vector a release of ``query`` outside the atoms is charged as.
 

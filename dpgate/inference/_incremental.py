@@ -88,6 +88,78 @@ def _project_blocks(
     return np.concatenate(cs) if cs else np.zeros(0), res
 
 
+def _disjoint(G: NDArray[np.float64]) -> bool:
+    """Whether the rows of G have pairwise disjoint supports (a GROUP BY's groups)."""
+    return bool(((G != 0).sum(axis=0) <= 1).all())
+
+
+def _coefficients(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: NDArray[np.float64],
+                  r: int) -> NDArray[np.float64]:
+    """``P = V D Gᵀ`` (r × k), the rows' coefficients on the basis."""
+    P = np.zeros((r, G.shape[0]))
+    top = 0
+    for B in blocks:
+        P[top: top + B.shape[0]] = B @ (d[:, None] * G.T)
+        top += B.shape[0]
+    return P
+
+
+def _combine(blocks: list[NDArray[np.float64]], W: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``W V`` (k × n) for coefficients W (k × r) on the basis rows."""
+    out = np.zeros((W.shape[0], blocks[0].shape[1] if blocks else 0))
+    top = 0
+    for B in blocks:
+        out += W[:, top: top + B.shape[0]] @ B
+        top += B.shape[0]
+    return out
+
+
+def _disjoint_block(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: NDArray[np.float64],
+                    norms: NDArray[np.float64], r: int) -> tuple[NDArray[np.float64], ...] | None:
+    """``(P, L, L⁻¹, new basis rows)`` for rows with disjoint supports, without an O(k² n) factorisation.
+
+    The residuals ``R = G − PᵀV`` have the Gram matrix ``R D Rᵀ = diag(‖g_i‖²) − PᵀP``
+    (disjoint rows are D-orthogonal); its Cholesky factor is L and the new rows are
+    ``L⁻¹R``.  The Gram matrix loses the digits a residual cancels, so every row must keep
+    at least a thousandth of its norm outside the basis (else None: the general path).
+    """
+    P = _coefficients(blocks, d, G, r)
+    K = np.diag(norms * norms) - P.T @ P
+    try:
+        L = np.linalg.cholesky(K)
+    except np.linalg.LinAlgError:
+        return None
+    if not (np.diag(L) > 1e-3 * norms).all():
+        return None
+    Linv = solve_triangular(L, np.eye(L.shape[0]), lower=True)
+    on = G != 0
+    group = on.argmax(axis=0)
+    value = np.where(on.any(axis=0), G[group, np.arange(G.shape[1])], 0.0)
+    rows = Linv[:, group] * value  # L⁻¹G, one group per atom
+    if r:
+        rows -= _combine(blocks, Linv @ P.T)
+    return P, np.asarray(L, dtype=np.float64), Linv, rows
+
+
+def _general_block(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: NDArray[np.float64],
+                   norms: NDArray[np.float64], r: int) -> tuple[NDArray[np.float64], ...] | None:
+    """``(P, L, L⁻¹, new basis rows)`` by classical Gram–Schmidt against V (twice: "twice is
+    enough") and an LQ factorisation of the residuals; None unless every row adds a clear direction."""
+    P = np.zeros((r, G.shape[0]))
+    R = G.copy()
+    for _ in range(2):
+        c = _coefficients(blocks, d, R, r)
+        if r:
+            R -= _combine(blocks, c.T)
+        P += c
+    sq = np.sqrt(d)
+    Qt, Rt = np.linalg.qr((R * sq).T)  # (R √D)ᵀ = Q̃ R̃, so R √D = L Q̃ᵀ with L = R̃ᵀ
+    L = Rt.T
+    if not (np.abs(np.diag(L)) > 1e3 * EXTEND_RTOL * norms).all():
+        return None
+    return P, L, solve_triangular(L, np.eye(L.shape[0]), lower=True), np.asarray(Qt.T / sq)
+
+
 class IncrementalBLUE:
     """Incrementally updated BLUE over a partition of the domain into atoms.
 
@@ -330,6 +402,71 @@ class IncrementalBLUE:
         else:
             beta = 1.0 + float(cS @ cS)
             S[:r, :r] -= np.outer(S[:r, :r] @ cS, cS) / (beta + math.sqrt(beta))
+
+    def extend(self, rows: ArrayLike, scales: ArrayLike, values: ArrayLike, lattice: ArrayLike | None = None) -> None:
+        """Append many released answers at once: the same state as :meth:`append` row by row.
+
+        When every row adds a direction (a fresh GROUP BY's groups), the block is added
+        with matrix products (block Gram–Schmidt, twice, then an LQ factorisation of the
+        residuals): with ``P`` the rows' coefficients on V and ``L`` (lower triangular)
+        on the new directions, C gains the rows ``[Pᵀ, L]`` and the square root of M
+        becomes ``[[S, 0], [−L⁻¹PᵀS, L⁻¹]]`` (the one-row formula of :meth:`append`
+        with ρ → L).  Otherwise — or when a row is zero or adds a direction only barely
+        — the rows are appended one by one.
+
+        Raises:
+            InvalidArgument: On a wrong shape or non-finite / non-positive numbers.
+        """
+        H = finite_array(rows, "rows", ndim=2)
+        k = H.shape[0]
+        b = finite_array(scales, "scales", ndim=1, size=k)
+        y = finite_array(values, "values", ndim=1, size=k)
+        g = np.zeros(k) if lattice is None else finite_array(lattice, "lattice", ndim=1, size=k)
+        if H.shape[1] != self.n_atoms:
+            raise InvalidArgument(f"rows must have {self.n_atoms} columns (one per atom), got {H.shape[1]}.")
+        if (b <= 0).any() or (g < 0).any():
+            raise InvalidArgument("scales must be positive and lattice steps non-negative.")
+        if k < 2 or not self._extend_block(H, b, y, g):
+            for i in range(k):
+                self.append(H[i], float(b[i]), float(y[i]), lattice=float(g[i]))
+
+    def _extend_block(self, H: NDArray[np.float64], b: NDArray[np.float64], y: NDArray[np.float64],
+                      g: NDArray[np.float64]) -> bool:
+        """The block path of :meth:`extend`; False (nothing changed) when it does not apply."""
+        G = H / b[:, None]
+        d = self._d
+        norms = np.sqrt((G * G) @ d)
+        r, k, m = self._r, G.shape[0], self._m
+        if not (norms > 0).all() or r + k > self.n_atoms:
+            return False
+        blocks = self._vblocks()
+        found = _disjoint_block(blocks, d, G, norms, r) if _disjoint(G) else _general_block(blocks, d, G, norms, r)
+        if found is None:
+            return False
+        P, L, Linv, Vnew = found
+        self._own()
+        if self._H is not None:
+            self._H = _grow(self._H, m + k, self.n_atoms)
+            self._H[m: m + k] = H
+        while m + k > self._y.size:
+            for name in ("_y", "_b", "_g"):
+                old = getattr(self, name)
+                setattr(self, name, np.concatenate((old, np.zeros(old.size))))
+        self._y[m: m + k], self._b[m: m + k], self._g[m: m + k] = y, b, g
+        self._C = _grow(self._C, m + k, r + k)
+        self._C[m: m + k, :] = 0.0
+        self._C[m: m + k, :r] = P.T
+        self._C[m: m + k, r: r + k] = L
+        self._V = _grow(self._V, self._rv + k, self.n_atoms)
+        self._V[self._rv: self._rv + k] = Vnew
+        self._rv += k
+        self._S = S = _grow(self._S, r + k, r + k)
+        S[:r, r: r + k] = 0.0
+        S[r: r + k, :r] = -Linv @ (P.T @ S[:r, :r])
+        S[r: r + k, r: r + k] = Linv
+        self._m, self._r = m + k, r + k
+        self._fresh = False
+        return True
 
     def split(self, parent: ArrayLike, cell_sizes: ArrayLike) -> None:
         """Refine the partition: new atom i is a piece of old atom ``parent[i]``.
