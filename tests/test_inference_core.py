@@ -83,9 +83,16 @@ def test_gateway_equals_dense_blue(session: list[tuple[str, float]], seed: int) 
 
 def test_batched_group_by_equals_group_by_group(monkeypatch: pytest.MonkeyPatch) -> None:
     """GROUP BY releases go into the BLUE as one block; row by row gives the same answers."""
-    session = [("SELECT COUNT(*) FROM t WHERE a < 3", 5.0), ("SELECT a, COUNT(*) FROM t GROUP BY a", 4.0),
+    session = [("SELECT COUNT(*) FROM t WHERE b = 'x'", 5.0), ("SELECT a, COUNT(*) FROM t GROUP BY a", 4.0),
+               ("SELECT a, COUNT(*) FROM t WHERE b = 'y' GROUP BY a", 4.0),
                ("SELECT b, COUNT(*) FROM t WHERE a >= 2 GROUP BY b", 4.0), ("SELECT a, COUNT(*) FROM t GROUP BY a", 9.0),
                ("SELECT COUNT(*) FROM t WHERE b = 'x' AND a = 1", 2.0)]
+    blocks: list[bool] = []
+    real = IncrementalBLUE._extend_block
+
+    def spy(self: IncrementalBLUE, *args: np.ndarray) -> bool:
+        blocks.append(real(self, *args))
+        return blocks[-1]
 
     def run() -> list[tuple[object, ...]]:
         with warnings.catch_warnings():
@@ -94,6 +101,8 @@ def test_batched_group_by_equals_group_by_group(monkeypatch: pytest.MonkeyPatch)
             return [(a.source, round(a.epsilon_spent, 12), round(a.value, 8), round(a.low, 8), round(a.high, 8))
                     for sql, acc in session for a in gw.query(sql, accuracy=acc, confidence=0.95).answers]
 
+    monkeypatch.setattr(IncrementalBLUE, "_extend_block", spy)
     blocked = run()
+    assert sum(blocks) >= 2  # the first GROUP BYs went in as blocks
     monkeypatch.setattr(IncrementalBLUE, "_extend_block", lambda self, *args: False)  # row by row
     assert run() == blocked
