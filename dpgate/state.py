@@ -227,9 +227,7 @@ class TableState:
         ``prepared``: :meth:`prepare` returned True for a batch holding ``query``.
         """
         if not self._hold(query, prepared=prepared):
-            key, factor = isolation_key(query)
-            self.isolated.setdefault(key, IncrementalBLUE(_ONE)).append([factor], scale, value, lattice=lattice)
-            self.costs.add(self.isolated_weights(query), alpha, sensitivity)
+            self._record_isolated(query, scale, value, lattice, alpha, sensitivity)
             return
         h = self.atoms.vector(query)
         self.blue.append(h, scale, value, lattice=lattice)
@@ -239,31 +237,45 @@ class TableState:
         self.alphas.append(alpha)
         self.sensitivities.append(sensitivity)
 
+    def _record_isolated(
+        self, query: LinearQuery, scale: float, value: float, lattice: float, alpha: float, sensitivity: float
+    ) -> None:
+        key, factor = isolation_key(query)
+        self.isolated.setdefault(key, IncrementalBLUE(_ONE)).append([factor], scale, value, lattice=lattice)
+        self.costs.add(self.isolated_weights(query), alpha, sensitivity)
+
     def record_many(
         self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]], *, prepared: bool = False
     ) -> None:
         """:meth:`record` for each ``(record_id, query, scale, value, lattice, alpha, sensitivity)``
-        in turn, with the rows that need no refinement (``prepared``) added to the BLUE as one block."""
-        pending: list[tuple[np.ndarray, float, float, float]] = []
+        in turn, with each run of queries the atoms hold added to the BLUE as one block.
+
+        The same state as recording them one by one: a run's refinements are the ones
+        :meth:`record` would make, in the same order; its rows, charges and vectors are
+        taken on the atoms after the last of them, which is exact (a split divides atoms,
+        and the BLUE and the costs split with them).
+        """
+        run: list[tuple[int, LinearQuery, float, float, float, float, float]] = []
 
         def flush() -> None:
-            if pending:
-                h, b, y, g = zip(*pending, strict=True)
-                self.blue.extend(np.array(h), b, y, g)
-                pending.clear()
+            if not run:
+                return
+            rows = np.array([self.atoms.vector(it[1]) for it in run])
+            for (rid, query, _, _, _, alpha, sensitivity), h in zip(run, rows, strict=True):
+                self.costs.add(h, alpha, sensitivity)
+                self.queries.append(query)
+                self.record_ids.append(rid)
+                self.alphas.append(alpha)
+                self.sensitivities.append(sensitivity)
+            self.blue.extend(rows, [it[2] for it in run], [it[3] for it in run], [it[4] for it in run])
+            run.clear()
 
-        for rid, query, scale, value, lattice, alpha, sensitivity in items:
-            if not (prepared and _held(query)):  # it may refine the atoms: the block goes first
-                flush()
-                self.record(rid, query, scale, value, lattice, alpha, sensitivity, prepared=prepared)
+        for item in items:
+            if self._hold(item[1], prepared=prepared):
+                run.append(item)
                 continue
-            h = self.atoms.vector(query)
-            pending.append((h, scale, value, lattice))
-            self.costs.add(h, alpha, sensitivity)
-            self.queries.append(query)
-            self.record_ids.append(rid)
-            self.alphas.append(alpha)
-            self.sensitivities.append(sensitivity)
+            flush()  # outside the atoms: recorded after everything before it
+            self._record_isolated(*item[1:])
         flush()
 
     def isolated_weights(self, query: LinearQuery) -> np.ndarray:
