@@ -138,6 +138,33 @@ def test_extend_block_equals_appends() -> None:
         assert_same(block, Q)
 
 
+def test_extend_spanning_tree_equals_appends() -> None:
+    """A binary tree over 16 atoms (31 ranges, leaves included) on an empty history: one
+    Cholesky factorisation gives what 31 appends give, and later appends and splits work on."""
+    rng = np.random.default_rng(3)
+    n = 16
+    sizes = rng.integers(1, 4, n).astype(float)
+    rows = [np.repeat(np.eye(n // w), w, axis=1) for w in (16, 8, 4, 2, 1)]
+    H = np.concatenate(rows)[rng.permutation(31)]
+    scales, values = rng.uniform(0.5, 3, 31), rng.normal(size=31) * 20
+    seq, block = IncrementalBLUE(sizes), IncrementalBLUE(sizes)
+    for h, b, y in zip(H, scales, values, strict=True):
+        seq.append(h, float(b), float(y))
+    assert block._extend_block(H, scales, values, np.zeros(31))
+    extra = rng.integers(-1, 2, n).astype(float)
+    for st_ in (seq, block):
+        st_.append(extra, 1.5, 3.0)
+        st_.split(np.repeat(np.arange(n), 2), np.repeat(sizes / 2, 2))
+    assert block.rank == seq.rank == n
+    for Q in (np.ones(2 * n), rng.integers(-2, 3, 2 * n).astype(float), np.repeat(rng.normal(size=n), 2)):
+        a, b_ = seq.estimate(Q), block.estimate(Q)
+        assert a.estimable == b_.estimable
+        if a.estimable:
+            np.testing.assert_allclose(b_.weights, a.weights, rtol=1e-9, atol=1e-12)
+            assert b_.value == pytest.approx(a.value, rel=1e-9, abs=1e-9)
+        assert_same(block, Q)
+
+
 def test_split_validation() -> None:
     state = IncrementalBLUE(np.array([2.0, 3.0]))
     with pytest.raises(ValueError):

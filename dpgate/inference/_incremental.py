@@ -88,6 +88,13 @@ def _project_blocks(
     return np.concatenate(cs) if cs else np.zeros(0), res
 
 
+def _covers_every_atom(G: NDArray[np.float64]) -> bool:
+    """Whether, for every atom, some row of G is non-zero on that atom alone (so the rows span all atoms)."""
+    on = G != 0
+    single = on.sum(axis=1) == 1
+    return bool(on[single].any(axis=0).all())
+
+
 def _disjoint(G: NDArray[np.float64]) -> bool:
     """Whether the rows of G have pairwise disjoint supports (a GROUP BY's groups)."""
     return bool(((G != 0).sum(axis=0) <= 1).all())
@@ -437,7 +444,12 @@ class IncrementalBLUE:
         d = self._d
         norms = np.sqrt((G * G) @ d)
         r, k, m = self._r, G.shape[0], self._m
-        if not (norms > 0).all() or r + k > self.n_atoms:
+        if not (norms > 0).all():
+            return False
+        if r == 0 and _covers_every_atom(G):
+            self._span(H, G, b, y, g)
+            return True
+        if r + k > self.n_atoms:
             return False
         blocks = self._vblocks()
         found = _disjoint_block(blocks, d, G, norms, r) if _disjoint(G) else _general_block(blocks, d, G, norms, r)
@@ -467,6 +479,28 @@ class IncrementalBLUE:
         self._m, self._r = m + k, r + k
         self._fresh = False
         return True
+
+    def _span(self, H: NDArray[np.float64], G: NDArray[np.float64], b: NDArray[np.float64],
+              y: NDArray[np.float64], g: NDArray[np.float64]) -> None:
+        """An empty history receives rows that span every atom (e.g. a hierarchical tree
+        with its leaves): the basis is the atoms themselves, ``V = diag(1/√d)``, so
+        ``C = G √D`` and ``M = (CᵀC)⁻¹`` comes from one Cholesky factorisation of
+        ``CᵀC = L Lᵀ`` (formed sparsely), ``S = L⁻ᵀ`` — instead of k rank-one updates.
+        """
+        from scipy.sparse import csr_matrix
+
+        n, k = self.n_atoms, G.shape[0]
+        sq = np.sqrt(self._d)
+        C = G * sq
+        Cs = csr_matrix(C)
+        L = np.linalg.cholesky((Cs.T @ Cs).toarray())
+        self._own()
+        self._blocks, self._V, self._rv = [], np.diag(1.0 / sq), n
+        self._C, self._S = np.ascontiguousarray(C), solve_triangular(L, np.eye(n), lower=True).T
+        self._y, self._b, self._g = y.astype(float).copy(), b.astype(float).copy(), g.astype(float).copy()
+        if self._H is not None:
+            self._H = np.array(H, dtype=float)
+        self._m, self._r, self._fresh = k, n, True
 
     def split(self, parent: ArrayLike, cell_sizes: ArrayLike) -> None:
         """Refine the partition: new atom i is a piece of old atom ``parent[i]``.
