@@ -1,4 +1,4 @@
-"""Incremental BLUE over atoms, and the smallest budget that meets an accuracy target.
+"""Incremental BLUE over atoms (the search for the smallest budget is in ``_scale``).
 
 State (``G`` = history rows scaled by ``1/b``, over ``n`` atoms of sizes ``d``):
 
@@ -39,27 +39,29 @@ refused if the sizes do not add up.)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import solve_triangular
-from scipy.optimize import brentq
 
-from dpgate._validate import finite, finite_array, nonnegative_finite, positive_finite, probability, readonly, real
+from dpgate._validate import finite, finite_array, nonnegative_finite, positive_finite, readonly
 from dpgate.errors import InvalidArgument
+from dpgate.inference._blocks import (
+    EXTEND_RTOL,
+    MAX_BLOCKS,
+    covers_every_atom,
+    disjoint,
+    disjoint_block,
+    general_block,
+    project_blocks,
+)
 from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
 from dpgate.inference._law import ErrorLaw, Method
 from dpgate.inference._posterior import Posterior
 
-__all__ = ["EXTEND_RTOL", "IncrementalBLUE", "minimal_scale", "single_release_scale"]
+__all__ = ["EXTEND_RTOL", "IncrementalBLUE"]
 
-EXTEND_RTOL = 1e-9
-# minimal_scale treats a scale below this as failing the target: far below the
-# finest noise lattice (2^-60 / 1024), where 1/b overflows the error law's arithmetic.
-_MIN_SEARCH_SCALE = 1e-30
-"""A row whose distance to the current row space is at most this fraction of its norm adds no direction."""
 
 
 def _grow(buf: NDArray[np.float64], rows: int, cols: int) -> NDArray[np.float64]:
@@ -70,101 +72,6 @@ def _grow(buf: NDArray[np.float64], rows: int, cols: int) -> NDArray[np.float64]
     new = np.zeros((max(rows, 2 * r0 if rows > r0 else r0), max(cols, 2 * c0 if cols > c0 else c0)))
     new[:r0, :c0] = buf
     return new
-
-
-#: A copy merges its basis blocks into one when it would have more than this many.
-_MAX_BLOCKS = 4
-
-
-def _project_blocks(
-    blocks: list[NDArray[np.float64]], d: NDArray[np.float64], v: NDArray[np.float64]
-) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Coefficients of ``v`` on the rows of ``blocks`` (D-orthonormal) and the residual."""
-    dv = d * v
-    cs = [B @ dv for B in blocks]
-    res = v.copy()
-    for B, c in zip(blocks, cs, strict=True):
-        res -= c @ B
-    return np.concatenate(cs) if cs else np.zeros(0), res
-
-
-def _covers_every_atom(G: NDArray[np.float64]) -> bool:
-    """Whether, for every atom, some row of G is non-zero on that atom alone (so the rows span all atoms)."""
-    on = G != 0
-    single = on.sum(axis=1) == 1
-    return bool(on[single].any(axis=0).all())
-
-
-def _disjoint(G: NDArray[np.float64]) -> bool:
-    """Whether the rows of G have pairwise disjoint supports (a GROUP BY's groups)."""
-    return bool(((G != 0).sum(axis=0) <= 1).all())
-
-
-def _coefficients(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: NDArray[np.float64],
-                  r: int) -> NDArray[np.float64]:
-    """``P = V D Gᵀ`` (r × k), the rows' coefficients on the basis."""
-    P = np.zeros((r, G.shape[0]))
-    top = 0
-    for B in blocks:
-        P[top: top + B.shape[0]] = B @ (d[:, None] * G.T)
-        top += B.shape[0]
-    return P
-
-
-def _combine(blocks: list[NDArray[np.float64]], W: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``W V`` (k × n) for coefficients W (k × r) on the basis rows."""
-    out = np.zeros((W.shape[0], blocks[0].shape[1] if blocks else 0))
-    top = 0
-    for B in blocks:
-        out += W[:, top: top + B.shape[0]] @ B
-        top += B.shape[0]
-    return out
-
-
-def _disjoint_block(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: NDArray[np.float64],
-                    norms: NDArray[np.float64], r: int) -> tuple[NDArray[np.float64], ...] | None:
-    """``(P, L, L⁻¹, new basis rows)`` for rows with disjoint supports, without an O(k² n) factorisation.
-
-    The residuals ``R = G − PᵀV`` have the Gram matrix ``R D Rᵀ = diag(‖g_i‖²) − PᵀP``
-    (disjoint rows are D-orthogonal); its Cholesky factor is L and the new rows are
-    ``L⁻¹R``.  The Gram matrix loses the digits a residual cancels, so every row must keep
-    at least a thousandth of its norm outside the basis (else None: the general path).
-    """
-    P = _coefficients(blocks, d, G, r)
-    K = np.diag(norms * norms) - P.T @ P
-    try:
-        L = np.linalg.cholesky(K)
-    except np.linalg.LinAlgError:
-        return None
-    if not (np.diag(L) > 1e-3 * norms).all():
-        return None
-    Linv = solve_triangular(L, np.eye(L.shape[0]), lower=True)
-    on = G != 0
-    group = on.argmax(axis=0)
-    value = np.where(on.any(axis=0), G[group, np.arange(G.shape[1])], 0.0)
-    rows = Linv[:, group] * value  # L⁻¹G, one group per atom
-    if r:
-        rows -= _combine(blocks, Linv @ P.T)
-    return P, np.asarray(L, dtype=np.float64), Linv, rows
-
-
-def _general_block(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: NDArray[np.float64],
-                   norms: NDArray[np.float64], r: int) -> tuple[NDArray[np.float64], ...] | None:
-    """``(P, L, L⁻¹, new basis rows)`` by classical Gram–Schmidt against V (twice: "twice is
-    enough") and an LQ factorisation of the residuals; None unless every row adds a clear direction."""
-    P = np.zeros((r, G.shape[0]))
-    R = G.copy()
-    for _ in range(2):
-        c = _coefficients(blocks, d, R, r)
-        if r:
-            R -= _combine(blocks, c.T)
-        P += c
-    sq = np.sqrt(d)
-    Qt, Rt = np.linalg.qr((R * sq).T)  # (R √D)ᵀ = Q̃ R̃, so R √D = L Q̃ᵀ with L = R̃ᵀ
-    L = Rt.T
-    if not (np.abs(np.diag(L)) > 1e3 * EXTEND_RTOL * norms).all():
-        return None
-    return P, L, solve_triangular(L, np.eye(L.shape[0]), lower=True), np.asarray(Qt.T / sq)
 
 
 class IncrementalBLUE:
@@ -268,7 +175,7 @@ class IncrementalBLUE:
         new = object.__new__(IncrementalBLUE)
         new.__dict__.update(self.__dict__)
         new._blocks = [*self._blocks, self._V[: self._rv]] if self._rv else list(self._blocks)
-        if len(new._blocks) > _MAX_BLOCKS:  # many matmuls cost more than one copy
+        if len(new._blocks) > MAX_BLOCKS:  # many matmuls cost more than one copy
             new._blocks = [np.concatenate(new._blocks)]
         new._V = np.zeros((8, self.n_atoms))
         new._rv = 0
@@ -305,10 +212,10 @@ class IncrementalBLUE:
             c = V @ (d * v)
             res = v - c @ V
         else:
-            c, res = _project_blocks(blocks, d, v)
+            c, res = project_blocks(blocks, d, v)
         rn, vn = self._dnorm(res), self._dnorm(v)
         if EXTEND_RTOL * vn < rn < vn / math.sqrt(2.0):
-            c2, res = _project_blocks(blocks, d, res)
+            c2, res = project_blocks(blocks, d, res)
             c = c + c2
         return c, res
 
@@ -446,13 +353,13 @@ class IncrementalBLUE:
         r, k, m = self._r, G.shape[0], self._m
         if not (norms > 0).all():
             return False
-        if r == 0 and _covers_every_atom(G):
+        if r == 0 and covers_every_atom(G):
             self._span(H, G, b, y, g)
             return True
         if r + k > self.n_atoms:
             return False
         blocks = self._vblocks()
-        found = _disjoint_block(blocks, d, G, norms, r) if _disjoint(G) else _general_block(blocks, d, G, norms, r)
+        found = disjoint_block(blocks, d, G, norms, r) if disjoint(G) else general_block(blocks, d, G, norms, r)
         if found is None:
             return False
         P, L, Linv, Vnew = found
@@ -625,207 +532,3 @@ class _Pricer:
         s2 = 1.0 / (b * b)
         denom = 1.0 + s2 * self.kappa
         return self.CMQ - (s2 * self.eta / denom) * self.CMh, (self.eta / b) / denom
-
-
-def minimal_scale(
-    state: IncrementalBLUE,
-    Q: ArrayLike,
-    h_new: ArrayLike,
-    accuracy: float,
-    confidence: float,
-    max_scale: float = math.inf,
-    *,
-    lattice: float | Callable[[float], float] = 0.0,
-    method: Method = "exact",
-    rel_tol: float = 1e-4,
-) -> float | None:
-    """Largest Laplace scale b for a new measurement ``h_new`` meeting the target.
-
-    "Meeting the target" means the certified ``confidence`` half-width of the
-    BLUE of Q from history plus the new answer is ≤ ``accuracy``.  The returned
-    b always meets it (it is checked, not extrapolated); it is within about a
-    factor ``1 + rel_tol`` of the crossing found by bracketing and Brent's method
-    in log b (the half-width grows with b in every case we know of, but the BLUE
-    is not peakedness-optimal, so monotonicity is not proven).  The caller
-    charges ``α = S/b``.
-
-    Args:
-        state: History so far (not modified).
-        Q: The query over the atoms of ``state``.
-        h_new: The query to measure freshly (usually Q itself).
-        accuracy: Target half-width (> 0).
-        confidence: Target level 1 − δ in (0, 1).
-        max_scale: Upper cap on b; returned if it already meets the target.
-        lattice: Lattice step of the new noise: a callable ``b ↦ γ(b)`` or a
-            float ratio (``γ = lattice · b``); 0 for continuous noise.
-        method: Error-law method (``"exact"`` recommended).
-        rel_tol: Relative precision of the search in b.
-
-    Returns:
-        The scale b, or ``None`` if no scale can meet the target (Q not
-        estimable even with ``h_new``, or the history's own noise already too
-        wide where ``h_new`` cannot help).  ``max_scale`` (possibly inf) if
-        history alone meets the target.
-
-    Raises:
-        InvalidArgument: On invalid accuracy, confidence, max_scale or rel_tol.
-    """
-    acc = positive_finite(accuracy, "accuracy")
-    conf = probability(confidence, "confidence")
-    if not real(max_scale, "max_scale") > 0:  # inf is allowed: no cap
-        raise InvalidArgument(f"max_scale must be positive; got {max_scale!r}.")
-    probability(rel_tol, "rel_tol")
-    Qv = state._atom_vector(Q, "Q")
-    hv = state._atom_vector(h_new, "h_new")
-    pr = _Pricer(state, Qv, hv)
-    if not pr.estimable:
-        return None
-    gamma: Callable[[float], float] = lattice if callable(lattice) else (lambda b: float(lattice) * b)
-
-    if pr.extends and pr.same:
-        # Measuring Q itself extends the row space, so history alone cannot estimate Q
-        # and the BLUE gives it zero weight (up to rounding): the law is the fresh
-        # release alone.  Its closed form answers the search; the full law confirms it.
-        c = float(pr.ce_over_rho)
-        if c != 0.0 and method == "exact":
-            b = _largest_meeting(_single_excess(c, acc, conf, gamma), acc, conf, max_scale, rel_tol)
-            if b is not None and _excess_at(pr, state, gamma, acc, conf, method, b) <= 0.0:
-                return b
-    else:
-        hist = state.estimate(Qv, method)
-        if hist.estimable and hist.halfwidth(conf) <= acc:
-            return float(max_scale)
-    return _largest_meeting(lambda b: _excess_at(pr, state, gamma, acc, conf, method, b),
-                            acc, conf, max_scale, rel_tol)
-
-
-def _excess_at(pr: _Pricer, state: IncrementalBLUE, gamma: Callable[[float], float], acc: float,
-               conf: float, method: Method, b: float) -> float:
-    """Certified half-width of the BLUE with the new row at scale b, minus the target."""
-    if b < _MIN_SEARCH_SCALE:  # an extreme accuracy drives the bracket below any usable scale
-        return math.inf
-    m = state._m
-    u_hist, u_new = pr.at(b)
-    law = ErrorLaw(
-        np.append(u_hist / state._b[:m], u_new / b),
-        np.append(state._b[:m], b),
-        np.append(state._g[:m], gamma(b)),
-        method,
-    )
-    return law.halfwidth(conf) - acc
-
-
-def single_release_scale(
-    accuracy: float,
-    confidence: float,
-    lattice: float | Callable[[float], float] = 0.0,
-    max_scale: float = math.inf,
-    *,
-    rel_tol: float = 1e-4,
-) -> float | None:
-    """Largest scale b at which one fresh release of the query certifies ``±accuracy``.
-
-    The law is a single (discrete, on its lattice ``γ(b)``) Laplace term with
-    coefficient 1, whose certified half-width has a closed form, so the search
-    costs microseconds.  It is the same search as :func:`minimal_scale` and
-    returns what that returns for a query measured on an empty history (or
-    whenever measuring it extends the row space, so history gets no weight):
-    every history-free group of a GROUP BY can share this one scale.
-
-    Args:
-        accuracy: Target half-width (> 0).
-        confidence: Target level 1 − δ in (0, 1).
-        lattice: A callable ``b ↦ γ(b)`` or a float ratio (``γ = lattice · b``);
-            0 for continuous noise.
-        max_scale: Upper cap on b.
-        rel_tol: Relative precision of the search in b.
-
-    Returns:
-        The scale b, or ``None`` if no scale meets the target.
-
-    Raises:
-        InvalidArgument: On invalid accuracy, confidence, max_scale or rel_tol.
-
-    Example:
-        >>> b = single_release_scale(10.0, 0.95)  # continuous: 10 / ln 20
-        >>> bool(abs(b - 10.0 / math.log(20.0)) < 1e-3 * b)
-        True
-    """
-    acc = positive_finite(accuracy, "accuracy")
-    conf = probability(confidence, "confidence")
-    if not real(max_scale, "max_scale") > 0:
-        raise InvalidArgument(f"max_scale must be positive; got {max_scale!r}.")
-    probability(rel_tol, "rel_tol")
-    gamma: Callable[[float], float] = lattice if callable(lattice) else (lambda b: float(lattice) * b)
-    return _largest_meeting(_single_excess(1.0, acc, conf, gamma), acc, conf, max_scale, rel_tol)
-
-
-def _single_excess(c: float, acc: float, conf: float, gamma: Callable[[float], float]) -> Callable[[float], float]:
-    """Excess of one fresh release with weight c: the law :func:`minimal_scale` builds on an
-    empty history (a closed form, discrete or continuous)."""
-    coef = np.array([c])
-
-    def excess(b: float) -> float:
-        if b < _MIN_SEARCH_SCALE:
-            return math.inf
-        return ErrorLaw(coef, np.array([b]), np.array([gamma(b)])).halfwidth(conf) - acc
-
-    return excess
-
-
-def _largest_meeting(excess: Callable[[float], float], acc: float, conf: float, max_scale: float,
-                     rel_tol: float) -> float | None:
-    """The search of :func:`minimal_scale`: bracket by factors of 4 from the continuous
-    single-Laplace scale, Brent's method in log b, then step onto the meeting side."""
-
-    def meets(b: float) -> bool:
-        return excess(b) <= 0.0
-
-    b0 = min(acc / -math.log1p(-conf), float(max_scale))
-    # Not even 1e-12 of the closed-form scale (nor any usable scale) meets it: none does.
-    floor = max(b0 * 1e-12, _MIN_SEARCH_SCALE)
-    if not b0 > floor:  # an accuracy so fine that b0 underflows below any usable scale
-        return None
-    # Bracket [lo, hi] with lo meeting the target and hi not, by factors of 4.
-    if meets(b0):
-        lo, hi = b0, math.inf
-        while hi == math.inf:
-            b = lo * 4.0
-            if b >= max_scale:
-                if meets(float(max_scale)):
-                    return float(max_scale)
-                hi = float(max_scale)
-            elif meets(b):
-                lo = b
-            else:
-                hi = b
-    else:
-        hi = b0
-        while True:
-            b = hi / 4.0
-            if b < floor:
-                if not meets(floor):
-                    return None
-                lo = floor
-                break
-            if meets(b):
-                lo = b
-                break
-            hi = b
-    # Brent's method on log b (the half-width is close to linear in b), then make
-    # sure the answer is on the meeting side: never return a b that fails.
-    try:
-        root = math.exp(brentq(lambda lb: excess(math.exp(lb)), math.log(lo), math.log(hi),
-                               xtol=rel_tol / 4.0, rtol=1e-15))
-    except ValueError:
-        # The certified half-width is a step function when one discrete term
-        # dominates; exp(log(b)) may land on the other side of a step.  Bisect.
-        a, z = lo, hi
-        while z / a > 1.0 + rel_tol / 4.0:
-            mid = math.sqrt(a * z)
-            a, z = (mid, z) if meets(mid) else (a, mid)
-        root = a
-    b = min(root * (1.0 - rel_tol / 4.0), hi)
-    while b > lo and not meets(b):
-        b *= 1.0 - rel_tol / 2.0
-    return max(b, lo)
