@@ -6,7 +6,8 @@ Builds a file ledger of ``--releases`` random-range counts over the whole
 checkpoints its inference state to ``<ledger>.state``), then times, in this one
 run: opening a gateway on the ledger with the checkpoint (verified against the
 ledger's records, see ``dpgate._checkpoint``), and with the checkpoint removed
-(every record replayed).  Also reports the build time per release.  Target
+(every record replayed).  Also reports the build time per release and the
+p50 latency of ``--probe`` from-history decisions on random ranges after it.  Target
 (issue 14): re-opening a ledger of 10 000 releases ≤ 1 s.
 
 Writes ``benchmarks/results/reopen.json``.
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--releases", type=int, default=2000)
     p.add_argument("--batch", type=int, default=250)
     p.add_argument("--seed", type=int, default=14)
+    p.add_argument("--probe", type=int, default=30, help="from-history decisions timed after the build")
     args = p.parse_args(argv)
     warnings.simplefilter("ignore", dpgate.Warning)
     df, schema = load_histogram("nettrace")
@@ -74,6 +76,13 @@ def main(argv: list[str] | None = None) -> int:
             gw.release_measurements(table.name, qs, kind="query", label="random range")
             done += k
         build = time.perf_counter() - t0
+        decide = []  # from-history decisions on random ranges over the whole domain
+        for _ in range(args.probe):
+            lo, hi = sorted(int(v) for v in rng.integers(0, n, 2))
+            t0 = time.perf_counter()
+            a = gw.query(f"SELECT COUNT(*) FROM {table.name} WHERE {col.name} BETWEEN {lo} AND {hi}",
+                         accuracy=1e7, confidence=0.95).answer
+            decide.append((time.perf_counter() - t0, a.source))
         t0 = time.perf_counter()
         gw.close()  # checkpoints
         close_s = time.perf_counter() - t0
@@ -86,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         "releases": args.releases,
         "build_s": build,
         "build_ms_per_release": 1e3 * build / args.releases,
+        "decision_p50_ms": 1e3 * float(np.median([t for t, _ in decide])) if decide else None,
+        "decision_history_share": sum(s == "history" for _, s in decide) / max(1, len(decide)),
         "close_with_checkpoint_s": close_s,
         "checkpoint_mb": size / 2**20,
         "reopen_checkpoint_s": warm,

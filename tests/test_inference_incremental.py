@@ -115,6 +115,17 @@ def test_long_random_history_against_batch() -> None:
     assert_same(state, rng.normal(size=state.n_rows) @ state.rows)
 
 
+def assert_same_states(seq: IncrementalBLUE, block: IncrementalBLUE, queries: tuple[np.ndarray, ...]) -> None:
+    """Row-by-row and block-built states estimate alike, and the block one equals the batch solve."""
+    for Q in queries:
+        a, b_ = seq.estimate(Q), block.estimate(Q)
+        assert a.estimable == b_.estimable
+        if a.estimable:
+            np.testing.assert_allclose(b_.weights, a.weights, rtol=1e-9, atol=1e-12)
+            assert b_.value == pytest.approx(a.value, rel=1e-9, abs=1e-9)
+        assert_same(block, Q)
+
+
 def test_extend_block_equals_appends() -> None:
     rng = np.random.default_rng(14)
     n = 60
@@ -129,13 +140,7 @@ def test_extend_block_equals_appends() -> None:
         seq.append(h, float(b), float(y))
     assert block._extend_block(groups, scales, values, np.zeros(20))  # the block path applies
     assert block.rank == seq.rank == 21 and block.n_rows == seq.n_rows == 21
-    for Q in (*groups[:3], np.ones(n), rng.integers(-2, 3, n).astype(float)):
-        a, b_ = seq.estimate(Q), block.estimate(Q)
-        assert a.estimable == b_.estimable
-        if a.estimable:
-            np.testing.assert_allclose(b_.weights, a.weights, rtol=1e-9, atol=1e-12)
-            assert b_.value == pytest.approx(a.value, rel=1e-9, abs=1e-9)
-        assert_same(block, Q)
+    assert_same_states(seq, block, (*groups[:3], np.ones(n), rng.integers(-2, 3, n).astype(float)))
 
 
 def test_extend_spanning_tree_equals_appends() -> None:
@@ -156,13 +161,8 @@ def test_extend_spanning_tree_equals_appends() -> None:
         st_.append(extra, 1.5, 3.0)
         st_.split(np.repeat(np.arange(n), 2), np.repeat(sizes / 2, 2))
     assert block.rank == seq.rank == n
-    for Q in (np.ones(2 * n), rng.integers(-2, 3, 2 * n).astype(float), np.repeat(rng.normal(size=n), 2)):
-        a, b_ = seq.estimate(Q), block.estimate(Q)
-        assert a.estimable == b_.estimable
-        if a.estimable:
-            np.testing.assert_allclose(b_.weights, a.weights, rtol=1e-9, atol=1e-12)
-            assert b_.value == pytest.approx(a.value, rel=1e-9, abs=1e-9)
-        assert_same(block, Q)
+    assert_same_states(seq, block, (np.ones(2 * n), rng.integers(-2, 3, 2 * n).astype(float),
+                                    np.repeat(rng.normal(size=n), 2)))
 
 
 def test_split_validation() -> None:
