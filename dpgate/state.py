@@ -13,7 +13,8 @@ import copy
 import hashlib
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,6 +114,9 @@ class TableState:
     #: In a planning copy, the live atoms it was refined from: a query outside the atoms is
     #: charged on the live atoms it meets (see :meth:`isolated_weights`).
     charge_base: AtomPartition | None = None
+    #: Inside :meth:`_deferred_splits`: the composed split not yet applied to the BLUE and costs.
+    _pending: np.ndarray | None = field(default=None, repr=False)
+    _deferring: bool = field(default=False, repr=False)
 
     @classmethod
     def new(cls, table: Table, max_atoms: int = DEFAULT_MAX_ATOMS) -> TableState:
@@ -125,7 +129,29 @@ class TableState:
     def refine(self, query: LinearQuery) -> None:
         """Split atoms so that ``query`` is constant on each (public structure only)."""
         parent = self.atoms.refine(query)
-        if parent is not None:
+        if parent is None:
+            return
+        if self._deferring:  # one split of the BLUE and the costs for many refinements
+            self._pending = parent if self._pending is None else self._pending[parent]
+            return
+        self.blue.split(parent, self.atoms.cell_sizes)
+        self.costs.split(parent)
+
+    @contextmanager
+    def _deferred_splits(self) -> Iterator[None]:
+        """Refinements inside the block split the atoms at once and the BLUE and the costs
+        once (the composed split) — at the latest when it ends, earlier by :meth:`_split_now`."""
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+            self._split_now()
+
+    def _split_now(self) -> None:
+        """Bring the BLUE and the costs onto the current atoms (after deferred refinements)."""
+        if self._pending is not None:
+            parent, self._pending = self._pending, None
             self.blue.split(parent, self.atoms.cell_sizes)
             self.costs.split(parent)
 
@@ -154,12 +180,13 @@ class TableState:
         trial.atoms, trial.blue, trial.costs = copy.copy(self.atoms), copy.copy(self.blue), copy.copy(self.costs)
         trial.charge_base = copy.copy(self.atoms)  # refine() replaces arrays: a shallow copy is a snapshot
         outside = set()
-        prepared = isolate and trial.prepare(queries)
-        for i, q in enumerate(queries):
-            if not isolate:
-                trial.refine(q)
-            elif not trial._hold(q, prepared=prepared):
-                outside.add(i)
+        with trial._deferred_splits():
+            prepared = isolate and trial.prepare(queries)
+            for i, q in enumerate(queries):
+                if not isolate:
+                    trial.refine(q)
+                elif not trial._hold(q, prepared=prepared):
+                    outside.add(i)
         trial.outside = frozenset(outside)
         return trial
 
@@ -258,6 +285,7 @@ class TableState:
         run: list[tuple[int, LinearQuery, float, float, float, float, float]] = []
 
         def flush() -> None:
+            self._split_now()
             if not run:
                 return
             rows = np.array([self.atoms.vector(it[1]) for it in run])
@@ -270,13 +298,14 @@ class TableState:
             self.blue.extend(rows, [it[2] for it in run], [it[3] for it in run], [it[4] for it in run])
             run.clear()
 
-        for item in items:
-            if self._hold(item[1], prepared=prepared):
-                run.append(item)
-                continue
-            flush()  # outside the atoms: recorded after everything before it
-            self._record_isolated(*item[1:])
-        flush()
+        with self._deferred_splits():
+            for item in items:
+                if self._hold(item[1], prepared=prepared):
+                    run.append(item)
+                    continue
+                flush()  # outside the atoms: recorded after everything before it
+                self._record_isolated(*item[1:])
+            flush()
 
     def isolated_weights(self, query: LinearQuery) -> np.ndarray:
         """The atom vector a release of ``query`` outside the atoms is charged as.
