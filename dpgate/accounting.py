@@ -24,6 +24,7 @@ display only (:attr:`CellCosts.charge`); :attr:`CellCosts.charge_units` is exact
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 
 import numpy as np
@@ -46,18 +47,27 @@ def release_units(h: np.ndarray, alpha: float, sensitivity: float) -> np.ndarray
     """Per-atom cost ``(α/S)|h_j|`` of one release, in units, rounded up (an object array of ints)."""
     mags = np.abs(np.asarray(h, dtype=float)).ravel()
     on = np.flatnonzero(mags)  # a query usually touches few atoms: only those are priced
-    values, inverse = np.unique(mags[on], return_inverse=True)
-    a, s = Fraction(alpha), Fraction(sensitivity)
-    out = []
-    for v in values.tolist():
-        ratio = Fraction(v) / s
-        ratio = Fraction(1) if ratio >= 1 else min(Fraction(1), ratio * _RATIO_SLACK)
-        units = a * ratio * UNITS_PER_EPSILON
-        out.append(-(-units.numerator // units.denominator))  # ceil
+    live = mags[on]
+    alpha, sensitivity = float(alpha), float(sensitivity)
+    if live.size and live.min() == live.max():  # one weight (a count, a group): no sort
+        out = [_units(float(live[0]), alpha, sensitivity)]
+        inverse = np.zeros(live.size, dtype=np.intp)
+    else:
+        values, inverse = np.unique(live, return_inverse=True)
+        out = [_units(v, alpha, sensitivity) for v in values.tolist()]
     fast = max(out, default=0) < _FAST
     result = np.zeros(mags.size, dtype=np.int64 if fast else object)
     result[on] = np.array(out, dtype=np.int64 if fast else object)[inverse]
     return result.reshape(np.shape(h))
+
+
+@functools.lru_cache(maxsize=4096)
+def _units(v: float, alpha: float, sensitivity: float) -> int:
+    """``(α/S)·v`` in units, rounded up (memoised: a GROUP BY prices the same weight per group)."""
+    ratio = Fraction(v) / Fraction(sensitivity)
+    ratio = Fraction(1) if ratio >= 1 else min(Fraction(1), ratio * _RATIO_SLACK)
+    units = Fraction(alpha) * ratio * UNITS_PER_EPSILON
+    return -(-units.numerator // units.denominator)  # ceil
 
 
 def _plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -233,9 +233,8 @@ def plan(
             # Everything planned after them sees them (answers() replays the same order).
             if not own_blue:
                 blue, own_blue = blue.copy(), True
-            for _, step in alone:
-                (m,) = step.measurements
-                blue.append(m.h, m.scale, 0.0, lattice=m.lattice)  # weights do not depend on the value
+            ms = [step.measurements[0] for _, step in alone]  # weights do not depend on the values (0 here)
+            blue.extend(np.array([m.h for m in ms]), [m.scale for m in ms], np.zeros(len(ms)), [m.lattice for m in ms])
         for i in later:
             q, h = queries[i], hs[i]
             assert h is not None

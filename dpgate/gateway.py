@@ -35,7 +35,9 @@ Data Release and Query Estimation" (Emory TR-2011-005, 2011).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import math
 import sys
 import threading
@@ -45,7 +47,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dpgate import _progress
+from dpgate import _checkpoint, _progress
 from dpgate._blas import one_blas_thread, single_threaded
 from dpgate._validate import positive_finite
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
@@ -54,6 +56,7 @@ from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, check_po
 from dpgate.derived import assemble, measured_queries, output_parts, plan_confidence
 from dpgate.errors import (
     BudgetExhausted,
+    Error,
     InvalidArgument,
     InvalidRequirement,
     NotEstimable,
@@ -84,6 +87,9 @@ _R = TypeVar("_R", bound=Result)
 
 # Budget comparisons allow this much floating-point slack (never more).
 _BUDGET_SLACK = 1e-12
+#: A gateway that replays at least this many ledger records on opening checkpoints its state
+#: (``dpgate._checkpoint``); closing it checkpoints whatever it added.
+_CHECKPOINT_AFTER = 64
 #: Default ``Gateway(max_outputs=...)``: a two-column GROUP BY of a few thousand keys.
 DEFAULT_MAX_OUTPUTS = 4096
 
@@ -199,8 +205,9 @@ class Gateway:
         self._ispe_releases: list[WarmStart] = []  # this object's ISPE warm starts, for method="mmse"
         self._last_id = 0
         self._lock = threading.RLock()
+        self._checkpointed = 0  # records covered by the ledger's checkpoint file (dpgate._checkpoint)
         with one_blas_thread():
-            self._sync()
+            self._open_history()
 
     # -- public properties -------------------------------------------------------
     @property
@@ -414,7 +421,15 @@ class Gateway:
         )
 
     def close(self) -> None:
-        """Close the data source and the ledger (if the gateway opened it)."""
+        """Close the data source and the ledger (if the gateway opened it).
+
+        A file ledger's inference state is first checkpointed (``<ledger>.state``) so
+        that the next gateway on it need not replay its records (see ``dpgate._checkpoint``).
+        """
+        if not self._ledger.closed and self._last_id > self._checkpointed:
+            # Best effort: a ledger that can no longer be read (deleted, tampered) gets none.
+            with self._lock, contextlib.suppress(Error):
+                self._save_checkpoint(self._ledger.records())
         self._cube.close()
         if self._owns_ledger:
             self._ledger.close()
@@ -495,8 +510,37 @@ class Gateway:
             by_table.setdefault(rec.table, []).append(q)
         # One split for a GROUP BY's releases.
         prepared = {table: self._state(table).prepare(qs) for table, qs in by_table.items()}
-        for rec, q in zip(records, queries, strict=True):
-            self._apply(rec, q, prepared[rec.table])
+        for table, group in itertools.groupby(zip(records, queries, strict=True), key=lambda rq: rq[0].table):
+            run = list(group)
+            self._apply([rec for rec, _ in run], [q for _, q in run], prepared[table])
+
+    def _open_history(self) -> None:
+        """Apply the ledger's records, starting from its verified checkpoint when there is one."""
+        if _checkpoint.path_for(self._ledger) is None:
+            self._sync()
+            return
+        records = self._ledger.records()  # chain-verified by the ledger
+        found = _checkpoint.load(self._ledger, self._checkpoint_header(), records)
+        if found is not None:
+            count, (tables, insecure) = found
+            self._tables, self._insecure_tables, self._last_id = tables, insecure, records[count - 1].id
+            self._checkpointed = count
+        self._sync(records)
+        if len(records) - self._checkpointed >= _CHECKPOINT_AFTER:
+            self._save_checkpoint(records)
+
+    def _checkpoint_header(self) -> dict[str, Any]:
+        """What a checkpoint must match besides the records (the replay depends on these)."""
+        from dpgate import __version__
+
+        return {"version": __version__, "schema": self.schema.fingerprint(), "max_atoms": self.max_atoms}
+
+    def _save_checkpoint(self, records: Sequence[LedgerRecord]) -> None:
+        """Checkpoint the state after ``records`` (all the ledger's records, all applied)."""
+        if records and records[-1].id == self._last_id and len(records) > self._checkpointed:
+            _checkpoint.save(self._ledger, self._checkpoint_header(), records,
+                             (self._tables, self._insecure_tables))
+            self._checkpointed = len(records)
 
     def _secure(self, table: str) -> bool:
         """Whether every release of ``table`` so far used secure noise (``Answer.secure``)."""
@@ -514,13 +558,16 @@ class Gateway:
             )
             self._warned_seeded = True
 
-    def _apply(self, rec: LedgerRecord, query: LinearQuery, prepared: bool = False) -> None:
-        if not rec.secure:
-            self._insecure_tables = self._insecure_tables | {self.schema.table(rec.table).name.lower()}
-        state = self._state(rec.table)
-        state.record(rec.id, query, rec.scale, rec.value, rec.lattice, rec.alpha,
-                     rec.sensitivity, prepared=prepared)
-        self._last_id = rec.id
+    def _apply(self, recs: Sequence[LedgerRecord], queries: Sequence[LinearQuery], prepared: bool = False) -> None:
+        """Apply consecutive records of one table (a statement's releases: one batched BLUE update)."""
+        table = self.schema.table(recs[0].table).name.lower()
+        if not all(r.secure for r in recs):
+            self._insecure_tables = self._insecure_tables | {table}
+        self._state(recs[0].table).record_many(
+            [(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity) for r, q in zip(recs, queries, strict=True)],
+            prepared=prepared,
+        )
+        self._last_id = recs[-1].id
 
     def _plan(self, stmt: CompiledStatement, accuracy: float, confidence: float, policy: str) -> tuple[TableState, list[Step]]:
         """Plan ``stmt`` on a refined copy of its table's state (nothing of a refused statement

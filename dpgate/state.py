@@ -13,7 +13,8 @@ import copy
 import hashlib
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,19 +114,44 @@ class TableState:
     #: In a planning copy, the live atoms it was refined from: a query outside the atoms is
     #: charged on the live atoms it meets (see :meth:`isolated_weights`).
     charge_base: AtomPartition | None = None
+    #: Inside :meth:`_deferred_splits`: the composed split not yet applied to the BLUE and costs.
+    _pending: np.ndarray | None = field(default=None, repr=False)
+    _deferring: bool = field(default=False, repr=False)
 
     @classmethod
     def new(cls, table: Table, max_atoms: int = DEFAULT_MAX_ATOMS) -> TableState:
         """Empty history on the one-atom partition (at most ``max_atoms`` atoms)."""
         atoms = AtomPartition(table, max_atoms=max_atoms)
         return cls(
-            table, atoms, IncrementalBLUE(atoms.cell_sizes), CellCosts(atoms.n_atoms, table.max_rows_per_individual)
+            table, atoms, IncrementalBLUE(atoms.cell_sizes, keep_rows=False), CellCosts(atoms.n_atoms, table.max_rows_per_individual)
         )
 
     def refine(self, query: LinearQuery) -> None:
         """Split atoms so that ``query`` is constant on each (public structure only)."""
         parent = self.atoms.refine(query)
-        if parent is not None:
+        if parent is None:
+            return
+        if self._deferring:  # one split of the BLUE and the costs for many refinements
+            self._pending = parent if self._pending is None else self._pending[parent]
+            return
+        self.blue.split(parent, self.atoms.cell_sizes)
+        self.costs.split(parent)
+
+    @contextmanager
+    def _deferred_splits(self) -> Iterator[None]:
+        """Refinements inside the block split the atoms at once and the BLUE and the costs
+        once (the composed split) — at the latest when it ends, earlier by :meth:`_split_now`."""
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+            self._split_now()
+
+    def _split_now(self) -> None:
+        """Bring the BLUE and the costs onto the current atoms (after deferred refinements)."""
+        if self._pending is not None:
+            parent, self._pending = self._pending, None
             self.blue.split(parent, self.atoms.cell_sizes)
             self.costs.split(parent)
 
@@ -154,12 +180,13 @@ class TableState:
         trial.atoms, trial.blue, trial.costs = copy.copy(self.atoms), copy.copy(self.blue), copy.copy(self.costs)
         trial.charge_base = copy.copy(self.atoms)  # refine() replaces arrays: a shallow copy is a snapshot
         outside = set()
-        prepared = isolate and trial.prepare(queries)
-        for i, q in enumerate(queries):
-            if not isolate:
-                trial.refine(q)
-            elif not trial._hold(q, prepared=prepared):
-                outside.add(i)
+        with trial._deferred_splits():
+            prepared = isolate and trial.prepare(queries)
+            for i, q in enumerate(queries):
+                if not isolate:
+                    trial.refine(q)
+                elif not trial._hold(q, prepared=prepared):
+                    outside.add(i)
         trial.outside = frozenset(outside)
         return trial
 
@@ -227,9 +254,7 @@ class TableState:
         ``prepared``: :meth:`prepare` returned True for a batch holding ``query``.
         """
         if not self._hold(query, prepared=prepared):
-            key, factor = isolation_key(query)
-            self.isolated.setdefault(key, IncrementalBLUE(_ONE)).append([factor], scale, value, lattice=lattice)
-            self.costs.add(self.isolated_weights(query), alpha, sensitivity)
+            self._record_isolated(query, scale, value, lattice, alpha, sensitivity)
             return
         h = self.atoms.vector(query)
         self.blue.append(h, scale, value, lattice=lattice)
@@ -238,6 +263,49 @@ class TableState:
         self.record_ids.append(record_id)
         self.alphas.append(alpha)
         self.sensitivities.append(sensitivity)
+
+    def _record_isolated(
+        self, query: LinearQuery, scale: float, value: float, lattice: float, alpha: float, sensitivity: float
+    ) -> None:
+        key, factor = isolation_key(query)
+        self.isolated.setdefault(key, IncrementalBLUE(_ONE)).append([factor], scale, value, lattice=lattice)
+        self.costs.add(self.isolated_weights(query), alpha, sensitivity)
+
+    def record_many(
+        self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]], *, prepared: bool = False
+    ) -> None:
+        """:meth:`record` for each ``(record_id, query, scale, value, lattice, alpha, sensitivity)``
+        in turn, with each run of queries the atoms hold added to the BLUE as one block.
+
+        The same state as recording them one by one: a run's refinements are the ones
+        :meth:`record` would make, in the same order; its rows, charges and vectors are
+        taken on the atoms after the last of them, which is exact (a split divides atoms,
+        and the BLUE and the costs split with them).
+        """
+        run: list[tuple[int, LinearQuery, float, float, float, float, float]] = []
+
+        def flush() -> None:
+            self._split_now()
+            if not run:
+                return
+            rows = np.array([self.atoms.vector(it[1]) for it in run])
+            for (rid, query, _, _, _, alpha, sensitivity), h in zip(run, rows, strict=True):
+                self.costs.add(h, alpha, sensitivity)
+                self.queries.append(query)
+                self.record_ids.append(rid)
+                self.alphas.append(alpha)
+                self.sensitivities.append(sensitivity)
+            self.blue.extend(rows, [it[2] for it in run], [it[3] for it in run], [it[4] for it in run])
+            run.clear()
+
+        with self._deferred_splits():
+            for item in items:
+                if self._hold(item[1], prepared=prepared):
+                    run.append(item)
+                    continue
+                flush()  # outside the atoms: recorded after everything before it
+                self._record_isolated(*item[1:])
+            flush()
 
     def isolated_weights(self, query: LinearQuery) -> np.ndarray:
         """The atom vector a release of ``query`` outside the atoms is charged as.
@@ -281,7 +349,7 @@ class TableState:
         return TableView(
             self.table,
             copy.copy(self.atoms),
-            _frozen(self.blue.rows),
+            _frozen(self.rows()),
             _frozen(self.blue.values),
             _frozen(self.blue.scales),
             _frozen(self.blue.lattice),
@@ -291,6 +359,13 @@ class TableState:
             tuple(self.record_ids),
             self.blue.copy(),
         )
+
+    def rows(self) -> np.ndarray:
+        """The released queries held by the atoms, as rows over the atoms (m × n, release order)."""
+        out = np.zeros((len(self.queries), self.atoms.n_atoms))
+        for i, q in enumerate(self.queries):
+            out[i] = self.atoms.vector(q)
+        return out
 
     def atom_query(self, query: LinearQuery, keep: np.ndarray) -> LinearQuery:
         """``query`` with its weight zeroed outside the atoms ``keep`` (a boolean mask)."""

@@ -37,10 +37,19 @@ def histories(draw: st.DrawFn):  # type: ignore[no-untyped-def]
     n = draw(st.integers(1, 5))
     sizes = draw(st.lists(st.integers(1, 4), min_size=n, max_size=n))
     state = IncrementalBLUE(np.array(sizes, dtype=float))
-    ops = draw(st.lists(st.sampled_from(["append", "append", "append", "split"]), max_size=14))
+    ops = draw(st.lists(st.sampled_from(["append", "append", "append", "split", "copy", "extend"]), max_size=16))
     for op in ops:
         n = state.n_atoms
-        if op == "append":
+        if op == "extend":  # a block of rows at once (all new directions: the block path)
+            k = draw(st.integers(2, 4))
+            rows = draw(st.lists(st.lists(st.integers(-2, 2), min_size=n, max_size=n), min_size=k, max_size=k))
+            scales = draw(st.lists(st.sampled_from([0.25, 1.0, 3.0]), min_size=k, max_size=k))
+            state.extend(np.array(rows, dtype=float), scales, draw(st.lists(st.floats(-50, 50), min_size=k, max_size=k)))
+        elif op == "copy":  # the copy shares the basis: appends to the original must not reach it
+            old, state = state, state.copy()
+            old.append(np.array(draw(st.lists(st.integers(-2, 2), min_size=n, max_size=n)), dtype=float), 1.0, 7.0)
+            old.split(np.arange(n), old.cell_sizes)
+        elif op == "append":
             h = draw(st.lists(st.integers(-2, 2), min_size=n, max_size=n))
             scale = draw(st.sampled_from([0.25, 1.0, 3.0, 10.0]))
             value = draw(st.floats(-100, 100))
@@ -70,7 +79,7 @@ def test_incremental_equals_batch(case) -> None:  # type: ignore[no-untyped-def]
     for Q in queries:
         assert_same(state, Q)
     # V stays orthonormal under the atom-size inner product.
-    V = state._V[: state.rank]
+    V = state.basis()
     np.testing.assert_allclose((V * state.cell_sizes) @ V.T, np.eye(state.rank), atol=1e-9)
 
 
@@ -104,6 +113,56 @@ def test_long_random_history_against_batch() -> None:
     for _ in range(5):
         assert_same(state, rng.integers(-2, 3, n).astype(float))
     assert_same(state, rng.normal(size=state.n_rows) @ state.rows)
+
+
+def assert_same_states(seq: IncrementalBLUE, block: IncrementalBLUE, queries: tuple[np.ndarray, ...]) -> None:
+    """Row-by-row and block-built states estimate alike, and the block one equals the batch solve."""
+    for Q in queries:
+        a, b_ = seq.estimate(Q), block.estimate(Q)
+        assert a.estimable == b_.estimable
+        if a.estimable:
+            np.testing.assert_allclose(b_.weights, a.weights, rtol=1e-9, atol=1e-12)
+            assert b_.value == pytest.approx(a.value, rel=1e-9, abs=1e-9)
+        assert_same(block, Q)
+
+
+def test_extend_block_equals_appends() -> None:
+    rng = np.random.default_rng(14)
+    n = 60
+    sizes = rng.integers(1, 5, n).astype(float)
+    seq, block = IncrementalBLUE(sizes), IncrementalBLUE(sizes)
+    for st_ in (seq, block):
+        st_.append((rng.random(n) < 0.5).astype(float), 2.0, 30.0)
+    rng2 = np.random.default_rng(15)
+    groups = np.eye(20)[rng.permutation(np.arange(n) % 20)].T  # 20 disjoint groups (a GROUP BY)
+    scales, values = rng2.uniform(0.5, 3, 20), rng2.normal(size=20) * 10
+    for h, b, y in zip(groups, scales, values, strict=True):
+        seq.append(h, float(b), float(y))
+    assert block._extend_block(groups, scales, values, np.zeros(20))  # the block path applies
+    assert block.rank == seq.rank == 21 and block.n_rows == seq.n_rows == 21
+    assert_same_states(seq, block, (*groups[:3], np.ones(n), rng.integers(-2, 3, n).astype(float)))
+
+
+def test_extend_spanning_tree_equals_appends() -> None:
+    """A binary tree over 16 atoms (31 ranges, leaves included) on an empty history: one
+    Cholesky factorisation gives what 31 appends give, and later appends and splits work on."""
+    rng = np.random.default_rng(3)
+    n = 16
+    sizes = rng.integers(1, 4, n).astype(float)
+    rows = [np.repeat(np.eye(n // w), w, axis=1) for w in (16, 8, 4, 2, 1)]
+    H = np.concatenate(rows)[rng.permutation(31)]
+    scales, values = rng.uniform(0.5, 3, 31), rng.normal(size=31) * 20
+    seq, block = IncrementalBLUE(sizes), IncrementalBLUE(sizes)
+    for h, b, y in zip(H, scales, values, strict=True):
+        seq.append(h, float(b), float(y))
+    assert block._extend_block(H, scales, values, np.zeros(31))
+    extra = rng.integers(-1, 2, n).astype(float)
+    for st_ in (seq, block):
+        st_.append(extra, 1.5, 3.0)
+        st_.split(np.repeat(np.arange(n), 2), np.repeat(sizes / 2, 2))
+    assert block.rank == seq.rank == n
+    assert_same_states(seq, block, (np.ones(2 * n), rng.integers(-2, 3, 2 * n).astype(float),
+                                    np.repeat(rng.normal(size=n), 2)))
 
 
 def test_split_validation() -> None:

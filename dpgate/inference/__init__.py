@@ -24,9 +24,10 @@ Example:
 from __future__ import annotations
 
 from dpgate.inference._blue import Estimate, SystemCost, estimate, system_cost
-from dpgate.inference._incremental import IncrementalBLUE, minimal_scale, single_release_scale
+from dpgate.inference._incremental import IncrementalBLUE
 from dpgate.inference._law import ErrorLaw, halfwidths
 from dpgate.inference._posterior import Posterior
+from dpgate.inference._scale import minimal_scale, single_release_scale
 
 __all__ = [
     "estimate",

@@ -1,4 +1,4 @@
-"""Incremental BLUE over atoms, and the smallest budget that meets an accuracy target.
+"""Incremental BLUE over atoms (the search for the smallest budget is in ``_scale``).
 
 State (``G`` = history rows scaled by ``1/b``, over ``n`` atoms of sizes ``d``):
 
@@ -22,6 +22,12 @@ A query Q (over atoms) is estimable iff ``‖Q − c_Q V‖_D ≤ 1e-9 ‖Q‖_D
 ``c_Q = ⟨Q, V⟩_D``; then ``u = C M c_Qᵀ`` is the minimum-norm solution of
 ``Gᵀu = Qᵀ``, ``A_k = u_k/b_k`` and ``Var = 2‖u‖² = 2 c_Q M c_Qᵀ``.
 
+Storage.  V is the big array (r × n): it is kept as row blocks that are never written
+after they are filled, so :meth:`IncrementalBLUE.copy` shares them (a planning copy
+costs O(m r + r²), not O(r n)); the small arrays (C, S, y, b, γ) are copied on the
+first write after a copy.  The history rows H are kept only when asked for
+(``keep_rows``): the gateway rebuilds them from its queries when a view needs them.
+
 Splitting atoms (new atom i is a piece of old atom ``parent[i]``): ``V ← V[:, parent]``
 and ``d ← new sizes``.  V stays orthonormal because the sizes of the pieces of
 an atom add up to the atom's size:
@@ -33,27 +39,29 @@ refused if the sizes do not add up.)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import solve_triangular
-from scipy.optimize import brentq
 
-from dpgate._validate import finite, finite_array, nonnegative_finite, positive_finite, probability, readonly, real
+from dpgate._validate import finite, finite_array, nonnegative_finite, positive_finite, readonly
 from dpgate.errors import InvalidArgument
+from dpgate.inference._blocks import (
+    EXTEND_RTOL,
+    MAX_BLOCKS,
+    covers_every_atom,
+    disjoint,
+    disjoint_block,
+    general_block,
+    project_blocks,
+)
 from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
 from dpgate.inference._law import ErrorLaw, Method
 from dpgate.inference._posterior import Posterior
 
-__all__ = ["EXTEND_RTOL", "IncrementalBLUE", "minimal_scale", "single_release_scale"]
+__all__ = ["EXTEND_RTOL", "IncrementalBLUE"]
 
-EXTEND_RTOL = 1e-9
-# minimal_scale treats a scale below this as failing the target: far below the
-# finest noise lattice (2^-60 / 1024), where 1/b overflows the error law's arithmetic.
-_MIN_SEARCH_SCALE = 1e-30
-"""A row whose distance to the current row space is at most this fraction of its norm adds no direction."""
 
 
 def _grow(buf: NDArray[np.float64], rows: int, cols: int) -> NDArray[np.float64]:
@@ -71,6 +79,8 @@ class IncrementalBLUE:
 
     Args:
         cell_sizes: Number of domain cells in each atom (positive).
+        keep_rows: Keep the history rows H (:attr:`rows`); without them, appends and
+            splits do not pay O(m n) for them.
 
     Raises:
         InvalidArgument: If a size is not positive and finite.
@@ -83,7 +93,7 @@ class IncrementalBLUE:
         20.0
     """
 
-    def __init__(self, cell_sizes: ArrayLike) -> None:
+    def __init__(self, cell_sizes: ArrayLike, *, keep_rows: bool = True) -> None:
         d = finite_array(cell_sizes, "cell_sizes", ndim=1)
         if d.size == 0 or (d <= 0).any():
             raise InvalidArgument("cell_sizes must be a non-empty 1-D array of positive sizes.")
@@ -91,14 +101,18 @@ class IncrementalBLUE:
         self._d = d.copy()
         self._m = 0
         self._r = 0
+        # V = the rows of the frozen blocks, then the first _rv rows of _V (the own buffer).
+        self._blocks: list[NDArray[np.float64]] = []
         self._V = np.zeros((8, n))
+        self._rv = 0
         self._C = np.zeros((16, 8))
         self._S = np.zeros((8, 8))  # M = S Sᵀ
         self._fresh = False  # S was just rebuilt from C
-        self._H = np.zeros((16, n))
+        self._H: NDArray[np.float64] | None = np.zeros((16, n)) if keep_rows else None
         self._y = np.zeros(16)
         self._b = np.zeros(16)
         self._g = np.zeros(16)
+        self._owned = True  # C, S, H, y, b, γ are not shared with a copy
 
     # ------------------------------------------------------------------ properties
     @property
@@ -123,8 +137,18 @@ class IncrementalBLUE:
 
     @property
     def rows(self) -> NDArray[np.float64]:
-        """The history H over the current atoms, m × n (read-only copy)."""
+        """The history H over the current atoms, m × n (read-only copy).
+
+        Raises:
+            InvalidArgument: the rows were not kept (``keep_rows=False``).
+        """
+        if self._H is None:
+            raise InvalidArgument("this BLUE was built with keep_rows=False: it does not keep its rows.")
         return readonly(self._H[: self._m])
+
+    def basis(self) -> NDArray[np.float64]:
+        """The D-orthonormal basis V of the row space, r × n (a new array)."""
+        return np.concatenate([*self._blocks, self._V[: self._rv]]) if self._r else np.zeros((0, self.n_atoms))
 
     @property
     def values(self) -> NDArray[np.float64]:
@@ -142,11 +166,33 @@ class IncrementalBLUE:
         return readonly(self._g[: self._m])
 
     def copy(self) -> IncrementalBLUE:
-        """An independent deep copy."""
+        """An independent copy (appends and splits of either never show in the other).
+
+        The basis V is shared, not copied: its filled rows are never written again
+        (appends write rows beyond them, splits build new arrays), so they become a
+        frozen block of the copy.  The small arrays are shared until either side writes.
+        """
         new = object.__new__(IncrementalBLUE)
-        for k, v in self.__dict__.items():
-            new.__dict__[k] = v.copy() if isinstance(v, np.ndarray) else v
+        new.__dict__.update(self.__dict__)
+        new._blocks = [*self._blocks, self._V[: self._rv]] if self._rv else list(self._blocks)
+        if len(new._blocks) > MAX_BLOCKS:  # many matmuls cost more than one copy
+            new._blocks = [np.concatenate(new._blocks)]
+        new._V = np.zeros((8, self.n_atoms))
+        new._rv = 0
+        self._owned = new._owned = False
         return new
+
+    def _own(self) -> None:
+        """Copy the small arrays this state shares with a copy before writing to them."""
+        if not self._owned:
+            for name in ("_C", "_S", "_y", "_b", "_g", "_H"):
+                v = getattr(self, name)
+                if v is not None:
+                    setattr(self, name, v.copy())
+            self._owned = True
+
+    def _vblocks(self) -> list[NDArray[np.float64]]:
+        return [*self._blocks, self._V[: self._rv]] if self._rv else self._blocks
 
     # ------------------------------------------------------------------ helpers
     def _atom_vector(self, v: ArrayLike, name: str) -> NDArray[np.float64]:
@@ -159,14 +205,17 @@ class IncrementalBLUE:
         (Kahan–Parlett "twice is enough": ``‖res‖ < ‖v‖/√2``) and the residual is
         not negligible anyway — V is memory-bound, so each pass counts.
         """
-        V = self._V[: self._r]
+        blocks = self._vblocks()
         d = self._d
-        c = V @ (d * v)
-        res = v - c @ V
+        if len(blocks) == 1:
+            (V,) = blocks
+            c = V @ (d * v)
+            res = v - c @ V
+        else:
+            c, res = project_blocks(blocks, d, v)
         rn, vn = self._dnorm(res), self._dnorm(v)
         if EXTEND_RTOL * vn < rn < vn / math.sqrt(2.0):
-            c2 = V @ (d * res)
-            res -= c2 @ V
+            c2, res = project_blocks(blocks, d, res)
             c = c + c2
         return c, res
 
@@ -208,6 +257,7 @@ class IncrementalBLUE:
     def _refresh(self) -> None:
         """Recompute the square root S = R⁻¹ of M = (CᵀC)⁻¹ from the QR factorisation C = QR."""
         m, r = self._m, self._r
+        self._own()
         R = np.linalg.qr(self._C[:m, :r], mode="r")
         self._S[:r, :r] = solve_triangular(R, np.eye(r))
         self._fresh = True
@@ -230,13 +280,15 @@ class IncrementalBLUE:
         value = finite(value, "value")
         lattice = nonnegative_finite(lattice, "lattice")
         m, r = self._m, self._r
-        self._H = _grow(self._H, m + 1, self.n_atoms)
+        self._own()
+        if self._H is not None:
+            self._H = _grow(self._H, m + 1, self.n_atoms)
+            self._H[m] = hv
         if m + 1 > self._y.size:
             for name in ("_y", "_b", "_g"):
                 old = getattr(self, name)
                 setattr(self, name, np.concatenate((old, np.zeros(old.size))))
         self._C = _grow(self._C, m + 1, r + 1)
-        self._H[m] = hv
         self._y[m], self._b[m], self._g[m] = value, scale, lattice
         self._m = m + 1
         g = hv / scale
@@ -252,9 +304,10 @@ class IncrementalBLUE:
         self._C[m, :r] = c
         self._fresh = False
         if rn > EXTEND_RTOL * gn:
-            self._V = _grow(self._V, r + 1, self.n_atoms)
+            self._V = _grow(self._V, self._rv + 1, self.n_atoms)
             self._S = S = _grow(S, r + 1, r + 1)
-            self._V[r] = rho / rn
+            self._V[self._rv] = rho / rn
+            self._rv += 1
             self._C[m, r] = rn
             S[:r, r] = 0.0
             S[r, :r] = -cS / rn
@@ -263,6 +316,98 @@ class IncrementalBLUE:
         else:
             beta = 1.0 + float(cS @ cS)
             S[:r, :r] -= np.outer(S[:r, :r] @ cS, cS) / (beta + math.sqrt(beta))
+
+    def extend(self, rows: ArrayLike, scales: ArrayLike, values: ArrayLike, lattice: ArrayLike | None = None) -> None:
+        """Append many released answers at once: the same state as :meth:`append` row by row.
+
+        When every row adds a direction (a fresh GROUP BY's groups), the block is added
+        with matrix products (block Gram–Schmidt, twice, then an LQ factorisation of the
+        residuals): with ``P`` the rows' coefficients on V and ``L`` (lower triangular)
+        on the new directions, C gains the rows ``[Pᵀ, L]`` and the square root of M
+        becomes ``[[S, 0], [−L⁻¹PᵀS, L⁻¹]]`` (the one-row formula of :meth:`append`
+        with ρ → L).  Otherwise — or when a row is zero or adds a direction only barely
+        — the rows are appended one by one.
+
+        Raises:
+            InvalidArgument: On a wrong shape or non-finite / non-positive numbers.
+        """
+        H = finite_array(rows, "rows", ndim=2)
+        k = H.shape[0]
+        b = finite_array(scales, "scales", ndim=1, size=k)
+        y = finite_array(values, "values", ndim=1, size=k)
+        g = np.zeros(k) if lattice is None else finite_array(lattice, "lattice", ndim=1, size=k)
+        if H.shape[1] != self.n_atoms:
+            raise InvalidArgument(f"rows must have {self.n_atoms} columns (one per atom), got {H.shape[1]}.")
+        if (b <= 0).any() or (g < 0).any():
+            raise InvalidArgument("scales must be positive and lattice steps non-negative.")
+        if k < 2 or not self._extend_block(H, b, y, g):
+            for i in range(k):
+                self.append(H[i], float(b[i]), float(y[i]), lattice=float(g[i]))
+
+    def _extend_block(self, H: NDArray[np.float64], b: NDArray[np.float64], y: NDArray[np.float64],
+                      g: NDArray[np.float64]) -> bool:
+        """The block path of :meth:`extend`; False (nothing changed) when it does not apply."""
+        G = H / b[:, None]
+        d = self._d
+        norms = np.sqrt((G * G) @ d)
+        r, k, m = self._r, G.shape[0], self._m
+        if not (norms > 0).all():
+            return False
+        if r == 0 and covers_every_atom(G):
+            self._span(H, G, b, y, g)
+            return True
+        if r + k > self.n_atoms:
+            return False
+        blocks = self._vblocks()
+        found = disjoint_block(blocks, d, G, norms, r) if disjoint(G) else general_block(blocks, d, G, norms, r)
+        if found is None:
+            return False
+        P, L, Linv, Vnew = found
+        self._own()
+        if self._H is not None:
+            self._H = _grow(self._H, m + k, self.n_atoms)
+            self._H[m: m + k] = H
+        while m + k > self._y.size:
+            for name in ("_y", "_b", "_g"):
+                old = getattr(self, name)
+                setattr(self, name, np.concatenate((old, np.zeros(old.size))))
+        self._y[m: m + k], self._b[m: m + k], self._g[m: m + k] = y, b, g
+        self._C = _grow(self._C, m + k, r + k)
+        self._C[m: m + k, :] = 0.0
+        self._C[m: m + k, :r] = P.T
+        self._C[m: m + k, r: r + k] = L
+        self._V = _grow(self._V, self._rv + k, self.n_atoms)
+        self._V[self._rv: self._rv + k] = Vnew
+        self._rv += k
+        self._S = S = _grow(self._S, r + k, r + k)
+        S[:r, r: r + k] = 0.0
+        S[r: r + k, :r] = -Linv @ (P.T @ S[:r, :r])
+        S[r: r + k, r: r + k] = Linv
+        self._m, self._r = m + k, r + k
+        self._fresh = False
+        return True
+
+    def _span(self, H: NDArray[np.float64], G: NDArray[np.float64], b: NDArray[np.float64],
+              y: NDArray[np.float64], g: NDArray[np.float64]) -> None:
+        """An empty history receives rows that span every atom (e.g. a hierarchical tree
+        with its leaves): the basis is the atoms themselves, ``V = diag(1/√d)``, so
+        ``C = G √D`` and ``M = (CᵀC)⁻¹`` comes from one Cholesky factorisation of
+        ``CᵀC = L Lᵀ`` (formed sparsely), ``S = L⁻ᵀ`` — instead of k rank-one updates.
+        """
+        from scipy.sparse import csr_matrix
+
+        n, k = self.n_atoms, G.shape[0]
+        sq = np.sqrt(self._d)
+        C = G * sq
+        Cs = csr_matrix(C)
+        L = np.linalg.cholesky((Cs.T @ Cs).toarray())
+        self._own()
+        self._blocks, self._V, self._rv = [], np.diag(1.0 / sq), n
+        self._C, self._S = np.ascontiguousarray(C), solve_triangular(L, np.eye(n), lower=True).T
+        self._y, self._b, self._g = y.astype(float).copy(), b.astype(float).copy(), g.astype(float).copy()
+        if self._H is not None:
+            self._H = np.array(H, dtype=float)
+        self._m, self._r, self._fresh = k, n, True
 
     def split(self, parent: ArrayLike, cell_sizes: ArrayLike) -> None:
         """Refine the partition: new atom i is a piece of old atom ``parent[i]``.
@@ -287,8 +432,15 @@ class IncrementalBLUE:
         total = np.bincount(p, weights=d, minlength=self.n_atoms)
         if not np.allclose(total, self._d, rtol=1e-12, atol=0.0):
             raise InvalidArgument("The pieces of every old atom must add up to its size (and cover it).")
-        self._V = np.ascontiguousarray(self._V[:, p])
-        self._H = np.ascontiguousarray(self._H[:, p])
+        V = np.empty((max(self._r, 8), p.size))
+        top = 0
+        for block in self._vblocks():
+            np.take(block, p, axis=1, out=V[top: top + block.shape[0]])
+            top += block.shape[0]
+        self._blocks, self._V, self._rv = [], V, self._r
+        if self._H is not None:
+            self._own()
+            self._H = np.ascontiguousarray(self._H[:, p])
         self._d = d.copy()
 
     # ------------------------------------------------------------------ queries
@@ -380,207 +532,3 @@ class _Pricer:
         s2 = 1.0 / (b * b)
         denom = 1.0 + s2 * self.kappa
         return self.CMQ - (s2 * self.eta / denom) * self.CMh, (self.eta / b) / denom
-
-
-def minimal_scale(
-    state: IncrementalBLUE,
-    Q: ArrayLike,
-    h_new: ArrayLike,
-    accuracy: float,
-    confidence: float,
-    max_scale: float = math.inf,
-    *,
-    lattice: float | Callable[[float], float] = 0.0,
-    method: Method = "exact",
-    rel_tol: float = 1e-4,
-) -> float | None:
-    """Largest Laplace scale b for a new measurement ``h_new`` meeting the target.
-
-    "Meeting the target" means the certified ``confidence`` half-width of the
-    BLUE of Q from history plus the new answer is ≤ ``accuracy``.  The returned
-    b always meets it (it is checked, not extrapolated); it is within about a
-    factor ``1 + rel_tol`` of the crossing found by bracketing and Brent's method
-    in log b (the half-width grows with b in every case we know of, but the BLUE
-    is not peakedness-optimal, so monotonicity is not proven).  The caller
-    charges ``α = S/b``.
-
-    Args:
-        state: History so far (not modified).
-        Q: The query over the atoms of ``state``.
-        h_new: The query to measure freshly (usually Q itself).
-        accuracy: Target half-width (> 0).
-        confidence: Target level 1 − δ in (0, 1).
-        max_scale: Upper cap on b; returned if it already meets the target.
-        lattice: Lattice step of the new noise: a callable ``b ↦ γ(b)`` or a
-            float ratio (``γ = lattice · b``); 0 for continuous noise.
-        method: Error-law method (``"exact"`` recommended).
-        rel_tol: Relative precision of the search in b.
-
-    Returns:
-        The scale b, or ``None`` if no scale can meet the target (Q not
-        estimable even with ``h_new``, or the history's own noise already too
-        wide where ``h_new`` cannot help).  ``max_scale`` (possibly inf) if
-        history alone meets the target.
-
-    Raises:
-        InvalidArgument: On invalid accuracy, confidence, max_scale or rel_tol.
-    """
-    acc = positive_finite(accuracy, "accuracy")
-    conf = probability(confidence, "confidence")
-    if not real(max_scale, "max_scale") > 0:  # inf is allowed: no cap
-        raise InvalidArgument(f"max_scale must be positive; got {max_scale!r}.")
-    probability(rel_tol, "rel_tol")
-    Qv = state._atom_vector(Q, "Q")
-    hv = state._atom_vector(h_new, "h_new")
-    pr = _Pricer(state, Qv, hv)
-    if not pr.estimable:
-        return None
-    gamma: Callable[[float], float] = lattice if callable(lattice) else (lambda b: float(lattice) * b)
-
-    if pr.extends and pr.same:
-        # Measuring Q itself extends the row space, so history alone cannot estimate Q
-        # and the BLUE gives it zero weight (up to rounding): the law is the fresh
-        # release alone.  Its closed form answers the search; the full law confirms it.
-        c = float(pr.ce_over_rho)
-        if c != 0.0 and method == "exact":
-            b = _largest_meeting(_single_excess(c, acc, conf, gamma), acc, conf, max_scale, rel_tol)
-            if b is not None and _excess_at(pr, state, gamma, acc, conf, method, b) <= 0.0:
-                return b
-    else:
-        hist = state.estimate(Qv, method)
-        if hist.estimable and hist.halfwidth(conf) <= acc:
-            return float(max_scale)
-    return _largest_meeting(lambda b: _excess_at(pr, state, gamma, acc, conf, method, b),
-                            acc, conf, max_scale, rel_tol)
-
-
-def _excess_at(pr: _Pricer, state: IncrementalBLUE, gamma: Callable[[float], float], acc: float,
-               conf: float, method: Method, b: float) -> float:
-    """Certified half-width of the BLUE with the new row at scale b, minus the target."""
-    if b < _MIN_SEARCH_SCALE:  # an extreme accuracy drives the bracket below any usable scale
-        return math.inf
-    m = state._m
-    u_hist, u_new = pr.at(b)
-    law = ErrorLaw(
-        np.append(u_hist / state._b[:m], u_new / b),
-        np.append(state._b[:m], b),
-        np.append(state._g[:m], gamma(b)),
-        method,
-    )
-    return law.halfwidth(conf) - acc
-
-
-def single_release_scale(
-    accuracy: float,
-    confidence: float,
-    lattice: float | Callable[[float], float] = 0.0,
-    max_scale: float = math.inf,
-    *,
-    rel_tol: float = 1e-4,
-) -> float | None:
-    """Largest scale b at which one fresh release of the query certifies ``±accuracy``.
-
-    The law is a single (discrete, on its lattice ``γ(b)``) Laplace term with
-    coefficient 1, whose certified half-width has a closed form, so the search
-    costs microseconds.  It is the same search as :func:`minimal_scale` and
-    returns what that returns for a query measured on an empty history (or
-    whenever measuring it extends the row space, so history gets no weight):
-    every history-free group of a GROUP BY can share this one scale.
-
-    Args:
-        accuracy: Target half-width (> 0).
-        confidence: Target level 1 − δ in (0, 1).
-        lattice: A callable ``b ↦ γ(b)`` or a float ratio (``γ = lattice · b``);
-            0 for continuous noise.
-        max_scale: Upper cap on b.
-        rel_tol: Relative precision of the search in b.
-
-    Returns:
-        The scale b, or ``None`` if no scale meets the target.
-
-    Raises:
-        InvalidArgument: On invalid accuracy, confidence, max_scale or rel_tol.
-
-    Example:
-        >>> b = single_release_scale(10.0, 0.95)  # continuous: 10 / ln 20
-        >>> bool(abs(b - 10.0 / math.log(20.0)) < 1e-3 * b)
-        True
-    """
-    acc = positive_finite(accuracy, "accuracy")
-    conf = probability(confidence, "confidence")
-    if not real(max_scale, "max_scale") > 0:
-        raise InvalidArgument(f"max_scale must be positive; got {max_scale!r}.")
-    probability(rel_tol, "rel_tol")
-    gamma: Callable[[float], float] = lattice if callable(lattice) else (lambda b: float(lattice) * b)
-    return _largest_meeting(_single_excess(1.0, acc, conf, gamma), acc, conf, max_scale, rel_tol)
-
-
-def _single_excess(c: float, acc: float, conf: float, gamma: Callable[[float], float]) -> Callable[[float], float]:
-    """Excess of one fresh release with weight c: the law :func:`minimal_scale` builds on an
-    empty history (a closed form, discrete or continuous)."""
-    coef = np.array([c])
-
-    def excess(b: float) -> float:
-        if b < _MIN_SEARCH_SCALE:
-            return math.inf
-        return ErrorLaw(coef, np.array([b]), np.array([gamma(b)])).halfwidth(conf) - acc
-
-    return excess
-
-
-def _largest_meeting(excess: Callable[[float], float], acc: float, conf: float, max_scale: float,
-                     rel_tol: float) -> float | None:
-    """The search of :func:`minimal_scale`: bracket by factors of 4 from the continuous
-    single-Laplace scale, Brent's method in log b, then step onto the meeting side."""
-
-    def meets(b: float) -> bool:
-        return excess(b) <= 0.0
-
-    b0 = min(acc / -math.log1p(-conf), float(max_scale))
-    # Not even 1e-12 of the closed-form scale (nor any usable scale) meets it: none does.
-    floor = max(b0 * 1e-12, _MIN_SEARCH_SCALE)
-    if not b0 > floor:  # an accuracy so fine that b0 underflows below any usable scale
-        return None
-    # Bracket [lo, hi] with lo meeting the target and hi not, by factors of 4.
-    if meets(b0):
-        lo, hi = b0, math.inf
-        while hi == math.inf:
-            b = lo * 4.0
-            if b >= max_scale:
-                if meets(float(max_scale)):
-                    return float(max_scale)
-                hi = float(max_scale)
-            elif meets(b):
-                lo = b
-            else:
-                hi = b
-    else:
-        hi = b0
-        while True:
-            b = hi / 4.0
-            if b < floor:
-                if not meets(floor):
-                    return None
-                lo = floor
-                break
-            if meets(b):
-                lo = b
-                break
-            hi = b
-    # Brent's method on log b (the half-width is close to linear in b), then make
-    # sure the answer is on the meeting side: never return a b that fails.
-    try:
-        root = math.exp(brentq(lambda lb: excess(math.exp(lb)), math.log(lo), math.log(hi),
-                               xtol=rel_tol / 4.0, rtol=1e-15))
-    except ValueError:
-        # The certified half-width is a step function when one discrete term
-        # dominates; exp(log(b)) may land on the other side of a step.  Bisect.
-        a, z = lo, hi
-        while z / a > 1.0 + rel_tol / 4.0:
-            mid = math.sqrt(a * z)
-            a, z = (mid, z) if meets(mid) else (a, mid)
-        root = a
-    b = min(root * (1.0 - rel_tol / 4.0), hi)
-    while b > lo and not meets(b):
-        b *= 1.0 - rel_tol / 2.0
-    return max(b, lo)

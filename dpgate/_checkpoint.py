@@ -1,0 +1,111 @@
+"""A checkpoint of the gateway's inference state next to a file ledger, for fast re-opening.
+
+Re-opening a ledger replays every record into the atoms, the incremental BLUE and
+the per-cell costs; at thousands of releases that replay dominates start-up.  The
+gateway therefore saves its state to ``<ledger>.state`` and, on the next start,
+loads it instead of replaying the records it covers — but only after checking it
+against the ledger, which stays the only source of truth:
+
+* the file carries a keyed MAC (HMAC-SHA256 with the ledger's key, domain-separated
+  from the ledger's own MACs) over everything in it, checked *before* anything is
+  unpickled, so only a process holding the key can have written it;
+* it names the number of records it covers and a digest of exactly those records,
+  which must equal the digest of the ledger's first records (read and MAC-verified
+  by the ledger's chain check), so it can only stand for this ledger's history;
+* format, dpgate version, the schema's tables and ``max_atoms`` must match
+  (the replay depends on them).
+
+Any mismatch, a missing or unreadable file: the records are replayed as before and
+the file is rewritten.  In-memory ledgers and ledgers opened without their key get
+no checkpoint.  The file holds only public structure (query vectors, atoms) and
+released values — what the ledger itself holds — never data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import pickle
+from collections.abc import Sequence
+from typing import Any
+
+from dpgate.ledger import Ledger, LedgerRecord
+
+__all__ = ["load", "path_for", "records_digest", "save"]
+
+_MAGIC = b"dpgate-checkpoint 1\n"
+_DOMAIN = b"dpgate inference checkpoint v1"
+
+
+def path_for(ledger: Ledger) -> str | None:
+    """Where ``ledger``'s checkpoint lives, or ``None`` when it gets none (in memory, or no key)."""
+    if ledger.path is None or _key(ledger) is None:
+        return None
+    return ledger.path + ".state"
+
+
+def _key(ledger: Ledger) -> bytes | None:
+    key = getattr(ledger, "_key", None)  # the ledger's secret: the checkpoint is keyed like its records
+    return key if isinstance(key, bytes) else None
+
+
+def records_digest(records: Sequence[LedgerRecord]) -> str:
+    """A digest of ``records`` (every field, in order)."""
+    h = hashlib.sha256()
+    for r in records:
+        h.update(repr(r).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def _mac(key: bytes, body: bytes) -> bytes:
+    return hmac.new(hmac.new(key, _DOMAIN, hashlib.sha256).digest(), body, hashlib.sha256).digest()
+
+
+def save(ledger: Ledger, header: dict[str, Any], records: Sequence[LedgerRecord], state: Any) -> None:
+    """Write ``state`` as the checkpoint of ``ledger``'s first ``len(records)`` records (best effort, atomic)."""
+    path, key = path_for(ledger), _key(ledger)
+    if path is None or key is None:
+        return
+    body = pickle.dumps(({**header, "count": len(records), "digest": records_digest(records)}, state),
+                        protocol=pickle.HIGHEST_PROTOCOL)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with contextlib.suppress(OSError):  # a checkpoint is an optimisation: failing to write it costs a replay
+        with open(tmp, "wb") as f:
+            f.write(_MAGIC + _mac(key, body) + body)
+        os.replace(tmp, path)
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+
+
+def load(ledger: Ledger, header: dict[str, Any], records: Sequence[LedgerRecord]) -> tuple[int, Any] | None:
+    """``(count, state)`` from ``ledger``'s checkpoint if it verifies against ``records``, else ``None``.
+
+    ``records``: the ledger's records, already verified by its chain check.
+    """
+    path, key = path_for(ledger), _key(ledger)
+    if path is None or key is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    n = len(_MAGIC) + 32
+    if not raw.startswith(_MAGIC) or len(raw) < n:
+        return None
+    body = raw[n:]
+    if not hmac.compare_digest(raw[len(_MAGIC):n], _mac(key, body)):
+        return None  # not written with this ledger's key: never unpickled
+    try:
+        stored, state = pickle.loads(body)  # noqa: S301 - authenticated above
+    except Exception:  # noqa: BLE001 - a checkpoint from another dpgate build: replay instead
+        return None
+    count = stored.get("count")
+    if (not isinstance(count, int) or not 0 < count <= len(records)
+            or any(stored.get(k) != v for k, v in header.items())
+            or stored.get("digest") != records_digest(records[:count])):
+        return None
+    return count, state

@@ -1,0 +1,115 @@
+"""Block operations on the incremental BLUE's basis (see ``_incremental``).
+
+The basis V is kept as row blocks that are never written once filled (copies
+share them), and a block of releases can be added at once: disjoint rows (a
+GROUP BY's groups) through the Cholesky factor of their small Gram matrix, other
+rows by block Gram–Schmidt and an LQ factorisation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.linalg import solve_triangular
+
+__all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "covers_every_atom", "disjoint", "disjoint_block", "general_block",
+           "project_blocks"]
+
+EXTEND_RTOL = 1e-9
+"""A row whose distance to the current row space is at most this fraction of its norm adds no direction."""
+
+#: A copy merges its basis blocks into one when it would have more than this many.
+MAX_BLOCKS = 4
+
+
+def project_blocks(
+    blocks: list[NDArray[np.float64]], d: NDArray[np.float64], v: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Coefficients of ``v`` on the rows of ``blocks`` (D-orthonormal) and the residual."""
+    dv = d * v
+    cs = [B @ dv for B in blocks]
+    res = v.copy()
+    for B, c in zip(blocks, cs, strict=True):
+        res -= c @ B
+    return np.concatenate(cs) if cs else np.zeros(0), res
+
+
+def covers_every_atom(G: NDArray[np.float64]) -> bool:
+    """Whether, for every atom, some row of G is non-zero on that atom alone (so the rows span all atoms)."""
+    on = G != 0
+    single = on.sum(axis=1) == 1
+    return bool(on[single].any(axis=0).all())
+
+
+def disjoint(G: NDArray[np.float64]) -> bool:
+    """Whether the rows of G have pairwise disjoint supports (a GROUP BY's groups)."""
+    return bool(((G != 0).sum(axis=0) <= 1).all())
+
+
+def _coefficients(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: NDArray[np.float64],
+                  r: int) -> NDArray[np.float64]:
+    """``P = V D Gᵀ`` (r × k), the rows' coefficients on the basis."""
+    P = np.zeros((r, G.shape[0]))
+    top = 0
+    for B in blocks:
+        P[top: top + B.shape[0]] = B @ (d[:, None] * G.T)
+        top += B.shape[0]
+    return P
+
+
+def _combine(blocks: list[NDArray[np.float64]], W: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``W V`` (k × n) for coefficients W (k × r) on the basis rows."""
+    out = np.zeros((W.shape[0], blocks[0].shape[1] if blocks else 0))
+    top = 0
+    for B in blocks:
+        out += W[:, top: top + B.shape[0]] @ B
+        top += B.shape[0]
+    return out
+
+
+def disjoint_block(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: NDArray[np.float64],
+                    norms: NDArray[np.float64], r: int) -> tuple[NDArray[np.float64], ...] | None:
+    """``(P, L, L⁻¹, new basis rows)`` for rows with disjoint supports, without an O(k² n) factorisation.
+
+    The residuals ``R = G − PᵀV`` have the Gram matrix ``R D Rᵀ = diag(‖g_i‖²) − PᵀP``
+    (disjoint rows are D-orthogonal); its Cholesky factor is L and the new rows are
+    ``L⁻¹R``.  The Gram matrix loses the digits a residual cancels, so every row must keep
+    at least a thousandth of its norm outside the basis (else None: the general path).
+    """
+    P = _coefficients(blocks, d, G, r)
+    K = np.diag(norms * norms) - P.T @ P
+    try:
+        L = np.linalg.cholesky(K)
+    except np.linalg.LinAlgError:
+        return None
+    if not (np.diag(L) > 1e-3 * norms).all():
+        return None
+    Linv = solve_triangular(L, np.eye(L.shape[0]), lower=True)
+    on = G != 0
+    group = on.argmax(axis=0)
+    value = np.where(on.any(axis=0), G[group, np.arange(G.shape[1])], 0.0)
+    rows = Linv[:, group] * value  # L⁻¹G, one group per atom
+    if r:
+        rows -= _combine(blocks, Linv @ P.T)
+    return P, np.asarray(L, dtype=np.float64), Linv, rows
+
+
+def general_block(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: NDArray[np.float64],
+                   norms: NDArray[np.float64], r: int) -> tuple[NDArray[np.float64], ...] | None:
+    """``(P, L, L⁻¹, new basis rows)`` by classical Gram–Schmidt against V (twice: "twice is
+    enough") and an LQ factorisation of the residuals; None unless every row adds a clear direction."""
+    P = np.zeros((r, G.shape[0]))
+    R = G.copy()
+    for _ in range(2):
+        c = _coefficients(blocks, d, R, r)
+        if r:
+            R -= _combine(blocks, c.T)
+        P += c
+    sq = np.sqrt(d)
+    Qt, Rt = np.linalg.qr((R * sq).T)  # (R √D)ᵀ = Q̃ R̃, so R √D = L Q̃ᵀ with L = R̃ᵀ
+    L = Rt.T
+    if not (np.abs(np.diag(L)) > 1e3 * EXTEND_RTOL * norms).all():
+        return None
+    return P, L, solve_triangular(L, np.eye(L.shape[0]), lower=True), np.asarray(Qt.T / sq)
+
+
