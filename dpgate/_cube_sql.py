@@ -63,14 +63,22 @@ _INT_TYPES = {
     "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
     "UINTEGER", "UBIGINT", "UHUGEINT", "INT1", "INT2", "INT4", "INT8", "INT", "LONG", "SHORT",
 }
-_FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8"}
+_FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8", "DOUBLE PRECISION"}
 _INT_RE = re.compile(r"-?(0|[1-9][0-9]*)\Z")
 #: See BoundColumn.few_values.
 _FEW_VALUES = 2**16
 
 
+#: Dialects without a ``TRY_CAST`` (sqlglot would write a plain ``CAST``, which fails on bad text).
+_NO_TRY_CAST = {"postgres", "redshift"}
+#: Text PostgreSQL's ``CAST(… AS DOUBLE PRECISION)`` accepts (DuckDB's TRY_CAST accepts the same numbers).
+_NUMBER_RE = r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$|^\s*[-+]?(inf|infinity|nan)\s*$"
+_BOOL_TEXTS = ("t", "true", "f", "false", "y", "yes", "n", "no", "on", "off", "1", "0")
+
+
 def type_class(data_type: str) -> str:
-    """'int' | 'float' | 'decimal' | 'bool' | 'other' for a DuckDB type name."""
+    """'int' | 'float' | 'decimal' | 'bool' | 'other' for an engine's type name
+    (DuckDB, PostgreSQL's ``information_schema`` and Spark's ``simpleString`` names)."""
     t = data_type.upper().strip()
     if t in _INT_TYPES:
         return "int"
@@ -135,6 +143,20 @@ class BoundColumn:
     decl: Column
     name: str  # physical name as in the catalog
     tclass: str  # see type_class
+    dialect: str = "duckdb"  # sqlglot dialect of the engine
+
+    def _try_cast(self, x: exp.Expression, to: str) -> exp.Expression:
+        """``TRY_CAST(x AS to)`` (NULL for unparseable text), portable to dialects without one."""
+        if self.dialect == "duckdb":
+            return exp.TryCast(this=x, to=sql_type(to))
+        if self.dialect not in _NO_TRY_CAST:
+            return exp.TryCast(this=x, to=sql_type(to), safe=True)
+        if to == "BOOLEAN":
+            text = exp.Lower(this=exp.Trim(this=x.copy()))
+            ok: exp.Expression = exp.In(this=text, expressions=[exp.Literal.string(t) for t in _BOOL_TEXTS])
+        else:
+            ok = exp.RegexpILike(this=x.copy(), expression=exp.Literal.string(_NUMBER_RE))
+        return exp.Case(ifs=[exp.If(this=ok, true=exp.Cast(this=x, to=sql_type(to)))])
 
     def raw(self) -> exp.Expression:
         return exp.column(self.name, quoted=True)
@@ -151,7 +173,7 @@ class BoundColumn:
                 return exp.Cast(this=x, to=sql_type("INTEGER"))
             if tc == "float":
                 return exp.Nullif(this=x, expression=nan)
-            return exp.Nullif(this=exp.TryCast(this=x, to=sql_type("DOUBLE")), expression=nan)
+            return exp.Nullif(this=self._try_cast(x, "DOUBLE"), expression=nan)
         if kind == "categorical":
             if tc == "float":
                 return exp.Nullif(this=x, expression=nan)
@@ -170,8 +192,8 @@ class BoundColumn:
             return v
         if tc in ("int", "float", "decimal"):
             return exp.NEQ(this=v, expression=number(0))
-        as_bool = exp.TryCast(this=v.copy(), to=sql_type("BOOLEAN"))
-        as_num = exp.NEQ(this=exp.TryCast(this=v, to=sql_type("DOUBLE")), expression=number(0))
+        as_bool = self._try_cast(v.copy(), "BOOLEAN")
+        as_num = exp.NEQ(this=self._try_cast(v, "DOUBLE"), expression=number(0))
         return exp.Coalesce(this=as_bool, expressions=[as_num, exp.false()])
 
     # -- thresholds and categories ----------------------------------------
@@ -287,7 +309,7 @@ class BoundColumn:
             return exp.Case(ifs=ifs, default=self._bin_search(0, len(d.edges) - 2))
         elif d.kind == "categorical":
             other = number(len(d.values))  # the out-of-domain cell, Column.other_cell
-            if self.tclass == "other":
+            if self.tclass == "other" and self.dialect == "duckdb":
                 # Text: one lookup in the list of declared strings instead of a CASE with a
                 # branch per value (about 5x faster per row).  LIST_POSITION compares exactly
                 # like ``=`` and returns the first match, as the CASE did; NULL when absent.
@@ -296,7 +318,8 @@ class BoundColumn:
                 default = exp.Sub(this=exp.Coalesce(this=pos, expressions=[number(len(d.values) + 1)]), expression=number(1))
                 return exp.Case(ifs=ifs, default=default)
             # Numbers keep ``=`` against typed literals: a list would coerce its elements to one
-            # common type first, which could change which declared value a number equals.
+            # common type first, which could change which declared value a number equals.  Other
+            # engines get this portable CASE for text too (first match wins, as LIST_POSITION).
             for i, m in enumerate(self.matchers()):
                 if m is not None:
                     ifs.append(exp.If(this=exp.EQ(this=self.value(), expression=self._lit(m)), true=number(i)))
