@@ -247,7 +247,8 @@ def connect(
         schema: the public domain: a ``dpgate.Schema``, a dict or a YAML path. Required.
         budget: total privacy budget ε (default 1.0); must equal a ledger's stored budget.
         ledger: ``None`` (in memory, lost at exit), a path (durable SQLite ledger,
-            shared safely by processes) or an open ``dpgate.ledger.Ledger``.
+            shared safely by processes), a ``postgresql://`` URL (shared by gateways on
+            several hosts; needs ``ledger_key``) or an open ``dpgate.ledger.Ledger``.
         ledger_key: the secret binding the ledger to its data (bytes or a key file path);
             default: ``<ledger>.key``, created owner-only with the ledger.
         new_ledger: start a new ledger although the key store shows one existed (after
