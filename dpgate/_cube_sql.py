@@ -27,6 +27,14 @@ column's value:
   true when ``v <> 0``; text is true when ``TRY_CAST(v AS BOOLEAN)`` is true or it
   parses as a non-zero number, false otherwise.
 
+Engines: expressions are written for the backend's sqlglot dialect
+(``BoundColumn.dialect``).  DuckDB keeps its fast paths (``LIST_POSITION`` for text
+categories); other engines get a portable ``CASE``.  PostgreSQL has no ``TRY_CAST``:
+text is cast only where it matches a number (or boolean) spelling its ``CAST`` accepts,
+else it counts as NULL.  Text that engines parse differently (hex, ``'1_000'``) may land
+in different cells on different engines; typed columns map identically everywhere
+(NaN included: PostgreSQL and Spark, like DuckDB, treat ``NaN = NaN`` as true).
+
 Slab predicates are generated as range predicates on the raw column
 (``"age" >= 20 AND "age" < 41``) rather than on the computed cell index, so DuckDB
 can push them into the scan: a counting query costs about as much as the equivalent

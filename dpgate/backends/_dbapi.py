@@ -10,6 +10,7 @@ the server itself.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Sequence
 from typing import Any, cast
@@ -48,8 +49,9 @@ class DbapiBackend:
         """Start the statement's transaction (default: the driver's implicit one)."""
 
     def _end(self, cur: Any) -> None:
-        """End it: roll back (the statement only read)."""
-        self.con.rollback()
+        """End it: roll back (the statement only read; a driver without transactions may refuse)."""
+        with contextlib.suppress(Exception):
+            self.con.rollback()
 
     def _fetch(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         with self._lock:
