@@ -12,7 +12,8 @@ rows and repeated, as ``income``; a 50-value categorical ``region``; an integer
   memory (``CACHE TABLE``);
 
 and the load time of each is reported (DuckDB's: its build, when this run built it).
-Then per engine, interleaved, medians over ``--repeat`` repetitions, per query:
+Then per engine, interleaved (the order rotated each round), medians over ``--repeat``
+repetitions, per query:
 
 * **raw**: the hand-written count on that engine (the DuckDB text transpiled by sqlglot);
 * **cube**: :meth:`dpgate.cube.Cube.true_numerators` (SQL generation included);
@@ -55,6 +56,7 @@ from _pgserver import start_server  # noqa: E402
 from bench_warehouse import QUERIES, SCHEMA, UNITS, build  # noqa: E402
 
 RESULTS = HERE / "results" / "backends.json"
+REPORT = HERE / "results" / "backends.md"
 NAMES = ["income<100", "income IN 8", "region IN 3", "region NOT IN 3", "age 30..49", "2D income×age",
          "2D age×region", "NOT range", "3D", "all rows", "GROUP BY region", "GROUP BY age", "GROUP BY 4097 keys"]
 ONE_TABLE = {"tables": {"warehouse": SCHEMA["tables"]["warehouse"]}}
@@ -96,7 +98,8 @@ def load_spark(path: Path, cache: Path) -> tuple[Any, float, int]:
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").appName("dpgate-bench")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "4")
              .config("spark.driver.memory", "4g").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     t0 = time.perf_counter()
@@ -111,12 +114,15 @@ def load_spark(path: Path, cache: Path) -> tuple[Any, float, int]:
     return spark, time.perf_counter() - t0, int(n)
 
 
-def bench_engine(engine: str, data: Any, run_raw: Callable[[str], Any], dialect: str, repeat: int) -> list[dict[str, Any]]:
+def bench_engine(
+    engine: str, data: Any, run_raw: Callable[[str], Any], dialect: str, repeat: int, loads: dict[str, Any]
+) -> list[dict[str, Any]]:
     schema = dpgate.Schema.from_dict(ONE_TABLE)
     t0 = time.perf_counter()
     cube = Cube(data, schema)
     gw = dpgate.Gateway(data, schema, budget=1e12, seed=0, policy="no_reuse")
     open_s = time.perf_counter() - t0
+    loads[engine]["open_s"] = round(open_s, 2)
     print(f"[{engine}] cube + gateway opened (fingerprint scans included) in {open_s:.1f} s", flush=True)
     out = []
     for name, sql, hand in QUERIES:
@@ -133,10 +139,11 @@ def bench_engine(engine: str, data: Any, run_raw: Callable[[str], Any], dialect:
         for f in fns.values():  # warm-up (and a check that the engines answer)
             f()
         times: dict[str, list[float]] = {k: [] for k in fns}
-        for _ in range(repeat):
-            for k, f in fns.items():
+        order = list(fns)
+        for rep in range(repeat):  # rotated: the first of a round is often slower (Spark, caches)
+            for k in order[rep % len(order):] + order[: rep % len(order)]:
                 t = time.perf_counter()
-                f()
+                fns[k]()
                 times[k].append(time.perf_counter() - t)
         r: dict[str, Any] = {"engine": engine, "query": name, "sql": sql, "hand": raw_sql, "outputs": len(queries)}
         for k, xs in times.items():
@@ -159,7 +166,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--engines", default="duckdb,postgres,spark")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "dpgate-bench-cache")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 257 140 rows, one repeat")
     args = ap.parse_args()
+    if args.quick:
+        args.rows, args.repeat = 10 * UNITS, 1
     args.cache.mkdir(parents=True, exist_ok=True)
     engines = args.engines.split(",")
     path, built_s = warehouse(args.cache, args.rows)
@@ -171,7 +181,7 @@ def main() -> None:
         loads["duckdb"] = {"rows": n_rows, "load_s": None if built_s is None else round(built_s, 1),
                            "note": "generated in DuckDB by bench_warehouse.build" if built_s else "cached build"}
         raw = duckdb.connect(str(path), read_only=True)
-        results += bench_engine("duckdb", str(path), lambda s: raw.execute(s).fetchall(), "duckdb", args.repeat)
+        results += bench_engine("duckdb", str(path), lambda s: raw.execute(s).fetchall(), "duckdb", args.repeat, loads)
         raw.close()
     if "postgres" in engines:
         pg_path = path if args.pg_rows is None else warehouse(args.cache, args.pg_rows)[0]
@@ -183,7 +193,7 @@ def main() -> None:
             import psycopg
 
             pg = psycopg.connect(url, autocommit=True)
-            results += bench_engine("postgres", url, lambda s: pg.execute(s).fetchall(), "postgres", args.repeat)
+            results += bench_engine("postgres", url, lambda s: pg.execute(s).fetchall(), "postgres", args.repeat, loads)
             pg.close()
         finally:
             server.stop()
@@ -191,7 +201,7 @@ def main() -> None:
         spark, load_s, n = load_spark(path, args.cache)
         loads["spark"] = {"rows": n, "load_s": round(load_s, 1), "note": "Parquet from DuckDB, read + CACHE TABLE"}
         print(f"[spark] loaded {n} rows in {load_s:.1f} s", flush=True)
-        results += bench_engine("spark", (spark, "warehouse"), lambda s: spark.sql(s).collect(), "spark", args.repeat)
+        results += bench_engine("spark", (spark, "warehouse"), lambda s: spark.sql(s).collect(), "spark", args.repeat, loads)
         spark.stop()
 
     def med(engine: str, key: str, group: bool) -> float | None:
@@ -208,7 +218,28 @@ def main() -> None:
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=1, ensure_ascii=False))
-    print(f"wrote {RESULTS}")
+    REPORT.write_text(markdown(out))
+    print(f"wrote {RESULTS} and {REPORT}")
+
+
+def markdown(out: dict[str, Any]) -> str:
+    """The run as Markdown tables (``run_all.py`` puts them in RESULTS.md)."""
+    lines = ["| engine | rows | load s | how | gateway open s (fingerprint scan) |", "|---|---|---|---|---|"]
+    for e, ld in out["loads"].items():
+        load = ld["load_s"] if ld["load_s"] is not None else "—"
+        lines.append(f"| {e} | {ld['rows']:,} | {load} | {ld['note']} | {ld.get('open_s', '—')} |")
+    engines = list(out["loads"])
+    lines += ["", "| query | " + " | ".join(f"{e} raw ms | cube÷raw | gateway÷raw" for e in engines) + " |",
+              "|---|" + "---|---|---|" * len(engines)]
+    by = {(r["engine"], r["query"]): r for r in out["queries"]}
+    for q in dict.fromkeys(r["query"] for r in out["queries"]):
+        cells = []
+        for e in engines:
+            r = by.get((e, q), {})
+            cells += [str(r.get("raw_ms", "—")), str(r.get("cube_ratio", "—")), str(r.get("gateway_ratio", "—"))]
+        lines.append(f"| {q} | " + " | ".join(cells) + " |")
+    lines += ["", "Medians of the ratios: `" + json.dumps(out["summary"]) + "`", ""]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

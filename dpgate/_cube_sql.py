@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from dpgate.errors import DPGateInternalError
 from dpgate.schema import Column
 
 __all__ = [
@@ -337,6 +338,29 @@ class BoundColumn:
             default = number(0)
         return exp.Case(ifs=ifs, default=default)
 
+    def looked_up(self) -> bool:
+        """Whether :func:`grouped_counts` maps this column's values to cells with a join on a
+        ``VALUES`` list of the declared values rather than with :meth:`cell_index`'s CASE:
+        text categoricals outside DuckDB.  (Spark folds the two-step aggregation back into
+        one and would evaluate a CASE with a branch per value on every row; a join on the
+        pre-aggregated values is as fast as the raw ``GROUP BY``.  DuckDB keeps LIST_POSITION.)"""
+        return self.decl.kind == "categorical" and self.tclass == "other" and self.dialect != "duckdb"
+
+    def lookup_join(self, table: str, value: str, cell: str) -> tuple[exp.Expression, exp.Expression, exp.Expression]:
+        """For :meth:`looked_up` columns: the ``VALUES`` table ``table(value, cell)`` of the
+        declared values, the join condition, and the key (NULL cell, declared cell, or other)."""
+        rows = [exp.Tuple(expressions=[exp.Literal.string(v), number(i)]) for i, v in enumerate(self.decl.values)]
+        alias = exp.TableAlias(this=exp.to_identifier(table, quoted=True),
+                               columns=[exp.to_identifier(value, quoted=True), exp.to_identifier(cell, quoted=True)])
+        on = exp.EQ(this=self.value(), expression=exp.column(value, table=table, quoted=True))
+        other = self.decl.other_cell
+        assert other is not None
+        key = exp.Case(
+            ifs=[exp.If(this=exp.Is(this=self.value(), expression=exp.Null()), true=number(self.decl.null_cell))],
+            default=exp.Coalesce(this=exp.column(cell, table=table, quoted=True), expressions=[number(other)]),
+        )
+        return exp.Values(expressions=rows, alias=alias), on, key
+
     def _bin_search(self, lo: int, hi: int) -> exp.Expression:
         """Binned kind, non-NULL value known to lie in bins ``lo..hi``: its bin."""
         if lo == hi:
@@ -447,10 +471,11 @@ def set_condition(cols: list[BoundColumn], bps: Sequence[Sequence[int]], mask: n
 
 
 def grouped_counts(
-    ref: exp.Table, cols: list[BoundColumn], keys: list[exp.Expression], where: exp.Expression | None
+    ref: exp.Table, cols: list[BoundColumn], keys: list[exp.Expression | None], where: exp.Expression | None
 ) -> exp.Select:
     """``SELECT k0, …, n``: the row count per combination of the key expressions
     ``keys[i]`` (each a function of column ``cols[i]``'s raw value), over rows meeting ``where``.
+    ``None`` is the cell index of a :meth:`BoundColumn.looked_up` column, by a join.
 
     Keys on columns with few distinct raw values (``BoundColumn.few_values``) are
     computed in two steps: an inner query counts rows per raw value — the same work as
@@ -463,8 +488,10 @@ def grouped_counts(
     # search tree) and are built for this statement only.
     count = exp.Count(this=exp.Star())
     pre = [i for i, c in enumerate(cols) if c.few_values()]
+    if any(k is None and i not in pre for i, k in enumerate(keys)):
+        raise DPGateInternalError("a looked-up key needs a few-valued column")
     if not pre:
-        sel = [k.as_(f"k{i}", copy=False) for i, k in enumerate(keys)] + [count.as_("n", copy=False)]
+        sel = [k.as_(f"k{i}", copy=False) for i, k in enumerate(keys) if k is not None] + [count.as_("n", copy=False)]
         q = exp.select(*sel, copy=False).from_(ref.copy(), copy=False)
         if where is not None:
             q = q.where(where, copy=False)
@@ -472,28 +499,32 @@ def grouped_counts(
     # Inner names: raw columns keep their physical names (the key expressions refer to them);
     # every other name avoids them, so no reference can resolve to the wrong column.
     taken = {c.name.lower() for c in cols}
-    fresh = _fresh_names(taken, len(keys) + 1)
+    fresh = _fresh_names(taken, 4 * len(keys) + 1)
     raw = {cols[i].name.lower(): cols[i].raw() for i in pre}
     inner_sel: list[exp.Expression] = list(raw.values())
     outer_keys: list[exp.Expression] = []
+    joins: list[tuple[exp.Expression, exp.Expression]] = []
     for i, k in enumerate(keys):
-        if i in pre:
+        if k is None:
+            table, on, key = cols[i].lookup_join(*fresh[len(keys) + 1 + 3 * i: len(keys) + 4 + 3 * i])
+            joins.append((table, on))
+            outer_keys.append(key)
+        elif i in pre:
             outer_keys.append(k)
         else:
             inner_sel.append(exp.Alias(this=k, alias=exp.to_identifier(fresh[i])))
             outer_keys.append(exp.Column(this=exp.to_identifier(fresh[i], quoted=True)))
-    n_inner = fresh[-1]
+    n_inner = fresh[len(keys)]  # fresh[:len(keys)]: inner keys; after it, the lookup tables
     inner = exp.select(*inner_sel, count.as_(n_inner, copy=False), copy=False).from_(ref.copy(), copy=False)
     if where is not None:
         inner = inner.where(where, copy=False)
     inner = inner.group_by(*[exp.Literal.number(j + 1) for j in range(len(inner_sel))], copy=False)
     total = exp.Cast(this=exp.Sum(this=exp.column(n_inner, quoted=True)), to=exp.DataType.build("BIGINT"))
     sel = [k.as_(f"k{i}", copy=False) for i, k in enumerate(outer_keys)] + [total.as_("n", copy=False)]
-    return (
-        exp.select(*sel, copy=False)
-        .from_(inner.subquery("cells", copy=False), copy=False)
-        .group_by(*[exp.Literal.number(i + 1) for i in range(len(keys))], copy=False)
-    )
+    outer = exp.select(*sel, copy=False).from_(inner.subquery("cells", copy=False), copy=False)
+    for table, on in joins:
+        outer = outer.join(table, on=on, join_type="left", copy=False)
+    return outer.group_by(*[exp.Literal.number(i + 1) for i in range(len(keys))], copy=False)
 
 
 def _fresh_names(taken: set[str], n: int) -> list[str]:

@@ -225,7 +225,8 @@ class Cube:
                     used = np.flatnonzero(mask.any(axis=tuple(i for i in range(len(shape)) if i != ax)))
                     if len(used) == 1:
                         fixed[ax] = int(used[0])
-        keys, by_cell, bin_keys = [], [], []
+        keys: list[tuple[int, exp.Expression | None]] = []
+        by_cell, bin_keys = [], []
         for ax, (c, bp) in enumerate(zip(cols, bps, strict=False)):
             if ax in fixed:
                 continue
@@ -234,7 +235,7 @@ class Cube:
                 # Many bins of a few-valued integer column: a clamped value, binned in numpy,
                 # rather than a CASE search tree as large as the bins.
                 binned_int = c.decl.kind == "binned" and c.few_values() and len(c.decl.edges) > _CASE_SLABS
-                keys.append((ax, c.bin_key() if binned_int else c.cell_index()))
+                keys.append((ax, c.bin_key() if binned_int else None if c.looked_up() else c.cell_index()))
                 bin_keys.append(binned_int)
                 by_cell.append(not full)
             else:

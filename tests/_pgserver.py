@@ -65,7 +65,7 @@ class PgServer:
             return f.read()
 
     def stop(self) -> None:
-        _run(self, [os.path.join(self.bindir, "pg_ctl"), "-D", os.path.join(self.root, "data"), "-m", "fast", "-w",
+        _run(self, [os.path.join(self.bindir, "pg_ctl"), "-D", os.path.join(self.root, "data"), "-m", "immediate", "-w",
                     "stop"], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
 

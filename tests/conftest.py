@@ -89,6 +89,7 @@ def spark() -> Any:
         SparkSession.builder.master("local[2]")
         .appName("dpgate-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.execution.arrow.pyspark.enabled", "false")
         .config("spark.driver.memory", "1g")

@@ -37,7 +37,7 @@ CORPUS = [
     "SELECT sex, COUNT(*) FROM pums GROUP BY sex",
     "SELECT race, married, COUNT(*) FROM pums WHERE age >= 18 GROUP BY race, married",
     "SELECT educ, COUNT(*) FROM pums GROUP BY educ",
-    "SELECT age, COUNT(*) FROM pums WHERE sex = '0' GROUP BY age",
+    "SELECT educ, married, COUNT(*) FROM pums WHERE sex = '0' AND age BETWEEN 20 AND 29 GROUP BY educ, married",
     "SELECT COUNT(*) FROM pums WHERE age < 30",
 ]
 
@@ -246,3 +246,23 @@ def test_postgres_statement_timeout_and_sources(pg_server: Any, pg_url: str, pum
         Cube(f"postgresql://dpgate@127.0.0.1:{pg_server.port}/no_such_db", schema)
     with pytest.raises(dpgate.SchemaError, match="lacks declared tables"):
         Cube(pg_url, dpgate.Schema.from_dict({"tables": {"nope": {"columns": {"a": {"type": "boolean"}}}}}))
+
+
+def test_connect_and_bad_sources(pg_url: str, pums_typed: Any) -> None:
+    """PEP 249 over PostgreSQL; sources dpgate cannot serve are refused with what to change."""
+    _, schema = pums_typed
+    with dpgate.connect(pg_url, schema=schema, budget=2.0, seed=3, accuracy=40) as con:
+        cur = con.cursor()
+        cur.execute("SELECT married, COUNT(*) FROM pums GROUP BY married")
+        assert [r[0] for r in cur.fetchall()][:2] == [False, True]
+        assert 0 < con.spent <= 2.0
+    import sqlalchemy
+
+    with pytest.raises(dpgate.errors.InvalidArgument, match="'sqlite'"):
+        dpgate.Gateway(sqlalchemy.create_engine("sqlite://"), schema)
+    with pytest.raises(dpgate.errors.InvalidArgument, match="statement_timeout"):
+        PostgresBackend(pg_url, statement_timeout=0)
+    with pytest.raises(dpgate.errors.InvalidArgumentType, match="PostgreSQL URL"):
+        dpgate.Gateway(("not a session", "pums"), schema)
+    with pytest.raises(dpgate.InterfaceError):
+        dpgate.connect(object(), schema=schema)
