@@ -264,5 +264,17 @@ def test_connect_and_bad_sources(pg_url: str, pums_typed: Any) -> None:
         PostgresBackend(pg_url, statement_timeout=0)
     with pytest.raises(dpgate.errors.InvalidArgumentType, match="PostgreSQL URL"):
         dpgate.Gateway(("not a session", "pums"), schema)
+
+
+def test_spark_sources_and_misuse(spark: Any, spark_pums: Any, pums_typed: Any) -> None:
+    _, schema = pums_typed
+    with pytest.raises(dpgate.errors.InvalidArgumentType, match=r"\(spark, 'db.table'\)"):
+        Cube(spark, schema)  # a session without a table
+    with pytest.raises(dpgate.SchemaError, match="lacks declared tables"):
+        Cube((spark, "no_such_table"), schema)
+    with Cube({"pums": spark_pums}, schema) as cube:
+        views = [t.name for t in spark.catalog.listTables() if t.name.startswith("dpgate_")]
+        assert len(views) == 1 and int(cube.histogram("pums", ["race"]).sum()) == 1948
+    assert not [t.name for t in spark.catalog.listTables() if t.name.startswith("dpgate_")]  # dropped at close
     with pytest.raises(dpgate.InterfaceError):
         dpgate.connect(object(), schema=schema)

@@ -33,8 +33,10 @@ class DbapiBackend:
     a read-only transaction in :meth:`_begin`.
 
     Args:
-        connection: an open DB-API connection; closed by :meth:`close` only if ``owns``.
+        connection: an open DB-API connection, used by dpgate alone while the gateway is
+            open (each statement ends with a rollback); closed by :meth:`close` only if ``owns``.
         owns: whether this backend closes it.
+        on_close: called by :meth:`close` (e.g. disposing of an engine this backend made).
     """
 
     dialect = "postgres"
@@ -80,7 +82,8 @@ class DbapiBackend:
         return columns_of(names, rows) if numpy else rows
 
     def row_hash(self, columns: Sequence[exp.Expression]) -> exp.Expression:
-        raise NotImplementedError
+        """The engine's 64-bit hash of a row's ``columns`` (each engine has its own; see subclasses)."""
+        raise NotImplementedError(f"{type(self).__name__} must define row_hash for the ledger binding")
 
     def close(self) -> None:
         """Close the connection if this backend opened it."""

@@ -53,7 +53,7 @@ class SparkBackend:
                 if spark is None:
                     raise InvalidArgumentType(f"table {name!r} is a name: pass (SparkSession, {{...}}).")
                 self._names[str(name).lower()] = src
-            elif type(src).__module__.startswith("pyspark"):
+            elif type(src).__module__.startswith("pyspark") and hasattr(src, "createOrReplaceTempView"):
                 spark = spark or src.sparkSession
                 view = f"dpgate_{uuid.uuid4().hex}"
                 src.createOrReplaceTempView(view)
@@ -61,7 +61,8 @@ class SparkBackend:
                 self._names[str(name).lower()] = view
             else:
                 raise InvalidArgumentType(
-                    f"Spark table {name!r} must be a table name or a Spark DataFrame, got {type(src).__name__}."
+                    f"Spark table {name!r} must be a table name or a Spark DataFrame, got {type(src).__name__}; "
+                    "pass a SparkSession together with a table name: (spark, 'db.table')."
                 )
         self.spark = spark
         self._lock = threading.Lock()
