@@ -278,3 +278,22 @@ def test_spark_sources_and_misuse(spark: Any, spark_pums: Any, pums_typed: Any) 
     assert not [t.name for t in spark.catalog.listTables() if t.name.startswith("dpgate_")]  # dropped at close
     with pytest.raises(dpgate.InterfaceError):
         dpgate.connect(object(), schema=schema)
+
+
+def test_numbers_and_booleans_stored_as_text_map_alike(pg_server: Any) -> None:
+    """PostgreSQL has no TRY_CAST: text is cast only where it spells a number (or a boolean);
+    common spellings land in the same cells as on DuckDB, unparseable text is NULL / false."""
+    vals = ["12", " 7 ", "abc", None, "1e1", "-3", "2.5", "+4", ".5", "nan", "inf", "-Infinity", "t", "yes",
+            "0", "false", "", "99"]
+    schema = dpgate.Schema.from_dict({"tables": {"texts": {"columns": {
+        "n": {"type": "integer", "min": 0, "max": 20, "nullable": True}, "b": {"type": "boolean"}}}}})
+    url = pg_server.url()
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("DROP TABLE IF EXISTS texts")
+        con.execute("CREATE TABLE texts (n text, b text)")
+        with con.cursor().copy("COPY texts FROM STDIN") as copy:
+            for v in vals:
+                copy.write_row((v, v))
+    with Cube(pd.DataFrame({"n": vals, "b": vals}), schema) as duck, Cube(url, schema) as pg:
+        for col in ("n", "b"):
+            assert pg.histogram("texts", [col]).tolist() == duck.histogram("texts", [col]).tolist(), col
