@@ -40,8 +40,9 @@ _DOMAIN = b"dpgate inference checkpoint v1"
 
 
 def path_for(ledger: Ledger) -> str | None:
-    """Where ``ledger``'s checkpoint lives, or ``None`` when it gets none (in memory, or no key)."""
-    if ledger.path is None or _key(ledger) is None:
+    """Where ``ledger``'s checkpoint lives, or ``None`` when it gets none (in memory, no key, or a
+    ledger in a database server, whose ``path`` is a URL)."""
+    if ledger.path is None or "://" in ledger.path or _key(ledger) is None:
         return None
     return ledger.path + ".state"
 

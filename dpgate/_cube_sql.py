@@ -27,6 +27,14 @@ column's value:
   true when ``v <> 0``; text is true when ``TRY_CAST(v AS BOOLEAN)`` is true or it
   parses as a non-zero number, false otherwise.
 
+Engines: expressions are written for the backend's sqlglot dialect
+(``BoundColumn.dialect``).  DuckDB keeps its fast paths (``LIST_POSITION`` for text
+categories); other engines get a portable ``CASE``.  PostgreSQL has no ``TRY_CAST``:
+text is cast only where it matches a number (or boolean) spelling its ``CAST`` accepts,
+else it counts as NULL.  Text that engines parse differently (hex, ``'1_000'``) may land
+in different cells on different engines; typed columns map identically everywhere
+(NaN included: PostgreSQL and Spark, like DuckDB, treat ``NaN = NaN`` as true).
+
 Slab predicates are generated as range predicates on the raw column
 (``"age" >= 20 AND "age" < 41``) rather than on the computed cell index, so DuckDB
 can push them into the scan: a counting query costs about as much as the equivalent
@@ -44,6 +52,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from dpgate.errors import DPGateInternalError
 from dpgate.schema import Column
 
 __all__ = [
@@ -63,14 +72,22 @@ _INT_TYPES = {
     "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
     "UINTEGER", "UBIGINT", "UHUGEINT", "INT1", "INT2", "INT4", "INT8", "INT", "LONG", "SHORT",
 }
-_FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8"}
+_FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8", "DOUBLE PRECISION"}
 _INT_RE = re.compile(r"-?(0|[1-9][0-9]*)\Z")
 #: See BoundColumn.few_values.
 _FEW_VALUES = 2**16
 
 
+#: Dialects without a ``TRY_CAST`` (sqlglot would write a plain ``CAST``, which fails on bad text).
+_NO_TRY_CAST = {"postgres", "redshift"}
+#: Text PostgreSQL's ``CAST(… AS DOUBLE PRECISION)`` accepts (DuckDB's TRY_CAST accepts the same numbers).
+_NUMBER_RE = r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$|^\s*[-+]?(inf|infinity|nan)\s*$"
+_BOOL_TEXTS = ("t", "true", "f", "false", "y", "yes", "n", "no", "on", "off", "1", "0")
+
+
 def type_class(data_type: str) -> str:
-    """'int' | 'float' | 'decimal' | 'bool' | 'other' for a DuckDB type name."""
+    """'int' | 'float' | 'decimal' | 'bool' | 'other' for an engine's type name
+    (DuckDB, PostgreSQL's ``information_schema`` and Spark's ``simpleString`` names)."""
     t = data_type.upper().strip()
     if t in _INT_TYPES:
         return "int"
@@ -135,6 +152,20 @@ class BoundColumn:
     decl: Column
     name: str  # physical name as in the catalog
     tclass: str  # see type_class
+    dialect: str = "duckdb"  # sqlglot dialect of the engine
+
+    def _try_cast(self, x: exp.Expression, to: str) -> exp.Expression:
+        """``TRY_CAST(x AS to)`` (NULL for unparseable text), portable to dialects without one."""
+        if self.dialect == "duckdb":
+            return exp.TryCast(this=x, to=sql_type(to))
+        if self.dialect not in _NO_TRY_CAST:
+            return exp.TryCast(this=x, to=sql_type(to), safe=True)
+        if to == "BOOLEAN":
+            text = exp.Lower(this=exp.Trim(this=x.copy()))
+            ok: exp.Expression = exp.In(this=text, expressions=[exp.Literal.string(t) for t in _BOOL_TEXTS])
+        else:
+            ok = exp.RegexpILike(this=x.copy(), expression=exp.Literal.string(_NUMBER_RE))
+        return exp.Case(ifs=[exp.If(this=ok, true=exp.Cast(this=x, to=sql_type(to)))])
 
     def raw(self) -> exp.Expression:
         return exp.column(self.name, quoted=True)
@@ -151,7 +182,7 @@ class BoundColumn:
                 return exp.Cast(this=x, to=sql_type("INTEGER"))
             if tc == "float":
                 return exp.Nullif(this=x, expression=nan)
-            return exp.Nullif(this=exp.TryCast(this=x, to=sql_type("DOUBLE")), expression=nan)
+            return exp.Nullif(this=self._try_cast(x, "DOUBLE"), expression=nan)
         if kind == "categorical":
             if tc == "float":
                 return exp.Nullif(this=x, expression=nan)
@@ -170,8 +201,8 @@ class BoundColumn:
             return v
         if tc in ("int", "float", "decimal"):
             return exp.NEQ(this=v, expression=number(0))
-        as_bool = exp.TryCast(this=v.copy(), to=sql_type("BOOLEAN"))
-        as_num = exp.NEQ(this=exp.TryCast(this=v, to=sql_type("DOUBLE")), expression=number(0))
+        as_bool = self._try_cast(v.copy(), "BOOLEAN")
+        as_num = exp.NEQ(this=self._try_cast(v, "DOUBLE"), expression=number(0))
         return exp.Coalesce(this=as_bool, expressions=[as_num, exp.false()])
 
     # -- thresholds and categories ----------------------------------------
@@ -287,7 +318,7 @@ class BoundColumn:
             return exp.Case(ifs=ifs, default=self._bin_search(0, len(d.edges) - 2))
         elif d.kind == "categorical":
             other = number(len(d.values))  # the out-of-domain cell, Column.other_cell
-            if self.tclass == "other":
+            if self.tclass == "other" and self.dialect == "duckdb":
                 # Text: one lookup in the list of declared strings instead of a CASE with a
                 # branch per value (about 5x faster per row).  LIST_POSITION compares exactly
                 # like ``=`` and returns the first match, as the CASE did; NULL when absent.
@@ -296,7 +327,8 @@ class BoundColumn:
                 default = exp.Sub(this=exp.Coalesce(this=pos, expressions=[number(len(d.values) + 1)]), expression=number(1))
                 return exp.Case(ifs=ifs, default=default)
             # Numbers keep ``=`` against typed literals: a list would coerce its elements to one
-            # common type first, which could change which declared value a number equals.
+            # common type first, which could change which declared value a number equals.  Other
+            # engines get this portable CASE for text too (first match wins, as LIST_POSITION).
             for i, m in enumerate(self.matchers()):
                 if m is not None:
                     ifs.append(exp.If(this=exp.EQ(this=self.value(), expression=self._lit(m)), true=number(i)))
@@ -305,6 +337,29 @@ class BoundColumn:
             ifs.append(exp.If(this=self.truth(), true=number(1)))
             default = number(0)
         return exp.Case(ifs=ifs, default=default)
+
+    def looked_up(self) -> bool:
+        """Whether :func:`grouped_counts` maps this column's values to cells with a join on a
+        ``VALUES`` list of the declared values rather than with :meth:`cell_index`'s CASE:
+        text categoricals outside DuckDB.  (Spark folds the two-step aggregation back into
+        one and would evaluate a CASE with a branch per value on every row; a join on the
+        pre-aggregated values is as fast as the raw ``GROUP BY``.  DuckDB keeps LIST_POSITION.)"""
+        return self.decl.kind == "categorical" and self.tclass == "other" and self.dialect != "duckdb"
+
+    def lookup_join(self, table: str, value: str, cell: str) -> tuple[exp.Expression, exp.Expression, exp.Expression]:
+        """For :meth:`looked_up` columns: the ``VALUES`` table ``table(value, cell)`` of the
+        declared values, the join condition, and the key (NULL cell, declared cell, or other)."""
+        rows = [exp.Tuple(expressions=[exp.Literal.string(v), number(i)]) for i, v in enumerate(self.decl.values)]
+        alias = exp.TableAlias(this=exp.to_identifier(table, quoted=True),
+                               columns=[exp.to_identifier(value, quoted=True), exp.to_identifier(cell, quoted=True)])
+        on = exp.EQ(this=self.value(), expression=exp.column(value, table=table, quoted=True))
+        other = self.decl.other_cell
+        assert other is not None
+        key = exp.Case(
+            ifs=[exp.If(this=exp.Is(this=self.value(), expression=exp.Null()), true=number(self.decl.null_cell))],
+            default=exp.Coalesce(this=exp.column(cell, table=table, quoted=True), expressions=[number(other)]),
+        )
+        return exp.Values(expressions=rows, alias=alias), on, key
 
     def _bin_search(self, lo: int, hi: int) -> exp.Expression:
         """Binned kind, non-NULL value known to lie in bins ``lo..hi``: its bin."""
@@ -416,10 +471,11 @@ def set_condition(cols: list[BoundColumn], bps: Sequence[Sequence[int]], mask: n
 
 
 def grouped_counts(
-    ref: exp.Table, cols: list[BoundColumn], keys: list[exp.Expression], where: exp.Expression | None
+    ref: exp.Table, cols: list[BoundColumn], keys: list[exp.Expression | None], where: exp.Expression | None
 ) -> exp.Select:
     """``SELECT k0, …, n``: the row count per combination of the key expressions
     ``keys[i]`` (each a function of column ``cols[i]``'s raw value), over rows meeting ``where``.
+    ``None`` is the cell index of a :meth:`BoundColumn.looked_up` column, by a join.
 
     Keys on columns with few distinct raw values (``BoundColumn.few_values``) are
     computed in two steps: an inner query counts rows per raw value — the same work as
@@ -432,8 +488,10 @@ def grouped_counts(
     # search tree) and are built for this statement only.
     count = exp.Count(this=exp.Star())
     pre = [i for i, c in enumerate(cols) if c.few_values()]
+    if any(k is None and i not in pre for i, k in enumerate(keys)):
+        raise DPGateInternalError("a looked-up key needs a few-valued column")
     if not pre:
-        sel = [k.as_(f"k{i}", copy=False) for i, k in enumerate(keys)] + [count.as_("n", copy=False)]
+        sel = [k.as_(f"k{i}", copy=False) for i, k in enumerate(keys) if k is not None] + [count.as_("n", copy=False)]
         q = exp.select(*sel, copy=False).from_(ref.copy(), copy=False)
         if where is not None:
             q = q.where(where, copy=False)
@@ -441,28 +499,32 @@ def grouped_counts(
     # Inner names: raw columns keep their physical names (the key expressions refer to them);
     # every other name avoids them, so no reference can resolve to the wrong column.
     taken = {c.name.lower() for c in cols}
-    fresh = _fresh_names(taken, len(keys) + 1)
+    fresh = _fresh_names(taken, 4 * len(keys) + 1)
     raw = {cols[i].name.lower(): cols[i].raw() for i in pre}
     inner_sel: list[exp.Expression] = list(raw.values())
     outer_keys: list[exp.Expression] = []
+    joins: list[tuple[exp.Expression, exp.Expression]] = []
     for i, k in enumerate(keys):
-        if i in pre:
+        if k is None:
+            table, on, key = cols[i].lookup_join(*fresh[len(keys) + 1 + 3 * i: len(keys) + 4 + 3 * i])
+            joins.append((table, on))
+            outer_keys.append(key)
+        elif i in pre:
             outer_keys.append(k)
         else:
             inner_sel.append(exp.Alias(this=k, alias=exp.to_identifier(fresh[i])))
             outer_keys.append(exp.Column(this=exp.to_identifier(fresh[i], quoted=True)))
-    n_inner = fresh[-1]
+    n_inner = fresh[len(keys)]  # fresh[:len(keys)]: inner keys; after it, the lookup tables
     inner = exp.select(*inner_sel, count.as_(n_inner, copy=False), copy=False).from_(ref.copy(), copy=False)
     if where is not None:
         inner = inner.where(where, copy=False)
     inner = inner.group_by(*[exp.Literal.number(j + 1) for j in range(len(inner_sel))], copy=False)
     total = exp.Cast(this=exp.Sum(this=exp.column(n_inner, quoted=True)), to=exp.DataType.build("BIGINT"))
     sel = [k.as_(f"k{i}", copy=False) for i, k in enumerate(outer_keys)] + [total.as_("n", copy=False)]
-    return (
-        exp.select(*sel, copy=False)
-        .from_(inner.subquery("cells", copy=False), copy=False)
-        .group_by(*[exp.Literal.number(i + 1) for i in range(len(keys))], copy=False)
-    )
+    outer = exp.select(*sel, copy=False).from_(inner.subquery("cells", copy=False), copy=False)
+    for table, on in joins:
+        outer = outer.join(table, on=on, join_type="left", copy=False)
+    return outer.group_by(*[exp.Literal.number(i + 1) for i in range(len(keys))], copy=False)
 
 
 def _fresh_names(taken: set[str], n: int) -> list[str]:

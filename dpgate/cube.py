@@ -1,4 +1,4 @@
-"""The cube: exact row counts per cell, computed by DuckDB from SQL that dpgate generates.
+"""The cube: exact row counts per cell, computed by the data engine from SQL that dpgate generates.
 
 Why one module of about 600 lines: the data sources, the locking and the
 exact-count cache sit behind one privacy boundary ("never release"), which is
@@ -16,13 +16,16 @@ Data sources (``Cube(data, schema)``):
 * an existing ``duckdb.DuckDBPyConnection`` (the caller keeps ownership; views over
   Parquet/CSV, attached warehouses … all work);
 * a pandas DataFrame (one-table schema) or a ``{table_name: DataFrame}`` dict,
-  registered in a private in-memory DuckDB connection.
+  registered in a private in-memory DuckDB connection;
+* PostgreSQL (a ``postgresql://`` URL, SQLAlchemy engine or DB-API connection) and
+  Spark (a DataFrame or ``(SparkSession, table)``): see :mod:`dpgate.backends`.
 
 Every statement that touches data is built with sqlglot expression builders from
-the *schema* (public) and the catalog's column types, never from analyst text, and
-runs through the single private method :meth:`Cube._execute`.  Catalog lookups go
-through :meth:`Cube._describe`.  Undeclared columns (e.g. an identifier ``pid``) are
-never read.
+the *schema* (public) and the catalog's column types, never from analyst text,
+written in the backend's sqlglot dialect, and runs through the single private
+method :meth:`Cube._execute` (the backend refuses anything but a ``SELECT``).
+Catalog lookups go through the backend's ``catalog``.  Undeclared columns (e.g. an
+identifier ``pid``) are never read.
 
 The row → cell mapping and the SQL that computes it live in :mod:`dpgate._cube_sql`.
 """
@@ -32,9 +35,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -43,14 +45,13 @@ from sqlglot import exp
 from dpgate._cube_batch import OneColumnBatch, slab_bounds
 from dpgate._cube_sql import BoundColumn, disjunction, grouped_counts, leaf_count, set_condition, type_class
 from dpgate._frame_check import check_frame_values
+from dpgate.backends import open_backend
 from dpgate.errors import (
     DPGateInternalError,
     InvalidArgument,
-    InvalidArgumentType,
     OperationalError,
     SchemaError,
     UnsupportedQuery,
-    map_exceptions,
 )
 from dpgate.query import LinearQuery
 from dpgate.schema import Schema, Table
@@ -73,13 +74,15 @@ _MAX_BATCH_TERMS = 64
 _MAX_BATCH_GRID = 2**20
 
 class Cube:
-    """Exact counts of a table's rows per cell, from a DuckDB-backed source.
+    """Exact counts of a table's rows per cell, from a DuckDB, PostgreSQL or Spark source.
 
     Internal: never release anything a Cube returns.
 
     Args:
         data: DuckDB file path (opened read-only), ``duckdb`` connection, pandas
-            DataFrame (one-table schema) or ``{table_name: DataFrame}``.
+            DataFrame (one-table schema) or ``{table_name: DataFrame}``; a PostgreSQL
+            URL, SQLAlchemy engine or DB-API connection; a Spark DataFrame or
+            ``(SparkSession, table)``; or a :class:`dpgate.backends.Backend`.
         schema: a :class:`~dpgate.schema.Schema`, dict or YAML path.
 
     Raises:
@@ -96,111 +99,42 @@ class Cube:
     """
 
     def __init__(self, data: Any, schema: Any) -> None:
-        import duckdb
-
         self.schema = Schema.load(schema)
         self._lock = threading.RLock()
-        self._owns = True
-        self._frames: dict[str, Any] | None = None
         self._closed = False
-        if isinstance(data, (str, os.PathLike)):
-            path = os.fspath(data)
-            if not os.path.isfile(path):
-                raise OperationalError(f"DuckDB database file {path!r} does not exist.")
-            with map_exceptions(
-                {duckdb.Error: OperationalError},
-                f"Cannot open the DuckDB database {path!r} read-only: {{exc}}; check that the file "
-                "is a DuckDB database and that no other process writes to it.",
-            ):
-                self._con = duckdb.connect(path, read_only=True)
-        elif isinstance(data, duckdb.DuckDBPyConnection):
-            self._con = data
-            self._owns = False
-        else:
-            import pandas as pd
-
-            if isinstance(data, pd.DataFrame):
-                if len(self.schema.tables) != 1:
-                    raise SchemaError(
-                        f"a single DataFrame needs a one-table schema, but the schema declares "
-                        f"{len(self.schema.tables)} tables {[t.name for t in self.schema.tables]}; "
-                        "pass a dict {table_name: DataFrame}."
-                    )
-                frames = {self.schema.tables[0].name: data}
-            elif isinstance(data, Mapping):
-                frames = dict(data)
-                bad = [k for k, v in frames.items() if not isinstance(v, pd.DataFrame)]
-                if bad:
-                    raise InvalidArgumentType(f"dict values must be pandas DataFrames; not so for {bad}.")
-            else:
-                raise InvalidArgumentType(
-                    "data must be a DuckDB file path, a duckdb connection, a pandas DataFrame or a "
-                    f"dict of DataFrames, got {type(data).__name__}."
-                )
+        self._backend = open_backend(data, [t.name for t in self.schema.tables])
+        self.dialect: str = self._backend.dialect
+        try:
+            frames = getattr(self._backend, "frames", None) or {}
             for name, df in frames.items():
-                table = next((t for t in self.schema.tables if t.name.lower() == str(name).lower()), None)
+                table = next((t for t in self.schema.tables if t.name.lower() == name), None)
                 if table is not None:
                     check_frame_values(df, table)
-            self._con = duckdb.connect(":memory:")
-            for name, df in frames.items():
-                self._con.register(str(name), df)
-            self._frames = {str(k).lower(): v for k, v in frames.items()}
-        try:
             self._bind()
         except BaseException:
             self.close()
             raise
 
     # -- binding to the catalog (metadata only) ------------------------------
-    def _describe(self, expression: exp.Expression) -> list[tuple[Any, ...]]:
-        """Run a catalog (metadata) query; never touches table data."""
+    def _bind(self) -> None:
         with self._lock:
             self._check_open()
-            return self._con.execute(expression.sql(dialect="duckdb")).fetchall()
-
-    def _bind(self) -> None:
-        names = [t.name.lower() for t in self.schema.tables]
-        cur = self._describe(exp.select(exp.func("current_database"), exp.func("current_schema")))[0]
-        q = (
-            exp.select("table_catalog", "table_schema", "table_name", "column_name", "data_type")
-            .from_(exp.Table(this=exp.to_identifier("columns"), db=exp.to_identifier("information_schema")))
-            .where(exp.In(this=exp.func("lower", exp.column("table_name")), expressions=[exp.Literal.string(n) for n in names]))
-        )
-        rows = self._describe(q)
-        found: dict[str, dict[tuple[str, str, str], dict[str, tuple[str, str]]]] = {}
-        for cat, sch, tab, col, typ in rows:
-            found.setdefault(tab.lower(), {}).setdefault((cat, sch, tab), {})[col.lower()] = (col, typ)
+            found = self._backend.catalog([t.name for t in self.schema.tables])
         self._tables: dict[str, tuple[exp.Table, dict[str, BoundColumn]]] = {}
         missing_tables, missing_cols = [], []
         for t in self.schema.tables:
-            cands = found.get(t.name.lower(), {})
-            if not cands:
+            binding = found.get(t.name.lower())
+            if binding is None:
                 missing_tables.append(t.name)
                 continue
-            if len(cands) > 1:
-                pref = [k for k in cands if (k[0], k[1]) == tuple(cur)] or [k for k in cands if k[0] == "temp"]
-                if len(pref) != 1:
-                    raise SchemaError(
-                        f"table {t.name!r} is ambiguous in the data source: found "
-                        f"{['.'.join(k) for k in sorted(cands)]}; keep one or rename."
-                    )
-                key = pref[0]
-            else:
-                key = next(iter(cands))
-            cols = cands[key]
             bound: dict[str, BoundColumn] = {}
             for c in t.columns:
-                if c.name.lower() not in cols:
+                if c.name.lower() not in binding.columns:
                     missing_cols.append(f"{t.name}.{c.name}")
                     continue
-                phys, typ = cols[c.name.lower()]
-                bound[c.name.lower()] = BoundColumn(c, phys, type_class(typ))
-            ref = exp.Table(
-                this=exp.to_identifier(key[2], quoted=True),
-                db=exp.to_identifier(key[1], quoted=True),
-                catalog=exp.to_identifier(key[0], quoted=True),
-            )
-            self._tables[t.name.lower()] = (ref, bound)
+                phys, typ = binding.columns[c.name.lower()]
+                bound[c.name.lower()] = BoundColumn(c, phys, type_class(typ), self.dialect)
+            self._tables[t.name.lower()] = (binding.ref, bound)
         if missing_tables or missing_cols:
             parts = []
             if missing_tables:
@@ -210,13 +144,11 @@ class Cube:
             raise SchemaError(f"the data source lacks declared {' and '.join(parts)}; fix the schema or the source.")
 
     # -- execution -------------------------------------------------------------
-    def _execute(self, expression: exp.Expression, *, numpy: bool = False) -> Any:
+    def _execute(self, expression: exp.Select, *, numpy: bool = False) -> Any:
         """Run one generated statement against the data (the only path that reads rows)."""
-        sql = expression.sql(dialect="duckdb")
         with self._lock:
             self._check_open()
-            res = self._con.execute(sql)
-            return res.fetchnumpy() if numpy else res.fetchall()
+            return self._backend.run(expression, numpy=numpy)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -293,7 +225,8 @@ class Cube:
                     used = np.flatnonzero(mask.any(axis=tuple(i for i in range(len(shape)) if i != ax)))
                     if len(used) == 1:
                         fixed[ax] = int(used[0])
-        keys, by_cell, bin_keys = [], [], []
+        keys: list[tuple[int, exp.Expression | None]] = []
+        by_cell, bin_keys = [], []
         for ax, (c, bp) in enumerate(zip(cols, bps, strict=False)):
             if ax in fixed:
                 continue
@@ -302,7 +235,7 @@ class Cube:
                 # Many bins of a few-valued integer column: a clamped value, binned in numpy,
                 # rather than a CASE search tree as large as the bins.
                 binned_int = c.decl.kind == "binned" and c.few_values() and len(c.decl.edges) > _CASE_SLABS
-                keys.append((ax, c.bin_key() if binned_int else c.cell_index()))
+                keys.append((ax, c.bin_key() if binned_int else None if c.looked_up() else c.cell_index()))
                 bin_keys.append(binned_int)
                 by_cell.append(not full)
             else:
@@ -527,29 +460,36 @@ class Cube:
 
         DataFrames: ``pandas.util.hash_pandas_object`` of the declared columns (rows
         summed modulo 2⁶⁴, so row order does not matter), plus shape and column names.
-        DuckDB sources: per table, the row count and ``SUM(hash(declared columns…))``
-        computed by generated SQL, plus column names and types.  Equal content gives equal
-        fingerprints; any changed value changes it (up to hash collisions).  DuckDB's
-        ``hash`` may change across DuckDB releases.  Never release the value: it is a
-        function of the private data (a guessable one: knowing all rows but one, the
-        last can be enumerated against it).  The ledger stores only a keyed MAC of it
-        (``dpgate.ledger``), and no error message prints it.
+        SQL sources: per table, the row count and the sum of the engine's 64-bit hash of
+        each row's declared columns (DuckDB ``hash``, PostgreSQL ``hashtextextended`` of
+        the row's text, Spark ``xxhash64``; see :meth:`Backend.row_hash
+        <dpgate.backends.Backend.row_hash>`), computed on the engine by generated SQL, plus
+        column names and types (and the engine, except for DuckDB, whose fingerprints
+        predate backends).  Equal content gives equal fingerprints; any changed value
+        changes it (up to hash collisions).  Engines' hashes may change across releases.
+        Never release the value: it is a function of the private data (a guessable one:
+        knowing all rows but one, the last can be enumerated against it).  The ledger
+        stores only a keyed MAC of it (``dpgate.ledger``), and no error message prints it.
         """
         h = hashlib.sha256()
+        if self.dialect != "duckdb":
+            h.update(f"engine={self.dialect}|".encode())
+        frames = getattr(self._backend, "frames", None)
         for t in self.schema.tables:
             ref, cols = self._tables[t.name.lower()]
             phys = [cols[c.name.lower()] for c in t.columns]
             h.update(repr((t.name.lower(), [(c.name, c.tclass) for c in phys])).encode())
-            if self._frames is not None:
+            if frames is not None:
                 import pandas as pd
 
-                df = self._frames[t.name.lower()][[c.name for c in phys]]
+                df = frames[t.name.lower()][[c.name for c in phys]]
                 rows = pd.util.hash_pandas_object(df, index=False).to_numpy(dtype=np.uint64)
                 h.update(repr((df.shape, [str(c) for c in df.columns], int(rows.sum(dtype=np.uint64)))).encode())
             else:
+                wide = "HUGEINT" if self.dialect == "duckdb" else "DECIMAL(38, 0)"
                 q = exp.select(
                     exp.Count(this=exp.Star()),
-                    exp.Sum(this=exp.cast(exp.func("hash", *[c.raw() for c in phys]), "HUGEINT")),
+                    exp.Sum(this=exp.cast(self._backend.row_hash([c.raw() for c in phys]), wide)),
                 ).from_(ref.copy())
                 n, s = self._execute(q)[0]
                 h.update(repr((int(n), int(s or 0))).encode())
@@ -561,8 +501,7 @@ class Cube:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                if self._owns:
-                    self._con.close()
+                self._backend.close()
 
     def __enter__(self) -> Cube:
         return self

@@ -261,13 +261,16 @@ def connect(
     Args:
         database: a DuckDB database file path (opened **read-only**; never modified),
             a ``duckdb`` connection, a pandas DataFrame (one-table schema), a dict
-            ``{table: DataFrame}``, or an existing :class:`~dpgate.Gateway` (then
+            ``{table: DataFrame}``, a PostgreSQL ``postgresql://`` URL / SQLAlchemy engine /
+            DB-API connection, a Spark DataFrame or ``(SparkSession, table)`` (see
+            ``dpgate.backends``), or an existing :class:`~dpgate.Gateway` (then
             ``schema``, ``budget``, ``ledger``, ``policy`` and ``seed`` must be omitted;
             closing the connection does not close that gateway).
         schema: the public domain: a ``dpgate.Schema``, a dict or a YAML path. Required.
         budget: total privacy budget ε (default 1.0); must equal a ledger's stored budget.
         ledger: ``None`` (in memory, lost at exit), a path (durable SQLite ledger,
-            shared safely by processes) or an open ``dpgate.ledger.Ledger``.
+            shared safely by processes), a ``postgresql://`` URL (shared by gateways on
+            several hosts; needs ``ledger_key``) or an open ``dpgate.ledger.Ledger``.
         ledger_key: the secret binding the ledger to its data (bytes or a key file path);
             default: ``<ledger>.key``, created owner-only with the ledger.
         new_ledger: start a new ledger although the key store shows one existed (after
@@ -342,6 +345,10 @@ def _check_database(database: Any) -> None:
     import duckdb
     import pandas as pd
 
+    from dpgate.backends import is_external
+
+    if is_external(database):  # PostgreSQL, Spark or a custom backend
+        return
     if isinstance(database, (str, os.PathLike, duckdb.DuckDBPyConnection, pd.DataFrame, Mapping)):
         if isinstance(database, (str, os.PathLike)) and os.fspath(database) in ("", ":memory:"):
             raise InterfaceError(
@@ -349,8 +356,9 @@ def _check_database(database: Any) -> None:
             )
         return
     raise InterfaceError(
-        "database must be a DuckDB file path, a duckdb connection, a pandas DataFrame, a dict of DataFrames or "
-        f"a dpgate.Gateway, got {type(database).__name__}."
+        "database must be a DuckDB file path, a duckdb connection, a pandas DataFrame, a dict of DataFrames, "
+        "a PostgreSQL URL/engine/connection, a Spark DataFrame or (SparkSession, table), or a dpgate.Gateway, "
+        f"got {type(database).__name__}."
     )
 
 

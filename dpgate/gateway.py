@@ -127,11 +127,15 @@ class Gateway:
 
     Args:
         data: a DuckDB database path (opened read-only), a duckdb connection, a pandas
-            DataFrame (one-table schema) or ``{table_name: DataFrame}``.
+            DataFrame (one-table schema) or ``{table_name: DataFrame}``; a PostgreSQL
+            ``postgresql://`` URL, SQLAlchemy engine or DB-API connection; a Spark DataFrame
+            or ``(SparkSession, table)``; or a ``dpgate.backends.Backend`` (see that module).
         schema: a ``dpgate.Schema``, a dict in the schema format or a YAML path.
         budget: total privacy budget ε of the system (per-cell accounting).
         ledger: ``None`` (history in memory), a path (durable SQLite ledger shared by
-            processes) or an open ``dpgate.ledger.Ledger``.
+            processes), a ``postgresql://`` URL (a ledger shared by gateways on several
+            hosts; needs ``ledger_key``, see ``dpgate._ledger_store_pg``) or an open
+            ``dpgate.ledger.Ledger``.
         policy: ``"minimal"`` (default), ``"paper"`` or ``"no_reuse"`` (see ``POLICIES``).
         seed: reproducible, **insecure** noise for tests and benchmarks; recorded as such
             in the ledger, flagged ``Answer.secure=False`` on every answer of a table with a

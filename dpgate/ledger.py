@@ -58,7 +58,11 @@ Guarantees:
   opens fresh connections and locks.
 
 ``path=None`` gives the same API backed by a private in-memory database
-(not durable, not shared between processes).
+(not durable, not shared between processes).  A ``postgresql://`` URL gives the
+same ledger stored in PostgreSQL, shared by gateways on several hosts: the
+storage hooks (``_connect``, ``_prepare``, ``_begin``, ``_process_lock``,
+``_read_meta``, ``_SCHEMA``) are overridden in :mod:`dpgate._ledger_store_pg`,
+and everything above holds with an advisory lock in place of ``BEGIN IMMEDIATE``.
 
 Example:
     >>> with Ledger.open(None, fingerprint="demo", budget=1.0) as led:
@@ -250,6 +254,9 @@ class Ledger:
             records it appends.
     """
 
+    #: The DDL of a new ledger (SQLite; the PostgreSQL store has its own).
+    _SCHEMA: tuple[str, ...] = _SCHEMA
+
     def __init__(self, path: str | None, budget: float, timeout: float, key: bytes | None) -> None:
         self.path = path
         self.binding = ""
@@ -258,6 +265,7 @@ class Ledger:
         self._timeout = timeout
         self._key = key  # None: opened for audit without the key (read-only, unverified)
         self._anchor_path = None if path is None else path + ".anchor"
+        self._key_path = None if path is None else path + ".key"
         self._head: Anchor = (0, "")  # the verified chain head (count, MAC); header MAC at 0
         self._head_guard = threading.Lock()
         self._file_id: tuple[int, int] | None = None
@@ -286,7 +294,10 @@ class Ledger:
 
         Args:
             path: the SQLite file (created if missing; its directory must exist),
-                or ``None`` for a private in-memory ledger (with a fresh random key).
+                ``None`` for a private in-memory ledger (with a fresh random key), or a
+                ``postgresql://`` URL: the same ledger stored in PostgreSQL, shared by
+                gateways on several hosts (``key`` is then required; see
+                :mod:`dpgate._ledger_store_pg`).
             fingerprint: digest of the data source + schema, computed by the
                 gateway.  Secret: only ``HMAC(key, fingerprint)`` is stored, and a
                 mismatch is reported without either value.
@@ -317,6 +328,11 @@ class Ledger:
         # An infinite timeout (wait for ever) is allowed.
         if real(timeout, "The ledger timeout (seconds)", error=InvalidRequirement) <= 0:
             raise InvalidRequirement(f"The ledger timeout must be > 0 seconds, not {timeout!r}.")
+        if isinstance(path, str) and path.lower().startswith(("postgresql://", "postgres://", "postgresql+")):
+            from dpgate._ledger_store_pg import PostgresLedger  # a ledger shared by hosts
+
+            return PostgresLedger.open_url(path, fingerprint=fingerprint, budget=budget, timeout=timeout, key=key,
+                                           new=new)
         resolved: str | None = None
         if path is not None:
             resolved = os.path.abspath(os.fspath(path))
@@ -406,16 +422,7 @@ class Ledger:
         conn = self._connection()
         where = self.path or "the in-memory ledger"
         with map_exceptions({sqlite3.DatabaseError: LedgerError}, f"Cannot open the ledger {where!r}: {{exc}}."):
-            if self.path is not None:
-                mode = self._retry(lambda: conn.execute("PRAGMA journal_mode").fetchone()[0])
-                if str(mode).lower() != "wal":  # switching needs the lock; once set, it persists
-                    mode = self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
-                if str(mode).lower() != "wal":
-                    raise LedgerError(
-                        f"The ledger {where!r} cannot use SQLite's WAL mode (got {mode!r}); "
-                        "put it on a local file system."
-                    )
-                self._file_id = _file_id(self.path)
+            self._prepare(conn, where)
             # An existing ledger is checked without the write lock, so opening never
             # waits for another process's transaction; creating one takes the lock.
             meta = self._retry(lambda: self._read_meta(conn, where))
@@ -432,12 +439,12 @@ class Ledger:
                     f"new=True starts a ledger where none exists, but {where!r} is a ledger already. "
                     "Open it without new=True, or (to start over on a fresh budget) move it away first."
                 )
-            if self._key is None and fingerprint is not None and self.path is not None:
+            if self._key is None and fingerprint is not None and self._key_path is not None:
                 # A process that created the ledger meanwhile made its key before the schema.
-                self._key = _resolve_key(self.path, None)
+                self._key = read_key(self._key_path) if os.path.lexists(self._key_path) else None
             if self._key is None and fingerprint is not None:
                 raise LedgerError(
-                    f"The key file {where + '.key'!r} of the ledger {where!r} is missing, so its binding "
+                    f"The key file {self._key_path!r} of the ledger {where!r} is missing, so its binding "
                     "and integrity cannot be checked. Restore the key file (or pass the operator's key), "
                     "or move the ledger away and start a new one."
                 )
@@ -445,13 +452,27 @@ class Ledger:
             with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
                 self._retry(lambda: self._verified(conn, 0, check_anchor=True))
 
+    def _prepare(self, conn: sqlite3.Connection, where: str) -> None:
+        """A ledger file: WAL journal, and the file's identity (to notice its replacement)."""
+        if self.path is None:
+            return
+        mode = self._retry(lambda: conn.execute("PRAGMA journal_mode").fetchone()[0])
+        if str(mode).lower() != "wal":  # switching needs the lock; once set, it persists
+            mode = self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+        if str(mode).lower() != "wal":
+            raise LedgerError(
+                f"The ledger {where!r} cannot use SQLite's WAL mode (got {mode!r}); "
+                "put it on a local file system."
+            )
+        self._file_id = _file_id(self.path)
+
     def _create(self, conn: sqlite3.Connection, fingerprint: str, *, new: bool) -> None:
         """Under the write lock, in an empty database: write the schema and the budget header."""
         where = self.path or "the in-memory ledger"
         if self._key is None:
-            if self.path is None or self._anchor_path is None:
+            if self._key_path is None or self._anchor_path is None:
                 raise DPGateInternalError("an in-memory ledger always has a key")
-            self._key = create_key_files(self.path + ".key", self._anchor_path)
+            self._key = create_key_files(self._key_path, self._anchor_path)
         if self._anchor_path is not None:
             anchor = read_anchor(self._anchor_path)
             if anchor is not None and anchor[0] > 0 and not new:
@@ -463,7 +484,7 @@ class Ledger:
                 )
             if anchor is None or anchor[0] > 0:  # an operator's key has no anchor yet; new=True resets it
                 write_anchor(self._anchor_path, (0, ""), durable=True)
-        for statement in _SCHEMA:  # not executescript(): it would COMMIT first
+        for statement in self._SCHEMA:  # not executescript(): it would COMMIT first
             conn.execute(statement)
         meta = {
             "format_version": FORMAT_VERSION,
@@ -654,6 +675,10 @@ class Ledger:
             return self._mem_lock
         return lock_for(self.path)
 
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        """Start a write transaction holding the store's write lock (SQLite: ``BEGIN IMMEDIATE``)."""
+        conn.execute("BEGIN IMMEDIATE")
+
     @contextlib.contextmanager
     def _write_locked(self, conn: sqlite3.Connection, committed: Callable[[], None] | None = None) -> Iterator[None]:
         """Hold the in-process lock and SQLite's write lock; commit on success, then call
@@ -674,7 +699,7 @@ class Ledger:
                 {sqlite3.OperationalError: LedgerError},
                 f"Could not lock the ledger {self.path!r} within {self._timeout:g} s: {{exc}}.",
             ):
-                self._retry(lambda: conn.execute("BEGIN IMMEDIATE"))
+                self._retry(lambda: self._begin(conn))
             try:
                 yield
             except BaseException:

@@ -139,7 +139,7 @@ def run(cmd: dict, df, schema) -> None:
     rng = random.Random(cmd["seed"])
     emit(event="start")
     gw = dpgate.Gateway(df, schema, budget=cmd["budget"], ledger=cmd["ledger"], seed=cmd["seed"],
-                        policy=cmd.get("policy", "minimal"))
+                        policy=cmd.get("policy", "minimal"), ledger_key=cmd.get("ledger_key"))
     session = gw.ledger.session
     last = max((r.id for r in gw.ledger.records()), default=0)
     emit(event="open", spent=gw.spent)

@@ -64,3 +64,37 @@ def fresh_registry():
     accessor._forget_all()
     yield
     accessor._forget_all()
+
+
+# -- real engines for the backend tests (session-scoped; they fail loudly, never skip) --------
+@pytest.fixture(scope="session")
+def pg_server() -> Any:
+    """A real PostgreSQL server on 127.0.0.1 (``tests/_pgserver.py``), for the whole session."""
+    from _pgserver import start_server
+
+    server = start_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Any:
+    """A real local Spark session (``local[2]``), for the whole session."""
+    import logging
+
+    from pyspark.sql import SparkSession
+
+    logging.getLogger("py4j").setLevel(logging.ERROR)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("dpgate-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "false")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

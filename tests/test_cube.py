@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from sqlglot import exp
 
+from dpgate.backends import _duckdb as _duckdb_backend
 from dpgate.cube import Cube
 from dpgate.errors import OperationalError, SchemaError
 from dpgate.query import LinearQuery
@@ -206,7 +207,7 @@ def test_duckdb_file_read_only_and_unchanged(tmp_path: Path) -> None:
         cube.fingerprint()
     with Cube(str(path), SCHEMA) as cube:
         with pytest.raises(duckdb.Error):
-            cube._con.execute("CREATE TABLE x (a INT)")  # the connection is read-only
+            cube._backend.con.execute("CREATE TABLE x (a INT)")  # the connection is read-only
     assert sha(path) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.duckdb"]
 
@@ -267,20 +268,23 @@ def test_text_and_native_nan_columns() -> None:
 def test_spy_only_generated_sql_and_no_data_query_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
     executed: list[exp.Expression] = []
     described: list[exp.Expression] = []
-    real_exec, real_desc = Cube._execute, Cube._describe
+    real_exec, real_catalog = Cube._execute, _duckdb_backend.information_schema_catalog
 
     def spy_exec(self: Cube, e: exp.Expression, **kw: Any) -> Any:
         assert isinstance(e, exp.Expression)
         executed.append(e)
         return real_exec(self, e, **kw)
 
-    def spy_desc(self: Cube, e: exp.Expression) -> Any:
-        assert isinstance(e, exp.Expression)
-        described.append(e)
-        return real_desc(self, e)
+    def spy_catalog(describe: Any, tables: Any) -> Any:
+        def spy_desc(e: exp.Expression) -> Any:
+            assert isinstance(e, exp.Expression)
+            described.append(e)
+            return describe(e)
+
+        return real_catalog(spy_desc, tables)
 
     monkeypatch.setattr(Cube, "_execute", spy_exec)
-    monkeypatch.setattr(Cube, "_describe", spy_desc)
+    monkeypatch.setattr(_duckdb_backend, "information_schema_catalog", spy_catalog)
     df = make_frame(7)
     cube = Cube({"t": df, "u": U}, SCHEMA)
     assert executed == []

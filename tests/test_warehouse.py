@@ -80,7 +80,7 @@ def test_serves_tables_and_views_read_only_and_never_modifies_the_file(warehouse
                 cur.execute(sql)
         # ... and the file itself is open read-only underneath.
         with pytest.raises(duckdb.Error, match="(?i)read.only"):
-            con.gateway._cube._con.execute("CREATE TABLE t (a INT)")
+            con.gateway._cube._backend.con.execute("CREATE TABLE t (a INT)")
         spent = con.spent
         assert 0 < spent <= 3.0
     assert sha256(path) == before

@@ -1,0 +1,131 @@
+"""The backend interface and what the SQL backends share (internal).
+
+See :mod:`dpgate.backends` for the interface; this module holds its protocol,
+the catalog lookup through ``information_schema`` (DuckDB and PostgreSQL), and
+the guard every backend applies before running a statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from sqlglot import exp
+
+from dpgate.errors import DPGateInternalError, SchemaError
+
+__all__ = ["Backend", "TableBinding", "checked_select", "columns_of", "information_schema_catalog"]
+
+
+@dataclass(frozen=True)
+class TableBinding:
+    """A declared table found in the source: its reference and its columns.
+
+    Attributes:
+        ref: the fully qualified table the generated SQL reads.
+        columns: lower-cased name → (physical name, engine type name).
+    """
+
+    ref: exp.Table
+    columns: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the cube needs from an engine (see :mod:`dpgate.backends`).
+
+    Internal: everything ``run`` returns is exact private data.
+    """
+
+    #: sqlglot dialect the generated SQL is written in.
+    dialect: str
+
+    def catalog(self, tables: Sequence[str]) -> dict[str, TableBinding]:
+        """Lower-cased declared name → its binding, for the declared tables found (metadata only)."""
+        ...
+
+    def run(self, select: exp.Select, *, numpy: bool = False) -> Any:
+        """Run one generated, read-only SELECT: a list of row tuples, or with ``numpy``
+        a mapping of output column name → numpy array."""
+        ...
+
+    def row_hash(self, columns: Sequence[exp.Expression]) -> exp.Expression:
+        """A 64-bit integer hash of a row's values of ``columns``, computed by the engine."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend opened (never a caller-owned connection)."""
+        ...
+
+
+def checked_select(select: exp.Expression, dialect: str) -> str:
+    """The SQL text of a generated statement, after checking it can only read.
+
+    Every statement dpgate runs on data is a sqlglot ``SELECT`` built from the schema;
+    anything else (a DML/DDL node, a ``SELECT … INTO``, a locking clause) is an
+    internal error and never reaches the engine.
+    """
+    if not isinstance(select, exp.Select) or select.args.get("into") or select.args.get("locks"):
+        raise DPGateInternalError(f"refusing to run a non-SELECT statement ({type(select).__name__}) on the data")
+    for node in select.walk():
+        if isinstance(node, (exp.DML, exp.DDL, exp.Command, exp.Into, exp.Lock)):
+            raise DPGateInternalError(f"refusing to run a statement containing {type(node).__name__} on the data")
+    return select.sql(dialect=dialect)
+
+
+def columns_of(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, np.ndarray]:
+    """Fetched rows as ``{column name: numpy array}`` (``fetchnumpy`` for DB-API results)."""
+    cols = list(zip(*rows, strict=True)) if rows else [() for _ in names]
+    return {str(n).lower(): np.asarray(c) for n, c in zip(names, cols, strict=True)}
+
+
+def information_schema_catalog(
+    describe: Callable[[exp.Expression], list[tuple[Any, ...]]], tables: Sequence[str]
+) -> dict[str, TableBinding]:
+    """Find ``tables`` through the SQL-standard ``information_schema`` (metadata only).
+
+    A name found in several schemas resolves to the one in the current database and
+    schema (or DuckDB's ``temp``), else it is ambiguous.  ``describe`` runs a
+    metadata statement and returns its rows.
+
+    Raises:
+        SchemaError: a name is ambiguous.
+    """
+    names = [t.lower() for t in tables]
+    try:
+        cur = tuple(describe(exp.select(exp.func("current_database"), exp.func("current_schema")))[0])
+    except Exception:  # an engine without these functions (Trino): a name in several schemas is ambiguous
+        cur = ()
+    q = (
+        exp.select("table_catalog", "table_schema", "table_name", "column_name", "data_type")
+        .from_(exp.Table(this=exp.to_identifier("columns"), db=exp.to_identifier("information_schema")))
+        .where(exp.In(this=exp.func("lower", exp.column("table_name")), expressions=[exp.Literal.string(n) for n in names]))
+    )
+    found: dict[str, dict[tuple[str, str, str], dict[str, tuple[str, str]]]] = {}
+    for cat, sch, tab, col, typ in describe(q):
+        found.setdefault(tab.lower(), {}).setdefault((cat, sch, tab), {})[col.lower()] = (col, str(typ))
+    out: dict[str, TableBinding] = {}
+    for table in tables:
+        name = table.lower()
+        cands = found.get(name, {})
+        if not cands:
+            continue
+        if len(cands) > 1:
+            pref = [k for k in cands if (k[0], k[1]) == cur] or [k for k in cands if k[0] == "temp"]
+            if len(pref) != 1:
+                raise SchemaError(
+                    f"table {table!r} is ambiguous in the data source: found "
+                    f"{['.'.join(k) for k in sorted(cands)]}; keep one or rename."
+                )
+            key = pref[0]
+        else:
+            key = next(iter(cands))
+        ref = exp.Table(
+            this=exp.to_identifier(key[2], quoted=True),
+            db=exp.to_identifier(key[1], quoted=True),
+            catalog=exp.to_identifier(key[0], quoted=True),
+        )
+        out[name] = TableBinding(ref, cands[key])
+    return out
