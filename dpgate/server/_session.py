@@ -45,6 +45,7 @@ from sqlglot import exp
 from dpgate import errors
 from dpgate.compile import CompiledStatement, compile_statement
 from dpgate.dbapi import Connection, connect
+from dpgate.explain import COLUMNS, strip_explain
 from dpgate.gateway import Gateway
 from dpgate.server import _catalog, _provenance
 from dpgate.server._protocol import Field
@@ -234,6 +235,9 @@ class Session:
 
     def _query(self, sql: str, params: Sequence[Any]) -> Outcome:
         digest = _provenance.statement_hash(sql, params)
+        explain = strip_explain(sql) is not None
+        if not explain:
+            self._check_cap(sql, params)
         cur = self.conn.cursor()
         ledger = self.gateway.ledger
         with _provenance.charging(ledger, self.analyst.name, self.analyst.budget, digest):
@@ -250,10 +254,30 @@ class Session:
             source = next(iter(sources)) if len(sources) == 1 else "mixed" if sources else "-"
             # Durable before the answer leaves: who received what.
             _provenance.record_delivery(ledger, self.analyst.name, digest, source, eps)
-        self._log(sql, params, "query", source, eps, digest)
+        self._log(sql, params, "explain" if explain else "query", source, eps, digest)
         fields = tuple(_field(d[0], oid_of_dbapi(d[1])) for d in cur.description)
         rows = tuple(cur.fetchall())
         return Outcome(fields, rows, f"SELECT {len(rows)}")
+
+    def _check_cap(self, sql: str, params: Sequence[Any]) -> None:
+        """Refuse, before any data is read, a statement whose quote exceeds the analyst's remaining cap.
+
+        The quote is :meth:`dpgate.dbapi.Connection.explain` — :meth:`Gateway.explain` under
+        the session's ``SET dpgate.*`` and the statement's hints, as the query will run — and
+        it is what the query then charges unless another release happens in between; the
+        record-time hook of :func:`_provenance.charging` stays the race-safe check.  A
+        statement the global budget cannot pay is left to the gateway, which refuses it
+        before reading data (or answers it from history under ``allow_partial``).
+        """
+        quote = self.conn.explain(sql, list(params) if params else None)
+        if quote.epsilon <= 0.0 or not quote.affordable:
+            return
+        a = self.analyst
+        spent = _provenance.analyst_spent(self.gateway.ledger, a.name)
+        if spent + quote.epsilon > a.budget + _provenance.SLACK:
+            raise _provenance.over_cap(a.name, a.budget, spent, quote.epsilon,
+                                       f"this statement is quoted at ε = {quote.epsilon:.4g} (EXPLAIN shows it); "
+                                       "nothing was read")
 
     def _log(self, sql: str, params: Any, kind: str, source: str, eps: float, digest: str | None = None) -> None:
         LOG.info("analyst=%s statement=%s kind=%s source=%s epsilon=%.6g", self.analyst.name,
@@ -266,7 +290,12 @@ class Session:
         Parameters the client left untyped get the type of the column they are compared
         with (``int8``, ``text``, ``bool``), else ``text``.
         """
-        inferred = infer_parameters(sql, self.gateway.schema, self.gateway.dialect)
+        try:
+            inner = strip_explain(sql)  # EXPLAIN SELECT …: the parameters of the SELECT, the columns of the quote
+        except errors.Error as exc:
+            raise SqlError(sqlstate(exc), str(exc)) from exc
+        target = sql if inner is None else inner
+        inferred = infer_parameters(target, self.gateway.schema, self.gateway.dialect)
         n = max(len(param_oids), len(inferred))
         oids = tuple((param_oids[i] if i < len(param_oids) and param_oids[i] not in (0, 705) else
                       inferred[i][0] if i < len(inferred) else TEXT) for i in range(n))
@@ -276,16 +305,25 @@ class Session:
             return oids, None
         if word == "show":
             return oids, self.execute(sql).fields
-        found = _catalog.answer(sql, dummies, self.gateway.schema, user=self.analyst.name, database=self.database)
-        if found is not None:
-            return oids, found.fields
         try:
-            stmt = compile_statement(sql, self.gateway.schema, dialect=self.gateway.dialect, params=dummies or None)
+            found = _catalog.answer(target, dummies, self.gateway.schema, user=self.analyst.name,
+                                    database=self.database)
+            if found is not None:
+                return oids, found.fields
+            stmt = compile_statement(target, self.gateway.schema, dialect=self.gateway.dialect,
+                                     params=dummies or None)
         except errors.Error as exc:
             raise SqlError(sqlstate(exc), str(exc)) from exc
         if not isinstance(stmt, CompiledStatement):
             return oids, None
+        if inner is not None:
+            return oids, EXPLAIN_FIELDS
         return oids, statement_fields(stmt, self.gateway, bool(self.conn.settings["intervals"]))
+
+
+#: The columns of ``EXPLAIN SELECT …`` (:data:`dpgate.explain.COLUMNS`): the quote's numbers are float8.
+EXPLAIN_FIELDS = tuple(_field(n, FLOAT8 if n in ("epsilon", "halfwidth", "confidence", "remaining") else TEXT)
+                       for n in COLUMNS)
 
 
 def statement_fields(stmt: CompiledStatement, gateway: Gateway, intervals: bool) -> tuple[Field, ...]:
