@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from _dpserve import PASSWORDS, dsn, psql, thread_server
 
+from dpgate import dbapi
 from dpgate.server import _session
 
 psycopg = pytest.importorskip("psycopg")
@@ -101,13 +102,33 @@ def test_explain_from_every_client_is_typed_and_free(tmp_path: Path) -> None:
     assert _records(tmp_path) == 0
 
 
-def test_quote_is_the_charge_then_history_is_free(tmp_path: Path) -> None:
-    with thread_server(tmp_path) as s, psycopg.connect(dsn(s.port), autocommit=True) as con:
+def test_quote_is_the_charge_then_history_is_free(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    quotes: list[str] = []
+    inner = dbapi.Connection.explain
+
+    def counted(self, operation, parameters=None):
+        quotes.append(operation)
+        return inner(self, operation, parameters)
+
+    monkeypatch.setattr(dbapi.Connection, "explain", counted)
+    with thread_server(tmp_path, caps={"alice": 0.5, "bob": 2.0}) as s, \
+            psycopg.connect(dsn(s.port), autocommit=True) as con:
         quoted = con.execute("EXPLAIN " + SQL.format(40)).fetchone()
         con.execute(SQL.format(40)).fetchone()
         assert _charges(tmp_path, "alice") == [pytest.approx(quoted[3], rel=1e-12)]
         again = con.execute("EXPLAIN " + SQL.format(40)).fetchone()
         assert again[2] == "history" and again[3] == 0.0
+        # Pre-check quotes: the fresh query, its first repeat (found free), then none for repeats.
+        assert len(quotes) == 1
+        for _ in range(3):
+            con.execute(SQL.format(40)).fetchone()
+        assert len(quotes) == 2
+        con.execute("SET dpgate.confidence = 0.9")  # other settings: quoted again
+        con.execute(SQL.format(40)).fetchone()
+        assert len(quotes) == 3
+        with psycopg.connect(dsn(s.port, "bob"), autocommit=True) as bob:  # cap ≥ the global budget: no quote
+            bob.execute(SQL.format(20)).fetchone()
+        assert len(quotes) == 3
 
 
 def test_analyst_cap_refusal_reads_no_data(tmp_path: Path) -> None:

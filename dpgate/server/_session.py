@@ -97,6 +97,7 @@ _SET = re.compile(r"^set\s+(?:session\s+|local\s+)?([a-z_][\w.]*)\s*(?:=|\bto\b)
 _TAGS = {"begin": "BEGIN", "start": "BEGIN", "commit": "COMMIT", "end": "COMMIT", "rollback": "ROLLBACK",
          "abort": "ROLLBACK", "savepoint": "SAVEPOINT", "release": "RELEASE", "discard": "DISCARD ALL",
          "deallocate": "DEALLOCATE", "reset": "RESET", "unlisten": "UNLISTEN", "close": "CLOSE CURSOR"}
+_FREE_MEMO = 1024  # statements a session remembers as free
 _KINDS_OID = {"integer": INT8, "categorical": TEXT, "binned": TEXT, "boolean": BOOL}
 
 
@@ -121,6 +122,7 @@ class Session:
     status: str = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed block
     cancelled: threading.Event = field(default_factory=threading.Event)
     _conn: Connection | None = None
+    _free: set[tuple[str, str, str]] = field(default_factory=set)  # statements quoted free (see _check_cap)
 
     @property
     def conn(self) -> Connection:
@@ -267,13 +269,26 @@ class Session:
         it is what the query then charges unless another release happens in between; the
         record-time hook of :func:`_provenance.charging` stays the race-safe check.  A
         statement the global budget cannot pay is left to the gateway, which refuses it
-        before reading data (or answers it from history under ``allow_partial``).
+        before reading data (or answers it from history under ``allow_partial``) — and so,
+        while the analyst has at least the global budget left, their cap cannot bind first
+        and the quote (~1 ms) is skipped.  So is the quote of a statement this session
+        already found free under the same settings: history only grows, and what it
+        answers it keeps answering (a repeated dashboard query costs no quote).
         """
+        a, gw = self.analyst, self.gateway
+        spent = _provenance.analyst_spent(gw.ledger, a.name)
+        if a.budget - spent >= gw.remaining:
+            return
+        key = (sql, repr(tuple(params)), repr(sorted(self.conn.settings.items())))
+        if key in self._free:
+            return
         quote = self.conn.explain(sql, list(params) if params else None)
+        if quote.epsilon <= 0.0 and quote.affordable:
+            if len(self._free) >= _FREE_MEMO:
+                self._free.clear()
+            self._free.add(key)
         if quote.epsilon <= 0.0 or not quote.affordable:
             return
-        a = self.analyst
-        spent = _provenance.analyst_spent(self.gateway.ledger, a.name)
         if spent + quote.epsilon > a.budget + _provenance.SLACK:
             raise _provenance.over_cap(a.name, a.budget, spent, quote.epsilon,
                                        f"this statement is quoted at ε = {quote.epsilon:.4g} (EXPLAIN shows it); "
