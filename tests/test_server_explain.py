@@ -161,3 +161,39 @@ def test_record_time_hook_stays_authoritative(tmp_path: Path, monkeypatch: pytes
         assert "answering needs more" in str(err.value)
         assert spy.calls > 0  # without the pre-check the data was read, though nothing was released
     assert _records(tmp_path) == 0
+
+
+def test_information_schema_from_the_declared_schema(tmp_path: Path) -> None:
+    with thread_server(tmp_path) as s, psycopg.connect(dsn(s.port), autocommit=True) as con:
+        spy = DataSpy(s.gateway)
+        declared = [(c.name, {"integer": "bigint", "boolean": "boolean"}.get(c.kind, "text"))
+                    for c in s.gateway.schema.table("pums").columns]
+        for cur in (con.cursor(), psycopg.ClientCursor(con)):  # extended and simple protocol
+            cur.execute("SELECT table_schema, table_name, table_type FROM information_schema.tables "
+                        "WHERE table_schema = 'public' ORDER BY table_name")
+            assert cur.fetchall() == [("public", "pums", "BASE TABLE")]
+            assert [d.type_code for d in cur.description] == [19, 19, 1043]
+            cur.execute("SELECT c.column_name AS name, c.data_type, c.is_nullable, c.ordinal_position "
+                        "FROM information_schema.columns c WHERE c.table_name = %s AND c.table_schema = 'public' "
+                        "ORDER BY c.ordinal_position", ["pums"])
+            rows = cur.fetchall()
+            assert [r[:2] for r in rows] == declared and [r[3] for r in rows] == list(range(1, len(declared) + 1))
+            assert [(d.name, d.type_code) for d in cur.description] == [("name", 19), ("data_type", 1043),
+                                                                        ("is_nullable", 1043),
+                                                                        ("ordinal_position", 23)]
+        assert con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema NOT IN "
+                           "('pg_catalog', 'information_schema') AND table_name LIKE 'pu%'").fetchall() == [("pums",)]
+        assert con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'pums' "
+                           "ORDER BY column_name DESC LIMIT 2").fetchall() == [(n,) for n in sorted(
+                               (n for n, _ in declared), reverse=True)[:2]]
+        cur = con.execute("SELECT * FROM information_schema.columns WHERE table_name = 'nope'")
+        assert cur.fetchall() == [] and len(cur.description) == 18
+        for refused in ("SELECT COUNT(*) FROM information_schema.columns",
+                        "SELECT * FROM information_schema.views",
+                        "SELECT t.table_name FROM information_schema.tables t JOIN information_schema.columns c "
+                        "ON c.table_name = t.table_name",
+                        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'a' OR true"):
+            with pytest.raises(psycopg.errors.FeatureNotSupported) as err:
+                con.execute(refused)
+            assert "dpgate answers information_schema.tables, .columns and .schemata" in str(err.value)
+        assert spy.calls == 0
