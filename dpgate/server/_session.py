@@ -25,9 +25,15 @@ LedgerError                            58000    system_error
 anything else                          XX000    internal_error
 =====================================  =======  ===================================
 
+BudgetExhausted covers the analyst's cap twice: refused before the statement
+runs when its quote exceeds what is left of the cap (nothing read), and in the
+release's ledger transaction (the race-safe check).
+
 Server-side conditions: wrong password 28P01, a statement in a failed
-transaction block 25P02, an unknown ``SHOW`` parameter 42704, a cancelled
-statement 57014, shutdown 57P01, a protocol violation 08P01.
+transaction block 25P02, an unknown ``SHOW`` parameter 42704, an invalid
+parameter value 22P02, an unknown prepared statement or portal 26000/34000, a
+cancelled statement 57014, shutdown 57P01 (idle connections) / 57P03 (new
+ones), too many connections 53300, a protocol violation 08P01.
 """
 
 from __future__ import annotations
