@@ -289,13 +289,11 @@ class Session:
         if key in self._free:
             return
         quote = self.conn.explain(sql, list(params) if params else None)
-        if quote.epsilon <= 0.0 and quote.affordable:
+        if quote.epsilon <= 0.0:
             if len(self._free) >= _FREE_MEMO:
                 self._free.clear()
             self._free.add(key)
-        if quote.epsilon <= 0.0 or not quote.affordable:
-            return
-        if spent + quote.epsilon > a.budget + _provenance.SLACK:
+        elif quote.affordable and spent + quote.epsilon > a.budget + _provenance.SLACK:
             raise _provenance.over_cap(a.name, a.budget, spent, quote.epsilon,
                                        f"this statement is quoted at ε = {quote.epsilon:.4g} (EXPLAIN shows it); "
                                        "nothing was read")
@@ -327,7 +325,7 @@ class Session:
         if word == "show":
             return oids, self.execute(sql).fields
         try:
-            found = _catalog.answer(target, dummies, self.gateway.schema, user=self.analyst.name,
+            found = _catalog.answer(sql, dummies, self.gateway.schema, user=self.analyst.name,
                                     database=self.database)
             if found is not None:
                 return oids, found.fields
