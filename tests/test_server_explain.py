@@ -128,6 +128,8 @@ def test_quote_is_the_charge_then_history_is_free(tmp_path: Path, monkeypatch: p
         assert len(quotes) == 3
         with psycopg.connect(dsn(s.port, "bob"), autocommit=True) as bob:  # cap ≥ the global budget: no quote
             bob.execute(SQL.format(20)).fetchone()
+        with psycopg.connect(dsn(s.port), autocommit=True) as other:  # found free by another session
+            other.execute(SQL.format(40)).fetchone()
         assert len(quotes) == 3
 
 

@@ -103,7 +103,7 @@ _SET = re.compile(r"^set\s+(?:session\s+|local\s+)?([a-z_][\w.]*)\s*(?:=|\bto\b)
 _TAGS = {"begin": "BEGIN", "start": "BEGIN", "commit": "COMMIT", "end": "COMMIT", "rollback": "ROLLBACK",
          "abort": "ROLLBACK", "savepoint": "SAVEPOINT", "release": "RELEASE", "discard": "DISCARD ALL",
          "deallocate": "DEALLOCATE", "reset": "RESET", "unlisten": "UNLISTEN", "close": "CLOSE CURSOR"}
-_FREE_MEMO = 1024  # statements a session remembers as free
+_FREE_MEMO = 4096  # statements a server remembers as free
 _KINDS_OID = {"integer": INT8, "categorical": TEXT, "binned": TEXT, "boolean": BOOL}
 
 
@@ -127,8 +127,9 @@ class Session:
     parameters: dict[str, str] = field(default_factory=dict)
     status: str = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed block
     cancelled: threading.Event = field(default_factory=threading.Event)
+    #: Statements quoted free (see ``_check_cap``), shared by the server's sessions: free is free for everyone.
+    free: set[tuple[str, str, str]] = field(default_factory=set)
     _conn: Connection | None = None
-    _free: set[tuple[str, str, str]] = field(default_factory=set)  # statements quoted free (see _check_cap)
 
     @property
     def conn(self) -> Connection:
@@ -278,21 +279,22 @@ class Session:
         before reading data (or answers it from history under ``allow_partial``) — and so,
         while the analyst has at least the global budget left, their cap cannot bind first
         and the quote (~1 ms) is skipped.  So is the quote of a statement this session
-        already found free under the same settings: history only grows, and what it
-        answers it keeps answering (a repeated dashboard query costs no quote).
+        or another session of the server already found free under the same settings:
+        history only grows, and what it answers it keeps answering, for every analyst (a
+        repeated dashboard query costs no quote).
         """
         a, gw = self.analyst, self.gateway
         spent = _provenance.analyst_spent(gw.ledger, a.name)
         if a.budget - spent >= gw.remaining:
             return
         key = (sql, repr(tuple(params)), repr(sorted(self.conn.settings.items())))
-        if key in self._free:
+        if key in self.free:
             return
         quote = self.conn.explain(sql, list(params) if params else None)
         if quote.epsilon <= 0.0:
-            if len(self._free) >= _FREE_MEMO:
-                self._free.clear()
-            self._free.add(key)
+            if len(self.free) >= _FREE_MEMO:
+                self.free.clear()
+            self.free.add(key)
         elif quote.affordable and spent + quote.epsilon > a.budget + _provenance.SLACK:
             raise _provenance.over_cap(a.name, a.budget, spent, quote.epsilon,
                                        f"this statement is quoted at ε = {quote.epsilon:.4g} (EXPLAIN shows it); "
