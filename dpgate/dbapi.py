@@ -177,7 +177,7 @@ from dpgate.errors import (
     UnsupportedQuery,
     Warning,
 )
-from dpgate.explain import strip_explain
+from dpgate.explain import Explanation, strip_explain
 from dpgate.gateway import DEFAULT_MAX_OUTPUTS, Gateway
 from dpgate.requirement import hinted, resolve_accuracy, resolve_confidence, resolve_requirement
 from dpgate.result import Answer, Result
@@ -435,6 +435,12 @@ class Connection:
         """sqlite3-style shortcut: a new cursor, executed."""
         return self.cursor().execute(operation, parameters)
 
+    def explain(self, operation: str, parameters: Any = None) -> Explanation:
+        """The quote of ``operation`` (what ``EXPLAIN`` returns as rows), under this connection's
+        ``SET dpgate.*`` settings and the statement's hints; free: reads no data, spends nothing."""
+        self._check_open()
+        return self._quote(operation, _params(parameters))
+
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
@@ -489,7 +495,7 @@ class Connection:
         try:
             inner = strip_explain(operation)
             if inner is not None:
-                return self._explain(inner, params)
+                return explain_set(self._quote(inner, params))
             stmt = compile_statement(operation, gw.schema, dialect=gw.dialect, params=params)
             if isinstance(stmt, SetOption):
                 with self._lock:
@@ -512,8 +518,8 @@ class Connection:
         except Exception as exc:  # the DB-API contract: every failure is a dpgate.Error
             raise DPGateInternalError(f"unexpected {type(exc).__name__} while running a statement: {exc}") from exc
 
-    def _explain(self, operation: str, params: Sequence[Any] | Mapping[str, Any] | None) -> ResultSet:
-        """``EXPLAIN SELECT …``: the quote of the statement as rows (:meth:`Gateway.explain`); free."""
+    def _quote(self, operation: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Explanation:
+        """The quote of a statement under this connection's settings and its hints (:meth:`Gateway.explain`)."""
         gw = self._gateway
         stmt = compile_statement(operation, gw.schema, dialect=gw.dialect, params=params)
         if isinstance(stmt, SetOption):
@@ -522,9 +528,9 @@ class Connection:
         method = (stmt.hints.get("method") or settings["method"] or "exact").lower()
         if method != "exact":
             confidence = resolve_confidence(hinted(stmt.hints), settings)
-            return explain_set(gw.explain(operation, confidence=confidence, params=params, method=method))
+            return gw.explain(operation, confidence=confidence, params=params, method=method)
         req = resolve_requirement(hinted(stmt.hints), settings, missing=_NO_ACCURACY)
-        return explain_set(gw.explain(operation, req.accuracy, req.confidence, params=params))
+        return gw.explain(operation, req.accuracy, req.confidence, params=params)
 
 
 def _params(parameters: Any) -> Sequence[Any] | Mapping[str, Any] | None:

@@ -9,7 +9,11 @@ Table ``dpgate_provenance`` (append-only, like the records) holds two kinds of r
   analyst's cap (the sum of their charges, read under the ledger's write lock,
   so several server processes cannot overspend a cap together either); over the
   cap it raises :class:`~dpgate.errors.BudgetExhausted`, which rolls the whole
-  transaction back: nothing is recorded and nothing is released.
+  transaction back: nothing is recorded and nothing is released.  This check is
+  the authoritative one; the server also refuses *before* running a statement
+  whose quote (:meth:`dpgate.Gateway.explain`) already exceeds the cap, so that a
+  refused statement reads no data — but a quote can be stale when another
+  release lands in between, which this hook catches.
 * ``delivery``: one per answered statement, committed before the answer is
   sent (not fsync'd: it survives a crash of the server, not a power loss; it
   spends nothing): which analyst received which statement's answers (a SHA-256
@@ -34,9 +38,10 @@ from typing import Any
 from dpgate.errors import BudgetExhausted
 from dpgate.ledger import Ledger
 
-__all__ = ["ensure_table", "charging", "record_delivery", "analyst_spent", "analyst_history", "statement_hash"]
+__all__ = ["ensure_table", "charging", "over_cap", "SLACK", "record_delivery", "analyst_spent", "analyst_history",
+           "statement_hash"]
 
-_SLACK = 1e-12
+SLACK = 1e-12  # float tolerance of the cap comparisons
 _DDL = (
     """CREATE TABLE IF NOT EXISTS dpgate_provenance (
         id         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -87,18 +92,22 @@ def charging(ledger: Ledger, analyst: str, cap: float, statement: str) -> Iterat
                            (record_id,)).fetchone()
         delta = max(0.0, cost_after - (row[0] if row else 0.0))
         spent = float(conn.execute(_SPENT, (analyst,)).fetchone()[0])
-        if spent + delta > cap + _SLACK:
-            left = max(0.0, cap - spent)
-            raise BudgetExhausted(
-                f"analyst {analyst!r} has ε = {left:.4g} left of their cap {cap:g}, and answering needs more "
-                f"(at least {delta:.4g}); ask for a lower accuracy, or for queries history already answers "
-                "(free), or ask the operator to raise your cap. Nothing was spent.",
-                needed=delta, remaining=left,
-            )
+        if spent + delta > cap + SLACK:
+            raise over_cap(analyst, cap, spent, delta, f"answering needs more (at least {delta:.4g})")
         conn.execute(_INSERT, (analyst, "charge", record_id, delta, statement, "fresh", _now()))
 
     with ledger.on_append(hook):
         yield
+
+
+def over_cap(analyst: str, cap: float, spent: float, needed: float, why: str) -> BudgetExhausted:
+    """The refusal of a statement that would take ``analyst``'s charges above their ``cap``."""
+    left = max(0.0, cap - spent)
+    return BudgetExhausted(
+        f"analyst {analyst!r} has ε = {left:.4g} left of their cap {cap:g}, and {why}; ask for a lower "
+        "accuracy, or for queries history already answers (free), or ask the operator to raise your cap. "
+        "Nothing was spent.", needed=needed, remaining=left,
+    )
 
 
 def record_delivery(ledger: Ledger, analyst: str, statement: str, source: str, epsilon: float) -> None:

@@ -25,9 +25,15 @@ LedgerError                            58000    system_error
 anything else                          XX000    internal_error
 =====================================  =======  ===================================
 
+BudgetExhausted covers the analyst's cap twice: refused before the statement
+runs when its quote exceeds what is left of the cap (nothing read), and in the
+release's ledger transaction (the race-safe check).
+
 Server-side conditions: wrong password 28P01, a statement in a failed
-transaction block 25P02, an unknown ``SHOW`` parameter 42704, a cancelled
-statement 57014, shutdown 57P01, a protocol violation 08P01.
+transaction block 25P02, an unknown ``SHOW`` parameter 42704, an invalid
+parameter value 22P02, an unknown prepared statement or portal 26000/34000, a
+cancelled statement 57014, shutdown 57P01 (idle connections) / 57P03 (new
+ones), too many connections 53300, a protocol violation 08P01.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from sqlglot import exp
 from dpgate import errors
 from dpgate.compile import CompiledStatement, compile_statement
 from dpgate.dbapi import Connection, connect
+from dpgate.explain import COLUMNS, strip_explain
 from dpgate.gateway import Gateway
 from dpgate.server import _catalog, _provenance
 from dpgate.server._protocol import Field
@@ -96,6 +103,7 @@ _SET = re.compile(r"^set\s+(?:session\s+|local\s+)?([a-z_][\w.]*)\s*(?:=|\bto\b)
 _TAGS = {"begin": "BEGIN", "start": "BEGIN", "commit": "COMMIT", "end": "COMMIT", "rollback": "ROLLBACK",
          "abort": "ROLLBACK", "savepoint": "SAVEPOINT", "release": "RELEASE", "discard": "DISCARD ALL",
          "deallocate": "DEALLOCATE", "reset": "RESET", "unlisten": "UNLISTEN", "close": "CLOSE CURSOR"}
+_FREE_MEMO = 4096  # statements a server remembers as free
 _KINDS_OID = {"integer": INT8, "categorical": TEXT, "binned": TEXT, "boolean": BOOL}
 
 
@@ -119,6 +127,8 @@ class Session:
     parameters: dict[str, str] = field(default_factory=dict)
     status: str = "I"  # ReadyForQuery: I idle, T in a transaction block, E failed block
     cancelled: threading.Event = field(default_factory=threading.Event)
+    #: Statements quoted free (see ``_check_cap``), shared by the server's sessions: free is free for everyone.
+    free: set[tuple[str, str, str]] = field(default_factory=set)
     _conn: Connection | None = None
 
     @property
@@ -234,6 +244,9 @@ class Session:
 
     def _query(self, sql: str, params: Sequence[Any]) -> Outcome:
         digest = _provenance.statement_hash(sql, params)
+        explain = strip_explain(sql) is not None
+        if not explain:
+            self._check_cap(sql, params)
         cur = self.conn.cursor()
         ledger = self.gateway.ledger
         with _provenance.charging(ledger, self.analyst.name, self.analyst.budget, digest):
@@ -250,10 +263,42 @@ class Session:
             source = next(iter(sources)) if len(sources) == 1 else "mixed" if sources else "-"
             # Durable before the answer leaves: who received what.
             _provenance.record_delivery(ledger, self.analyst.name, digest, source, eps)
-        self._log(sql, params, "query", source, eps, digest)
+        self._log(sql, params, "explain" if explain else "query", source, eps, digest)
         fields = tuple(_field(d[0], oid_of_dbapi(d[1])) for d in cur.description)
         rows = tuple(cur.fetchall())
         return Outcome(fields, rows, f"SELECT {len(rows)}")
+
+    def _check_cap(self, sql: str, params: Sequence[Any]) -> None:
+        """Refuse, before any data is read, a statement whose quote exceeds the analyst's remaining cap.
+
+        The quote is :meth:`dpgate.dbapi.Connection.explain` — :meth:`Gateway.explain` under
+        the session's ``SET dpgate.*`` and the statement's hints, as the query will run — and
+        it is what the query then charges unless another release happens in between; the
+        record-time hook of :func:`_provenance.charging` stays the race-safe check.  A
+        statement the global budget cannot pay is left to the gateway, which refuses it
+        before reading data (or answers it from history under ``allow_partial``) — and so,
+        while the analyst has at least the global budget left, their cap cannot bind first
+        and the quote (~1 ms) is skipped.  So is the quote of a statement this session
+        or another session of the server already found free under the same settings:
+        history only grows, and what it answers it keeps answering, for every analyst (a
+        repeated dashboard query costs no quote).
+        """
+        a, gw = self.analyst, self.gateway
+        spent = _provenance.analyst_spent(gw.ledger, a.name)
+        if a.budget - spent >= gw.remaining:
+            return
+        key = (sql, repr(tuple(params)), repr(sorted(self.conn.settings.items())))
+        if key in self.free:
+            return
+        quote = self.conn.explain(sql, list(params) if params else None)
+        if quote.epsilon <= 0.0:
+            if len(self.free) >= _FREE_MEMO:
+                self.free.clear()
+            self.free.add(key)
+        elif quote.affordable and spent + quote.epsilon > a.budget + _provenance.SLACK:
+            raise _provenance.over_cap(a.name, a.budget, spent, quote.epsilon,
+                                       f"this statement is quoted at ε = {quote.epsilon:.4g} (EXPLAIN shows it); "
+                                       "nothing was read")
 
     def _log(self, sql: str, params: Any, kind: str, source: str, eps: float, digest: str | None = None) -> None:
         LOG.info("analyst=%s statement=%s kind=%s source=%s epsilon=%.6g", self.analyst.name,
@@ -266,7 +311,12 @@ class Session:
         Parameters the client left untyped get the type of the column they are compared
         with (``int8``, ``text``, ``bool``), else ``text``.
         """
-        inferred = infer_parameters(sql, self.gateway.schema, self.gateway.dialect)
+        try:
+            inner = strip_explain(sql)  # EXPLAIN SELECT …: the parameters of the SELECT, the columns of the quote
+        except errors.Error as exc:
+            raise SqlError(sqlstate(exc), str(exc)) from exc
+        target = sql if inner is None else inner
+        inferred = infer_parameters(target, self.gateway.schema, self.gateway.dialect)
         n = max(len(param_oids), len(inferred))
         oids = tuple((param_oids[i] if i < len(param_oids) and param_oids[i] not in (0, 705) else
                       inferred[i][0] if i < len(inferred) else TEXT) for i in range(n))
@@ -276,16 +326,25 @@ class Session:
             return oids, None
         if word == "show":
             return oids, self.execute(sql).fields
-        found = _catalog.answer(sql, dummies, self.gateway.schema, user=self.analyst.name, database=self.database)
-        if found is not None:
-            return oids, found.fields
         try:
-            stmt = compile_statement(sql, self.gateway.schema, dialect=self.gateway.dialect, params=dummies or None)
+            found = _catalog.answer(sql, dummies, self.gateway.schema, user=self.analyst.name,
+                                    database=self.database)
+            if found is not None:
+                return oids, found.fields
+            stmt = compile_statement(target, self.gateway.schema, dialect=self.gateway.dialect,
+                                     params=dummies or None)
         except errors.Error as exc:
             raise SqlError(sqlstate(exc), str(exc)) from exc
         if not isinstance(stmt, CompiledStatement):
             return oids, None
+        if inner is not None:
+            return oids, EXPLAIN_FIELDS
         return oids, statement_fields(stmt, self.gateway, bool(self.conn.settings["intervals"]))
+
+
+#: The columns of ``EXPLAIN SELECT …`` (:data:`dpgate.explain.COLUMNS`): the quote's numbers are float8.
+EXPLAIN_FIELDS = tuple(_field(n, FLOAT8 if n in ("epsilon", "halfwidth", "confidence", "remaining") else TEXT)
+                       for n in COLUMNS)
 
 
 def statement_fields(stmt: CompiledStatement, gateway: Gateway, intervals: bool) -> tuple[Field, ...]:

@@ -77,6 +77,7 @@ class _Shared:
     lock: threading.Lock = field(default_factory=threading.Lock)
     connections: dict[int, _Handler] = field(default_factory=dict)
     next_pid: int = 1000
+    free: set[tuple[str, str, str]] = field(default_factory=set)  # statements quoted free (Session.free)
 
 
 class Server:
@@ -233,7 +234,7 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         self.sock.settimeout(None)
         self.session = Session(self.state.gateway, analyst, params.get("database", analyst.name),
-                               self.state.defaults)
+                               self.state.defaults, free=self.state.free)
         reported = {"server_version": SERVER_VERSION, "server_encoding": "UTF8", "client_encoding": "UTF8",
                     "DateStyle": "ISO, MDY", "TimeZone": "UTC", "IntervalStyle": "postgres",
                     "integer_datetimes": "on", "standard_conforming_strings": "on", "is_superuser": "off",
