@@ -123,11 +123,15 @@ def test_sigkill_at_random_moments_never_undercounts(zygote, net, tmp_path):
             # Any moment from the fork on: loading, opening the ledger, replaying it, answering.
             time.sleep(rnd.uniform(0.0, 1.2))
         else:
-            # While it answers: wait until the gateway is open, then a random delay.
-            deadline = time.monotonic() + 60
-            while not any(e["event"] == "open" for e in read_events(out)) and time.monotonic() < deadline:
+            # While it answers: wait until it has shown a random number of answers, then a short random
+            # delay (counting answers, not seconds, keeps the kills mid-session on a loaded machine).
+            shown, deadline = rnd.randint(1, 40), time.monotonic() + 60
+            while time.monotonic() < deadline:
+                kinds = [e["event"] for e in read_events(out)]
+                if kinds.count("answer") >= shown or "done" in kinds or "error" in kinds:
+                    break
                 time.sleep(0.005)
-            time.sleep(rnd.uniform(0.0, 0.8))
+            time.sleep(rnd.uniform(0.0, 0.05))
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -8,12 +8,11 @@ import sqlite3
 import threading
 from pathlib import Path
 
+import psycopg  # the test extra: a missing client fails, never skips
 import pytest
 from _dpserve import dsn, spawn_server, thread_server, users_file
 
 from dpgate.server._provenance import statement_hash
-
-psycopg = pytest.importorskip("psycopg")
 
 
 def _ledger(path: Path) -> tuple[float, dict[str, float], list[tuple[int, float]], set[str]]:

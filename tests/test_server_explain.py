@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sqlite3
 from pathlib import Path
 
+import psycopg  # the test extra: a missing client fails, never skips
 import pytest
 from _dpserve import PASSWORDS, dsn, psql, thread_server
 
 from dpgate import dbapi
 from dpgate.server import _session
-
-psycopg = pytest.importorskip("psycopg")
 
 SQL = "SELECT COUNT(*) FROM pums WHERE age < {}"
 TYPES = [25, 25, 25, 701, 701, 701, 701, 25]  # output, group, source: text; epsilon … remaining: float8; note: text
@@ -52,10 +50,9 @@ def _charges(tmp: Path, analyst: str) -> list[float]:
 def test_explain_from_every_client_is_typed_and_free(tmp_path: Path) -> None:
     with thread_server(tmp_path) as s:
         spy = DataSpy(s.gateway)
-        if shutil.which("psql"):
-            out = psql(s.port, "EXPLAIN " + SQL.format(30))
-            assert out.returncode == 0, out.stderr
-            assert out.stdout.startswith("COUNT(*)||fresh|") and out.stdout.count("\n") == 1
+        out = psql(s.port, "EXPLAIN " + SQL.format(30))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith("COUNT(*)||fresh|") and out.stdout.count("\n") == 1
         with psycopg.connect(dsn(s.port), autocommit=True) as con:
             simple = psycopg.ClientCursor(con)  # the simple query protocol
             simple.execute("EXPLAIN " + SQL.format(30))
@@ -72,14 +69,14 @@ def test_explain_from_every_client_is_typed_and_free(tmp_path: Path) -> None:
             assert hinted[4] == pytest.approx(50.0) and hinted[3] == pytest.approx(row[3] / 2)
             con.execute("SET dpgate.confidence = 0.9")
             assert con.execute("EXPLAIN " + SQL.format(30)).fetchone()[5] == 0.9
-        pg8000 = pytest.importorskip("pg8000.native")
+        import pg8000.native as pg8000
         c = pg8000.Connection("bob", password=PASSWORDS["bob"], host="127.0.0.1", port=s.port, database="pums")
         try:
             rows = c.run("EXPLAIN " + SQL.format(":lim"), lim=30)
             assert [col["type_oid"] for col in c.columns] == TYPES and rows[0][3] == pytest.approx(row[3])
         finally:
             c.close()
-        asyncpg = pytest.importorskip("asyncpg")
+        import asyncpg
 
         async def run() -> None:
             a = await asyncpg.connect(user="alice", password=PASSWORDS["alice"], host="127.0.0.1", port=s.port,
