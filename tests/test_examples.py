@@ -15,6 +15,10 @@ EXAMPLES = {  # each script in examples/ and lines its output must contain
     "sql_dbapi.py": ["refused:", "releases recorded in"],
     "pandas_accessor.py": ["SELECT race, COUNT(*)"],
     "warehouse.py": ["warehouse unchanged: True", "a new session sees spent"],
+    "averages_and_quotes.py": ["charge equals quote: True", "AVG(age) again:", "from history, ε=0.0",
+                               "declared educ codes:", "cost 0.0", "measured"],
+    "serve_and_connect.py": ["alice EXPLAIN:", "bob budget: analyst=bob", "analyst_spent=0,", "married",
+                             "server exited with 0"],
 }
 
 
