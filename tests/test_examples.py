@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,8 @@ EXAMPLES = {  # each script in examples/ and lines its output must contain
     "warehouse.py": ["warehouse unchanged: True", "a new session sees spent"],
     "averages_and_quotes.py": ["charge equals quote: True", "AVG(age) again:", "from history, ε=0.0",
                                "declared educ codes:", "cost 0.0", "measured"],
+    "postgres_backend.py": ["identical to DuckDB: True", "same answers with the ledger in PostgreSQL: True",
+                            "ledger reopened: 17 releases", "from history, ε=0.0"],
     "serve_and_connect.py": ["alice EXPLAIN:", "bob budget: analyst=bob", "analyst_spent=0,", "married",
                              "server exited with 0"],
 }
@@ -27,11 +30,31 @@ def test_every_example_is_checked():
     assert scripts == set(EXAMPLES), "add the new example to EXAMPLES"
 
 
+def _pums_in_postgres(pg_server: Any) -> str:
+    """The embedded PUMS as table ``pums`` in a fresh database; its URL."""
+    import psycopg
+
+    from dpgate.datasets import load_pums
+
+    df, _ = load_pums()
+    with psycopg.connect(pg_server.url(), autocommit=True) as con:
+        con.execute("DROP DATABASE IF EXISTS dpgate_examples")
+        con.execute("CREATE DATABASE dpgate_examples")
+    with psycopg.connect(pg_server.url("dpgate_examples")) as con:
+        con.execute("CREATE TABLE pums (age integer, sex text, educ smallint, race integer, income integer, "
+                    "married boolean)")
+        with con.cursor().copy("COPY pums FROM STDIN") as copy:
+            for age, sex, educ, race, income, married in df.itertuples(index=False):
+                copy.write_row((int(age), str(sex), int(educ), int(race), int(income), bool(married)))
+    return str(pg_server.url("dpgate_examples"))
+
+
 @pytest.mark.parametrize("script", sorted(EXAMPLES))
-def test_example_runs(script: str) -> None:
+def test_example_runs(script: str, request: pytest.FixtureRequest) -> None:
     """examples/ are documentation: each runs in a fresh interpreter and prints what it promises."""
     path = EXAMPLES_DIR / script
-    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    args = [_pums_in_postgres(request.getfixturevalue("pg_server"))] if script == "postgres_backend.py" else []
+    proc = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     for needle in EXAMPLES[script]:
         assert needle in proc.stdout, (needle, proc.stdout[-2000:])
