@@ -20,6 +20,7 @@ EXAMPLES = {  # each script in examples/ and lines its output must contain
                                "declared educ codes:", "cost 0.0", "measured"],
     "postgres_backend.py": ["identical to DuckDB: True", "same answers with the ledger in PostgreSQL: True",
                             "ledger reopened: 17 releases", "from history, ε=0.0"],
+    "spark_backend.py": ["spark: spent ε", "income ≥ 50 000:", "race", "identical to DuckDB: True"],
     "serve_and_connect.py": ["alice EXPLAIN:", "bob budget: analyst=bob", "analyst_spent=0,", "married",
                              "server exited with 0"],
 }
