@@ -27,6 +27,7 @@ import sqlalchemy as sa
 DATA = files("dpgate") / "data"  # the shipped PUMS table and its public schema
 CLI = [sys.executable, "-m", "dpgate.cli"]
 tmp = tempfile.mkdtemp()
+users, ledger = os.path.join(tmp, "users.yaml"), os.path.join(tmp, "pums.ledger")
 
 
 def show_budget(who: str, con: psycopg.Connection) -> None:
@@ -36,8 +37,6 @@ def show_budget(who: str, con: psycopg.Connection) -> None:
         print(f"{who} budget:", ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                           for k, v in zip(names, row, strict=True)))
 
-
-users, ledger = os.path.join(tmp, "users.yaml"), os.path.join(tmp, "pums.ledger")
 
 # 1. Analysts: a SCRAM verifier (never the password) and a cap ε each.
 for name, password, cap in (("alice", "alice-pw", "0.5"), ("bob", "bob-pw", "0.2")):
@@ -49,11 +48,12 @@ with socket.socket() as s:  # a free port (another process could take it; fine f
     port = s.getsockname()[1]
 
 # 2. The server: global budget 1, default accuracy ±25; it logs one line per statement.
-log = open(os.path.join(tmp, "server.log"), "w")  # noqa: SIM115 (closed in finally)
-server = subprocess.Popen(
-    [*CLI, "serve", "--data", str(DATA / "PUMS.csv"), "--schema", str(DATA / "pums.yaml"), "--ledger", ledger,
-     "--budget", "1", "--users", users, "--accuracy", "25", "--host", "127.0.0.1", "--port", str(port)],
-    stdout=subprocess.DEVNULL, stderr=log)
+log = os.path.join(tmp, "server.log")
+with open(log, "w") as log_file:  # the server keeps its own copy of the file descriptor
+    server = subprocess.Popen(
+        [*CLI, "serve", "--data", str(DATA / "PUMS.csv"), "--schema", str(DATA / "pums.yaml"), "--ledger", ledger,
+         "--budget", "1", "--users", users, "--accuracy", "25", "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=log_file)
 try:
     deadline = time.monotonic() + 60
     while True:  # wait until it accepts connections
@@ -62,7 +62,7 @@ try:
             break
         except OSError:
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"dpgate serve did not start; see {log.name}") from None
+                raise RuntimeError(f"dpgate serve did not start; see {log}") from None
             time.sleep(0.2)
 
     dsn = f"host=127.0.0.1 port={port} dbname=pums connect_timeout=10"
@@ -89,4 +89,3 @@ finally:
     if server.poll() is None:
         server.kill()
         server.wait()
-    log.close()
