@@ -3,8 +3,9 @@
 Run:  python examples/postgres_backend.py postgresql://user@host:5432/db
       (or set DPGATE_EXAMPLE_PG_URL)
 
-The database must hold the embedded PUMS sample as table ``pums`` (columns age, sex,
-educ, race, income, married; e.g. ``dpgate.datasets.load_pums()[0].to_sql("pums", engine)``).
+The database must hold the embedded PUMS sample (``dpgate.datasets.load_pums()``) as
+table ``pums (age integer, sex text, educ smallint, race integer, income integer,
+married boolean)`` — tests/test_examples.py loads it so with COPY.
 dpgate sends PostgreSQL only SELECTs it generates from the schema, each in a READ ONLY
 transaction that is rolled back; only per-cell counts come back (README "Backends").
 
