@@ -43,7 +43,7 @@ from typing import Literal, cast
 
 import numpy as np
 
-from dpgate.accounting import CellCosts
+from dpgate.accounting import CellCosts, to_epsilon
 from dpgate.errors import InvalidRequirement
 from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, minimal_scale, single_release_scale
 from dpgate.noise import lattice_for
@@ -247,7 +247,31 @@ def plan(
             for m in parts:
                 costs.add(m.h, m.alpha, m.sensitivity)
             place(i, Step(q, "fresh", h, tuple(parts), increase))
-    return [s for s in steps if s is not None]
+    out = [s for s in steps if s is not None]
+    if any(s.measurements for s in out if s.isolated is not None):
+        out = _recorded_increases(state, out)
+    return out
+
+
+def _recorded_increases(state: TableState, steps: list[Step]) -> list[Step]:
+    """``steps`` with each fresh step's increase the one recording its releases will cause.
+
+    A query outside the atoms is charged on the atoms it meets when its release is
+    recorded; the plan priced it on the live atoms, which the statement's own groups
+    have not split yet, so disjoint groups looked like they stacked on the same cells.
+    The increases are re-priced by simulating the records (:meth:`TableState.recorded_charges`),
+    in the order they are recorded (the statement's order), so their sum is exactly the
+    rise of the ledger's cost — never below it (the budget check uses it).
+    """
+    start, after = state.recorded_charges([(m.query, m.alpha, m.sensitivity) for s in steps for m in s.measurements])
+    charges = iter(after)
+    prev, out = to_epsilon(start), []
+    for s in steps:
+        if s.measurements:
+            now = to_epsilon([next(charges) for _ in s.measurements][-1])
+            s, prev = replace(s, increase=now - prev), now
+        out.append(s)
+    return out
 
 
 def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: float, policy: str) -> Step:

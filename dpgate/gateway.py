@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from dpgate import _checkpoint, _progress
 from dpgate._blas import one_blas_thread, single_threaded
 from dpgate._validate import positive_finite
+from dpgate.accounting import to_epsilon
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
 from dpgate.cube import Cube
 from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
@@ -111,6 +112,17 @@ def _requirement(stmt: CompiledStatement, accuracy: float | None, confidence: fl
         missing="no accuracy given: pass accuracy= (the half-width of the interval you need, e.g. 25) "
         "or add a hint /*+ dpgate accuracy=25 */.",
     )
+
+
+def _recorded_charges(state: TableState, parts: Sequence[Measurement]) -> tuple[int, list[int]]:
+    """The table's exact charge, in units, before and after each of a statement's releases as they will be recorded."""
+    if state.outside:  # charged on the atoms they meet when recorded (TableState.recorded_charges)
+        return state.recorded_charges([(m.query, m.alpha, m.sensitivity) for m in parts])
+    costs, after = state.costs.copy(), []
+    for m in parts:
+        costs.add(m.h, m.alpha, m.sensitivity)
+        after.append(costs.charge_units)
+    return state.costs.charge_units, after
 
 
 def _refuse_derived(stmt: CompiledStatement, what: str) -> None:
@@ -622,11 +634,10 @@ class Gateway:
         """Inside an open ledger transaction: read the true answers, add noise, append
         one record per measurement.  Values leave only after the caller commits."""
         truths = self._cube.true_numerators([m.query for m in parts])
-        trial = state.costs.copy()
+        start, after = _recorded_charges(state, parts)
         values = []
-        for m, truth in _progress.track(zip(parts, truths, strict=True), len(parts), "releasing"):
+        for m, truth, charge in _progress.track(zip(parts, truths, after, strict=True), len(parts), "releasing"):
             rel = release(truth, m.query.denominator, m.sensitivity, m.alpha, self._noise)
-            trial.add(m.h, m.alpha, m.sensitivity)
             tx.append(
                 kind=kind,
                 table=state.table.name,
@@ -638,7 +649,7 @@ class Gateway:
                 lattice=rel.lattice,
                 noise="discrete_laplace",
                 value=rel.value,
-                cost_after=spent - state.costs.charge + trial.charge,
+                cost_after=spent - to_epsilon(start) + to_epsilon(charge),
                 secure=rel.secure,
             )
             values.append(rel.value)
@@ -693,10 +704,8 @@ class Gateway:
                 state = self._state(table).refined([q for q, _ in measurements], isolate=True)
                 parts = [measurement(state, q, q.sensitivity / a, isolated=i in state.outside)
                          for i, (q, a) in enumerate(measurements)]
-                trial = state.costs.copy()
-                for m in parts:
-                    trial.add(m.h, m.alpha, m.sensitivity)
-                needed, spent = trial.charge - state.costs.charge, self._spent()
+                start, after = _recorded_charges(state, parts)
+                needed, spent = to_epsilon(after[-1] if after else start) - to_epsilon(start), self._spent()
                 if spent + needed > self.budget + _BUDGET_SLACK:
                     remaining = max(0.0, self.budget - spent)
                     raise BudgetExhausted(

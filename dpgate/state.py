@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -114,6 +115,8 @@ class TableState:
     #: In a planning copy, the live atoms it was refined from: a query outside the atoms is
     #: charged on the live atoms it meets (see :meth:`isolated_weights`).
     charge_base: AtomPartition | None = None
+    #: In a planning copy, the live costs it was refined from (on ``charge_base``).
+    base_costs: CellCosts | None = None
     #: Inside :meth:`_deferred_splits`: the composed split not yet applied to the BLUE and costs.
     _pending: np.ndarray | None = field(default=None, repr=False)
     _deferring: bool = field(default=False, repr=False)
@@ -179,6 +182,7 @@ class TableState:
         trial = copy.copy(self)
         trial.atoms, trial.blue, trial.costs = copy.copy(self.atoms), copy.copy(self.blue), copy.copy(self.costs)
         trial.charge_base = copy.copy(self.atoms)  # refine() replaces arrays: a shallow copy is a snapshot
+        trial.base_costs = copy.copy(self.costs)  # so do add() and split()
         outside = set()
         with trial._deferred_splits():
             prepared = isolate and trial.prepare(queries)
@@ -307,6 +311,28 @@ class TableState:
                 self._record_isolated(*item[1:])
             flush()
 
+    def recorded_charges(self, parts: Sequence[tuple[LinearQuery, float, float]]) -> tuple[int, list[int]]:
+        """The table's exact charge, in units, before and after each of ``parts``
+        ``(query, α, S)`` once they are recorded as one statement's releases, in order.
+
+        Simulated the way the gateway applies a statement's ledger records (:meth:`prepare`
+        on all of them, then :meth:`record_many`), on the live state a planning copy was
+        refined from (``charge_base``, ``base_costs``), the BLUE left out.  A query outside
+        the atoms is charged on the atoms it meets when it is recorded (:meth:`isolated_weights`),
+        which the statement's refined copy cannot see — its groups' supports split the
+        atoms one after the other — so this, not a sum over the plan, is the charge to
+        check against the budget and to quote.
+        """
+        base_atoms = self.charge_base if self.charge_base is not None else self.atoms
+        base_costs = self.base_costs if self.base_costs is not None else self.costs
+        sim = TableState(self.table, copy.copy(base_atoms), cast(IncrementalBLUE, _NoBLUE()), copy.copy(base_costs))
+        prepared = sim.prepare([q for q, _, _ in parts])
+        start, after = sim.costs.charge_units, []
+        for q, alpha, sensitivity in parts:
+            sim.record_many([(0, q, 1.0, 0.0, 0.0, alpha, sensitivity)], prepared=prepared)
+            after.append(sim.costs.charge_units)
+        return start, after
+
     def isolated_weights(self, query: LinearQuery) -> np.ndarray:
         """The atom vector a release of ``query`` outside the atoms is charged as.
 
@@ -372,6 +398,16 @@ class TableState:
         grid = query.expand(self.table, self.atoms.columns, self.atoms.breakpoints) / query.denominator
         weights = np.where(keep[self.atoms.labels], grid, 0.0)
         return LinearQuery.from_grid(self.table, self.atoms.columns, self.atoms.breakpoints, weights)
+
+
+class _NoBLUE:
+    """Stands in for the BLUE where only the costs are simulated (:meth:`TableState.recorded_charges`)."""
+
+    def split(self, parent: np.ndarray, sizes: np.ndarray) -> None:
+        pass
+
+    def extend(self, *args: object, **kwargs: object) -> None:
+        pass
 
 
 @dataclass(frozen=True, eq=False)
