@@ -340,7 +340,8 @@ class TableState:
         the true per-cell cost).  "Meets" is judged on the live atoms (``charge_base``
         in a planning copy): the live atoms only get finer until the release is recorded,
         and finer atoms meet fewer cells, so a release is never recorded at a higher
-        charge than it was planned and checked for.  When the atoms hold the support
+        charge than it was planned at (the charge checked and quoted is the recorded one
+        exactly: :meth:`recorded_charges`).  When the atoms hold the support
         (usually: :meth:`_hold` refines them by it) this is exactly its support.  If even
         the grid that would show which atoms meet it is over the limit: every atom.
         """
