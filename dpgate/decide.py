@@ -34,6 +34,7 @@ of the independent noises, whose law the interval is computed from.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -199,9 +200,9 @@ def plan(
         # Placed after the block's history steps, which were decided without them.
         alone: list[tuple[int, Step]] = []
         # Decided on the costs before the block: its outputs are disjoint, so adding one's
-        # charge leaves every other's cells (hence its restrictions) as they were.
-        restrictable = {i for i in block
-                        if batch and (hi := hs[i]) is not None and _restrictable(blue, costs, hi)}
+        # charge leaves every other's cells (hence its restrictions) as they were.  Asked
+        # only of outputs history does not determine (a repeat asks none).
+        block_costs = copy.copy(costs)  # add() rebinds the units: a shallow copy is a snapshot
         for i in block:
             q, h = queries[i], hs[i]
             if q.is_zero:
@@ -220,7 +221,7 @@ def plan(
             if est is not None and meets(est.halfwidth(confidence), accuracy):  # inf when not estimable
                 # Reusable by answers() only while no planned release (valued 0 here) is in ``blue``.
                 place(i, Step(q, "history", h, estimate=None if own_blue else est))
-            elif est is None or (batch and not est.estimable and i not in restrictable):
+            elif est is None or (batch and not est.estimable and not _restrictable(blue, block_costs, h)):
                 m = measurement(state, q, _alone_scale(q, accuracy, confidence, policy), h=h)
                 before = costs.charge
                 costs.add(m.h, m.alpha, m.sensitivity)

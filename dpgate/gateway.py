@@ -114,6 +114,25 @@ def _requirement(stmt: CompiledStatement, accuracy: float | None, confidence: fl
     )
 
 
+_COMPILED_KEPT = 256  # compiled statements a gateway keeps for repeats
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _compile_key(
+    sql: str, params: Sequence[Any] | Mapping[str, Any] | None, dialect: str | None
+) -> tuple[Any, ...] | None:
+    """The cache key of a compilation, or None when a parameter is not a plain value (not cached)."""
+    if params is None:
+        items: tuple[Any, ...] = ()
+    elif isinstance(params, Mapping):
+        items = tuple(sorted((str(k), type(v).__name__, v) for k, v in params.items()))
+    else:
+        items = tuple((type(v).__name__, v) for v in params)
+    if not all(type(v) in _PLAIN for *_, v in items):
+        return None
+    return (sql, isinstance(params, Mapping), items, dialect)
+
+
 def _recorded_charges(state: TableState, parts: Sequence[Measurement]) -> tuple[int, list[int]]:
     """The table's exact charge, in units, before and after each of a statement's releases as they will be recorded."""
     if state.outside:  # charged on the atoms they meet when recorded (TableState.recorded_charges)
@@ -222,6 +241,7 @@ class Gateway:
         self._last_id = 0
         self._lock = threading.RLock()
         self._checkpointed = 0  # records covered by the ledger's checkpoint file (dpgate._checkpoint)
+        self._compiled: dict[tuple[Any, ...], tuple[Schema, CompiledStatement]] = {}  # see compile()
         with one_blas_thread():
             self._open_history()
 
@@ -464,7 +484,18 @@ class Gateway:
             UnsupportedQuery, SchemaError: the SQL is refused.
             ProgrammingError: a ``SET dpgate.*`` statement (those configure DB-API sessions).
         """
+        # Compiling depends only on the text, the parameters, the schema and the dialect, and a
+        # compiled statement is immutable: repeats (a GROUP BY answered from history) reuse it.
+        # (Single dict operations: safe across threads without the lock.)
+        key = _compile_key(sql, params, self.dialect)
+        found = self._compiled.get(key) if key is not None else None
+        if found is not None and found[0] is self.schema:
+            return found[1]
         stmt = compile_statement(sql, self.schema, dialect=self.dialect, params=params)
+        if isinstance(stmt, CompiledStatement) and key is not None:
+            if len(self._compiled) >= _COMPILED_KEPT:
+                self._compiled = {}
+            self._compiled[key] = (self.schema, stmt)
         if not isinstance(stmt, CompiledStatement):
             raise ProgrammingError(
                 "SET dpgate.* statements configure a DB-API connection; pass accuracy= and "
