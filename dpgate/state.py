@@ -72,6 +72,11 @@ def _wide(query: LinearQuery) -> bool:
     return found
 
 
+def _held_key(query: LinearQuery) -> tuple[object, ...]:
+    """What decides whether ``query`` is constant on a partition: its grid and weight pattern."""
+    return (tuple(c.lower() for c in query.columns), query.breakpoints, np.asarray(query.numerators).tobytes())
+
+
 def isolation_key(query: LinearQuery) -> tuple[str, float]:
     """``(key, factor)``: ``query`` is ``factor`` times the query the key names.
 
@@ -117,6 +122,10 @@ class TableState:
     charge_base: AtomPartition | None = None
     #: In a planning copy, the live costs it was refined from (on ``charge_base``).
     base_costs: CellCosts | None = None
+    #: :func:`_held_key` of queries recorded on the atoms: the atoms only get finer, so each
+    #: stays constant on them (and its grid inside theirs) — a repeat needs no refinement.
+    #: A class-level default, so states pickled without it (checkpoints) read as empty.
+    _held_keys: set[tuple[object, ...]] | None = field(default=None, repr=False)
     #: Inside :meth:`_deferred_splits`: the composed split not yet applied to the BLUE and costs.
     _pending: np.ndarray | None = field(default=None, repr=False)
     _deferring: bool = field(default=False, repr=False)
@@ -183,6 +192,10 @@ class TableState:
         trial.atoms, trial.blue, trial.costs = copy.copy(self.atoms), copy.copy(self.blue), copy.copy(self.costs)
         trial.charge_base = copy.copy(self.atoms)  # refine() replaces arrays: a shallow copy is a snapshot
         trial.base_costs = copy.copy(self.costs)  # so do add() and split()
+        known = self._held_keys
+        if known and all(q.is_zero or _held_key(q) in known for q in queries):
+            trial.outside = frozenset()  # every query already constant on the atoms: nothing to refine
+            return trial
         outside = set()
         with trial._deferred_splits():
             prepared = isolate and trial.prepare(queries)
@@ -263,6 +276,7 @@ class TableState:
         h = self.atoms.vector(query)
         self.blue.append(h, scale, value, lattice=lattice)
         self.costs.add(h, alpha, sensitivity)
+        self._remember_held([query])
         self.queries.append(query)
         self.record_ids.append(record_id)
         self.alphas.append(alpha)
@@ -300,6 +314,7 @@ class TableState:
                 self.alphas.append(alpha)
                 self.sensitivities.append(sensitivity)
             self.blue.extend(rows, [it[2] for it in run], [it[3] for it in run], [it[4] for it in run])
+            self._remember_held([it[1] for it in run])
             run.clear()
 
         with self._deferred_splits():
@@ -310,6 +325,12 @@ class TableState:
                 flush()  # outside the atoms: recorded after everything before it
                 self._record_isolated(*item[1:])
             flush()
+
+    def _remember_held(self, queries: Sequence[LinearQuery]) -> None:
+        """Note that ``queries`` are constant on the atoms (they were just recorded on them)."""
+        if self._held_keys is None:
+            self._held_keys = set()
+        self._held_keys.update(_held_key(q) for q in queries)
 
     def recorded_charges(self, parts: Sequence[tuple[LinearQuery, float, float]]) -> tuple[int, list[int]]:
         """The table's exact charge, in units, before and after each of ``parts``
