@@ -126,6 +126,8 @@ class TableState:
     #: stays constant on them (and its grid inside theirs) — a repeat needs no refinement.
     #: A class-level default, so states pickled without it (checkpoints) read as empty.
     _held_keys: set[tuple[object, ...]] | None = field(default=None, repr=False)
+    #: In a planning copy, the last :meth:`recorded_charges` (the plan's, reused when recording).
+    _charges: tuple[tuple[object, ...], tuple[int, list[int]]] | None = field(default=None, repr=False)
     #: Inside :meth:`_deferred_splits`: the composed split not yet applied to the BLUE and costs.
     _pending: np.ndarray | None = field(default=None, repr=False)
     _deferring: bool = field(default=False, repr=False)
@@ -192,6 +194,7 @@ class TableState:
         trial.atoms, trial.blue, trial.costs = copy.copy(self.atoms), copy.copy(self.blue), copy.copy(self.costs)
         trial.charge_base = copy.copy(self.atoms)  # refine() replaces arrays: a shallow copy is a snapshot
         trial.base_costs = copy.copy(self.costs)  # so do add() and split()
+        trial._charges = None
         known = self._held_keys
         if known and all(q.is_zero or _held_key(q) in known for q in queries):
             trial.outside = frozenset()  # every query already constant on the atoms: nothing to refine
@@ -344,6 +347,9 @@ class TableState:
         atoms one after the other — so this, not a sum over the plan, is the charge to
         check against the budget and to quote.
         """
+        key = tuple((id(q), alpha, sensitivity) for q, alpha, sensitivity in parts)  # ``parts`` keeps the queries alive
+        if self._charges is not None and self._charges[0] == key:
+            return self._charges[1]
         base_atoms = self.charge_base if self.charge_base is not None else self.atoms
         base_costs = self.base_costs if self.base_costs is not None else self.costs
         sim = TableState(self.table, copy.copy(base_atoms), cast(IncrementalBLUE, _NoBLUE()), copy.copy(base_costs))
@@ -352,6 +358,7 @@ class TableState:
         for q, alpha, sensitivity in parts:
             sim.record_many([(0, q, 1.0, 0.0, 0.0, alpha, sensitivity)], prepared=prepared)
             after.append(sim.costs.charge_units)
+        self._charges = key, (start, after)
         return start, after
 
     def isolated_weights(self, query: LinearQuery) -> np.ndarray:
