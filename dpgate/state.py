@@ -122,10 +122,12 @@ class TableState:
     charge_base: AtomPartition | None = None
     #: In a planning copy, the live costs it was refined from (on ``charge_base``).
     base_costs: CellCosts | None = None
-    #: :func:`_held_key` of queries recorded on the atoms: the atoms only get finer, so each
-    #: stays constant on them (and its grid inside theirs) — a repeat needs no refinement.
-    #: A class-level default, so states pickled without it (checkpoints) read as empty.
-    _held_keys: set[tuple[object, ...]] | None = field(default=None, repr=False)
+    #: By :func:`_held_key`, each recorded query: True when the atoms hold it, False when it
+    #: stays outside them.  The atoms only get finer, so a held query stays constant on them
+    #: (its grid inside theirs), and refining by one outside them (or by its support) changes
+    #: nothing again: a repeat needs no refinement.  A class-level default, so states pickled
+    #: without it (checkpoints) read as empty.
+    _known: dict[tuple[object, ...], bool] | None = field(default=None, repr=False)
     #: In a planning copy, the last :meth:`recorded_charges` (the plan's, reused when recording).
     _charges: tuple[tuple[object, ...], tuple[int, list[int]]] | None = field(default=None, repr=False)
     #: Inside :meth:`_deferred_splits`: the composed split not yet applied to the BLUE and costs.
@@ -195,10 +197,12 @@ class TableState:
         trial.charge_base = copy.copy(self.atoms)  # refine() replaces arrays: a shallow copy is a snapshot
         trial.base_costs = copy.copy(self.costs)  # so do add() and split()
         trial._charges = None
-        known = self._held_keys
-        if known and all(q.is_zero or _held_key(q) in known for q in queries):
-            trial.outside = frozenset()  # every query already constant on the atoms: nothing to refine
-            return trial
+        if self._known:
+            # Every query already recorded (held, or outside when that is allowed): nothing to refine.
+            seen = [True if q.is_zero else self._known.get(_held_key(q)) for q in queries]
+            if all(k is True or (isolate and k is False) for k in seen):
+                trial.outside = frozenset(i for i, k in enumerate(seen) if k is False)
+                return trial
         outside = set()
         with trial._deferred_splits():
             prepared = isolate and trial.prepare(queries)
@@ -279,7 +283,7 @@ class TableState:
         h = self.atoms.vector(query)
         self.blue.append(h, scale, value, lattice=lattice)
         self.costs.add(h, alpha, sensitivity)
-        self._remember_held([query])
+        self._remember([query], True)
         self.queries.append(query)
         self.record_ids.append(record_id)
         self.alphas.append(alpha)
@@ -291,6 +295,7 @@ class TableState:
         key, factor = isolation_key(query)
         self.isolated.setdefault(key, IncrementalBLUE(_ONE)).append([factor], scale, value, lattice=lattice)
         self.costs.add(self.isolated_weights(query), alpha, sensitivity)
+        self._remember([query], False)
 
     def record_many(
         self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]], *, prepared: bool = False
@@ -317,7 +322,7 @@ class TableState:
                 self.alphas.append(alpha)
                 self.sensitivities.append(sensitivity)
             self.blue.extend(rows, [it[2] for it in run], [it[3] for it in run], [it[4] for it in run])
-            self._remember_held([it[1] for it in run])
+            self._remember([it[1] for it in run], True)
             run.clear()
 
         with self._deferred_splits():
@@ -329,11 +334,11 @@ class TableState:
                 self._record_isolated(*item[1:])
             flush()
 
-    def _remember_held(self, queries: Sequence[LinearQuery]) -> None:
-        """Note that ``queries`` are constant on the atoms (they were just recorded on them)."""
-        if self._held_keys is None:
-            self._held_keys = set()
-        self._held_keys.update(_held_key(q) for q in queries)
+    def _remember(self, queries: Sequence[LinearQuery], held: bool) -> None:
+        """Note whether the atoms hold ``queries`` (just recorded on them, or outside them)."""
+        if self._known is None:
+            self._known = {}
+        self._known.update((_held_key(q), held) for q in queries)
 
     def recorded_charges(self, parts: Sequence[tuple[LinearQuery, float, float]]) -> tuple[int, list[int]]:
         """The table's exact charge, in units, before and after each of ``parts``
