@@ -73,8 +73,10 @@ def _wide(query: LinearQuery) -> bool:
 
 
 def _held_key(query: LinearQuery) -> tuple[object, ...]:
-    """What decides whether ``query`` is constant on a partition: its grid and weight pattern."""
-    return (tuple(c.lower() for c in query.columns), query.breakpoints, np.asarray(query.numerators).tobytes())
+    """What decides whether ``query`` is constant on a partition: its grid and weight pattern
+    (the weights by digest: a wide query's are megabytes)."""
+    digest = hashlib.sha256(np.ascontiguousarray(query.numerators, dtype=np.int64).tobytes()).digest()
+    return (tuple(c.lower() for c in query.columns), query.breakpoints, digest)
 
 
 def isolation_key(query: LinearQuery) -> tuple[str, float]:
