@@ -34,6 +34,7 @@ of the independent noises, whose law the interval is computed from.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -43,7 +44,7 @@ from typing import Literal, cast
 
 import numpy as np
 
-from dpgate.accounting import CellCosts
+from dpgate.accounting import CellCosts, to_epsilon
 from dpgate.errors import InvalidRequirement
 from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, minimal_scale, single_release_scale
 from dpgate.noise import lattice_for
@@ -199,9 +200,9 @@ def plan(
         # Placed after the block's history steps, which were decided without them.
         alone: list[tuple[int, Step]] = []
         # Decided on the costs before the block: its outputs are disjoint, so adding one's
-        # charge leaves every other's cells (hence its restrictions) as they were.
-        restrictable = {i for i in block
-                        if batch and (hi := hs[i]) is not None and _restrictable(blue, costs, hi)}
+        # charge leaves every other's cells (hence its restrictions) as they were.  Asked
+        # only of outputs history does not determine (a repeat asks none).
+        block_costs = copy.copy(costs)  # add() rebinds the units: a shallow copy is a snapshot
         for i in block:
             q, h = queries[i], hs[i]
             if q.is_zero:
@@ -220,7 +221,7 @@ def plan(
             if est is not None and meets(est.halfwidth(confidence), accuracy):  # inf when not estimable
                 # Reusable by answers() only while no planned release (valued 0 here) is in ``blue``.
                 place(i, Step(q, "history", h, estimate=None if own_blue else est))
-            elif est is None or (batch and not est.estimable and i not in restrictable):
+            elif est is None or (batch and not est.estimable and not _restrictable(blue, block_costs, h)):
                 m = measurement(state, q, _alone_scale(q, accuracy, confidence, policy), h=h)
                 before = costs.charge
                 costs.add(m.h, m.alpha, m.sensitivity)
@@ -247,7 +248,31 @@ def plan(
             for m in parts:
                 costs.add(m.h, m.alpha, m.sensitivity)
             place(i, Step(q, "fresh", h, tuple(parts), increase))
-    return [s for s in steps if s is not None]
+    out = [s for s in steps if s is not None]
+    if any(s.measurements for s in out if s.isolated is not None):
+        out = _recorded_increases(state, out)
+    return out
+
+
+def _recorded_increases(state: TableState, steps: list[Step]) -> list[Step]:
+    """``steps`` with each fresh step's increase the one recording its releases will cause.
+
+    A query outside the atoms is charged on the atoms it meets when its release is
+    recorded; the plan priced it on the live atoms, which the statement's own groups
+    have not split yet, so disjoint groups looked like they stacked on the same cells.
+    The increases are re-priced by simulating the records (:meth:`TableState.recorded_charges`),
+    in the order they are recorded (the statement's order), so their sum is exactly the
+    rise of the ledger's cost — never below it (the budget check uses it).
+    """
+    start, after = state.recorded_charges([(m.query, m.alpha, m.sensitivity) for s in steps for m in s.measurements])
+    charges = iter(after)
+    prev, out = to_epsilon(start), []
+    for s in steps:
+        if s.measurements:
+            now = to_epsilon([next(charges) for _ in s.measurements][-1])
+            s, prev = replace(s, increase=now - prev), now
+        out.append(s)
+    return out
 
 
 def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: float, policy: str) -> Step:

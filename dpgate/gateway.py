@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from dpgate import _checkpoint, _progress
 from dpgate._blas import one_blas_thread, single_threaded
 from dpgate._validate import positive_finite
+from dpgate.accounting import to_epsilon
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
 from dpgate.cube import Cube
 from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
@@ -111,6 +112,36 @@ def _requirement(stmt: CompiledStatement, accuracy: float | None, confidence: fl
         missing="no accuracy given: pass accuracy= (the half-width of the interval you need, e.g. 25) "
         "or add a hint /*+ dpgate accuracy=25 */.",
     )
+
+
+_COMPILED_KEPT = 256  # compiled statements a gateway keeps for repeats
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _compile_key(
+    sql: str, params: Sequence[Any] | Mapping[str, Any] | None, dialect: str | None
+) -> tuple[Any, ...] | None:
+    """The cache key of a compilation, or None when a parameter is not a plain value (not cached)."""
+    if params is None:
+        items: tuple[Any, ...] = ()
+    elif isinstance(params, Mapping):
+        items = tuple(sorted((str(k), type(v).__name__, v) for k, v in params.items()))
+    else:
+        items = tuple((type(v).__name__, v) for v in params)
+    if not all(type(v) in _PLAIN for *_, v in items):
+        return None
+    return (sql, isinstance(params, Mapping), items, dialect)
+
+
+def _recorded_charges(state: TableState, parts: Sequence[Measurement]) -> tuple[int, list[int]]:
+    """The table's exact charge, in units, before and after each of a statement's releases as they will be recorded."""
+    if state.outside:  # charged on the atoms they meet when recorded (TableState.recorded_charges)
+        return state.recorded_charges([(m.query, m.alpha, m.sensitivity) for m in parts])
+    costs, after = state.costs.copy(), []
+    for m in parts:
+        costs.add(m.h, m.alpha, m.sensitivity)
+        after.append(costs.charge_units)
+    return state.costs.charge_units, after
 
 
 def _refuse_derived(stmt: CompiledStatement, what: str) -> None:
@@ -210,6 +241,7 @@ class Gateway:
         self._last_id = 0
         self._lock = threading.RLock()
         self._checkpointed = 0  # records covered by the ledger's checkpoint file (dpgate._checkpoint)
+        self._compiled: dict[tuple[Any, ...], tuple[Schema, CompiledStatement]] = {}  # see compile()
         with one_blas_thread():
             self._open_history()
 
@@ -452,7 +484,18 @@ class Gateway:
             UnsupportedQuery, SchemaError: the SQL is refused.
             ProgrammingError: a ``SET dpgate.*`` statement (those configure DB-API sessions).
         """
+        # Compiling depends only on the text, the parameters, the schema and the dialect, and a
+        # compiled statement is immutable: repeats (a GROUP BY answered from history) reuse it.
+        # (Single dict operations: safe across threads without the lock.)
+        key = _compile_key(sql, params, self.dialect)
+        found = self._compiled.get(key) if key is not None else None
+        if found is not None and found[0] is self.schema:
+            return found[1]
         stmt = compile_statement(sql, self.schema, dialect=self.dialect, params=params)
+        if isinstance(stmt, CompiledStatement) and key is not None:
+            if len(self._compiled) >= _COMPILED_KEPT:
+                self._compiled = {}
+            self._compiled[key] = (self.schema, stmt)
         if not isinstance(stmt, CompiledStatement):
             raise ProgrammingError(
                 "SET dpgate.* statements configure a DB-API connection; pass accuracy= and "
@@ -622,11 +665,10 @@ class Gateway:
         """Inside an open ledger transaction: read the true answers, add noise, append
         one record per measurement.  Values leave only after the caller commits."""
         truths = self._cube.true_numerators([m.query for m in parts])
-        trial = state.costs.copy()
+        start, after = _recorded_charges(state, parts)
         values = []
-        for m, truth in _progress.track(zip(parts, truths, strict=True), len(parts), "releasing"):
+        for m, truth, charge in _progress.track(zip(parts, truths, after, strict=True), len(parts), "releasing"):
             rel = release(truth, m.query.denominator, m.sensitivity, m.alpha, self._noise)
-            trial.add(m.h, m.alpha, m.sensitivity)
             tx.append(
                 kind=kind,
                 table=state.table.name,
@@ -638,7 +680,7 @@ class Gateway:
                 lattice=rel.lattice,
                 noise="discrete_laplace",
                 value=rel.value,
-                cost_after=spent - state.costs.charge + trial.charge,
+                cost_after=spent - to_epsilon(start) + to_epsilon(charge),
                 secure=rel.secure,
             )
             values.append(rel.value)
@@ -693,10 +735,8 @@ class Gateway:
                 state = self._state(table).refined([q for q, _ in measurements], isolate=True)
                 parts = [measurement(state, q, q.sensitivity / a, isolated=i in state.outside)
                          for i, (q, a) in enumerate(measurements)]
-                trial = state.costs.copy()
-                for m in parts:
-                    trial.add(m.h, m.alpha, m.sensitivity)
-                needed, spent = trial.charge - state.costs.charge, self._spent()
+                start, after = _recorded_charges(state, parts)
+                needed, spent = to_epsilon(after[-1] if after else start) - to_epsilon(start), self._spent()
                 if spent + needed > self.budget + _BUDGET_SLACK:
                     remaining = max(0.0, self.budget - spent)
                     raise BudgetExhausted(

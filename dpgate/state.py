@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -71,6 +72,13 @@ def _wide(query: LinearQuery) -> bool:
     return found
 
 
+def _held_key(query: LinearQuery) -> tuple[object, ...]:
+    """What decides whether ``query`` is constant on a partition: its grid and weight pattern
+    (the weights by digest: a wide query's are megabytes)."""
+    digest = hashlib.sha256(np.ascontiguousarray(query.numerators, dtype=np.int64).tobytes()).digest()
+    return (tuple(c.lower() for c in query.columns), query.breakpoints, digest)
+
+
 def isolation_key(query: LinearQuery) -> tuple[str, float]:
     """``(key, factor)``: ``query`` is ``factor`` times the query the key names.
 
@@ -114,6 +122,16 @@ class TableState:
     #: In a planning copy, the live atoms it was refined from: a query outside the atoms is
     #: charged on the live atoms it meets (see :meth:`isolated_weights`).
     charge_base: AtomPartition | None = None
+    #: In a planning copy, the live costs it was refined from (on ``charge_base``).
+    base_costs: CellCosts | None = None
+    #: By :func:`_held_key`, each recorded query: True when the atoms hold it, False when it
+    #: stays outside them.  The atoms only get finer, so a held query stays constant on them
+    #: (its grid inside theirs), and refining by one outside them (or by its support) changes
+    #: nothing again: a repeat needs no refinement.  A class-level default, so states pickled
+    #: without it (checkpoints) read as empty.
+    _known: dict[tuple[object, ...], bool] | None = field(default=None, repr=False)
+    #: In a planning copy, the last :meth:`recorded_charges` (the plan's, reused when recording).
+    _charges: tuple[tuple[object, ...], tuple[int, list[int]]] | None = field(default=None, repr=False)
     #: Inside :meth:`_deferred_splits`: the composed split not yet applied to the BLUE and costs.
     _pending: np.ndarray | None = field(default=None, repr=False)
     _deferring: bool = field(default=False, repr=False)
@@ -179,6 +197,14 @@ class TableState:
         trial = copy.copy(self)
         trial.atoms, trial.blue, trial.costs = copy.copy(self.atoms), copy.copy(self.blue), copy.copy(self.costs)
         trial.charge_base = copy.copy(self.atoms)  # refine() replaces arrays: a shallow copy is a snapshot
+        trial.base_costs = copy.copy(self.costs)  # so do add() and split()
+        trial._charges = None
+        if self._known:
+            # Every query already recorded (held, or outside when that is allowed): nothing to refine.
+            seen = [True if q.is_zero else self._known.get(_held_key(q)) for q in queries]
+            if all(k is True or (isolate and k is False) for k in seen):
+                trial.outside = frozenset(i for i, k in enumerate(seen) if k is False)
+                return trial
         outside = set()
         with trial._deferred_splits():
             prepared = isolate and trial.prepare(queries)
@@ -259,6 +285,7 @@ class TableState:
         h = self.atoms.vector(query)
         self.blue.append(h, scale, value, lattice=lattice)
         self.costs.add(h, alpha, sensitivity)
+        self._remember([query], True)
         self.queries.append(query)
         self.record_ids.append(record_id)
         self.alphas.append(alpha)
@@ -270,6 +297,7 @@ class TableState:
         key, factor = isolation_key(query)
         self.isolated.setdefault(key, IncrementalBLUE(_ONE)).append([factor], scale, value, lattice=lattice)
         self.costs.add(self.isolated_weights(query), alpha, sensitivity)
+        self._remember([query], False)
 
     def record_many(
         self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]], *, prepared: bool = False
@@ -296,6 +324,7 @@ class TableState:
                 self.alphas.append(alpha)
                 self.sensitivities.append(sensitivity)
             self.blue.extend(rows, [it[2] for it in run], [it[3] for it in run], [it[4] for it in run])
+            self._remember([it[1] for it in run], True)
             run.clear()
 
         with self._deferred_splits():
@@ -307,6 +336,38 @@ class TableState:
                 self._record_isolated(*item[1:])
             flush()
 
+    def _remember(self, queries: Sequence[LinearQuery], held: bool) -> None:
+        """Note whether the atoms hold ``queries`` (just recorded on them, or outside them)."""
+        if self._known is None:
+            self._known = {}
+        self._known.update((_held_key(q), held) for q in queries)
+
+    def recorded_charges(self, parts: Sequence[tuple[LinearQuery, float, float]]) -> tuple[int, list[int]]:
+        """The table's exact charge, in units, before and after each of ``parts``
+        ``(query, α, S)`` once they are recorded as one statement's releases, in order.
+
+        Simulated the way the gateway applies a statement's ledger records (:meth:`prepare`
+        on all of them, then :meth:`record_many`), on the live state a planning copy was
+        refined from (``charge_base``, ``base_costs``), the BLUE left out.  A query outside
+        the atoms is charged on the atoms it meets when it is recorded (:meth:`isolated_weights`),
+        which the statement's refined copy cannot see — its groups' supports split the
+        atoms one after the other — so this, not a sum over the plan, is the charge to
+        check against the budget and to quote.
+        """
+        key = tuple((id(q), alpha, sensitivity) for q, alpha, sensitivity in parts)  # ``parts`` keeps the queries alive
+        if self._charges is not None and self._charges[0] == key:
+            return self._charges[1]
+        base_atoms = self.charge_base if self.charge_base is not None else self.atoms
+        base_costs = self.base_costs if self.base_costs is not None else self.costs
+        sim = TableState(self.table, copy.copy(base_atoms), cast(IncrementalBLUE, _NoBLUE()), copy.copy(base_costs))
+        prepared = sim.prepare([q for q, _, _ in parts])
+        start, after = sim.costs.charge_units, []
+        for q, alpha, sensitivity in parts:
+            sim.record_many([(0, q, 1.0, 0.0, 0.0, alpha, sensitivity)], prepared=prepared)
+            after.append(sim.costs.charge_units)
+        self._charges = key, (start, after)
+        return start, after
+
     def isolated_weights(self, query: LinearQuery) -> np.ndarray:
         """The atom vector a release of ``query`` outside the atoms is charged as.
 
@@ -314,7 +375,8 @@ class TableState:
         the true per-cell cost).  "Meets" is judged on the live atoms (``charge_base``
         in a planning copy): the live atoms only get finer until the release is recorded,
         and finer atoms meet fewer cells, so a release is never recorded at a higher
-        charge than it was planned and checked for.  When the atoms hold the support
+        charge than it was planned at (the charge checked and quoted is the recorded one
+        exactly: :meth:`recorded_charges`).  When the atoms hold the support
         (usually: :meth:`_hold` refines them by it) this is exactly its support.  If even
         the grid that would show which atoms meet it is over the limit: every atom.
         """
@@ -372,6 +434,16 @@ class TableState:
         grid = query.expand(self.table, self.atoms.columns, self.atoms.breakpoints) / query.denominator
         weights = np.where(keep[self.atoms.labels], grid, 0.0)
         return LinearQuery.from_grid(self.table, self.atoms.columns, self.atoms.breakpoints, weights)
+
+
+class _NoBLUE:
+    """Stands in for the BLUE where only the costs are simulated (:meth:`TableState.recorded_charges`)."""
+
+    def split(self, parent: np.ndarray, sizes: np.ndarray) -> None:
+        pass
+
+    def extend(self, *args: object, **kwargs: object) -> None:
+        pass
 
 
 @dataclass(frozen=True, eq=False)

@@ -6,8 +6,11 @@ import math
 import warnings
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import dpgate
+import dpgate.datasets
 
 QUERIES = [
     ("SELECT COUNT(*) FROM pums WHERE age < 30", 10),
@@ -16,7 +19,15 @@ QUERIES = [
     ("SELECT married, AVG(age) AS a FROM pums GROUP BY married", 5),
     ("SELECT COUNT(*) FROM pums WHERE age < 30", 10),  # a repeat: free
     ("SELECT STDDEV(age) FROM pums", 5),
+    # Outside the atoms (wide weights): disjoint groups are charged on disjoint cells.
+    ("SELECT sex, SUM(age) FROM pums GROUP BY sex", 200),
+    ("SELECT married, SUM(age) FROM pums WHERE sex = 1 GROUP BY married", 150),
+    ("SELECT race, SUM(age), COUNT(*) FROM pums GROUP BY race", 300),
+    ("SELECT sex, SUM(age) FROM pums GROUP BY sex", 100),  # a top-up of its repeats
 ]
+
+
+_PUMS = dpgate.datasets.load_pums()
 
 
 @pytest.fixture
@@ -39,9 +50,9 @@ def test_quote_equals_the_charge_and_costs_nothing(gw):
             warnings.simplefilter("ignore", dpgate.Warning)
             res = gw.query(sql, accuracy=acc, confidence=0.9)
         assert res.epsilon_spent == pytest.approx(quote.epsilon, abs=1e-12, rel=0)
-        # The ledger's cost rises by the charge; a query outside the atoms may be recorded on fewer
-        # atoms than planned (dpgate.state), never more.
-        assert gw.spent <= spent + quote.epsilon + 1e-12
+        # The ledger's cost rises by exactly the charge, for queries outside the atoms too.
+        assert gw.spent - spent == pytest.approx(quote.epsilon, abs=1e-12, rel=0)
+        assert gw.history["cost_after"].max() == pytest.approx(gw.spent, abs=1e-12, rel=0)
         assert len(quote.quotes) == len(res.answers)
         for q, a in zip(quote.quotes, res.answers, strict=True):
             assert (q.output, q.group) == (a.label, a.group)
@@ -90,3 +101,36 @@ def test_explain_select_on_the_dbapi():
         assert cur.fetchone()[2] == "fresh"
         with pytest.raises(dpgate.UnsupportedQuery, match="EXPLAIN ANALYZE"):
             cur.execute("EXPLAIN ANALYZE SELECT COUNT(*) FROM pums")
+
+
+# (statement, a typical accuracy): counts, held sums, and sums outside the atoms, with and without GROUP BY.
+_STATEMENTS = [
+    ("SELECT COUNT(*) FROM pums WHERE age < 30", 10),
+    ("SELECT COUNT(*) FROM pums WHERE age BETWEEN 20 AND 60", 10),
+    ("SELECT sex, COUNT(*) FROM pums GROUP BY sex", 10),
+    ("SELECT race, COUNT(*) FROM pums WHERE age >= 40 GROUP BY race", 10),
+    ("SELECT SUM(educ) FROM pums", 50),
+    ("SELECT SUM(age) FROM pums", 300),
+    ("SELECT sex, SUM(age) FROM pums GROUP BY sex", 200),
+    ("SELECT race, SUM(age), COUNT(*) FROM pums GROUP BY race", 300),
+    ("SELECT married, SUM(age) FROM pums WHERE age < 50 GROUP BY married", 150),
+    ("SELECT educ, SUM(age) FROM pums WHERE educ < 5 GROUP BY educ", 200),
+]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(_STATEMENTS), st.sampled_from([0.5, 1.0, 2.0, 4.0]),
+                          st.sampled_from(["minimal", "paper"])), min_size=2, max_size=5))
+def test_budget_invariant_charge_equals_quote_equals_ledger(statements):
+    """For any sequence of statements: Result.epsilon_spent == the quote == the rise of gw.spent."""
+    df, schema = _PUMS
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        gw = dpgate.Gateway(df, schema, budget=1e6, seed=5)
+        for (sql, acc), factor, policy in statements:
+            spent = gw.spent
+            quote = gw.explain(sql, accuracy=acc * factor, confidence=0.9, policy=policy)
+            res = gw.query(sql, accuracy=acc * factor, confidence=0.9, policy=policy)
+            assert res.epsilon_spent == pytest.approx(quote.epsilon, abs=1e-12, rel=0)
+            assert gw.spent - spent == pytest.approx(res.epsilon_spent, abs=1e-12, rel=0)

@@ -466,3 +466,19 @@ def test_seeded_sessions_are_reproducible(pums):
     with dpgate.Gateway(df, schema, budget=1.0, seed=100, policy="paper") as gw:
         _session(gw)
         assert gw.history["value"].tolist() != vals[0]
+
+
+def test_compiled_statements_are_reused_per_text_and_parameters(pums):
+    """A repeat reuses its compilation; other parameters, or values equal but of another type, do not."""
+    df, schema = pums
+    gw = dpgate.Gateway(df, schema, budget=1.0, seed=1)
+    sql = "SELECT COUNT(*) FROM pums WHERE age < ?"
+    a = gw.compile(sql, [30])
+    assert gw.compile(sql, [30]) is a
+    for other in ([31], [30.5]):
+        assert gw.compile(sql, other).queries != a.queries
+    assert gw.compile(sql, [30.0]) is not a  # same value, another type: compiled on its own
+    assert gw.compile(sql, [30.0]).queries == a.queries
+    with pytest.raises(dpgate.ProgrammingError):
+        gw.compile("SET dpgate.accuracy = 5")
+    gw.close()

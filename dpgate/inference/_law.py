@@ -285,13 +285,12 @@ class ErrorLaw:
     def _sum_halfwidth(self, conf: float) -> float:
         """Certified half-width of two or more terms (Gil-Pelaez, memoised by law)."""
         a, w = self._a, self.lattice_width
-        bound = chernoff_halfwidth(a, 1.0 - conf)  # rigorous; wins only for extreme levels
         if 1.0 - conf <= 100.0 * ABS_CDF_ERROR:
-            return float(bound + w)
+            return float(chernoff_halfwidth(a, 1.0 - conf) + w)  # rigorous; wins only for extreme levels
         dominant = self._dominant_halfwidth(conf)
         if math.isfinite(dominant):
             return dominant
-        return float(min(sum_quantile(a, conf), bound) + w)
+        return float(min(sum_quantile(a, conf), chernoff_halfwidth(a, 1.0 - conf)) + w)
 
     def _dominant_halfwidth(self, conf: float) -> float:
         """Certified half-width when one term carries (almost) all the error.
