@@ -118,7 +118,7 @@ def test_sigkill_at_random_moments_never_undercounts(zygote, net, tmp_path):
     for trial in range(trials):
         out = tmp_path / f"crash{trial}.jsonl"
         pid = zygote.fork(mode="crash", ledger=str(ledger), out=str(out), seed=trial, budget=CRASH_BUDGET,
-                          n=4000, policy=rnd.choice(["minimal", "paper", "paper"]))
+                          n=1200, policy=rnd.choice(["minimal", "paper", "paper"]))
         if trial % 4 == 0:
             # Any moment from the fork on: loading, opening the ledger, replaying it, answering.
             time.sleep(rnd.uniform(0.0, 1.2))
