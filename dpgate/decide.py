@@ -144,7 +144,9 @@ class Step:
     aggregate column by aggregate column); ``alone`` marks a fresh step whose answer is
     its own measurement only (see :func:`plan`); ``isolated`` is, for a query the atoms
     could not hold, the history of its exact repeats it is estimated from (``h`` is then
-    its factor over that one-atom history).
+    its factor over that one-atom history).  ``same_as`` marks a query equal to an earlier
+    one of the statement (e.g. the SUM that AVG and STDDEV of one column share): it is
+    answered by that query's answer and measures nothing.
     """
 
     query: LinearQuery
@@ -157,6 +159,7 @@ class Step:
     alone: bool = False
     isolated: IncrementalBLUE | None = field(default=None, repr=False)  # its own history, outside the atoms
     estimate: Estimate | None = field(default=None, repr=False)  # a history step's, from released values only
+    same_as: int | None = None  # index of an equal query planned earlier in the statement
 
 
 def plan(
@@ -194,7 +197,14 @@ def plan(
         order += 1
 
     columns = _columns(queries)
+    planned: dict[LinearQuery, int] = {}  # queries of earlier columns (equality ignores label and group)
     for n_block, block in enumerate(columns):
+        repeats = [i for i in block if queries[i] in planned]
+        for i in repeats:
+            first = steps[planned[queries[i]]]
+            assert first is not None
+            place(i, Step(queries[i], first.kind, first.h, same_as=planned[queries[i]]))
+        block = [i for i in block if queries[i] not in planned]
         batch = len(block) > 1 and _disjoint([hs[i] for i in block])
         later: list[int] = []
         # Placed after the block's history steps, which were decided without them.
@@ -248,6 +258,8 @@ def plan(
             for m in parts:
                 costs.add(m.h, m.alpha, m.sensitivity)
             place(i, Step(q, "fresh", h, tuple(parts), increase))
+        for i in block:
+            planned.setdefault(queries[i], i)
     out = [s for s in steps if s is not None]
     if any(s.measurements for s in out if s.isolated is not None):
         out = _recorded_increases(state, out)
@@ -373,7 +385,8 @@ def answers(
     ordered = sorted(range(len(steps)), key=lambda i: steps[i].order)
     # The last step that reads the replayed history: nothing after it needs appending.
     readers = [k for k, i in enumerate(ordered)
-               if not steps[i].alone and steps[i].kind != "exact" and steps[i].isolated is None]
+               if not steps[i].alone and steps[i].kind != "exact" and steps[i].isolated is None
+               and steps[i].same_as is None]
     last_reader = readers[-1] if readers else -1
     replay = blue.copy() if any(steps[i].measurements for i in ordered[:last_reader + 1]) else blue
     out: list[Answer | None] = [None] * len(steps)
@@ -383,6 +396,11 @@ def answers(
             # An unpaid ("unavailable") step keeps its planned measurements but has no values.
             for m, v in zip(s.measurements, s.values, strict=False):
                 replay.append(m.h, m.scale, v, lattice=m.lattice)
+        if s.same_as is not None:  # planned earlier in the statement, so answered already
+            first = out[s.same_as]
+            assert first is not None
+            out[i] = replace(first, label=s.query.label, group=s.query.group, query=s.query, epsilon_spent=0.0)
+            continue
         out[i] = _answer(replay, s, accuracy, confidence, policy, secure)
     return tuple(a for a in out if a is not None)
 

@@ -150,3 +150,27 @@ def test_compile_splits_derived_outputs_into_components(pums):
         dpgate.compile_sql("SELECT AVG(age), sex FROM pums GROUP BY 1", schema)
     with pytest.raises(dpgate.UnsupportedQuery, match="exactly one argument"):
         dpgate.compile_sql("SELECT AVG(*) FROM pums", schema)
+
+
+def test_equal_components_of_one_statement_are_measured_once() -> None:
+    """AVG and STDDEV of one column share COUNT and SUM: together they cost what STDDEV costs alone,
+    record its three releases, and AVG is read from the same components."""
+    import warnings
+
+    from dpgate.datasets import load_pums
+
+    df, schema = load_pums()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        alone = dpgate.Gateway(df, schema, budget=50.0, seed=4)
+        both = dpgate.Gateway(df, schema, budget=50.0, seed=4)
+        sd = alone.query("SELECT STDDEV(age) FROM pums", accuracy=10)
+        res = both.query("SELECT AVG(age) AS m, STDDEV(age) AS s FROM pums", accuracy=10)
+    assert res.epsilon_spent == pytest.approx(sd.epsilon_spent, abs=1e-12)
+    assert both.spent == pytest.approx(alone.spent, abs=1e-12) and len(both.history) == len(alone.history) == 3
+    m, s = res.answers
+    assert (s.value, s.low, s.high) == (sd.answer.value, sd.answer.low, sd.answer.high)
+    assert [c.value for c in m.components] == [c.value for c in s.components[:2]]
+    # Each release is charged once, to the output planned first (AVG): the charges add up to the total.
+    charged = [c.epsilon_spent for c in (*m.components, *s.components)]
+    assert sum(charged) == pytest.approx(res.epsilon_spent, abs=1e-12) and charged[2:4] == [0.0, 0.0]

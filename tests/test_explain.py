@@ -19,6 +19,7 @@ QUERIES = [
     ("SELECT married, AVG(age) AS a FROM pums GROUP BY married", 5),
     ("SELECT COUNT(*) FROM pums WHERE age < 30", 10),  # a repeat: free
     ("SELECT STDDEV(age) FROM pums", 5),
+    ("SELECT AVG(educ), STDDEV(educ) FROM pums", 5),  # equal components (COUNT, SUM) measured once
     # Outside the atoms (wide weights): disjoint groups are charged on disjoint cells.
     ("SELECT sex, SUM(age) FROM pums GROUP BY sex", 200),
     ("SELECT married, SUM(age) FROM pums WHERE sex = 1 GROUP BY married", 150),
@@ -59,7 +60,7 @@ def test_quote_equals_the_charge_and_costs_nothing(gw):
             assert q.epsilon == pytest.approx(a.epsilon_spent, abs=1e-12, rel=0)
             assert q.source == a.source
             if a.components:  # a derived output: its interval depends on the released values
-                assert math.isnan(q.halfwidth) and "SUM(x − 50)" in q.note
+                assert math.isnan(q.halfwidth) and "SUM(x − " in q.note
             else:  # the certified half-width, before the answer's interval is cut at 0 (dpgate.result)
                 lo, hi = a.posterior.interval(a.confidence)
                 assert q.halfwidth == pytest.approx((hi - lo) / 2, rel=1e-9)
