@@ -191,6 +191,25 @@ def test_user_add_command_writes_a_verifier(tmp_path: Path) -> None:
     assert res.exit_code == 0 and sorted(load_users(path)) == ["dave", "eve"]
 
 
+def dpgate_dir() -> str:
+    import dpgate
+
+    return str(Path(dpgate.__file__).parent)
+
+
+def test_serve_refuses_a_ledger_url_before_opening_anything(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dpgate.cli import cli
+
+    data = Path(dpgate_dir()) / "data"
+    users = tmp_path / "users.yaml"
+    users.write_text("users: {}\n")
+    res = CliRunner().invoke(cli, ["serve", "--data", str(data / "PUMS.csv"), "--schema", str(data / "pums.yaml"),
+                                   "--ledger", "postgresql://127.0.0.1/x", "--budget", "1", "--users", str(users)])
+    assert res.exit_code == 2 and "SQLite file" in res.output
+
+
 def test_connections_beyond_the_limit_are_refused(tmp_path: Path) -> None:
     with thread_server(tmp_path, max_connections=1) as s:
         with psycopg.connect(dsn(s.port), autocommit=True) as first:

@@ -47,6 +47,9 @@ def serve(data: str, schema_path: str, ledger: str, budget: float, users_path: s
     from dpgate.server.server import Server
     from dpgate.server.users import load_users
 
+    if "://" in ledger:  # provenance rows share the release's SQLite transaction (dpgate.server._provenance)
+        raise click.BadParameter("dpgate serve keeps its ledger in a SQLite file; give a file path, not a URL.",
+                                 param_hint="--ledger")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     schema = Schema.load(schema_path)
