@@ -69,7 +69,7 @@ from dpgate.errors import Warning as DPGateWarning
 from dpgate.explain import Explanation, Quote, quote, zero_valued
 from dpgate.inference import IncrementalBLUE
 from dpgate.ledger import Ledger, LedgerRecord, LedgerTransaction
-from dpgate.noise import noise_source, release
+from dpgate.noise import noise_source, release_many
 from dpgate.query import LinearQuery
 from dpgate.requirement import Requirement, hinted, resolve_confidence, resolve_requirement
 from dpgate.result import Result
@@ -666,25 +666,17 @@ class Gateway:
         one record per measurement.  Values leave only after the caller commits."""
         truths = self._cube.true_numerators([m.query for m in parts])
         start, after = _recorded_charges(state, parts)
-        values = []
-        for m, truth, charge in _progress.track(zip(parts, truths, after, strict=True), len(parts), "releasing"):
-            rel = release(truth, m.query.denominator, m.sensitivity, m.alpha, self._noise)
-            tx.append(
-                kind=kind,
-                table=state.table.name,
-                query=m.query.to_json(),
-                sql=sql,
-                alpha=m.alpha,
-                sensitivity=m.sensitivity,
-                scale=rel.scale,
-                lattice=rel.lattice,
-                noise="discrete_laplace",
-                value=rel.value,
-                cost_after=spent - to_epsilon(start) + to_epsilon(charge),
-                secure=rel.secure,
-            )
-            values.append(rel.value)
-        return values
+        rels = release_many(
+            [(truth, m.query.denominator, m.sensitivity, m.alpha) for m, truth in zip(parts, truths, strict=True)],
+            self._noise,
+        )
+        tx.append_many([
+            {"kind": kind, "table": state.table.name, "query": m.query.to_json(), "sql": sql, "alpha": m.alpha,
+             "sensitivity": m.sensitivity, "scale": rel.scale, "lattice": rel.lattice, "noise": "discrete_laplace",
+             "value": rel.value, "cost_after": spent - to_epsilon(start) + to_epsilon(charge), "secure": rel.secure}
+            for m, rel, charge in _progress.track(zip(parts, rels, after, strict=True), len(parts), "releasing")
+        ])  # fmt: skip
+        return [rel.value for rel in rels]
 
     @single_threaded
     def release_measurements(

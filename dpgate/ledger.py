@@ -90,7 +90,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -951,6 +951,72 @@ class LedgerTransaction:
                 (the gateway must refuse before it gets here).
         """
         self._check()
+        row = self._row(self.head[0] + 1, kind=kind, table=table, query=query, sql=sql, alpha=alpha,
+                        sensitivity=sensitivity, scale=scale, lattice=lattice, noise=noise, value=value,
+                        cost_after=cost_after, secure=secure, session=session, created_at=created_at)  # fmt: skip
+        led = self._ledger
+        assert led._key is not None  # checked by _row
+        mac = record_mac(led._key, self.head[1], row)
+        self._conn.execute(f"INSERT INTO dpgate_records({_COLUMNS}, mac) VALUES ({', '.join('?' * 16)})",
+                           (*row, mac))
+        hook = getattr(led._local, "on_append", None)
+        if hook is not None:  # e.g. dpgate serve's per-analyst charge, in this same transaction
+            hook(self._conn, row[0], row[11])
+        self.head = (row[0], mac)
+        return _record(row)
+
+    def append_many(self, entries: Sequence[Mapping[str, Any]]) -> list[LedgerRecord]:
+        """Append several releases (a statement's), each a mapping of :meth:`append`'s arguments.
+
+        The same records, MAC chain and checks as one :meth:`append` per entry, in order; every
+        entry is checked before any is written, and the rows go in with one ``executemany``.
+        They become durable together when the transaction commits.
+
+        Args:
+            entries: keyword arguments of :meth:`append`, one mapping per record.
+
+        Returns:
+            The records as stored, with their ids.
+
+        Raises:
+            InvalidRequirement, DPGateInternalError: as :meth:`append` (nothing is written).
+        """
+        self._check()
+        led = self._ledger
+        if getattr(led._local, "on_append", None) is not None:  # the hook sees each record as appended
+            return [self.append(**e) for e in entries]
+        rows = []
+        rid, head = self.head
+        for e in entries:
+            rid += 1
+            row = self._row(rid, **e)
+            assert led._key is not None  # checked by _row
+            head = record_mac(led._key, head, row)
+            rows.append((*row, head))
+        self._conn.executemany(f"INSERT INTO dpgate_records({_COLUMNS}, mac) VALUES ({', '.join('?' * 16)})", rows)
+        self.head = (rid, head)
+        return [_record(r[:-1]) for r in rows]
+
+    def _row(
+        self,
+        rid: int,
+        *,
+        kind: str,
+        table: str,
+        query: str,
+        sql: str,
+        alpha: float,
+        sensitivity: float,
+        scale: float,
+        lattice: float,
+        noise: str,
+        value: float,
+        cost_after: float,
+        secure: bool,
+        session: str | None = None,
+        created_at: str | None = None,
+    ) -> tuple[Any, ...]:
+        """One checked record row in ``_COLUMNS`` order, with id ``rid``."""
         led = self._ledger
         session = led.session if session is None else session
         created_at = _now() if created_at is None else created_at
@@ -975,23 +1041,9 @@ class LedgerTransaction:
             )
         if led._key is None:
             raise DPGateInternalError("a transaction was opened on a ledger without its key")
-        rid = self.head[0] + 1
-        row = (rid, kind, table, query, sql, reals["alpha"], reals["sensitivity"], reals["scale"],
-               reals["lattice"], noise, reals["value"], reals["cost_after"], int(bool(secure)),
-               created_at, session)  # fmt: skip
-        mac = record_mac(led._key, self.head[1], row)
-        self._conn.execute(f"INSERT INTO dpgate_records({_COLUMNS}, mac) VALUES ({', '.join('?' * 16)})",
-                           (*row, mac))
-        hook = getattr(led._local, "on_append", None)
-        if hook is not None:  # e.g. dpgate serve's per-analyst charge, in this same transaction
-            hook(self._conn, rid, reals["cost_after"])
-        self.head = (rid, mac)
-        return LedgerRecord(
-            id=int(rid), kind=kind, table=table, query=query, sql=sql, alpha=reals["alpha"],
-            sensitivity=reals["sensitivity"], scale=reals["scale"], lattice=reals["lattice"],
-            noise=noise, value=reals["value"], cost_after=reals["cost_after"], secure=bool(secure),
-            created_at=created_at, session=session,
-        )  # fmt: skip
+        return (rid, kind, table, query, sql, reals["alpha"], reals["sensitivity"], reals["scale"],
+                reals["lattice"], noise, reals["value"], reals["cost_after"], int(bool(secure)),
+                created_at, session)  # fmt: skip
 
 
 _NEW_LEDGER_HINT = (
