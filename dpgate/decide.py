@@ -341,7 +341,7 @@ def _restrictable(blue: IncrementalBLUE, costs: CellCosts, h: np.ndarray) -> boo
             continue
         h_keep = h.copy()
         h_keep[order[:t]] = 0.0
-        if blue.estimate_with(h, h_keep, 1.0)[3]:
+        if blue.estimable_with(h, h_keep):
             return True
     return False
 

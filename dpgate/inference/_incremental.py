@@ -466,6 +466,11 @@ class IncrementalBLUE:
         law = ErrorLaw(A, b, g, method, **law_options)
         return Estimate(value, readonly(A), law.variance, True, Posterior(value, law), b, g)
 
+    def estimable_with(self, Q: ArrayLike, h_new: ArrayLike) -> bool:
+        """Whether Q would be estimable if ``h_new`` were appended (at any scale): the last
+        item of :meth:`estimate_with`, by the same computation, without the weights."""
+        return _Pricer(self, self._atom_vector(Q, "Q"), self._atom_vector(h_new, "h_new"), weights=False).estimable
+
     def estimate_with(
         self, Q: ArrayLike, h_new: ArrayLike, scale_new: float, lattice_new: float = 0.0
     ) -> tuple[NDArray[np.float64], float, float, bool]:
@@ -503,7 +508,9 @@ class _Pricer:
     ``u_new = b c_e / ρ``.
     """
 
-    def __init__(self, st: IncrementalBLUE, Q: NDArray[np.float64], h: NDArray[np.float64]) -> None:
+    def __init__(
+        self, st: IncrementalBLUE, Q: NDArray[np.float64], h: NDArray[np.float64], *, weights: bool = True
+    ) -> None:
         m, r = st._m, st._r
         c_h, rho = st._project(h)
         hn, rn = st._dnorm(h), st._dnorm(rho)
@@ -518,6 +525,8 @@ class _Pricer:
             ce = float(np.dot(st._d * Q, e))
             res = res - ce * e
         self.estimable = st._dnorm(res) <= ESTIMABLE_RTOL * qn
+        if not weights:  # only estimability was asked (:meth:`IncrementalBLUE.estimable_with`)
+            return
         C = st._C[:m, :r]
         Mh = st._solve(c_h)
         MQ = Mh if same else st._solve(cQ)
