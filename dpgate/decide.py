@@ -390,6 +390,7 @@ def answers(
     last_reader = readers[-1] if readers else -1
     replay = blue.copy() if any(steps[i].measurements for i in ordered[:last_reader + 1]) else blue
     out: list[Answer | None] = [None] * len(steps)
+    laws: dict[tuple[float, float], ErrorLaw] = {}  # a GROUP BY's alone groups share one (immutable) law
     for k, i in enumerate(ordered):
         s = steps[i]
         if k <= last_reader and s.isolated is None:
@@ -401,12 +402,13 @@ def answers(
             assert first is not None
             out[i] = replace(first, label=s.query.label, group=s.query.group, query=s.query, epsilon_spent=0.0)
             continue
-        out[i] = _answer(replay, s, accuracy, confidence, policy, secure)
+        out[i] = _answer(replay, s, accuracy, confidence, policy, secure, laws)
     return tuple(a for a in out if a is not None)
 
 
 def _answer(
-    blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str, secure: bool
+    blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str, secure: bool,
+    laws: dict[tuple[float, float], ErrorLaw],
 ) -> Answer:
     q = step.query
     off = float(q.offset)
@@ -421,7 +423,10 @@ def _answer(
     if step.alone and step.kind == "fresh":
         # Its own release is the answer (the baseline's, or a query history says nothing about).
         (m,) = step.measurements
-        post = Posterior(step.values[0], ErrorLaw([1.0], [m.scale], lattice=[m.lattice]))
+        law = laws.get((m.scale, m.lattice))
+        if law is None:
+            law = laws[m.scale, m.lattice] = ErrorLaw([1.0], [m.scale], lattice=[m.lattice])
+        post = Posterior(step.values[0], law)
     else:
         if step.isolated is not None and step.h is not None:  # estimated from its exact repeats (and its own release)
             blue = step.isolated.copy()
