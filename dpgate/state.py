@@ -304,8 +304,8 @@ class TableState:
             if not run:
                 return
             rows = np.array([self.atoms.vector(it[1]) for it in run])
-            for (rid, query, _, _, _, alpha, sensitivity), h in zip(run, rows, strict=True):
-                self.costs.add(h, alpha, sensitivity)
+            self.costs.add_many(rows, [it[5] for it in run], [it[6] for it in run])
+            for rid, query, _, _, _, alpha, sensitivity in run:
                 self.queries.append(query)
                 self.record_ids.append(rid)
                 self.alphas.append(alpha)
