@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import itertools
 import math
 import operator
 import secrets
@@ -243,8 +244,8 @@ class SeededNoise(NoiseSource):
         """
         t = _check_t(t)
         n = _check_count(n)
-        with self._lock:
-            x = np.floor(self._rng.exponential(t, size=(2, n)))
+        with self._lock:  # pairs in draw order: the same integers as n calls of discrete_laplace
+            x = np.floor(self._rng.exponential(t, size=(n, 2))).T
         if t < 2.0**50:
             return (x[0].astype(np.int64) - x[1].astype(np.int64)).tolist()
         return [int(a) - int(b) for a, b in zip(x[0].tolist(), x[1].tolist(), strict=True)]
@@ -416,9 +417,10 @@ def release_many(
     """:func:`release` for many ``(true_numerator, denominator, sensitivity, alpha)`` at once.
 
     Each item gets exactly the noise law, lattice and value :func:`release` gives it (same
-    guarantee, same checks); items sharing the discrete Laplace parameter ``t`` (a GROUP BY's
-    groups) draw their integers in one :meth:`NoiseSource.discrete_laplace_many` call, which
-    samples the same law i.i.d. from the same source — one OpenDP call instead of one per item.
+    guarantee, same checks); consecutive items sharing the discrete Laplace parameter ``t`` (a
+    GROUP BY's groups) draw their integers in one :meth:`NoiseSource.discrete_laplace_many`
+    call, which samples the same law i.i.d. from the same source — one OpenDP call instead of
+    one per item.  A :class:`SeededNoise` gives the very values of one :func:`release` per item.
 
     Args:
         items: the releases' arguments, as for :func:`release`.
@@ -431,13 +433,9 @@ def release_many(
         InvalidRequirement: if an argument is out of range (before any draw).
     """
     params = _release_params(items, source)
-    by_t: dict[float, list[int]] = {}
-    for i, p in enumerate(params):
-        by_t.setdefault(p[3], []).append(i)
-    zs: list[int] = [0] * len(params)
-    for t, idx in by_t.items():
-        for i, z in zip(idx, source.discrete_laplace_many(t, len(idx)), strict=True):
-            zs[i] = z
+    zs: list[int] = []
+    for t, run in itertools.groupby(p[3] for p in params):  # runs in order: a seeded source draws as release() would
+        zs += source.discrete_laplace_many(t, len(list(run)))
     return [_released(num, den, mult, z, scale, gamma, source)
             for (num, den, mult, _, scale, gamma), z in zip(params, zs, strict=True)]
 

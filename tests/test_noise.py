@@ -309,6 +309,8 @@ def test_release_many_releases_each_item_as_release_does(items, seed):
         _, mult = lattice_for(sens / alpha, den)
         match = next(d for d in draws if d[0] == t and float(Fraction(num * mult + d[1], den * mult)) == r.value)
         draws.remove(match)
+    seq = SeededNoise(seed)
+    assert release_many(items, SeededNoise(seed)) == [release(*it, seq) for it in items]  # same draws, same order
     bad = Recording(SeededNoise(seed))
     with pytest.raises(InvalidRequirement):
         release_many([*items, (1, 1, 1.0, -1.0)], bad)
