@@ -950,20 +950,8 @@ class LedgerTransaction:
             DPGateInternalError: if ``cost_after`` exceeds the ledger's budget
                 (the gateway must refuse before it gets here).
         """
-        self._check()
-        row = self._row(self.head[0] + 1, kind=kind, table=table, query=query, sql=sql, alpha=alpha,
-                        sensitivity=sensitivity, scale=scale, lattice=lattice, noise=noise, value=value,
-                        cost_after=cost_after, secure=secure, session=session, created_at=created_at)  # fmt: skip
-        led = self._ledger
-        assert led._key is not None  # checked by _row
-        mac = record_mac(led._key, self.head[1], row)
-        self._conn.execute(f"INSERT INTO dpgate_records({_COLUMNS}, mac) VALUES ({', '.join('?' * 16)})",
-                           (*row, mac))
-        hook = getattr(led._local, "on_append", None)
-        if hook is not None:  # e.g. dpgate serve's per-analyst charge, in this same transaction
-            hook(self._conn, row[0], row[11])
-        self.head = (row[0], mac)
-        return _record(row)
+        fields = {name: value for name, value in locals().items() if name != "self"}
+        return self.append_many([fields])[0]
 
     def append_many(self, entries: Sequence[Mapping[str, Any]]) -> list[LedgerRecord]:
         """Append several releases (a statement's), each a mapping of :meth:`append`'s arguments.
@@ -983,40 +971,35 @@ class LedgerTransaction:
         """
         self._check()
         led = self._ledger
-        if getattr(led._local, "on_append", None) is not None:  # the hook sees each record as appended
-            return [self.append(**e) for e in entries]
         rows = []
         rid, head = self.head
         for e in entries:
             rid += 1
-            row = self._row(rid, **e)
+            row = self._row(rid, e)
             assert led._key is not None  # checked by _row
             head = record_mac(led._key, head, row)
             rows.append((*row, head))
-        self._conn.executemany(f"INSERT INTO dpgate_records({_COLUMNS}, mac) VALUES ({', '.join('?' * 16)})", rows)
+        insert = f"INSERT INTO dpgate_records({_COLUMNS}, mac) VALUES ({', '.join('?' * 16)})"
+        hook = getattr(led._local, "on_append", None)
+        if hook is None:
+            self._conn.executemany(insert, rows)
+        else:  # e.g. dpgate serve's per-analyst charge, in this same transaction, record by record
+            for row in rows:
+                self._conn.execute(insert, row)
+                hook(self._conn, row[0], row[11])
         self.head = (rid, head)
         return [_record(r[:-1]) for r in rows]
 
-    def _row(
-        self,
-        rid: int,
-        *,
-        kind: str,
-        table: str,
-        query: str,
-        sql: str,
-        alpha: float,
-        sensitivity: float,
-        scale: float,
-        lattice: float,
-        noise: str,
-        value: float,
-        cost_after: float,
-        secure: bool,
-        session: str | None = None,
-        created_at: str | None = None,
-    ) -> tuple[Any, ...]:
-        """One checked record row in ``_COLUMNS`` order, with id ``rid``."""
+    def _row(self, rid: int, entry: Mapping[str, Any]) -> tuple[Any, ...]:
+        """One checked record row in ``_COLUMNS`` order, with id ``rid``, from :meth:`append`'s arguments."""
+        missing = [f for f in _APPEND_FIELDS if f not in entry]
+        unknown = sorted(set(entry) - {*_APPEND_FIELDS, "session", "created_at"})
+        if missing or unknown:
+            raise InvalidRequirement(f"Ledger record fields: missing {missing}, unknown {unknown}.")
+        kind, table, query, sql, alpha, sensitivity, scale, lattice, noise, value, cost_after, secure = (
+            entry[f] for f in _APPEND_FIELDS
+        )
+        session, created_at = entry.get("session"), entry.get("created_at")
         led = self._ledger
         session = led.session if session is None else session
         created_at = _now() if created_at is None else created_at
@@ -1044,6 +1027,11 @@ class LedgerTransaction:
         return (rid, kind, table, query, sql, reals["alpha"], reals["sensitivity"], reals["scale"],
                 reals["lattice"], noise, reals["value"], reals["cost_after"], int(bool(secure)),
                 created_at, session)  # fmt: skip
+
+
+#: :meth:`LedgerTransaction.append`'s required arguments, in ``_COLUMNS`` order.
+_APPEND_FIELDS = ("kind", "table", "query", "sql", "alpha", "sensitivity", "scale", "lattice", "noise", "value",
+                  "cost_after", "secure")  # fmt: skip
 
 
 _NEW_LEDGER_HINT = (
