@@ -209,19 +209,33 @@ class AtomPartition:
         self._check_table(query)
         if not query.columns:
             return np.full(self._n, int(query.numerators), dtype=np.int64)
-        shape = tuple(len(b) for b in self._bps)
-        coords = np.unravel_index(self._rep, shape) if shape else ()
-        mine = {c.lower(): ax for ax, c in enumerate(self._columns)}
+        mine, grids, starts = self._slabs()
         idx = []
         for c, qbp in zip(query.columns, query.breakpoints, strict=True):
             ax = mine.get(c.lower())
-            if ax is None or not set(qbp) <= set(self._bps[ax]):
+            if ax is None or not grids[ax].issuperset(qbp):
                 raise DPGateInternalError(
                     f"query grid on column {c!r} is not part of the atom partition; refine() it first"
                 )
-            slab_start = np.asarray(self._bps[ax])[coords[ax]]
-            idx.append(np.searchsorted(np.asarray(qbp), slab_start, side="right") - 1)
+            idx.append(np.searchsorted(np.asarray(qbp), starts[ax], side="right") - 1)
         return np.asarray(query.numerators)[tuple(idx)].astype(np.int64)
+
+    def _slabs(self) -> tuple[dict[str, int], list[frozenset[int]], list[np.ndarray]]:
+        """Per column of the grid: its axis, its breakpoints as a set, and each atom's slab
+        start — fixed until :meth:`refine` replaces the grid, so kept for the current one."""
+        cached = self.__dict__.get("_slab_cache")
+        if cached is not None and cached[0] is self._rep:
+            return cached[1]
+        shape = tuple(len(b) for b in self._bps)
+        coords = np.unravel_index(self._rep, shape) if shape else ()
+        slabs = ({c.lower(): ax for ax, c in enumerate(self._columns)}, [frozenset(b) for b in self._bps],
+                 [np.asarray(b)[coords[ax]] for ax, b in enumerate(self._bps)])  # fmt: skip
+        self._slab_cache = (self._rep, slabs)
+        return slabs
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the slab cache (derived; rebuilt on first use)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_slab_cache"}
 
     def vector(self, query: LinearQuery) -> np.ndarray:
         """The query's weight on each atom (float64, ``atom_numerators / denominator``)."""

@@ -213,6 +213,11 @@ def plan(
         # charge leaves every other's cells (hence its restrictions) as they were.  Asked
         # only of outputs history does not determine (a repeat asks none).
         block_costs = copy.copy(costs)  # add() rebinds the units: a shallow copy is a snapshot
+        # ``blue`` does not change before the block's later steps: estimate every output first.
+        live = {i: h for i in block if (h := hs[i]) is not None and not queries[i].is_zero}
+        ests = {i: blue.estimate(h) for i, h in live.items()} if policy != "no_reuse" else {}
+        asks = [i for i, est in ests.items() if batch and not est.estimable]
+        restrictable = dict(zip(asks, _restrictable_many(blue, block_costs, [live[i] for i in asks]), strict=True))
         for i in block:
             q, h = queries[i], hs[i]
             if q.is_zero:
@@ -227,11 +232,11 @@ def plan(
                     step = replace(step, increase=costs.charge - before)
                 place(i, step)
                 continue
-            est = blue.estimate(h) if policy != "no_reuse" else None
+            est = ests.get(i)
             if est is not None and meets(est.halfwidth(confidence), accuracy):  # inf when not estimable
                 # Reusable by answers() only while no planned release (valued 0 here) is in ``blue``.
                 place(i, Step(q, "history", h, estimate=None if own_blue else est))
-            elif est is None or (batch and not est.estimable and not _restrictable(blue, block_costs, h)):
+            elif est is None or (batch and not est.estimable and not restrictable[i]):
                 m = measurement(state, q, _alone_scale(q, accuracy, confidence, policy), h=h)
                 before = costs.charge
                 costs.add(m.h, m.alpha, m.sensitivity)
@@ -330,20 +335,37 @@ def _disjoint(hs: Sequence[np.ndarray | None]) -> bool:
     return bool(touched.max() <= 1)
 
 
-def _restrictable(blue: IncrementalBLUE, costs: CellCosts, h: np.ndarray) -> bool:
-    """Whether a restriction candidate of :func:`_candidates` exists for ``h``: leaving out
-    its ``t`` most-charged atoms (strictly more charged than the rest) while history plus
-    the kept part still determines the query.  Structure only: no scale is searched."""
-    support = np.flatnonzero(h)
-    order = support[np.argsort(-costs.per_atom[support], kind="stable")]
-    for t in range(1, min(MAX_RESTRICTION, support.size - 1) + 1):
-        if costs.per_atom[order[t - 1]] <= costs.per_atom[order[t]]:
-            continue
-        h_keep = h.copy()
-        h_keep[order[:t]] = 0.0
-        if blue.estimate_with(h, h_keep, 1.0)[3]:
-            return True
-    return False
+def _restrictable_many(blue: IncrementalBLUE, costs: CellCosts, hs: Sequence[np.ndarray]) -> list[bool]:
+    """Whether a restriction candidate of :func:`_candidates` exists for each ``h``: leaving
+    out its ``t`` most-charged atoms (strictly more charged than the rest) while history plus
+    the kept part still determines the query.  Structure only: no scale is searched.  Every
+    (h, t) pair is tested in one :meth:`IncrementalBLUE.estimable_with_many` call."""
+    owner: list[int] = []
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    for k, h in enumerate(hs):
+        support = np.flatnonzero(h)
+        order = support[np.argsort(-costs.per_atom[support], kind="stable")]
+        for t in range(1, min(MAX_RESTRICTION, support.size - 1) + 1):
+            if costs.per_atom[order[t - 1]] <= costs.per_atom[order[t]]:
+                continue
+            h_keep = h.copy()
+            h_keep[order[:t]] = 0.0
+            owner.append(k)
+            pairs.append((h, h_keep))
+    out = [False] * len(hs)
+    if not pairs:
+        return out
+    if len(pairs) * blue.n_atoms <= _BATCH_CELLS:
+        found = blue.estimable_with_many(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]))
+    else:
+        found = [blue.estimable_with(h, h_keep) for h, h_keep in pairs]
+    for k, ok in zip(owner, found, strict=True):
+        out[k] = out[k] or ok
+    return out
+
+
+#: Largest (pairs × atoms) matrix :func:`_restrictable_many` builds at once.
+_BATCH_CELLS = 1 << 21
 
 
 def _alone_scale(q: LinearQuery, accuracy: float, confidence: float, policy: str) -> float:
@@ -390,6 +412,7 @@ def answers(
     last_reader = readers[-1] if readers else -1
     replay = blue.copy() if any(steps[i].measurements for i in ordered[:last_reader + 1]) else blue
     out: list[Answer | None] = [None] * len(steps)
+    laws: dict[tuple[float, float], ErrorLaw] = {}  # a GROUP BY's alone groups share one (immutable) law
     for k, i in enumerate(ordered):
         s = steps[i]
         if k <= last_reader and s.isolated is None:
@@ -401,12 +424,13 @@ def answers(
             assert first is not None
             out[i] = replace(first, label=s.query.label, group=s.query.group, query=s.query, epsilon_spent=0.0)
             continue
-        out[i] = _answer(replay, s, accuracy, confidence, policy, secure)
+        out[i] = _answer(replay, s, accuracy, confidence, policy, secure, laws)
     return tuple(a for a in out if a is not None)
 
 
 def _answer(
-    blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str, secure: bool
+    blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str, secure: bool,
+    laws: dict[tuple[float, float], ErrorLaw],
 ) -> Answer:
     q = step.query
     off = float(q.offset)
@@ -421,7 +445,10 @@ def _answer(
     if step.alone and step.kind == "fresh":
         # Its own release is the answer (the baseline's, or a query history says nothing about).
         (m,) = step.measurements
-        post = Posterior(step.values[0], ErrorLaw([1.0], [m.scale], lattice=[m.lattice]))
+        law = laws.get((m.scale, m.lattice))
+        if law is None:
+            law = laws[m.scale, m.lattice] = ErrorLaw([1.0], [m.scale], lattice=[m.lattice])
+        post = Posterior(step.values[0], law)
     else:
         if step.isolated is not None and step.h is not None:  # estimated from its exact repeats (and its own release)
             blue = step.isolated.copy()

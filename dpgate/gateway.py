@@ -69,7 +69,7 @@ from dpgate.errors import Warning as DPGateWarning
 from dpgate.explain import Explanation, Quote, quote, zero_valued
 from dpgate.inference import IncrementalBLUE
 from dpgate.ledger import Ledger, LedgerRecord, LedgerTransaction
-from dpgate.noise import noise_source, release
+from dpgate.noise import noise_source, release_many
 from dpgate.query import LinearQuery
 from dpgate.requirement import Requirement, hinted, resolve_confidence, resolve_requirement
 from dpgate.result import Result
@@ -546,12 +546,14 @@ class Gateway:
     def _spent(self) -> float:
         return float(sum(s.costs.charge for s in self._tables.values()))
 
-    def _sync(self, records: Sequence[LedgerRecord] | None = None) -> None:
-        """Apply ledger records this gateway has not seen (other processes' releases)."""
+    def _sync(self, records: Sequence[LedgerRecord] | None = None, known: Mapping[str, LinearQuery] | None = None) -> None:
+        """Apply ledger records this gateway has not seen (other processes' releases).
+        ``known``: queries by their ledger JSON (this gateway's own releases: no re-parsing)."""
         if records is None:
             records = self._ledger.records(since=self._last_id)
         records = [r for r in records if r.id > self._last_id]
-        queries = [LinearQuery.from_json(r.query) for r in records]
+        known = known or {}
+        queries = [q if (q := known.get(r.query)) is not None else LinearQuery.from_json(r.query) for r in records]
         by_table: dict[str, list[LinearQuery]] = {}
         for rec, q in zip(records, queries, strict=True):
             by_table.setdefault(rec.table, []).append(q)
@@ -652,39 +654,35 @@ class Gateway:
                     return [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps], before
                 raise self._refusal(state, steps, needed, spent, accuracy, confidence)
             parts = [m for s in steps for m in s.measurements]
-            values = self._record(tx, state, parts, sql, "query", spent)
+            values, known = self._record(tx, state, parts, sql, "query", spent)
         # Committed (fsync'd): only now may anything derived from the values leave.
-        self._sync()
+        self._sync(known=known)
         it = iter(values)
         return [replace(s, values=tuple(next(it) for _ in s.measurements)) for s in steps], before
 
     def _record(
         self, tx: LedgerTransaction, state: TableState, parts: Sequence[Measurement], sql: str, kind: str,
         spent: float,
-    ) -> list[float]:
+    ) -> tuple[list[float], dict[str, LinearQuery]]:
         """Inside an open ledger transaction: read the true answers, add noise, append
         one record per measurement.  Values leave only after the caller commits."""
         truths = self._cube.true_numerators([m.query for m in parts])
         start, after = _recorded_charges(state, parts)
-        values = []
-        for m, truth, charge in _progress.track(zip(parts, truths, after, strict=True), len(parts), "releasing"):
-            rel = release(truth, m.query.denominator, m.sensitivity, m.alpha, self._noise)
-            tx.append(
-                kind=kind,
-                table=state.table.name,
-                query=m.query.to_json(),
-                sql=sql,
-                alpha=m.alpha,
-                sensitivity=m.sensitivity,
-                scale=rel.scale,
-                lattice=rel.lattice,
-                noise="discrete_laplace",
-                value=rel.value,
-                cost_after=spent - to_epsilon(start) + to_epsilon(charge),
-                secure=rel.secure,
-            )
-            values.append(rel.value)
-        return values
+        rels = release_many(
+            [(truth, m.query.denominator, m.sensitivity, m.alpha) for m, truth in zip(parts, truths, strict=True)],
+            self._noise,
+        )
+        texts = [m.query.to_json() for m in parts]
+        tx.append_many([
+            {"kind": kind, "table": state.table.name, "query": text, "sql": sql, "alpha": m.alpha,
+             "sensitivity": m.sensitivity, "scale": rel.scale, "lattice": rel.lattice, "noise": "discrete_laplace",
+             "value": rel.value, "cost_after": spent - to_epsilon(start) + to_epsilon(charge), "secure": rel.secure}
+            for m, text, rel, charge in _progress.track(zip(parts, texts, rels, after, strict=True), len(parts),
+                                                        "releasing")
+        ])  # fmt: skip
+        # The records' queries by their JSON, for :meth:`_sync`: measured queries (offset 0, no
+        # label or group) are exactly what ``from_json`` gives back, so nothing is re-parsed.
+        return [rel.value for rel in rels], dict(zip(texts, (m.query for m in parts), strict=True))
 
     @single_threaded
     def release_measurements(
@@ -744,8 +742,8 @@ class Gateway:
                         needed=needed,
                         remaining=remaining,
                     )
-                values = self._record(tx, state, parts, label, kind, spent)
-            self._sync()
+                values, known = self._record(tx, state, parts, label, kind, spent)
+            self._sync(known=known)
         return values
 
     def warm_start(

@@ -90,7 +90,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -950,7 +950,56 @@ class LedgerTransaction:
             DPGateInternalError: if ``cost_after`` exceeds the ledger's budget
                 (the gateway must refuse before it gets here).
         """
+        fields = {name: value for name, value in locals().items() if name != "self"}
+        return self.append_many([fields])[0]
+
+    def append_many(self, entries: Sequence[Mapping[str, Any]]) -> list[LedgerRecord]:
+        """Append several releases (a statement's), each a mapping of :meth:`append`'s arguments.
+
+        The same records, MAC chain and checks as one :meth:`append` per entry, in order; every
+        entry is checked before any is written, and the rows go in with one ``executemany``.
+        They become durable together when the transaction commits.
+
+        Args:
+            entries: keyword arguments of :meth:`append`, one mapping per record.
+
+        Returns:
+            The records as stored, with their ids.
+
+        Raises:
+            InvalidRequirement, DPGateInternalError: as :meth:`append` (nothing is written).
+        """
         self._check()
+        led = self._ledger
+        rows = []
+        rid, head = self.head
+        for e in entries:
+            rid += 1
+            row = self._row(rid, e)
+            assert led._key is not None  # checked by _row
+            head = record_mac(led._key, head, row)
+            rows.append((*row, head))
+        insert = f"INSERT INTO dpgate_records({_COLUMNS}, mac) VALUES ({', '.join('?' * 16)})"
+        hook = getattr(led._local, "on_append", None)
+        if hook is None:
+            self._conn.executemany(insert, rows)
+        else:  # e.g. dpgate serve's per-analyst charge, in this same transaction, record by record
+            for row in rows:
+                self._conn.execute(insert, row)
+                hook(self._conn, row[0], row[11])
+        self.head = (rid, head)
+        return [_record(r[:-1]) for r in rows]
+
+    def _row(self, rid: int, entry: Mapping[str, Any]) -> tuple[Any, ...]:
+        """One checked record row in ``_COLUMNS`` order, with id ``rid``, from :meth:`append`'s arguments."""
+        missing = [f for f in _APPEND_FIELDS if f not in entry]
+        unknown = sorted(set(entry) - {*_APPEND_FIELDS, "session", "created_at"})
+        if missing or unknown:
+            raise InvalidRequirement(f"Ledger record fields: missing {missing}, unknown {unknown}.")
+        kind, table, query, sql, alpha, sensitivity, scale, lattice, noise, value, cost_after, secure = (
+            entry[f] for f in _APPEND_FIELDS
+        )
+        session, created_at = entry.get("session"), entry.get("created_at")
         led = self._ledger
         session = led.session if session is None else session
         created_at = _now() if created_at is None else created_at
@@ -975,23 +1024,14 @@ class LedgerTransaction:
             )
         if led._key is None:
             raise DPGateInternalError("a transaction was opened on a ledger without its key")
-        rid = self.head[0] + 1
-        row = (rid, kind, table, query, sql, reals["alpha"], reals["sensitivity"], reals["scale"],
-               reals["lattice"], noise, reals["value"], reals["cost_after"], int(bool(secure)),
-               created_at, session)  # fmt: skip
-        mac = record_mac(led._key, self.head[1], row)
-        self._conn.execute(f"INSERT INTO dpgate_records({_COLUMNS}, mac) VALUES ({', '.join('?' * 16)})",
-                           (*row, mac))
-        hook = getattr(led._local, "on_append", None)
-        if hook is not None:  # e.g. dpgate serve's per-analyst charge, in this same transaction
-            hook(self._conn, rid, reals["cost_after"])
-        self.head = (rid, mac)
-        return LedgerRecord(
-            id=int(rid), kind=kind, table=table, query=query, sql=sql, alpha=reals["alpha"],
-            sensitivity=reals["sensitivity"], scale=reals["scale"], lattice=reals["lattice"],
-            noise=noise, value=reals["value"], cost_after=reals["cost_after"], secure=bool(secure),
-            created_at=created_at, session=session,
-        )  # fmt: skip
+        return (rid, kind, table, query, sql, reals["alpha"], reals["sensitivity"], reals["scale"],
+                reals["lattice"], noise, reals["value"], reals["cost_after"], int(bool(secure)),
+                created_at, session)  # fmt: skip
+
+
+#: :meth:`LedgerTransaction.append`'s required arguments, in ``_COLUMNS`` order.
+_APPEND_FIELDS = ("kind", "table", "query", "sql", "alpha", "sensitivity", "scale", "lattice", "noise", "value",
+                  "cost_after", "secure")  # fmt: skip
 
 
 _NEW_LEDGER_HINT = (

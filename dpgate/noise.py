@@ -45,10 +45,12 @@ from __future__ import annotations
 
 import abc
 import functools
+import itertools
 import math
 import operator
 import secrets
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -67,6 +69,7 @@ __all__ = [
     "SeededNoise",
     "lattice_for",
     "noise_source",
+    "release_many",
     "release",
 ]
 
@@ -241,8 +244,8 @@ class SeededNoise(NoiseSource):
         """
         t = _check_t(t)
         n = _check_count(n)
-        with self._lock:
-            x = np.floor(self._rng.exponential(t, size=(2, n)))
+        with self._lock:  # pairs in draw order: the same integers as n calls of discrete_laplace
+            x = np.floor(self._rng.exponential(t, size=(n, 2))).T
         if t < 2.0**50:
             return (x[0].astype(np.int64) - x[1].astype(np.int64)).tolist()
         return [int(a) - int(b) for a, b in zip(x[0].tolist(), x[1].tolist(), strict=True)]
@@ -400,6 +403,55 @@ def release(
         >>> r.scale, r.lattice
         (0.5, 0.00048828125)
     """
+    ((true_numerator, denominator, mult, t, scale, gamma),) = _release_params(
+        [(true_numerator, denominator, sensitivity, alpha)], source
+    )
+    z = source.discrete_laplace(t)
+    return _released(true_numerator, denominator, mult, z, scale, gamma, source)
+
+
+def release_many(
+    items: Sequence[tuple[int, int, float, float]],
+    source: NoiseSource,
+) -> list[NoisyRelease]:
+    """:func:`release` for many ``(true_numerator, denominator, sensitivity, alpha)`` at once.
+
+    Each item gets exactly the noise law, lattice and value :func:`release` gives it (same
+    guarantee, same checks); consecutive items sharing the discrete Laplace parameter ``t`` (a
+    GROUP BY's groups) draw their integers in one :meth:`NoiseSource.discrete_laplace_many`
+    call, which samples the same law i.i.d. from the same source — one OpenDP call instead of
+    one per item.  A :class:`SeededNoise` gives the very values of one :func:`release` per item.
+
+    Args:
+        items: the releases' arguments, as for :func:`release`.
+        source: where the integer noise comes from.
+
+    Returns:
+        The releases, in the order of ``items``.
+
+    Raises:
+        InvalidRequirement: if an argument is out of range (before any draw).
+    """
+    params = _release_params(items, source)
+    zs: list[int] = []
+    for t, run in itertools.groupby(p[3] for p in params):  # runs in order: a seeded source draws as release() would
+        zs += source.discrete_laplace_many(t, len(list(run)))
+    return [_released(num, den, mult, z, scale, gamma, source)
+            for (num, den, mult, _, scale, gamma), z in zip(params, zs, strict=True)]
+
+
+def _release_params(
+    items: Sequence[tuple[int, int, float, float]], source: NoiseSource
+) -> list[tuple[int, int, int, float, float, float]]:
+    """Check :func:`release`'s arguments; ``(numerator, denominator, 2^k, t, b, γ)`` per item."""
+    if not isinstance(source, NoiseSource):
+        raise InvalidRequirement(f"source must be a NoiseSource, not {source!r}.")
+    return [_one_release_params(*item) for item in items]
+
+
+def _one_release_params(
+    true_numerator: int, denominator: int, sensitivity: float, alpha: float
+) -> tuple[int, int, int, float, float, float]:
     if isinstance(true_numerator, bool):
         raise InvalidRequirement("true_numerator must be an int, not a bool.")
     try:
@@ -411,8 +463,13 @@ def release(
     denominator = _check_denominator(denominator)
     sensitivity = positive_finite(sensitivity, "sensitivity", error=InvalidRequirement)
     alpha = positive_finite(alpha, "alpha", error=InvalidRequirement)
-    if not isinstance(source, NoiseSource):
-        raise InvalidRequirement(f"source must be a NoiseSource, not {source!r}.")
+    return (true_numerator, denominator, *_release_law(denominator, sensitivity, alpha))
+
+
+@functools.lru_cache(maxsize=1024)
+def _release_law(denominator: int, sensitivity: float, alpha: float) -> tuple[int, float, float, float]:
+    """``(2^k, t, b, γ)`` for checked arguments: a pure function, memoised (a GROUP BY's
+    groups share it)."""
     scale = sensitivity / alpha
     if not (math.isfinite(scale) and scale > 0):
         raise InvalidRequirement(
@@ -429,7 +486,12 @@ def release(
     if nearest - steps <= steps / 2**50:
         steps = Fraction(nearest)
     t = _ceil_to_float(steps * mult / Fraction(alpha))
-    z = source.discrete_laplace(t)
+    return mult, t, scale, gamma
+
+
+def _released(
+    true_numerator: int, denominator: int, mult: int, z: int, scale: float, gamma: float, source: NoiseSource
+) -> NoisyRelease:
     if not isinstance(z, int):
         raise DPGateInternalError(f"noise source {source!r} returned {z!r}, not an int")
     value = (true_numerator * mult + z) / (denominator * mult)  # int/int: correctly rounded

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
+import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -229,25 +230,11 @@ class TableState:
         held = [q for q in queries if _held(q)]
         if len(held) < 2:
             return False
-        names = {c.lower() for q in held for c in q.columns}
-        cols = tuple(c.name for c in self.table.columns if c.name.lower() in names)
-        bps: dict[str, set[int]] = {c.lower(): set() for c in cols}
-        for q in held:
-            for c, b in zip(q.columns, q.breakpoints, strict=True):
-                bps[c.lower()].update(b)
-        grid = tuple(tuple(sorted(bps[c.lower()])) for c in cols)
-        code = np.zeros(tuple(len(b) for b in grid), dtype=np.int64)
-        base = 0
-        for q in held:
-            e = q.expand(self.table, cols, grid)
-            on = e != 0
-            if code[on].any():
-                return False  # overlapping supports: no single split describes them
-            _, rank = np.unique(e[on], return_inverse=True)
-            code[on] = base + 1 + rank
-            base += int(rank.max(initial=0)) + 1
+        split = _joint_split(self.table, held)
+        if split is None:
+            return False  # overlapping supports: no single split describes them
         try:
-            self.refine(LinearQuery.from_grid(self.table, cols, grid, code.astype(float)))
+            self.refine(split)
         except UnsupportedQuery:
             return False  # left as it was
         return True
@@ -317,8 +304,8 @@ class TableState:
             if not run:
                 return
             rows = np.array([self.atoms.vector(it[1]) for it in run])
-            for (rid, query, _, _, _, alpha, sensitivity), h in zip(run, rows, strict=True):
-                self.costs.add(h, alpha, sensitivity)
+            self.costs.add_many(rows, [it[5] for it in run], [it[6] for it in run])
+            for rid, query, _, _, _, alpha, sensitivity in run:
                 self.queries.append(query)
                 self.record_ids.append(rid)
                 self.alphas.append(alpha)
@@ -502,3 +489,47 @@ def _frozen(values: Sequence[float] | np.ndarray) -> np.ndarray:
     arr = np.array(values, dtype=float)
     arr.setflags(write=False)
     return arr
+
+
+#: Recent joint splits (:func:`_joint_split`): a statement's groups are split for planning
+#: and again when its records reach the live state.
+_JOINT_SPLITS: dict[tuple[object, ...], LinearQuery | None] = {}
+_JOINT_SPLITS_MAX = 32
+_JOINT_SPLITS_LOCK = threading.Lock()
+
+
+def _joint_split(table: Table, held: Sequence[LinearQuery]) -> LinearQuery | None:
+    """The one query whose refinement makes every query of ``held`` constant (distinct
+    weights of disjoint supports numbered apart), or ``None`` when their supports overlap.
+    A pure function of the queries (not of any atoms), memoised on their :func:`_held_key`."""
+    key = (table, tuple(_held_key(q) for q in held))
+    with _JOINT_SPLITS_LOCK:
+        if key in _JOINT_SPLITS:
+            return _JOINT_SPLITS[key]
+    split = _compute_joint_split(table, held)
+    with _JOINT_SPLITS_LOCK:
+        while len(_JOINT_SPLITS) >= _JOINT_SPLITS_MAX:
+            del _JOINT_SPLITS[next(iter(_JOINT_SPLITS))]
+        _JOINT_SPLITS[key] = split
+    return split
+
+
+def _compute_joint_split(table: Table, held: Sequence[LinearQuery]) -> LinearQuery | None:
+    names = {c.lower() for q in held for c in q.columns}
+    cols = tuple(c.name for c in table.columns if c.name.lower() in names)
+    bps: dict[str, set[int]] = {c.lower(): set() for c in cols}
+    for q in held:
+        for c, b in zip(q.columns, q.breakpoints, strict=True):
+            bps[c.lower()].update(b)
+    grid = tuple(tuple(sorted(bps[c.lower()])) for c in cols)
+    code = np.zeros(tuple(len(b) for b in grid), dtype=np.int64)
+    base = 0
+    for q in held:
+        e = q.expand(table, cols, grid)
+        on = e != 0
+        if code[on].any():
+            return None
+        _, rank = np.unique(e[on], return_inverse=True)
+        code[on] = base + 1 + rank
+        base += int(rank.max(initial=0)) + 1
+    return LinearQuery.from_grid(table, cols, grid, code.astype(float))

@@ -153,3 +153,21 @@ def test_large_costs_switch_to_unbounded_integers_exactly() -> None:
     assert costs.charge_units == (Fraction(1e9) + Fraction(3.5)) * UNITS_PER_EPSILON + math.ceil(
         Fraction(3e-16) * UNITS_PER_EPSILON)
     np.testing.assert_array_equal(costs.per_atom, [1e9 + 3.5, 3.5, 0.0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=hnp.arrays(np.float64, st.tuples(st.integers(1, 6), st.integers(1, 7)),
+                    elements=st.sampled_from([0.0, 1.0, -1.0, 0.5, 2.0, 1 / 3])),
+    alpha=st.sampled_from([0.1, 0.37, 1.0, 3.5]),
+    huge=st.booleans(),
+)
+def test_add_many_is_add_row_by_row(rows, alpha, huge):
+    alphas = [alpha * (1 + i) * (1e15 if huge else 1) for i in range(rows.shape[0])]  # huge: Python-int units
+    sens = [max(1.0, float(np.abs(r).max())) for r in rows]
+    one, many = CellCosts(rows.shape[1]), CellCosts(rows.shape[1])
+    for r, a, s in zip(rows, alphas, sens, strict=True):
+        one.add(r, a, s)
+    many.add_many(rows, alphas, sens)
+    assert [int(u) for u in many.units] == [int(u) for u in one.units]
+    assert many.charge_units == one.charge_units

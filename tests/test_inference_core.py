@@ -108,3 +108,20 @@ def test_batched_group_by_equals_group_by_group(monkeypatch: pytest.MonkeyPatch)
     assert sum(blocks) >= 2  # the first GROUP BYs went in as blocks
     monkeypatch.setattr(IncrementalBLUE, "_extend_block", lambda self, *args: False)  # row by row
     assert run() == blocked
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31), n=st.integers(2, 9), m=st.integers(0, 8), blocks=st.booleans())
+def test_estimable_with_many_is_estimable_with_row_by_row(seed, n, m, blocks):
+    rng = np.random.default_rng(seed)
+    blue = IncrementalBLUE(rng.integers(1, 5, n).astype(float))
+    rows = rng.integers(-1, 2, (m, n)).astype(float)
+    if blocks and m > 1:  # two blocks of the basis (extend), besides single appends
+        blue.extend(rows[: m // 2], np.ones(m // 2), np.zeros(m // 2))
+        rows = rows[m // 2:]
+    for r in rows:
+        blue.append(r, 1.0, 0.0)
+    Q = rng.integers(-2, 3, (12, n)).astype(float)
+    H = Q * (rng.random((12, n)) < 0.6)  # restrictions of Q, as the planner asks
+    H[0] = Q[0]  # the query itself
+    assert blue.estimable_with_many(Q, H) == [blue.estimable_with(q, h) for q, h in zip(Q, H, strict=True)]

@@ -61,6 +61,22 @@ def test_append_and_read_back(led):
         a.value = 0.0  # type: ignore[misc]
 
 
+def test_append_many_is_append_in_order(tmp_path):
+    rows = [fields(value=float(i), cost_after=0.01 * i, created_at=f"2026-01-01T00:00:0{i}+00:00") for i in range(5)]
+    stored = []
+    for name, batched in (("one.db", False), ("many.db", True)):
+        with Ledger.open(tmp_path / name, fingerprint=FP, budget=1.0) as led:
+            with led.transaction() as tx:
+                tx.append(**fields(created_at="2026-01-01T00:00:00+00:00"))
+                got = tx.append_many(rows) if batched else [tx.append(**r) for r in rows]
+                assert tx.records(since=1) == tuple(got)
+            with pytest.raises(InvalidRequirement), led.transaction() as tx:
+                tx.append_many([fields(), fields(value=float("nan"))])  # nothing written
+        with Ledger.open(tmp_path / name, fingerprint=FP, budget=1.0) as again:  # chain verified
+            stored.append([(r.id, r.value, r.cost_after, r.created_at) for r in again.records()])
+    assert stored[0] == stored[1] and len(stored[0]) == 6
+
+
 def test_reopen_restores_records_exactly(tmp_path):
     path = tmp_path / "l.db"
     awkward = [0.1 + 0.2, 5e-324, 1e308, -0.0, 2.0**-60, 123456789.123456789]

@@ -31,6 +31,7 @@ from dpgate.noise import (
     lattice_for,
     noise_source,
     release,
+    release_many,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -279,6 +280,41 @@ def test_release_is_the_exact_rational_on_the_lattice(num, den, sens, alpha, see
     assert (Fraction(num, den) / Fraction(1, den * mult)).denominator == 1
     assert ((exact - Fraction(num, den)) / Fraction(1, den * mult)).denominator == 1
     assert r == NoisyRelease(value=r.value, scale=b, lattice=gamma, secure=False)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    items=st.lists(
+        st.tuples(
+            st.integers(min_value=-(10**9), max_value=10**9),
+            st.sampled_from([1, 3, 8]),
+            st.sampled_from([1.0, 0.5, 2.0]),
+            st.sampled_from([0.125, 0.37, 1.0]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    seed=st.integers(min_value=0, max_value=2**32),
+)
+def test_release_many_releases_each_item_as_release_does(items, seed):
+    src = Recording(SeededNoise(seed))
+    out = release_many(items, src)
+    assert len(out) == len(items) == len(src.draws)  # one draw per item, batched by t
+    draws = list(src.draws)
+    for (num, den, sens, alpha), r in zip(items, out, strict=True):
+        one = Recording(SeededNoise(0))
+        single = release(num, den, sens, alpha, one)
+        ((t, _),) = one.draws
+        assert (r.scale, r.lattice, r.secure) == (single.scale, single.lattice, False)
+        _, mult = lattice_for(sens / alpha, den)
+        match = next(d for d in draws if d[0] == t and float(Fraction(num * mult + d[1], den * mult)) == r.value)
+        draws.remove(match)
+    seq = SeededNoise(seed)
+    assert release_many(items, SeededNoise(seed)) == [release(*it, seq) for it in items]  # same draws, same order
+    bad = Recording(SeededNoise(seed))
+    with pytest.raises(InvalidRequirement):
+        release_many([*items, (1, 1, 1.0, -1.0)], bad)
+    assert bad.draws == []  # every item checked before any draw
 
 
 @pytest.mark.parametrize("make", SOURCES)

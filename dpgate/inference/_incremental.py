@@ -466,6 +466,55 @@ class IncrementalBLUE:
         law = ErrorLaw(A, b, g, method, **law_options)
         return Estimate(value, readonly(A), law.variance, True, Posterior(value, law), b, g)
 
+    def estimable_with(self, Q: ArrayLike, h_new: ArrayLike) -> bool:
+        """Whether Q would be estimable if ``h_new`` were appended (at any scale): the last
+        item of :meth:`estimate_with`, by the same computation, without the weights."""
+        return _Pricer(self, self._atom_vector(Q, "Q"), self._atom_vector(h_new, "h_new"), weights=False).estimable
+
+    def estimable_with_many(self, Q: ArrayLike, h_new: ArrayLike) -> list[bool]:
+        """:meth:`estimable_with` for each row pair of ``Q`` and ``h_new`` (k × atoms each).
+
+        The projections of all rows at once (one matrix product per basis block); a row
+        whose Gram–Schmidt would take a second pass, or whose residual lies within a factor
+        100 of a threshold, is decided by :meth:`estimable_with` itself — so the answers are
+        the row-by-row ones.
+        """
+        Qm = finite_array(Q, "Q", ndim=2)
+        Hm = finite_array(h_new, "h_new", ndim=2)
+        if Qm.shape != Hm.shape or Qm.shape[1] != self.n_atoms:
+            raise InvalidArgument(f"Q and h_new must both be k × {self.n_atoms}; got {Qm.shape} and {Hm.shape}.")
+        d = self._d
+        blocks = self._vblocks()
+
+        def residual(X: NDArray[np.float64]) -> NDArray[np.float64]:
+            res = X.copy()
+            for B in blocks:
+                res -= ((X * d) @ B.T) @ B
+            return res
+
+        def dnorms(X: NDArray[np.float64]) -> NDArray[np.float64]:
+            return np.sqrt(np.einsum("ij,ij->i", X * d, X))
+
+        RQ, RH = residual(Qm), residual(Hm)
+        qn, hn, rq, rh = dnorms(Qm), dnorms(Hm), dnorms(RQ), dnorms(RH)
+        extends = (hn > 0) & (rh > EXTEND_RTOL * hn)
+        E = RH / np.where(extends, rh, 1.0)[:, None]
+        ce = np.where(extends, np.einsum("ij,ij->i", Qm * d, E), 0.0)
+        rn = dnorms(RQ - ce[:, None] * E)
+
+        def near(x: NDArray[np.float64], limit: NDArray[np.float64]) -> NDArray[np.bool_]:
+            return (x >= limit / 100) & (x <= limit * 100)
+
+        def second_pass(r: NDArray[np.float64], v: NDArray[np.float64]) -> NDArray[np.bool_]:
+            return (EXTEND_RTOL * v < r) & (r < v / math.sqrt(2.0))
+
+        unsure = (second_pass(rq, qn) | second_pass(rh, hn) | near(rn, ESTIMABLE_RTOL * qn)
+                  | near(rh, EXTEND_RTOL * hn))  # fmt: skip
+        out = (rn <= ESTIMABLE_RTOL * qn).tolist()
+        for k in np.flatnonzero(unsure).tolist():
+            out[k] = self.estimable_with(Qm[k], Hm[k])
+        return out
+
     def estimate_with(
         self, Q: ArrayLike, h_new: ArrayLike, scale_new: float, lattice_new: float = 0.0
     ) -> tuple[NDArray[np.float64], float, float, bool]:
@@ -503,7 +552,9 @@ class _Pricer:
     ``u_new = b c_e / ρ``.
     """
 
-    def __init__(self, st: IncrementalBLUE, Q: NDArray[np.float64], h: NDArray[np.float64]) -> None:
+    def __init__(
+        self, st: IncrementalBLUE, Q: NDArray[np.float64], h: NDArray[np.float64], *, weights: bool = True
+    ) -> None:
         m, r = st._m, st._r
         c_h, rho = st._project(h)
         hn, rn = st._dnorm(h), st._dnorm(rho)
@@ -518,6 +569,8 @@ class _Pricer:
             ce = float(np.dot(st._d * Q, e))
             res = res - ce * e
         self.estimable = st._dnorm(res) <= ESTIMABLE_RTOL * qn
+        if not weights:  # only estimability was asked (:meth:`IncrementalBLUE.estimable_with`)
+            return
         C = st._C[:m, :r]
         Mh = st._solve(c_h)
         MQ = Mh if same else st._solve(cQ)
