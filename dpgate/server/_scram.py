@@ -81,15 +81,18 @@ class Verifier:
     @classmethod
     def parse(cls, text: str) -> Verifier:
         """Read PostgreSQL's verifier text ``SCRAM-SHA-256$<i>:<salt>$<StoredKey>:<ServerKey>``."""
+        bad = ScramError(f"not a {MECHANISM} verifier: expected {MECHANISM}$<iterations>:<salt>$<key>:<key>")
         try:
             mech, params, keys = text.split("$")
             iterations, salt = params.split(":")
             stored, server = keys.split(":")
-            if mech != MECHANISM or int(iterations) < 1:
-                raise ValueError(mech)
-            return cls(int(iterations), _unb64(salt), _unb64(stored), _unb64(server))
+            rounds = int(iterations)
+            verifier = cls(rounds, _unb64(salt), _unb64(stored), _unb64(server))
         except (ValueError, ScramError):
-            raise ScramError(f"not a {MECHANISM} verifier: expected {MECHANISM}$<iterations>:<salt>$<key>:<key>") from None
+            raise bad from None
+        if mech != MECHANISM or rounds < 1:
+            raise bad
+        return verifier
 
 
 def make_verifier(password: str, *, iterations: int = DEFAULT_ITERATIONS, salt: bytes | None = None) -> Verifier:

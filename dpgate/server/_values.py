@@ -99,7 +99,7 @@ def decode_param(data: bytes, oid: int, fmt: int) -> Any:
                 return True
             if low in ("f", "false", "off", "no", "0", "n"):
                 return False
-            raise ValueError(text)
+            raise DataError(f"invalid text value {text[:40]!r} for a boolean parameter; send true or false.")
         if oid in (INT2, INT4, INT8, OID):
             return int(text)
         if oid in (FLOAT4, FLOAT8):

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpgate.errors import InvalidArgument
 from dpgate.gateway import Gateway
 from dpgate.server import _protocol as pq
 from dpgate.server import _provenance
@@ -104,12 +105,12 @@ class Server:
         tls = None
         if tls_cert or tls_key:
             if not (tls_cert and tls_key):
-                raise ValueError("give both --tls-cert and --tls-key.")
+                raise InvalidArgument("give both --tls-cert and --tls-key.")
             tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             tls.minimum_version = ssl.TLSVersion.TLSv1_2
             tls.load_cert_chain(tls_cert, tls_key)
         elif not is_loopback(host) and not allow_insecure_password:
-            raise ValueError(
+            raise InvalidArgument(
                 f"refusing to serve on {host} without TLS: passwords (even SCRAM exchanges) and answers would cross "
                 "the network in the clear. Give --tls-cert and --tls-key, or --allow-insecure-password if the "
                 "network is trusted."
