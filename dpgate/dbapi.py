@@ -152,7 +152,7 @@ from dpgate._dbapi_rows import (
     explain_set,
     result_set,
 )
-from dpgate.compile import SetOption, compile_statement
+from dpgate.compile import CompiledStatement, SetOption, compile_statement
 from dpgate.decide import check_policy
 from dpgate.errors import (
     BudgetExhausted,
@@ -179,7 +179,7 @@ from dpgate.errors import (
 )
 from dpgate.explain import Explanation, strip_explain
 from dpgate.gateway import DEFAULT_MAX_OUTPUTS, Gateway
-from dpgate.requirement import hinted, resolve_accuracy, resolve_confidence, resolve_requirement
+from dpgate.requirement import Requirement, hinted, resolve_accuracy, resolve_confidence, resolve_requirement
 from dpgate.result import Answer, Result
 from dpgate.state import DEFAULT_MAX_ATOMS
 
@@ -504,12 +504,10 @@ class Connection:
             settings = dict(self._settings)
             if not stmt.queries:  # SELECT k … GROUP BY k: the declared keys, free and unrecorded
                 return result_set(Result((), stmt, 0.0), bool(settings["intervals"]), gw.schema)
-            method = (stmt.hints.get("method") or settings["method"] or "exact").lower()
-            if method != "exact":  # a free, model-based estimate (Gateway.estimate): no accuracy needed
-                confidence = resolve_confidence(hinted(stmt.hints), settings)
-                result = gw.estimate(operation, method, confidence=confidence, params=params)
+            method, req = _resolved(stmt, settings)
+            if isinstance(req, float):  # a free, model-based estimate (Gateway.estimate): no accuracy needed
+                result = gw.estimate(operation, method, confidence=req, params=params)
                 return result_set(result, bool(settings["intervals"]), gw.schema)
-            req = resolve_requirement(hinted(stmt.hints), settings, missing=_NO_ACCURACY)  # hint > session SET > connect()
             result = gw.query(operation, req.accuracy, req.confidence, params=params, allow_partial=req.allow_partial,
                               round=bool(settings["round"]))
             return result_set(result, bool(settings["intervals"]), gw.schema)
@@ -524,13 +522,19 @@ class Connection:
         stmt = compile_statement(operation, gw.schema, dialect=gw.dialect, params=params)
         if isinstance(stmt, SetOption):
             raise UnsupportedQuery("EXPLAIN takes a SELECT; SET dpgate.* changes a setting and costs nothing.")
-        settings = dict(self._settings)
-        method = (stmt.hints.get("method") or settings["method"] or "exact").lower()
-        if method != "exact":
-            confidence = resolve_confidence(hinted(stmt.hints), settings)
-            return gw.explain(operation, confidence=confidence, params=params, method=method)
-        req = resolve_requirement(hinted(stmt.hints), settings, missing=_NO_ACCURACY)
+        method, req = _resolved(stmt, dict(self._settings))
+        if isinstance(req, float):
+            return gw.explain(operation, confidence=req, params=params, method=method)
         return gw.explain(operation, req.accuracy, req.confidence, params=params)
+
+
+def _resolved(stmt: CompiledStatement, settings: Mapping[str, Any]) -> tuple[str, Requirement | float]:
+    """A statement's method and what it must meet — hint > session SET > connect(): a
+    :class:`Requirement` for exact answers, only a confidence for a free model-based estimate."""
+    method = (stmt.hints.get("method") or settings["method"] or "exact").lower()
+    if method != "exact":
+        return method, resolve_confidence(hinted(stmt.hints), settings)
+    return method, resolve_requirement(hinted(stmt.hints), settings, missing=_NO_ACCURACY)
 
 
 def _params(parameters: Any) -> Sequence[Any] | Mapping[str, Any] | None:

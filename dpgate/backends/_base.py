@@ -14,9 +14,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from sqlglot import exp
 
-from dpgate.errors import DPGateInternalError, SchemaError
+from dpgate.errors import DPGateInternalError, OperationalError, SchemaError
 
-__all__ = ["Backend", "TableBinding", "checked_select", "columns_of", "information_schema_catalog"]
+__all__ = ["Backend", "TableBinding", "checked_select", "columns_of", "engine_failure", "information_schema_catalog"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,22 @@ def checked_select(select: exp.Expression, dialect: str) -> str:
         if isinstance(node, (exp.DML, exp.DDL, exp.Command, exp.Into, exp.Lock)):
             raise DPGateInternalError(f"refusing to run a statement containing {type(node).__name__} on the data")
     return select.sql(dialect=dialect)
+
+
+#: Engine failures whose cause can be named without quoting the engine's message.
+_SAFE_REASONS = {"25006": "a write in a read-only transaction", "57014": "canceled by the statement timeout"}
+
+
+def engine_failure(dialect: str, exc: BaseException) -> OperationalError:
+    """The error for a generated statement the engine refused.  The engine's own message is
+    withheld: it can quote row values (``"1e400" is out of range …``), which must not reach
+    an analyst or a log; its SQLSTATE and class are kept (the engine's log has the rest)."""
+    code = getattr(exc, "sqlstate", None)  # psycopg
+    if code is None and exc.args and isinstance(exc.args[0], dict):  # pg8000
+        code = exc.args[0].get("C")
+    reason = _SAFE_REASONS.get(str(code), type(exc).__name__ + (f", SQLSTATE {code}" if code else ""))
+    return OperationalError(f"the {dialect} data source failed ({reason}); its message is withheld because it may "
+                            "quote row values — see the engine's own log.")
 
 
 def columns_of(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, np.ndarray]:

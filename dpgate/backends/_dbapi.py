@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from sqlglot import exp
 
-from dpgate.backends._base import TableBinding, checked_select, columns_of, information_schema_catalog
+from dpgate.backends._base import TableBinding, checked_select, columns_of, engine_failure, information_schema_catalog
 from dpgate.errors import InvalidArgument, OperationalError
 
 __all__ = ["DbapiBackend", "PostgresBackend"]
@@ -64,7 +64,7 @@ class DbapiBackend:
                 rows = [tuple(r) for r in cur.fetchall()]
                 names = [d[0] for d in cur.description]
             except Exception as exc:
-                raise OperationalError(f"the {self.dialect} data source failed: {exc}") from exc
+                raise engine_failure(self.dialect, exc) from None
             finally:
                 try:
                     self._end(cur)

@@ -17,8 +17,8 @@ from typing import Any, cast
 
 from sqlglot import exp
 
-from dpgate.backends._base import TableBinding, checked_select, columns_of
-from dpgate.errors import InvalidArgumentType, OperationalError, SchemaError
+from dpgate.backends._base import TableBinding, checked_select, columns_of, engine_failure
+from dpgate.errors import InvalidArgumentType, SchemaError
 
 __all__ = ["SparkBackend"]
 
@@ -94,7 +94,7 @@ class SparkBackend:
                 df = self.spark.sql(sql)
                 names, rows = df.columns, [tuple(r) for r in df.collect()]
             except Exception as exc:
-                raise OperationalError(f"the Spark data source failed: {exc}") from exc
+                raise engine_failure("Spark", exc) from None
         return columns_of(names, rows) if numpy else rows
 
     def row_hash(self, columns: Sequence[exp.Expression]) -> exp.Expression:
