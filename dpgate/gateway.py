@@ -281,17 +281,23 @@ class Gateway:
                  **{c: getattr(r, c) for c in cols}} for r in recs]
         return pd.DataFrame(rows, columns=[*cols[:4], "measured", *cols[4:]])
 
+    def _summary(self) -> list[tuple[str, str]]:
+        """What ``repr`` and the notebook display show.  The release count is the last record id
+        applied (ids run 1, 2, …), read after ``spent`` synced: the ledger is not re-read."""
+        spent = self.spent
+        return [("tables", ", ".join(t.name for t in self.schema.tables)), ("budget", f"{self.budget:g}"),
+                ("spent", f"{spent:.6g}"), ("remaining", f"{max(0.0, self.budget - spent):.6g}"),
+                ("releases", str(self._last_id)), ("policy", self.policy)]
+
     def __repr__(self) -> str:
-        tables = ", ".join(t.name for t in self.schema.tables)
-        return (f"<dpgate.Gateway tables=[{tables}] budget={self.budget:g} spent={self.spent:.6g} "
-                f"remaining={self.remaining:.6g} releases={len(self._ledger.records())} policy={self.policy}>")
+        s = dict(self._summary())
+        return (f"<dpgate.Gateway tables=[{s['tables']}] budget={s['budget']} spent={s['spent']} "
+                f"remaining={s['remaining']} releases={s['releases']} policy={s['policy']}>")
 
     def _repr_html_(self) -> str:
         import html
 
-        rows = [("tables", ", ".join(t.name for t in self.schema.tables)), ("budget ε", f"{self.budget:g}"),
-                ("spent", f"{self.spent:.6g}"), ("remaining", f"{self.remaining:.6g}"),
-                ("releases", str(len(self._ledger.records()))), ("policy", self.policy)]
+        rows = [("budget ε" if k == "budget" else k, v) for k, v in self._summary()]
         body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
                        for k, v in rows)
         return f"<b>dpgate.Gateway</b><table>{body}</table>"

@@ -341,7 +341,7 @@ class TableState:
         atoms one after the other — so this, not a sum over the plan, is the charge to
         check against the budget and to quote.
         """
-        key = tuple((id(q), alpha, sensitivity) for q, alpha, sensitivity in parts)  # ``parts`` keeps the queries alive
+        key = tuple(parts)  # holds the queries (an id could be reused once they are freed); equal queries charge alike
         if self._charges is not None and self._charges[0] == key:
             return self._charges[1]
         base_atoms = self.charge_base if self.charge_base is not None else self.atoms
