@@ -284,11 +284,11 @@ class Session:
         repeated dashboard query costs no quote).
         """
         a, gw = self.analyst, self.gateway
+        key = (sql, repr(tuple(params)), repr(sorted(self.conn.settings.items())))
+        if key in self.free:  # checked first: it costs no ledger read
+            return
         spent = _provenance.analyst_spent(gw.ledger, a.name)
         if a.budget - spent >= gw.remaining:
-            return
-        key = (sql, repr(tuple(params)), repr(sorted(self.conn.settings.items())))
-        if key in self.free:
             return
         quote = self.conn.explain(sql, list(params) if params else None)
         if quote.epsilon <= 0.0:
