@@ -34,7 +34,6 @@ of the independent noises, whose law the interval is computed from.
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -209,15 +208,14 @@ def plan(
         later: list[int] = []
         # Placed after the block's history steps, which were decided without them.
         alone: list[tuple[int, Step]] = []
-        # Decided on the costs before the block: its outputs are disjoint, so adding one's
-        # charge leaves every other's cells (hence its restrictions) as they were.  Asked
-        # only of outputs history does not determine (a repeat asks none).
-        block_costs = copy.copy(costs)  # add() rebinds the units: a shallow copy is a snapshot
         # ``blue`` does not change before the block's later steps: estimate every output first.
         live = {i: h for i in block if (h := hs[i]) is not None and not queries[i].is_zero}
         ests = {i: blue.estimate(h) for i, h in live.items()} if policy != "no_reuse" else {}
         asks = [i for i, est in ests.items() if batch and not est.estimable]
-        restrictable = dict(zip(asks, _restrictable_many(blue, block_costs, [live[i] for i in asks]), strict=True))
+        # Decided here, on the costs before the block: its outputs are disjoint, so adding one's
+        # charge leaves every other's cells (hence its restrictions) as they were.  Asked only of
+        # outputs history does not determine (a repeat asks none).
+        restrictable = dict(zip(asks, _restrictable_many(blue, costs, [live[i] for i in asks]), strict=True))
         for i in block:
             q, h = queries[i], hs[i]
             if q.is_zero:
