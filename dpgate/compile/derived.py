@@ -67,6 +67,7 @@ def compile_derived(
     items: list[exp.Expr] = []
     derivations: list[Derivation] = []
     originals = list(tree.expressions)
+    start = 0  # the next component's position in a group's block of queries
     for i, item in enumerate(originals):
         body = unparen(_body(item))
         kind, arg, cond = _split(body)
@@ -76,16 +77,16 @@ def compile_derived(
                     f"{item.sql(dialect=dialect)!r}: AVG, VAR and STDDEV must be whole output columns (optionally "
                     "aliased or with FILTER); arithmetic on them is post-processing — compute it from the released value."
                 )
-            start = sum(len(d.parts) for d in derivations)
             if _is_column(body):
                 derivations.append(Derivation("group", ()))
             else:
                 derivations.append(Derivation("linear", (start,)))
+                start += 1
             items.append(item.copy())
             continue
         assert arg is not None
-        start = sum(len(d.parts) for d in derivations)
         derivations.append(Derivation(kind, tuple(range(start, start + len(_PARTS[kind])))))
+        start += len(_PARTS[kind])
         for part in _PARTS[kind]:
             x = arg.copy()
             agg: exp.Expr = (exp.Count(this=x) if part == "n" else
