@@ -53,7 +53,7 @@ from dpgate.errors import (
     SchemaError,
     UnsupportedQuery,
 )
-from dpgate.query import LinearQuery
+from dpgate.query import LinearQuery, union_grid
 from dpgate.schema import Schema, Table
 
 __all__ = ["Cube", "MAX_HISTOGRAM_BOXES"]
@@ -311,7 +311,7 @@ class Cube:
 
     def _numerators_one_table(self, table: str, queries: list[LinearQuery]) -> list[int]:
         t, ref, cols = self._table(table)
-        union_cols, union_bps = _union_grid(t, queries)
+        union_cols, union_bps = union_grid(t, queries)
         union_size = math.prod(len(b) for b in union_bps)
         n_terms, zero_based = 0, True
         for q in queries:
@@ -512,15 +512,6 @@ class Cube:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<dpgate.Cube {state} tables={[t.name for t in self.schema.tables]}>"
-
-
-def _union_grid(t: Table, queries: Sequence[LinearQuery]) -> tuple[list[str], list[tuple[int, ...]]]:
-    bps: dict[str, set[int]] = {}
-    for q in queries:
-        for c, bp in zip(q.columns, q.breakpoints, strict=True):
-            bps.setdefault(t.column(c).name, set()).update(bp)
-    cols = [c.name for c in t.columns if c.name in bps]
-    return cols, [tuple(sorted(bps[c])) for c in cols]
 
 
 def _dot(num: np.ndarray, counts: np.ndarray) -> int:

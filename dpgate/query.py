@@ -30,7 +30,7 @@ import numpy as np
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema import Table
 
-__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES"]
+__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "union_grid"]
 
 #: Weights must be rationals with at most this denominator (SQL constants with
 #: up to six decimals); the noise lattice needs exact integer true answers.
@@ -343,3 +343,14 @@ def _rationalise_fast(uniq: np.ndarray) -> tuple[np.ndarray, int] | None:
     if den > 1 and np.any(np.abs(nums / den - uniq) > 1e-12 * np.maximum(1.0, np.abs(uniq))):
         return None
     return nums.astype(np.int64), den
+
+
+def union_grid(table: Table, queries: Sequence[LinearQuery]) -> tuple[list[str], list[tuple[int, ...]]]:
+    """The coarsest grid refining every query's grid: the columns they use, in declaration
+    order, each with the union of their breakpoints (every query's start at 0)."""
+    bps: dict[str, set[int]] = {}
+    for q in queries:
+        for c, bp in zip(q.columns, q.breakpoints, strict=True):
+            bps.setdefault(table.column(c).name, set()).update(bp)
+    cols = [c.name for c in table.columns if c.name in bps]
+    return cols, [tuple(sorted(bps[c])) for c in cols]

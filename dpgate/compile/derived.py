@@ -23,7 +23,7 @@ them (``AVG(x) + 1``) is refused: compute it from the released value, it is free
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -34,10 +34,10 @@ from dpgate.compile.cells import walk
 from dpgate.compile.post import build as build_post
 from dpgate.compile.stages import STAGES, Compilation, CompiledStatement, Output
 from dpgate.errors import UnsupportedQuery
-from dpgate.query import LinearQuery
+from dpgate.query import LinearQuery, union_grid
 from dpgate.schema import Schema, Table
 
-__all__ = ["compile_derived", "has_derived", "common_grid", "value_range"]
+__all__ = ["compile_derived", "has_derived", "value_range"]
 
 # Component suffixes, in the order dpgate.derived reads them.
 _PARTS = {"avg": ("n", "s"), "var_samp": ("n", "s", "q"), "var_pop": ("n", "s", "q"),
@@ -167,7 +167,7 @@ def _centred(
             for g in groups:
                 ids = [g * n + p for p in d.parts]
                 comps = [out[i] for i in ids]
-                cols, bps = common_grid(comps, table)
+                cols, bps = union_grid(table, comps)
                 w = [q.expand(table, cols, bps) / q.denominator for q in comps]
                 shifted = [w[0], w[1] - c * w[0], *([w[2] - 2 * c * w[1] + c * c * w[0]] if len(w) > 2 else [])]
                 for i, q, wi in zip(ids, comps, shifted, strict=True):
@@ -176,27 +176,12 @@ def _centred(
     return tuple(out), tuple(centred)
 
 
-def common_grid(queries: Sequence[LinearQuery], table: Table) -> tuple[list[str], list[list[int]]]:
-    """The coarsest grid refining every query's grid (columns in declaration order)."""
-    used = {c.lower() for q in queries for c in q.columns}
-    cols = [c.name for c in table.columns if c.name.lower() in used]
-    bps = []
-    for col in cols:
-        merged: set[int] = {0}
-        for q in queries:
-            for qc, bp in zip(q.columns, q.breakpoints, strict=True):
-                if qc.lower() == col.lower():
-                    merged |= set(bp)
-        bps.append(sorted(merged))
-    return cols, bps
-
-
 def value_range(count: LinearQuery, total: LinearQuery, table: Table) -> tuple[float, float] | None:
     """``[a, b]``: the range of ``x`` over the cells ``COUNT(x)`` counts, read off ``COUNT(x)`` and
     ``SUM(x)`` (public weights); None when no cell is counted."""
     if count.is_zero:
         return None
-    cols, bps = common_grid([count, total], table)
+    cols, bps = union_grid(table, [count, total])
     wn = count.expand(table, cols, bps)
     xs = np.broadcast_to(total.expand(table, cols, bps), wn.shape)[wn != 0] / total.denominator
     return float(xs.min()), float(xs.max())
