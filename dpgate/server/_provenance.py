@@ -87,14 +87,22 @@ def charging(ledger: Ledger, analyst: str, cap: float, statement: str) -> Iterat
     """Within the block, every release this thread records is charged to ``analyst``
     in the same ledger transaction, and refused (rolled back) if it would take the
     analyst's charges above ``cap``."""
+    # The previous record's cost and the analyst's charges, carried from one record of a statement
+    # to the next in the same transaction (a GROUP BY appends many); read afresh otherwise.
+    last: dict[str, Any] = {"conn": None, "id": None, "cost": 0.0, "spent": 0.0}
+
     def hook(conn: sqlite3.Connection, record_id: int, cost_after: float) -> None:
-        row = conn.execute("SELECT cost_after FROM dpgate_records WHERE id < ? ORDER BY id DESC LIMIT 1",
-                           (record_id,)).fetchone()
-        delta = max(0.0, cost_after - (row[0] if row else 0.0))
-        spent = float(conn.execute(_SPENT, (analyst,)).fetchone()[0])
+        if last["conn"] is conn and last["id"] == record_id - 1:
+            prev, spent = last["cost"], last["spent"]
+        else:
+            row = conn.execute("SELECT cost_after FROM dpgate_records WHERE id < ? ORDER BY id DESC LIMIT 1",
+                               (record_id,)).fetchone()
+            prev, spent = (row[0] if row else 0.0), float(conn.execute(_SPENT, (analyst,)).fetchone()[0])
+        delta = max(0.0, cost_after - prev)
         if spent + delta > cap + SLACK:
             raise over_cap(analyst, cap, spent, delta, f"answering needs more (at least {delta:.4g})")
         conn.execute(_INSERT, (analyst, "charge", record_id, delta, statement, "fresh", _now()))
+        last.update(conn=conn, id=record_id, cost=cost_after, spent=spent + delta)
 
     with ledger.on_append(hook):
         yield
