@@ -137,6 +137,21 @@ class CellCosts:
         """Record a release of ``h`` at budget ``alpha``."""
         self.units = _plus(self.units, release_units(h, alpha, sensitivity))
 
+    def add_sparse(self, atoms: np.ndarray, weights: np.ndarray, alpha: float, sensitivity: float,
+                   *, in_place: bool = False) -> None:
+        """:meth:`add` of a vector that is ``weights`` on ``atoms`` (distinct indices) and 0
+        elsewhere, priced in O(its support).  Without ``in_place`` the costs' array is
+        replaced, not written (shallow copies of these costs share it)."""
+        if not atoms.size:
+            return
+        new = _plus(self.units[atoms], release_units(weights, alpha, sensitivity))
+        if new.dtype != self.units.dtype:
+            units = self.units.astype(new.dtype)
+        else:
+            units = self.units if in_place else self.units.copy()
+        units[atoms] = new
+        self.units = units
+
     def add_many(self, rows: np.ndarray, alphas: Sequence[float], sensitivities: Sequence[float]) -> None:
         """:meth:`add` for each row of ``rows`` (k × atoms) in turn, as one exact sum:
         each distinct (weight, α, S) is priced once and the per-atom units are summed."""

@@ -25,12 +25,14 @@ and leaves the partition unchanged.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import threading
 
 import numpy as np
 
 from dpgate.errors import DPGateInternalError, InvalidArgument, SchemaError, UnsupportedQuery
-from dpgate.query import LinearQuery
+from dpgate.query import LinearQuery, expand_grid
 from dpgate.schema import Table
 
 __all__ = ["AtomPartition"]
@@ -122,6 +124,25 @@ class AtomPartition:
                 ``max_atoms`` atoms; the partition is then left unchanged.
         """
         self._check_table(query)
+        before = self._labels
+        key = (id(before), self._bps, self.max_atoms, self.max_grid, _query_key(query))
+        with _MEMO_LOCK:
+            found = _MEMO.get(key)
+        if found is not None and found[0] is before:  # the same split of the same partition (planned, then recorded)
+            if isinstance(found[1], str):
+                raise UnsupportedQuery(found[1])
+            parent, after = found[1]
+            self._commit(*after)
+            return parent
+        try:
+            parent = self._refine(query)
+        except UnsupportedQuery as e:
+            _remember(key, before, str(e))
+            raise
+        _remember(key, before, (parent, (self._columns, self._bps, self._labels, self._rep, self._n)))
+        return parent
+
+    def _refine(self, query: LinearQuery) -> np.ndarray | None:
         cols, bps = self._merged_grid(query)
         if cols != self._columns or bps != self._bps:
             size = math.prod(len(b) for b in bps)
@@ -135,16 +156,17 @@ class AtomPartition:
             labels = self._expanded_labels(cols, bps)
         else:
             labels = self._labels
-        w = np.ascontiguousarray(query.expand(self.table, cols, bps)).ravel()
+        # Each box's new atom is the pair (old atom, rank of the query's weight there); the
+        # weights are ranked on the query's own (small) grid, then expanded.
+        values, qrank = np.unique(np.asarray(query.numerators), return_inverse=True)
+        ranks = expand_grid(qrank.reshape(np.shape(query.numerators)), query.columns, query.breakpoints, cols, bps)
         flat = labels.ravel()
-        if w.size and np.array_equal(w, w[self._rep_on(labels)[flat]]):
-            # Constant on every atom: only the grid (maybe) changed.
+        key = flat.astype(np.int64) * values.size + np.ascontiguousarray(ranks).ravel()
+        first, inverse = _first_and_inverse(key, self._n * values.size)
+        n_new = first.size
+        if n_new == self._n:  # constant on every atom: only the grid (maybe) changed
             self._commit(cols, bps, labels, self._rep_on(labels), self._n)
             return None
-        _, wrank = np.unique(w, return_inverse=True)
-        key = flat.astype(np.int64) * (int(wrank.max()) + 1) + wrank.ravel()
-        uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        n_new = len(uniq)
         if n_new > self.max_atoms:
             raise UnsupportedQuery(
                 f"table {self.table.name!r}: this query would split the domain into {n_new} atoms "
@@ -152,7 +174,7 @@ class AtomPartition:
                 "pieces of the domain, or raise max_atoms."
             )
         parent = flat[first].astype(np.int64)
-        new_labels = inverse.reshape(labels.shape).astype(np.int32)
+        new_labels = inverse.reshape(labels.shape)
         self._commit(cols, bps, new_labels, first.astype(np.int64), n_new)
         return parent
 
@@ -233,6 +255,21 @@ class AtomPartition:
         self._slab_cache = (self._rep, slabs)
         return slabs
 
+    def atom_of(self, coarser: AtomPartition) -> np.ndarray:
+        """For each of this partition's atoms, the atom of ``coarser`` that contains it.
+
+        ``coarser`` must be coarser than this partition (each of its atoms a union of
+        this one's; in particular its grid a part of this one's).
+        """
+        mine, grids, starts = self._slabs()
+        idx = []
+        for c, bp in zip(coarser.columns, coarser.breakpoints, strict=True):
+            ax = mine.get(c.lower())
+            if ax is None or not grids[ax].issuperset(bp):
+                raise DPGateInternalError(f"column {c!r}: this partition does not refine the coarser one")
+            idx.append(np.searchsorted(np.asarray(bp), starts[ax], side="right") - 1)
+        return np.broadcast_to(np.asarray(coarser.labels[tuple(idx)], dtype=np.int64), (self._n,)).copy()
+
     def __getstate__(self) -> dict[str, object]:
         """Pickled without the slab cache (derived; rebuilt on first use)."""
         return {k: v for k, v in self.__dict__.items() if k != "_slab_cache"}
@@ -245,3 +282,45 @@ class AtomPartition:
         grid = ", ".join(f"{c}:{len(b)}" for c, b in zip(self._columns, self._bps, strict=True)) or "none"
         return f"<AtomPartition {self.table.name} atoms={self._n} grid=[{grid}]>"
 
+
+#: Recent refinements, by (partition's label array, limits, query): a statement's queries refine
+#: its planning copy and then, identically, the live state.  Entries hold the label array they
+#: started from (so its id cannot be reused while they live); label arrays are never written.
+_Refined = tuple[np.ndarray | None, tuple[tuple[str, ...], tuple[tuple[int, ...], ...], np.ndarray, np.ndarray, int]]
+_MEMO: dict[tuple[object, ...], tuple[np.ndarray, _Refined | str]] = {}
+_MEMO_SIZE = 16
+_MEMO_LOCK = threading.Lock()
+
+
+def _remember(key: tuple[object, ...], before: np.ndarray, result: _Refined | str) -> None:
+    with _MEMO_LOCK:
+        while len(_MEMO) >= _MEMO_SIZE:
+            del _MEMO[next(iter(_MEMO))]
+        _MEMO[key] = (before, result)
+
+
+def _query_key(query: LinearQuery) -> tuple[object, ...]:
+    """What a refinement by ``query`` depends on: its grid and weight pattern (weights by digest)."""
+    digest = hashlib.sha256(np.ascontiguousarray(query.numerators, dtype=np.int64).tobytes()).digest()
+    return (query.table.lower(), tuple(c.lower() for c in query.columns), query.breakpoints, digest)
+
+
+#: Below this many possible (atom, weight) keys, distinct keys are found with a bitmap
+#: (linear time) instead of a sort.
+_BITMAP_KEYS = 1 << 26
+
+
+def _first_and_inverse(key: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(key, return_index=True, return_inverse=True)[1:]`` for keys in
+    ``[0, n_keys)``: each distinct key's first position (in key order) and every
+    position's rank among the distinct keys (int32)."""
+    if n_keys > min(_BITMAP_KEYS, 8 * key.size):
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        return first.astype(np.int64), inverse.astype(np.int32)
+    present = np.zeros(n_keys, dtype=bool)
+    present[key] = True
+    rank = np.cumsum(present, dtype=np.int32) - 1
+    inverse = rank[key]
+    first = np.empty(int(rank[-1]) + 1, dtype=np.int64)
+    first[inverse[::-1]] = np.arange(key.size - 1, -1, -1, dtype=np.int64)  # the first occurrence wins
+    return first, inverse

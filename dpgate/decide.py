@@ -43,13 +43,13 @@ from typing import Literal, cast
 
 import numpy as np
 
-from dpgate.accounting import CellCosts, to_epsilon
+from dpgate.accounting import CellCosts
 from dpgate.errors import InvalidRequirement
 from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, minimal_scale, single_release_scale
 from dpgate.noise import lattice_for
 from dpgate.query import LinearQuery
 from dpgate.result import Answer, Source
-from dpgate.state import TableState, isolation_key
+from dpgate.state import Charge, TableState, isolation_key
 
 __all__ = [
     "Measurement",
@@ -121,13 +121,19 @@ def paper_scale(accuracy: float, confidence: float) -> float:
 
 @dataclass(frozen=True)
 class Measurement:
-    """One noisy count to take: ``query`` (linear part, offset 0) at ``alpha``."""
+    """One noisy count to take: ``query`` (linear part, offset 0) at ``alpha``.
+
+    ``h`` is its vector for the inference (over the atoms, or its factor over its exact
+    repeats' one-atom history when the atoms do not hold it); ``c`` is what it is charged
+    as, over the cost atoms (:meth:`TableState.cost_vector`).
+    """
 
     query: LinearQuery
     h: np.ndarray = field(repr=False)
     alpha: float
     scale: float
     lattice: float
+    c: Charge = field(repr=False)
 
     @property
     def sensitivity(self) -> float:
@@ -215,7 +221,8 @@ def plan(
         # Decided here, on the costs before the block: its outputs are disjoint, so adding one's
         # charge leaves every other's cells (hence its restrictions) as they were.  Asked only of
         # outputs history does not determine (a repeat asks none).
-        restrictable = dict(zip(asks, _restrictable_many(blue, costs, [live[i] for i in asks]), strict=True))
+        restrictable = dict(zip(asks, _restrictable_many(blue, state.atom_costs(costs) if asks else np.zeros(0),
+                                                         [live[i] for i in asks]), strict=True))
         for i in block:
             q, h = queries[i], hs[i]
             if q.is_zero:
@@ -226,7 +233,7 @@ def plan(
                 if step.measurements:
                     (m,) = step.measurements
                     before = costs.charge
-                    costs.add(m.h, m.alpha, m.sensitivity)
+                    _add(costs, m)
                     step = replace(step, increase=costs.charge - before)
                 place(i, step)
                 continue
@@ -237,7 +244,7 @@ def plan(
             elif est is None or (batch and not est.estimable and not restrictable[i]):
                 m = measurement(state, q, _alone_scale(q, accuracy, confidence, policy), h=h)
                 before = costs.charge
-                costs.add(m.h, m.alpha, m.sensitivity)
+                _add(costs, m)
                 alone.append((i, Step(q, "fresh", h, (m,), costs.charge - before, alone=True)))
             else:
                 later.append(i)
@@ -259,41 +266,16 @@ def plan(
             blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy)
             increase = _price(costs, parts)
             for m in parts:
-                costs.add(m.h, m.alpha, m.sensitivity)
+                _add(costs, m)
             place(i, Step(q, "fresh", h, tuple(parts), increase))
         for i in block:
             planned.setdefault(queries[i], i)
-    out = [s for s in steps if s is not None]
-    if any(s.measurements for s in out if s.isolated is not None):
-        out = _recorded_increases(state, out)
-    return out
-
-
-def _recorded_increases(state: TableState, steps: list[Step]) -> list[Step]:
-    """``steps`` with each fresh step's increase the one recording its releases will cause.
-
-    A query outside the atoms is charged on the atoms it meets when its release is
-    recorded; the plan priced it on the live atoms, which the statement's own groups
-    have not split yet, so disjoint groups looked like they stacked on the same cells.
-    The increases are re-priced by simulating the records (:meth:`TableState.recorded_charges`),
-    in the order they are recorded (the statement's order), so their sum is exactly the
-    rise of the ledger's cost — never below it (the budget check uses it).
-    """
-    start, after = state.recorded_charges([(m.query, m.alpha, m.sensitivity) for s in steps for m in s.measurements])
-    charges = iter(after)
-    prev, out = to_epsilon(start), []
-    for s in steps:
-        if s.measurements:
-            now = to_epsilon([next(charges) for _ in s.measurements][-1])
-            s, prev = replace(s, increase=now - prev), now
-        out.append(s)
-    return out
+    return [s for s in steps if s is not None]
 
 
 def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: float, policy: str) -> Step:
-    """The plan for a query the atoms could not hold: from its exact repeats, else measured
-    on its own at the smallest budget that, with those repeats, meets the requirement.
-    Its charge is its budget on every cell (:meth:`TableState.isolated_weights`)."""
+    """The plan for a query the atoms do not hold: from its exact repeats, else measured
+    on its own at the smallest budget that, with those repeats, meets the requirement."""
     key, factor = isolation_key(q)
     hist = state.isolated.get(key)
     iso = hist.copy() if hist is not None else IncrementalBLUE(_ONE)
@@ -309,7 +291,7 @@ def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: fl
             scale = max(scale, found if found is not None else scale)
         else:
             scale = _alone_scale(q, accuracy, confidence, policy)
-    m = measurement(state, q, scale, isolated=True)
+    m = measurement(state, q, scale, h=h)
     alone = est is None or not est.estimable  # its own release is the answer
     return Step(q, "fresh", h, (m,), alone=alone, isolated=iso)
 
@@ -333,18 +315,19 @@ def _disjoint(hs: Sequence[np.ndarray | None]) -> bool:
     return bool(touched.max() <= 1)
 
 
-def _restrictable_many(blue: IncrementalBLUE, costs: CellCosts, hs: Sequence[np.ndarray]) -> list[bool]:
+def _restrictable_many(blue: IncrementalBLUE, charged: np.ndarray, hs: Sequence[np.ndarray]) -> list[bool]:
     """Whether a restriction candidate of :func:`_candidates` exists for each ``h``: leaving
-    out its ``t`` most-charged atoms (strictly more charged than the rest) while history plus
-    the kept part still determines the query.  Structure only: no scale is searched.  Every
-    (h, t) pair is tested in one :meth:`IncrementalBLUE.estimable_with_many` call."""
+    out its ``t`` most-charged atoms (strictly more charged than the rest; ``charged``:
+    :meth:`TableState.atom_costs`) while history plus the kept part still determines the
+    query.  Structure only: no scale is searched.  Every (h, t) pair is tested in one
+    :meth:`IncrementalBLUE.estimable_with_many` call."""
     owner: list[int] = []
     pairs: list[tuple[np.ndarray, np.ndarray]] = []
     for k, h in enumerate(hs):
         support = np.flatnonzero(h)
-        order = support[np.argsort(-costs.per_atom[support], kind="stable")]
+        order = support[np.argsort(-charged[support], kind="stable")]
         for t in range(1, min(MAX_RESTRICTION, support.size - 1) + 1):
-            if costs.per_atom[order[t - 1]] <= costs.per_atom[order[t]]:
+            if charged[order[t - 1]] <= charged[order[t]]:
                 continue
             h_keep = h.copy()
             h_keep[order[:t]] = 0.0
@@ -469,18 +452,19 @@ def _answer(
     )
 
 
-def measurement(
-    state: TableState, query: LinearQuery, scale: float, *, isolated: bool = False, h: np.ndarray | None = None
-) -> Measurement:
+def measurement(state: TableState, query: LinearQuery, scale: float, *, h: np.ndarray | None = None) -> Measurement:
     """The measurement of ``query``'s linear part (offset 0) at noise scale ``scale`` on its lattice.
 
-    ``isolated``: the query is outside the atoms; ``h`` is then the vector it is charged
-    as (:meth:`TableState.isolated_weights`).  ``h``: its vector over the atoms, when known.
+    ``h``: its inference vector when known (over the atoms, or its factor when they do
+    not hold it); else its vector over the atoms, which must hold it.  Its cost vector
+    comes from the cost atoms (a statement's queries are refined into them; a query made
+    from the atoms, e.g. a restriction, is constant on them since they refine the atoms).
     """
     query = replace(query, offset=Fraction(0), label="", group=())
     if h is None:
-        h = state.isolated_weights(query) if isolated else state.atoms.vector(query)
-    return Measurement(query, h, query.sensitivity / scale, scale, lattice_for(scale, query.denominator)[0])
+        h = state.atoms.vector(query)
+    c = state.charge(query, h)
+    return Measurement(query, h, query.sensitivity / scale, scale, lattice_for(scale, query.denominator)[0], c)
 
 
 def _verified(
@@ -507,10 +491,15 @@ def _verified(
     return trial, parts
 
 
+def _add(costs: CellCosts, m: Measurement) -> None:
+    """Charge ``m`` to the planner's own copy of the costs."""
+    costs.add_sparse(*m.c, m.alpha, m.sensitivity, in_place=True)
+
+
 def _price(costs: CellCosts, parts: Sequence[Measurement]) -> float:
     trial = costs.copy()
     for m in parts:
-        trial.add(m.h, m.alpha, m.sensitivity)
+        _add(trial, m)
     return trial.charge - costs.charge
 
 
@@ -541,11 +530,12 @@ def _candidates(
         return out
     support = np.flatnonzero(h)
     # Restrictions: leave out the most-charged atoms when history pins them down.
-    order = support[np.argsort(-costs.per_atom[support], kind="stable")]
+    charged = state.atom_costs(costs)
+    order = support[np.argsort(-charged[support], kind="stable")]
     for t in range(1, min(MAX_RESTRICTION, support.size - 1) + 1):
         keep = np.zeros(h.size, dtype=bool)
         keep[order[t:]] = True
-        if costs.per_atom[order[t - 1]] <= costs.per_atom[order[t]]:
+        if charged[order[t - 1]] <= charged[order[t]]:
             continue  # leaving out an atom no more charged than the rest cannot help
         h_keep = np.where(keep, h, 0.0)
         part_q = state.atom_query(q, keep)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import math
 import sys
 import threading
@@ -46,6 +45,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
 
 from dpgate import _checkpoint, _progress
 from dpgate._blas import one_blas_thread, single_threaded
@@ -91,6 +92,8 @@ _BUDGET_SLACK = 1e-12
 #: A gateway that replays at least this many ledger records on opening checkpoints its state
 #: (``dpgate._checkpoint``); closing it checkpoints whatever it added.
 _CHECKPOINT_AFTER = 64
+#: Layout of the checkpointed inference state (a checkpoint of another layout is replayed).
+_STATE_LAYOUT = 2
 #: Default ``Gateway(max_outputs=...)``: a two-column GROUP BY of a few thousand keys.
 DEFAULT_MAX_OUTPUTS = 4096
 
@@ -133,15 +136,27 @@ def _compile_key(
     return (sql, isinstance(params, Mapping), items, dialect)
 
 
+def _statements(
+    records: Sequence[LedgerRecord], queries: Sequence[LinearQuery]
+) -> Iterator[list[tuple[LedgerRecord, LinearQuery]]]:
+    """The records as the statements that appended them: runs of one table, session, kind
+    and SQL text, cut where a query repeats (a statement measures each query once)."""
+    run: list[tuple[LedgerRecord, LinearQuery]] = []
+    seen: set[LinearQuery] = set()
+    for rec, q in zip(records, queries, strict=True):
+        if run and (q in seen or (rec.table, rec.session, rec.kind, rec.sql) != (
+                run[-1][0].table, run[-1][0].session, run[-1][0].kind, run[-1][0].sql)):
+            yield run
+            run, seen = [], set()
+        run.append((rec, q))
+        seen.add(q)
+    if run:
+        yield run
+
+
 def _recorded_charges(state: TableState, parts: Sequence[Measurement]) -> tuple[int, list[int]]:
     """The table's exact charge, in units, before and after each of a statement's releases as they will be recorded."""
-    if state.outside:  # charged on the atoms they meet when recorded (TableState.recorded_charges)
-        return state.recorded_charges([(m.query, m.alpha, m.sensitivity) for m in parts])
-    costs, after = state.costs.copy(), []
-    for m in parts:
-        costs.add(m.h, m.alpha, m.sensitivity)
-        after.append(costs.charge_units)
-    return state.costs.charge_units, after
+    return state.recorded_charges([(m.c, m.alpha, m.sensitivity) for m in parts])
 
 
 def _refuse_derived(stmt: CompiledStatement, what: str) -> None:
@@ -560,14 +575,8 @@ class Gateway:
         records = [r for r in records if r.id > self._last_id]
         known = known or {}
         queries = [q if (q := known.get(r.query)) is not None else LinearQuery.from_json(r.query) for r in records]
-        by_table: dict[str, list[LinearQuery]] = {}
-        for rec, q in zip(records, queries, strict=True):
-            by_table.setdefault(rec.table, []).append(q)
-        # One split for a GROUP BY's releases.
-        prepared = {table: self._state(table).prepare(qs) for table, qs in by_table.items()}
-        for table, group in itertools.groupby(zip(records, queries, strict=True), key=lambda rq: rq[0].table):
-            run = list(group)
-            self._apply([rec for rec, _ in run], [q for _, q in run], prepared[table])
+        for run in _statements(records, queries):
+            self._apply([rec for rec, _ in run], [q for _, q in run])
 
     def _open_history(self) -> None:
         """Apply the ledger's records, starting from its verified checkpoint when there is one."""
@@ -588,7 +597,8 @@ class Gateway:
         """What a checkpoint must match besides the records (the replay depends on these)."""
         from dpgate import __version__
 
-        return {"version": __version__, "schema": self.schema.fingerprint(), "max_atoms": self.max_atoms}
+        return {"version": __version__, "schema": self.schema.fingerprint(), "max_atoms": self.max_atoms,
+                "state": _STATE_LAYOUT}
 
     def _save_checkpoint(self, records: Sequence[LedgerRecord]) -> None:
         """Checkpoint the state after ``records`` (all the ledger's records, all applied)."""
@@ -613,14 +623,13 @@ class Gateway:
             )
             self._warned_seeded = True
 
-    def _apply(self, recs: Sequence[LedgerRecord], queries: Sequence[LinearQuery], prepared: bool = False) -> None:
-        """Apply consecutive records of one table (a statement's releases: one batched BLUE update)."""
+    def _apply(self, recs: Sequence[LedgerRecord], queries: Sequence[LinearQuery]) -> None:
+        """Apply one statement's records (:meth:`TableState.record_many`: one batched update)."""
         table = self.schema.table(recs[0].table).name.lower()
         if not all(r.secure for r in recs):
             self._insecure_tables = self._insecure_tables | {table}
         self._state(recs[0].table).record_many(
-            [(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity) for r, q in zip(recs, queries, strict=True)],
-            prepared=prepared,
+            [(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity) for r, q in zip(recs, queries, strict=True)]
         )
         self._last_id = recs[-1].id
 
@@ -737,7 +746,8 @@ class Gateway:
                 self._sync(tx.records(since=self._last_id))
                 # Planned by the rule the records are applied by, so the charge checked is the one recorded.
                 state = self._state(table).refined([q for q, _ in measurements], isolate=True)
-                parts = [measurement(state, q, q.sensitivity / a, isolated=i in state.outside)
+                parts = [measurement(state, q, q.sensitivity / a,
+                                     h=np.array([isolation_key(q)[1]]) if i in state.outside else None)
                          for i, (q, a) in enumerate(measurements)]
                 start, after = _recorded_charges(state, parts)
                 needed, spent = to_epsilon(after[-1] if after else start) - to_epsilon(start), self._spent()

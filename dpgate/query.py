@@ -30,7 +30,7 @@ import numpy as np
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema import Table
 
-__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "union_grid"]
+__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "expand_grid", "union_grid"]
 
 #: Weights must be rationals with at most this denominator (SQL constants with
 #: up to six decimals); the noise lattice needs exact integer true answers.
@@ -188,26 +188,7 @@ class LinearQuery:
         ``columns`` must be in declaration order and include this query's columns.
         Returns an int64 array of shape ``(len(bp) for bp in breakpoints)``.
         """
-        out = self.numerators
-        src = dict(zip((c.lower() for c in self.columns), self.breakpoints, strict=True))
-        shape_axes: list[np.ndarray | None] = []
-        for c, bp in zip(columns, breakpoints, strict=True):
-            if c.lower() in src:
-                mine = np.asarray(src[c.lower()])
-                if not set(mine.tolist()) <= set(bp):
-                    raise DPGateInternalError(f"grid for {c} does not refine the query's breakpoints")
-                shape_axes.append(np.searchsorted(mine, np.asarray(bp), side="right") - 1)
-            else:
-                shape_axes.append(None)
-        # Insert broadcast axes for columns the query does not use, then index.
-        view = out
-        for ax, idx in enumerate(shape_axes):
-            if idx is None:
-                view = np.expand_dims(view, ax)
-            else:
-                view = np.take(view, idx, axis=ax)
-        shape = tuple(len(b) for b in breakpoints)
-        return np.broadcast_to(view, shape)
+        return expand_grid(self.numerators, self.columns, self.breakpoints, columns, breakpoints)
 
     def dense(self, table: Table) -> np.ndarray:
         """Weights over the table's full product domain (tests and small domains only)."""
@@ -354,3 +335,26 @@ def union_grid(table: Table, queries: Sequence[LinearQuery]) -> tuple[list[str],
             bps.setdefault(table.column(c).name, set()).update(bp)
     cols = [c.name for c in table.columns if c.name in bps]
     return cols, [tuple(sorted(bps[c])) for c in cols]
+
+
+def expand_grid(
+    values: np.ndarray,
+    columns: Sequence[str],
+    breakpoints: Sequence[Sequence[int]],
+    to_columns: Sequence[str],
+    to_breakpoints: Sequence[Sequence[int]],
+) -> np.ndarray:
+    """``values`` given per box of the grid ``(columns, breakpoints)``, on the finer grid
+    ``(to_columns, to_breakpoints)`` (declaration order, a superset of ``columns``):
+    a read-only broadcast view of shape ``(len(bp) for bp in to_breakpoints)``."""
+    src = dict(zip((c.lower() for c in columns), breakpoints, strict=True))
+    view = values
+    for ax, (c, bp) in enumerate(zip(to_columns, to_breakpoints, strict=True)):
+        if c.lower() in src:
+            mine = np.asarray(src[c.lower()])
+            if not set(mine.tolist()) <= set(bp):
+                raise DPGateInternalError(f"grid for {c} does not refine the query's breakpoints")
+            view = np.take(view, np.searchsorted(mine, np.asarray(bp), side="right") - 1, axis=ax)
+        else:  # a broadcast axis for a column the values do not depend on
+            view = np.expand_dims(view, ax)
+    return np.broadcast_to(view, tuple(len(b) for b in to_breakpoints))

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import math
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import cast
 
 import numpy as np
 
@@ -28,13 +26,20 @@ from dpgate.inference import Estimate, IncrementalBLUE
 from dpgate.query import LinearQuery
 from dpgate.schema import Table
 
-__all__ = ["DEFAULT_MAX_ATOMS", "TableState", "TableView", "isolation_key"]
+__all__ = ["COST_MAX_ATOMS", "DEFAULT_MAX_ATOMS", "TableState", "TableView", "isolation_key"]
 
 _ONE = np.ones(1)
+#: What a release is charged as: the cost atoms it touches and its weight on each.
+Charge = tuple[np.ndarray, np.ndarray]
+_NO_CHARGE: Charge = (np.zeros(0, dtype=np.int64), np.zeros(0))
 
-#: Default limit on a table's atoms (``Gateway(max_atoms=...)``); a query that would split
-#: the domain into more is measured on its own (see :meth:`TableState.refined`).
-DEFAULT_MAX_ATOMS = 200_000
+#: Default working limit on a table's inference atoms (``Gateway(max_atoms=...)``): the
+#: inference costs O(rank × atoms) per query, so this bounds every decision's latency.  A
+#: statement that would split the atoms further is estimated from its exact repeats only
+#: (see :meth:`TableState.hold`).
+DEFAULT_MAX_ATOMS = 20_000
+#: Limit on a table's cost atoms (per-cell accounting is cheap per atom: int64 sums and a max).
+COST_MAX_ATOMS = 4_000_000
 #: A query with more distinct weights than this (e.g. ``SUM(age)`` over 101 ages) is kept
 #: outside the atoms: splitting every atom by each of its weights would multiply the atoms
 #: of every later GROUP BY by that many.  Its support still refines the atoms.
@@ -100,66 +105,213 @@ def isolation_key(query: LinearQuery) -> tuple[str, float]:
 
 @dataclass
 class TableState:
-    """Everything known about one table's releases, on the current atoms.
+    """Everything known about one table's releases.
 
-    ``queries``, ``record_ids``, ``alphas`` and ``sensitivities`` list the applied
-    ledger records in order (row ``i`` of ``blue`` is record ``record_ids[i]``).
+    Two partitions of the domain serve two purposes:
+
+    * ``atoms`` (at most ``max_atoms``, a working limit) carry the inference: the BLUE
+      over the released queries they hold.  A query they cannot hold within the limit
+      stays outside them and is estimated from its exact repeats only (``isolated``);
+      a GROUP BY is held whole or not at all.  Estimating from a subset of history is
+      still an unbiased estimator with an exact error law: only reuse is lost.
+    * ``cost_atoms`` (much larger limits; costs are cheap per atom) carry the per-cell
+      accounting: every release refines them, so its cost ``(α/S)|q_j|`` is charged on
+      exactly the cells it touches, whether or not the inference atoms hold it.  They
+      refine ``atoms`` (every query held by the atoms refines them too), so a query
+      constant on the atoms is constant on them.
+
+    ``queries``, ``record_ids``, ``alphas`` and ``sensitivities`` list the releases
+    the atoms hold, in order (row ``i`` of ``blue`` is record ``record_ids[i]``).
     """
 
     table: Table
     atoms: AtomPartition
     blue: IncrementalBLUE
     costs: CellCosts
+    cost_atoms: AtomPartition
     queries: list[LinearQuery] = field(default_factory=list)
     record_ids: list[int] = field(default_factory=list)
     alphas: list[float] = field(default_factory=list)
     sensitivities: list[float] = field(default_factory=list)
-    #: Releases of queries the atoms could not hold, by :func:`isolation_key`: a one-atom
+    #: Releases of queries the atoms do not hold, by :func:`isolation_key`: a one-atom
     #: BLUE per key whose rows are the released factors.
     isolated: dict[str, IncrementalBLUE] = field(default_factory=dict)
     #: In a planning copy (:meth:`refined`), the positions of the statement's queries
     #: that stay outside the atoms.
     outside: frozenset[int] = frozenset()
-    #: In a planning copy, the live atoms it was refined from: a query outside the atoms is
-    #: charged on the live atoms it meets (see :meth:`isolated_weights`).
-    charge_base: AtomPartition | None = None
-    #: In a planning copy, the live costs it was refined from (on ``charge_base``).
-    base_costs: CellCosts | None = None
     #: By :func:`_held_key`, each recorded query: True when the atoms hold it, False when it
-    #: stays outside them.  The atoms only get finer, so a held query stays constant on them
-    #: (its grid inside theirs), and refining by one outside them (or by its support) changes
-    #: nothing again: a repeat needs no refinement.  A class-level default, so states pickled
-    #: without it (checkpoints) read as empty.
+    #: stays outside them.  The atoms only get finer, so a held query stays constant on them,
+    #: and one left outside stays outside: a repeat needs no refinement.
     _known: dict[tuple[object, ...], bool] | None = field(default=None, repr=False)
-    #: In a planning copy, the last :meth:`recorded_charges` (the plan's, reused when recording).
-    _charges: tuple[tuple[object, ...], tuple[int, list[int]]] | None = field(default=None, repr=False)
-    #: Inside :meth:`_deferred_splits`: the composed split not yet applied to the BLUE and costs.
+    #: By :func:`_held_key`, how the cost atoms hold each query refined into them:
+    #: ``"exact"`` (constant on them), ``"support"`` (only its support is) or ``"all"``
+    #: (neither fits the limits: charged ``S`` on every cost atom).
+    _cost_kind: dict[tuple[object, ...], str] = field(default_factory=dict, repr=False)
+    #: Whether the cost atoms refine the inference atoms (true unless a query the atoms
+    #: hold did not fit the cost atoms' limits).
+    _costs_refine: bool = field(default=True, repr=False)
+    #: Cached :meth:`_atom_members`, with the label arrays of the partitions it was made for.
+    _members: tuple[object, object, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = field(default=None, repr=False)
+    #: Inside :meth:`_deferred_splits`: the composed split not yet applied to the BLUE.
     _pending: np.ndarray | None = field(default=None, repr=False)
     _deferring: bool = field(default=False, repr=False)
 
     @classmethod
     def new(cls, table: Table, max_atoms: int = DEFAULT_MAX_ATOMS) -> TableState:
-        """Empty history on the one-atom partition (at most ``max_atoms`` atoms)."""
+        """Empty history on the one-atom partitions (at most ``max_atoms`` inference atoms)."""
         atoms = AtomPartition(table, max_atoms=max_atoms)
+        cost_atoms = AtomPartition(table, max_atoms=max(COST_MAX_ATOMS, max_atoms))
         return cls(
-            table, atoms, IncrementalBLUE(atoms.cell_sizes, keep_rows=False), CellCosts(atoms.n_atoms, table.max_rows_per_individual)
+            table, atoms, IncrementalBLUE(atoms.cell_sizes, keep_rows=False),
+            CellCosts(1, table.max_rows_per_individual), cost_atoms,
         )
 
+    # -- the cost atoms -------------------------------------------------------------
+    def _charge_refine(self, queries: Sequence[LinearQuery]) -> None:
+        """Refine the cost atoms so that each of ``queries`` is charged exactly (as far as
+        their limits allow): disjoint queries (a GROUP BY's groups) in one split."""
+        live = [q for q in queries if not q.is_zero and _held_key(q) not in self._cost_kind]
+        if len(live) > 1:
+            split = _joint_split(self.table, live)
+            if split is not None and self._cost_split(split):
+                self._cost_kind.update((_held_key(q), "exact") for q in (*live, split))
+                return
+        for q in live:
+            key = _held_key(q)
+            if key in self._cost_kind:
+                continue
+            if self._cost_split(q):
+                self._cost_kind[key] = "exact"
+            elif self._cost_split(_support(self.table, q)):
+                self._cost_kind[key] = "support"
+            else:
+                self._cost_kind[key] = "all"
+
+    def _cost_split(self, query: LinearQuery) -> bool:
+        """Refine the cost atoms (and split the costs with them) by ``query``; False when over their limits."""
+        try:
+            parent = self.cost_atoms.refine(query)
+        except UnsupportedQuery:
+            return False
+        if parent is not None:
+            self.costs.split(parent)
+        return True
+
+    def charges(self, queries: Sequence[LinearQuery]) -> list[Charge]:
+        """What a release of each of ``queries`` is charged as, over the cost atoms: the cost
+        atoms it touches and its weight on each — its weights when the cost atoms hold it;
+        else ``S`` on those its support meets (``|q_j|/S ≤ 1`` bounds the true per-cell
+        cost), or on every one.  The queries must have been refined into the cost atoms
+        (:meth:`_charge_refine`); disjoint ones are located by one pass over the cost atoms.
+        """
+        memo = _charge_memo(self.cost_atoms)
+        todo = [q for q in queries if not q.is_zero and _held_key(q) not in memo]
+        exact = [q for q in todo if _held(q) and self._cost_kind.get(_held_key(q)) == "exact"]
+        split = _joint_split(self.table, exact) if len(exact) > 1 else None
+        if split is not None:  # each query constant on the cost atoms, so their joint split is too
+            memo.update(zip([_held_key(q) for q in exact], self._split_charges(split, exact), strict=True))
+        for q in todo:
+            key = _held_key(q)
+            if key not in memo:
+                v = self._dense_charge(q)
+                on = np.flatnonzero(v)
+                memo[key] = (on, v[on])
+        return [_NO_CHARGE if q.is_zero else memo[_held_key(q)] for q in queries]
+
+    def _split_charges(self, split: LinearQuery, queries: Sequence[LinearQuery]) -> list[Charge]:
+        """:meth:`charges` of disjoint ``queries`` from the codes of their joint split
+        (code ``base + 1 + rank`` for each query's distinct non-zero weights, in order:
+        :func:`_compute_joint_split`)."""
+        codes = self.cost_atoms.atom_numerators(split)
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(int(codes.max(initial=0)) + 2))
+        out, base = [], 0
+        for q in queries:
+            nums = np.asarray(q.numerators)
+            values = np.unique(nums[nums != 0])
+            segments = [order[bounds[base + 1 + r]: bounds[base + 2 + r]] for r in range(values.size)]
+            base += values.size
+            atoms = np.concatenate(segments)
+            out.append((atoms, np.repeat(values / q.denominator, [len(g) for g in segments])))
+        return out
+
+    def _dense_charge(self, query: LinearQuery) -> np.ndarray:
+        """:meth:`charges` of one query as a dense vector over the cost atoms."""
+        kind = self._cost_kind[_held_key(query)]
+        if kind == "exact":
+            return self.cost_atoms.vector(query)
+        if kind == "support":
+            return self.cost_atoms.vector(_support(self.table, query)) * query.sensitivity
+        return np.full(self.cost_atoms.n_atoms, query.sensitivity)
+
+    def charge(self, query: LinearQuery, h: np.ndarray) -> Charge:
+        """What a release of ``query`` (``h``: its inference vector) is charged as: by
+        :meth:`charges` when it was refined into the cost atoms (a statement's query),
+        else from its weights over the atoms (a query made from them, e.g. a restriction)."""
+        if query.is_zero or _held_key(query) in self._cost_kind:
+            return self.charges([query])[0]
+        return self.charge_from_atoms(h, query.sensitivity)
+
+    def charge_from_atoms(self, h: np.ndarray, sensitivity: float) -> Charge:
+        """What a query given by its weights ``h`` over the atoms (e.g. a restriction) is
+        charged as: ``h`` on the cost atoms inside each atom (they refine the atoms), or
+        ``S`` on every cost atom when they do not."""
+        members = self._atom_members()
+        if members is None:
+            return np.arange(self.cost_atoms.n_atoms), np.full(self.cost_atoms.n_atoms, sensitivity)
+        of, order, starts = members
+        support = np.flatnonzero(h)
+        lens = starts[support + 1] - starts[support]
+        first = np.repeat(starts[support] - np.cumsum(lens) + lens, lens)
+        atoms = order[first + np.arange(int(lens.sum()))]
+        return atoms, h[of[atoms]]
+
+    def atom_costs(self, costs: CellCosts) -> np.ndarray:
+        """Per atom, the largest per-cell cost inside it (float; ``costs`` over the cost atoms).
+        Used to rank atoms for restrictions, never to charge."""
+        members = self._atom_members()
+        if members is None:
+            return np.full(self.atoms.n_atoms, float(costs.per_atom.max(initial=0.0)))
+        _, order, starts = members
+        return np.maximum.reduceat(costs.per_atom[order], starts[:-1])
+
+    def _atom_members(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(of, order, starts)``: each cost atom's atom, and the cost atoms of atom ``a`` as
+        ``order[starts[a]:starts[a + 1]]``; ``None`` when the cost atoms do not refine the atoms."""
+        if not self._costs_refine:
+            return None
+        keys = (self.cost_atoms.labels.base, self.atoms.labels.base)
+        found = self._members
+        if found is None or found[0] is not keys[0] or found[1] is not keys[1]:
+            of = self.cost_atoms.atom_of(self.atoms)
+            order = np.argsort(of, kind="stable")
+            starts = np.searchsorted(of[order], np.arange(self.atoms.n_atoms + 1))
+            found = self._members = (*keys, (of, order, starts))
+        return found[2]
+
+    # -- the inference atoms --------------------------------------------------------
     def refine(self, query: LinearQuery) -> None:
-        """Split atoms so that ``query`` is constant on each (public structure only)."""
+        """Split atoms so that ``query`` is constant on each (public structure only).
+
+        Raises:
+            UnsupportedQuery: over the atoms' limits (the atoms are then unchanged).
+        """
         parent = self.atoms.refine(query)
+        if not query.is_zero and self._cost_kind.get(_held_key(query)) != "exact":
+            self._charge_refine([query])
+            if self._cost_kind[_held_key(query)] != "exact":
+                self._costs_refine = False
         if parent is None:
             return
-        if self._deferring:  # one split of the BLUE and the costs for many refinements
+        if self._deferring:  # one split of the BLUE for many refinements
             self._pending = parent if self._pending is None else self._pending[parent]
             return
         self.blue.split(parent, self.atoms.cell_sizes)
-        self.costs.split(parent)
 
     @contextmanager
     def _deferred_splits(self) -> Iterator[None]:
-        """Refinements inside the block split the atoms at once and the BLUE and the costs
-        once (the composed split) — at the latest when it ends, earlier by :meth:`_split_now`."""
+        """Refinements inside the block split the atoms at once and the BLUE once (the
+        composed split) — at the latest when it ends, earlier by :meth:`_split_now`."""
         self._deferring = True
         try:
             yield
@@ -168,160 +320,128 @@ class TableState:
             self._split_now()
 
     def _split_now(self) -> None:
-        """Bring the BLUE and the costs onto the current atoms (after deferred refinements)."""
+        """Bring the BLUE onto the current atoms (after deferred refinements)."""
         if self._pending is not None:
             parent, self._pending = self._pending, None
             self.blue.split(parent, self.atoms.cell_sizes)
-            self.costs.split(parent)
 
-    def refined(self, queries: Sequence[LinearQuery], *, isolate: bool = False) -> TableState:
-        """A copy of this state with its atoms refined for ``queries``; this state is unchanged.
+    def refined(self, queries: Sequence[LinearQuery], *, isolate: bool = True) -> TableState:
+        """A copy of this state refined for ``queries``; this state is unchanged.
 
         How a statement is planned: its refinements stay on the copy, so a statement that
         is refused (or answered from history) leaves no trace in the live state; a fresh
-        release reaches the live state only as a ledger record (:meth:`record`).
+        release reaches the live state only as a ledger record (:meth:`record_many`),
+        which applies the same rule (:meth:`hold`), so the copy holds exactly the queries
+        the live state will, and the cost atoms charge them exactly as they will be charged.
         The copy shares arrays with this state until it replaces them: refining replaces
-        the partition's, the BLUE's and the costs' arrays and never writes into them, and
+        the partitions', the BLUE's and the costs' arrays and never writes into them, and
         the planner copies the BLUE before appending to it.
 
-        Args:
-            queries: the statement's queries.
-            isolate: apply the rule releases are recorded by (:meth:`record`): a query
-                with more than :data:`MAX_ATOM_WEIGHTS` distinct weights, or one the
-                atoms cannot hold within their limit, stays outside them (its position
-                goes to ``outside``; its support refines them) instead of refining them
-                or being refused.
+        ``isolate=False`` (an extension's view): every query must fit the atoms.
 
         Raises:
-            UnsupportedQuery: a query exceeds the atom limits and ``isolate`` is False.
+            UnsupportedQuery: ``isolate`` is False and a query exceeds the atoms' limits.
         """
         trial = copy.copy(self)
         trial.atoms, trial.blue, trial.costs = copy.copy(self.atoms), copy.copy(self.blue), copy.copy(self.costs)
-        trial.charge_base = copy.copy(self.atoms)  # refine() replaces arrays: a shallow copy is a snapshot
-        trial.base_costs = copy.copy(self.costs)  # so do add() and split()
-        trial._charges = None
-        if self._known:
-            # Every query already recorded (held, or outside when that is allowed): nothing to refine.
-            seen = [True if q.is_zero else self._known.get(_held_key(q)) for q in queries]
-            if all(k is True or (isolate and k is False) for k in seen):
-                trial.outside = frozenset(i for i, k in enumerate(seen) if k is False)
-                return trial
-        outside = set()
-        with trial._deferred_splits():
-            prepared = isolate and trial.prepare(queries)
-            for i, q in enumerate(queries):
-                if not isolate:
+        trial.cost_atoms, trial._cost_kind = copy.copy(self.cost_atoms), dict(self._cost_kind)
+        trial._charge_refine(queries)
+        trial.charges(queries)  # located together (one pass for a GROUP BY), kept for the plan
+        if isolate:
+            trial.outside = frozenset(trial.hold(queries))
+        else:
+            with trial._deferred_splits():
+                for q in queries:
                     trial.refine(q)
-                elif not trial._hold(q, prepared=prepared):
-                    outside.add(i)
-        trial.outside = frozenset(outside)
         return trial
 
-    def prepare(self, queries: Sequence[LinearQuery]) -> bool:
-        """Refine the atoms for many disjoint queries (a GROUP BY's groups) in one split.
+    def hold(self, queries: Sequence[LinearQuery]) -> set[int]:
+        """Refine the atoms for a statement's ``queries``; returns the positions of those
+        that stay outside them.
 
-        Best effort, for speed only: the atoms become exactly what refining by each of
-        the (non-wide) queries in turn would give — the coarsest partition on which each
-        is constant — or stay as they are if the queries overlap or the split would
-        exceed the atom limit (then :meth:`_hold` refines and isolates query by query).
-        Returns whether every query it would hold (zero and wide ones aside) is now
-        constant on the atoms.
+        The rule: a query recorded before stays where it was.  Disjoint new queries (a
+        GROUP BY's groups) are held together by one split, or — when that split would
+        exceed the atoms' limit — all stay outside (never some groups in, some out: that
+        would make the atoms depend on the order of the groups and spend the limit on a
+        part of one statement).  Other new queries are held one by one while they fit.
+        A query with more than :data:`MAX_ATOM_WEIGHTS` distinct weights stays outside.
         """
-        held = [q for q in queries if _held(q)]
-        if len(held) < 2:
-            return False
-        split = _joint_split(self.table, held)
-        if split is None:
-            return False  # overlapping supports: no single split describes them
-        try:
-            self.refine(split)
-        except UnsupportedQuery:
-            return False  # left as it was
-        return True
+        known = self._known or {}
+        outside: set[int] = set()
+        new: list[int] = []
+        for i, q in enumerate(queries):
+            if q.is_zero:
+                continue
+            seen = known.get(_held_key(q))
+            if seen is False or (seen is None and not _held(q)):
+                outside.add(i)
+            elif seen is None:
+                new.append(i)
+        if not new:
+            return outside
+        with self._deferred_splits():
+            if len(new) > 1:
+                split = _joint_split(self.table, [queries[i] for i in new])
+                if split is not None:
+                    try:
+                        self.refine(split)
+                        return outside
+                    except UnsupportedQuery:
+                        return outside | set(new)
+            for i in new:
+                try:
+                    self.refine(queries[i])
+                except UnsupportedQuery:
+                    outside.add(i)
+        return outside
 
-    def _hold(self, query: LinearQuery, *, prepared: bool = False) -> bool:
-        """Refine the atoms for ``query``; False when it stays outside them (its support,
-        when the atoms can hold that, refines them instead)."""
-        if _held(query):
-            if prepared:  # :meth:`prepare` made it constant on the atoms
-                return True
-            try:
-                self.refine(query)
-                return True
-            except UnsupportedQuery:
-                pass  # the atoms are left as they were
-        try:
-            self.refine(_support(self.table, query))
-        except UnsupportedQuery:
-            pass  # charged on every cell instead (isolated_weights)
-        return False
+    def record_many(self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]]) -> None:
+        """Add one statement's released answers ``(record_id, query, scale, value, lattice,
+        α, sensitivity)``, in order: their costs, and each to the BLUE (as one block) or to
+        its exact repeats' history when the atoms do not hold it (:meth:`hold`).
 
-    def record(
-        self, record_id: int, query: LinearQuery, scale: float, value: float, lattice: float, alpha: float,
-        sensitivity: float, *, prepared: bool = False,
-    ) -> None:
-        """Add one released answer of ``query`` (ledger record ``record_id``) to the inference state and the costs.
-
-        A query the atoms do not hold (see :meth:`refined`) joins its
-        :func:`isolation_key`'s releases and is charged by :meth:`isolated_weights`.
-        ``prepared``: :meth:`prepare` returned True for a batch holding ``query``.
+        The same state as recording them one by one: the costs are exact per cell whatever
+        the order, and the BLUE's rows are taken on the atoms after the last refinement,
+        which is exact (a split divides atoms, and the BLUE splits with them).
         """
-        if not self._hold(query, prepared=prepared):
-            self._record_isolated(query, scale, value, lattice, alpha, sensitivity)
+        if not items:
             return
-        h = self.atoms.vector(query)
-        self.blue.append(h, scale, value, lattice=lattice)
-        self.costs.add(h, alpha, sensitivity)
-        self._remember([query], True)
-        self.queries.append(query)
-        self.record_ids.append(record_id)
-        self.alphas.append(alpha)
-        self.sensitivities.append(sensitivity)
-
-    def _record_isolated(
-        self, query: LinearQuery, scale: float, value: float, lattice: float, alpha: float, sensitivity: float
-    ) -> None:
-        key, factor = isolation_key(query)
-        self.isolated.setdefault(key, IncrementalBLUE(_ONE)).append([factor], scale, value, lattice=lattice)
-        self.costs.add(self.isolated_weights(query), alpha, sensitivity)
-        self._remember([query], False)
-
-    def record_many(
-        self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]], *, prepared: bool = False
-    ) -> None:
-        """:meth:`record` for each ``(record_id, query, scale, value, lattice, alpha, sensitivity)``
-        in turn, with each run of queries the atoms hold added to the BLUE as one block.
-
-        The same state as recording them one by one: a run's refinements are the ones
-        :meth:`record` would make, in the same order; its rows, charges and vectors are
-        taken on the atoms after the last of them, which is exact (a split divides atoms,
-        and the BLUE and the costs split with them).
-        """
-        run: list[tuple[int, LinearQuery, float, float, float, float, float]] = []
-
-        def flush() -> None:
-            self._split_now()
-            if not run:
-                return
-            rows = np.array([self.atoms.vector(it[1]) for it in run])
-            self.costs.add_many(rows, [it[5] for it in run], [it[6] for it in run])
-            for rid, query, _, _, _, alpha, sensitivity in run:
+        queries = [it[1] for it in items]
+        self._charge_refine(queries)
+        outside = self.hold(queries)
+        self._add_costs(items)
+        held = [it for i, it in enumerate(items) if i not in outside]
+        for i in sorted(outside):
+            _, query, scale, value, lattice, _, _ = items[i]
+            key, factor = isolation_key(query)
+            self.isolated.setdefault(key, IncrementalBLUE(_ONE)).append([factor], scale, value, lattice=lattice)
+        if held:
+            rows = np.array([self.atoms.vector(it[1]) for it in held])
+            for rid, query, _, _, _, alpha, sensitivity in held:
                 self.queries.append(query)
                 self.record_ids.append(rid)
                 self.alphas.append(alpha)
                 self.sensitivities.append(sensitivity)
-            self.blue.extend(rows, [it[2] for it in run], [it[3] for it in run], [it[4] for it in run])
-            self._remember([it[1] for it in run], True)
-            run.clear()
+            self.blue.extend(rows, [it[2] for it in held], [it[3] for it in held], [it[4] for it in held])
+        self._remember([q for i, q in enumerate(queries) if i not in outside], True)
+        self._remember([queries[i] for i in outside], False)
 
-        with self._deferred_splits():
-            for item in items:
-                if self._hold(item[1], prepared=prepared):
-                    run.append(item)
-                    continue
-                flush()  # outside the atoms: recorded after everything before it
-                self._record_isolated(*item[1:])
-            flush()
+    def _add_costs(self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]]) -> None:
+        """Charge each release ``(α/S)|q_j|`` on the cost atoms; the disjoint releases of one
+        (α, S) — a GROUP BY's groups — as one sum (each cost atom then gets one weight, so the
+        rounding is the one of adding them one by one)."""
+        by_budget: dict[tuple[float, float], list[Charge]] = {}
+        for (_, _, _, _, _, alpha, sensitivity), charge in zip(items, self.charges([it[1] for it in items]), strict=True):
+            by_budget.setdefault((alpha, sensitivity), []).append(charge)
+        for (alpha, sensitivity), found in by_budget.items():
+            atoms = np.concatenate([a for a, _ in found])
+            touched = np.zeros(self.cost_atoms.n_atoms, dtype=bool)
+            touched[atoms] = True
+            if np.count_nonzero(touched) == atoms.size:
+                self.costs.add_sparse(atoms, np.concatenate([w for _, w in found]), alpha, sensitivity)
+            else:
+                for a, w in found:
+                    self.costs.add_sparse(a, w, alpha, sensitivity)
 
     def _remember(self, queries: Sequence[LinearQuery], held: bool) -> None:
         """Note whether the atoms hold ``queries`` (just recorded on them, or outside them)."""
@@ -329,67 +449,15 @@ class TableState:
             self._known = {}
         self._known.update((_held_key(q), held) for q in queries)
 
-    def recorded_charges(self, parts: Sequence[tuple[LinearQuery, float, float]]) -> tuple[int, list[int]]:
+    def recorded_charges(self, parts: Sequence[tuple[Charge, float, float]]) -> tuple[int, list[int]]:
         """The table's exact charge, in units, before and after each of ``parts``
-        ``(query, α, S)`` once they are recorded as one statement's releases, in order.
-
-        Simulated the way the gateway applies a statement's ledger records (:meth:`prepare`
-        on all of them, then :meth:`record_many`), on the live state a planning copy was
-        refined from (``charge_base``, ``base_costs``), the BLUE left out.  A query outside
-        the atoms is charged on the atoms it meets when it is recorded (:meth:`isolated_weights`),
-        which the statement's refined copy cannot see — its groups' supports split the
-        atoms one after the other — so this, not a sum over the plan, is the charge to
-        check against the budget and to quote.
-        """
-        key = tuple(parts)  # holds the queries (an id could be reused once they are freed); equal queries charge alike
-        if self._charges is not None and self._charges[0] == key:
-            return self._charges[1]
-        base_atoms = self.charge_base if self.charge_base is not None else self.atoms
-        base_costs = self.base_costs if self.base_costs is not None else self.costs
-        sim = TableState(self.table, copy.copy(base_atoms), cast(IncrementalBLUE, _NoBLUE()), copy.copy(base_costs))
-        prepared = sim.prepare([q for q, _, _ in parts])
-        start, after = sim.costs.charge_units, []
-        for q, alpha, sensitivity in parts:
-            sim.record_many([(0, q, 1.0, 0.0, 0.0, alpha, sensitivity)], prepared=prepared)
-            after.append(sim.costs.charge_units)
-        self._charges = key, (start, after)
-        return start, after
-
-    def isolated_weights(self, query: LinearQuery) -> np.ndarray:
-        """The atom vector a release of ``query`` outside the atoms is charged as.
-
-        ``S`` on every atom that meets its support (cost α each: ``|q_j|/S ≤ 1`` bounds
-        the true per-cell cost).  "Meets" is judged on the live atoms (``charge_base``
-        in a planning copy): the live atoms only get finer until the release is recorded,
-        and finer atoms meet fewer cells, so a release is never recorded at a higher
-        charge than it was planned at (the charge checked and quoted is the recorded one
-        exactly: :meth:`recorded_charges`).  When the atoms hold the support
-        (usually: :meth:`_hold` refines them by it) this is exactly its support.  If even
-        the grid that would show which atoms meet it is over the limit: every atom.
-        """
-        s = query.sensitivity
-        base = self.charge_base if self.charge_base is not None else self.atoms
-        support = _support(self.table, query)
-        names = {c.lower() for c in (*base.columns, *support.columns)}
-        cols = tuple(c.name for c in self.table.columns if c.name.lower() in names)
-        mine = {c.lower(): b for c, b in zip(base.columns, base.breakpoints, strict=True)}
-        theirs = {c.lower(): b for c, b in zip(support.columns, support.breakpoints, strict=True)}
-        grid = tuple(tuple(sorted({*mine.get(c.lower(), ()), *theirs.get(c.lower(), ())})) for c in cols)
-        if math.prod(len(b) for b in grid) > base.max_grid:
-            return np.full(self.atoms.n_atoms, s)
-        labels = base.labels
-        for ax, (c, bp) in enumerate(zip(cols, grid, strict=True)):
-            if c.lower() in mine:  # the atoms' slab of each finer slab
-                idx = np.searchsorted(np.asarray(mine[c.lower()]), np.asarray(bp), side="right") - 1
-                labels = np.take(labels, idx, axis=ax)
-            else:
-                labels = np.expand_dims(labels, ax)
-        labels = np.broadcast_to(labels, tuple(len(b) for b in grid))
-        met = np.zeros(base.n_atoms, dtype=bool)
-        met[np.unique(labels[support.expand(self.table, cols, grid) != 0])] = True
-        # The met live atoms as a region of the domain, then on this state's (finer) atoms.
-        region = LinearQuery.from_grid(self.table, base.columns, base.breakpoints, met[base.labels].astype(float))
-        return self.atoms.vector(region) * s
+        ``(charge, α, S)`` (a statement's releases, in order, charged by :meth:`charges`
+        on this refined copy — exactly what recording them adds)."""
+        costs, after = self.costs.copy(), []
+        for (atoms, weights), alpha, sensitivity in parts:
+            costs.add_sparse(atoms, weights, alpha, sensitivity, in_place=True)
+            after.append(costs.charge_units)
+        return self.costs.charge_units, after
 
     def view(self) -> TableView:
         """A frozen snapshot of this history (copies: later releases and refinements do not show)."""
@@ -421,16 +489,6 @@ class TableState:
         grid = query.expand(self.table, self.atoms.columns, self.atoms.breakpoints) / query.denominator
         weights = np.where(keep[self.atoms.labels], grid, 0.0)
         return LinearQuery.from_grid(self.table, self.atoms.columns, self.atoms.breakpoints, weights)
-
-
-class _NoBLUE:
-    """Stands in for the BLUE where only the costs are simulated (:meth:`TableState.recorded_charges`)."""
-
-    def split(self, parent: np.ndarray, sizes: np.ndarray) -> None:
-        pass
-
-    def extend(self, *args: object, **kwargs: object) -> None:
-        pass
 
 
 @dataclass(frozen=True, eq=False)
@@ -489,6 +547,25 @@ def _frozen(values: Sequence[float] | np.ndarray) -> np.ndarray:
     arr = np.array(values, dtype=float)
     arr.setflags(write=False)
     return arr
+
+
+#: :meth:`TableState.charges` by :func:`_held_key`, per recent cost-atom label array (a planning
+#: copy's charges hold for the live state once it is refined alike: the refinement is memoised,
+#: so its label array is the same object).  Entries hold the array, so its id is not reused.
+_CHARGES: dict[int, tuple[np.ndarray, dict[tuple[object, ...], Charge]]] = {}
+_CHARGES_MAX = 4
+
+
+def _charge_memo(atoms: AtomPartition) -> dict[tuple[object, ...], Charge]:
+    labels = atoms.labels.base
+    assert isinstance(labels, np.ndarray)
+    with _JOINT_SPLITS_LOCK:
+        found = _CHARGES.get(id(labels))
+        if found is None or found[0] is not labels:
+            while len(_CHARGES) >= _CHARGES_MAX:
+                del _CHARGES[next(iter(_CHARGES))]
+            found = _CHARGES[id(labels)] = (labels, {})
+        return found[1]
 
 
 #: Recent joint splits (:func:`_joint_split`): a statement's groups are split for planning

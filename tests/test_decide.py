@@ -75,8 +75,8 @@ def release(state: TableState, steps: list[decide.Step], rng: np.random.Generato
     out = []
     for s in steps:
         values = tuple(float(rng.normal(0.0, 100.0)) for _ in s.measurements)
-        for m, v in zip(s.measurements, values, strict=True):
-            state.record(len(state.record_ids), m.query, m.scale, v, m.lattice, m.alpha, m.sensitivity)
+        state.record_many([(len(state.record_ids) + k, m.query, m.scale, v, m.lattice, m.alpha, m.sensitivity)
+                           for k, (m, v) in enumerate(zip(s.measurements, values, strict=True))])
         out.append(replace(s, values=values))
     return out
 
