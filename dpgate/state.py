@@ -116,9 +116,11 @@ class TableState:
       still an unbiased estimator with an exact error law: only reuse is lost.
     * ``cost_atoms`` (much larger limits; costs are cheap per atom) carry the per-cell
       accounting: every release refines them, so its cost ``(α/S)|q_j|`` is charged on
-      exactly the cells it touches, whether or not the inference atoms hold it.  They
-      refine ``atoms`` (every query held by the atoms refines them too), so a query
-      constant on the atoms is constant on them.
+      exactly the cells it touches, whether or not the inference atoms hold it — except
+      a query with more than :data:`MAX_ATOM_WEIGHTS` distinct weights (``SUM(income)``),
+      charged ``α`` on its support (``|q_j|/S ≤ 1``: an upper bound; pricing 500 001
+      weights exactly takes seconds).  They refine ``atoms`` (every query held by the
+      atoms refines them too), so a query constant on the atoms is constant on them.
 
     ``queries``, ``record_ids``, ``alphas`` and ``sensitivities`` list the releases
     the atoms hold, in order (row ``i`` of ``blue`` is record ``record_ids[i]``).
@@ -171,18 +173,18 @@ class TableState:
         """Refine the cost atoms so that each of ``queries`` is charged exactly (as far as
         their limits allow): disjoint queries (a GROUP BY's groups) in one split."""
         live = [q for q in queries if not q.is_zero and _held_key(q) not in self._cost_kind]
-        if len(live) > 1:
-            split = _joint_split(self.table, live)
+        narrow = [q for q in live if _held(q)]
+        if len(narrow) > 1:
+            split = _joint_split(self.table, narrow)
             if split is not None and self._cost_split(split):
-                self._cost_kind.update((_held_key(q), "exact") for q in (*live, split))
-                return
+                self._cost_kind.update((_held_key(q), "exact") for q in (*narrow, split))
         for q in live:
             key = _held_key(q)
             if key in self._cost_kind:
                 continue
-            if self._cost_split(q):
+            if _held(q) and self._cost_split(q):
                 self._cost_kind[key] = "exact"
-            elif self._cost_split(_support(self.table, q)):
+            elif self._cost_split(_support(self.table, q)):  # a wide query: priced per weight, too slow
                 self._cost_kind[key] = "support"
             else:
                 self._cost_kind[key] = "all"
