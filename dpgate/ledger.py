@@ -93,7 +93,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Self
 
 from dpgate._ledger_key import (
     KEY_BYTES,
@@ -344,12 +344,7 @@ class Ledger:
             raise InvalidArgumentType(f"new must be True or False, not {new!r}.")
         secret = _resolve_key(resolved, key)
         ledger = cls(resolved, float(budget), float(timeout), secret)
-        try:
-            ledger._initialise(fingerprint, new=new)
-        except BaseException:
-            ledger.close()
-            raise
-        return ledger
+        return ledger._initialised(fingerprint, new=new)
 
     @classmethod
     def open_existing(
@@ -401,12 +396,7 @@ class Ledger:
                 raise
             secret = None  # audit without the key
         ledger = cls(where, budget, float(timeout), secret)
-        try:
-            ledger._initialise(None, new=False)
-        except BaseException:
-            ledger.close()
-            raise
-        return ledger
+        return ledger._initialised(None, new=False)
 
     @property
     def meta(self) -> dict[str, str]:
@@ -417,6 +407,15 @@ class Ledger:
                 return dict(conn.execute("SELECT key, value FROM dpgate_meta"))
         with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
             return dict(self._retry(lambda: conn.execute("SELECT key, value FROM dpgate_meta").fetchall()))
+
+    def _initialised(self, fingerprint: str | None, *, new: bool) -> Self:
+        """This ledger after :meth:`_initialise`; closed again if that fails."""
+        try:
+            self._initialise(fingerprint, new=new)
+        except BaseException:
+            self.close()
+            raise
+        return self
 
     def _initialise(self, fingerprint: str | None, *, new: bool) -> None:
         conn = self._connection()
