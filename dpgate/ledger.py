@@ -949,8 +949,11 @@ class LedgerTransaction:
             DPGateInternalError: if ``cost_after`` exceeds the ledger's budget
                 (the gateway must refuse before it gets here).
         """
-        fields = {name: value for name, value in locals().items() if name != "self"}
-        return self.append_many([fields])[0]
+        return self.append_many([{
+            "kind": kind, "table": table, "query": query, "sql": sql, "alpha": alpha, "sensitivity": sensitivity,
+            "scale": scale, "lattice": lattice, "noise": noise, "value": value, "cost_after": cost_after,
+            "secure": secure, "session": session, "created_at": created_at,
+        }])[0]
 
     def append_many(self, entries: Sequence[Mapping[str, Any]]) -> list[LedgerRecord]:
         """Append several releases (a statement's), each a mapping of :meth:`append`'s arguments.
