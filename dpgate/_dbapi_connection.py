@@ -9,22 +9,17 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+from dpgate import errors
 from dpgate._dbapi_cursor import Cursor
 from dpgate._dbapi_rows import NO_ROWS, ResultSet, explain_set, result_set
 from dpgate.compile import CompiledStatement, SetOption, compile_statement
 from dpgate.errors import (
-    DatabaseError,
-    DataError,
     DPGateInternalError,
     Error,
-    IntegrityError,
     InterfaceError,
-    InternalError,
     NotSupportedError,
-    OperationalError,
     ProgrammingError,
     UnsupportedQuery,
-    Warning,
 )
 from dpgate.explain import Explanation, strip_explain
 from dpgate.gateway import Gateway
@@ -43,16 +38,16 @@ class Connection:
     The PEP 249 exception classes are attributes (``con.Error``, ``con.OperationalError`` …).
     """
 
-    Warning = Warning
-    Error = Error
-    InterfaceError = InterfaceError
-    DatabaseError = DatabaseError
-    DataError = DataError
-    OperationalError = OperationalError
-    IntegrityError = IntegrityError
-    InternalError = InternalError
-    ProgrammingError = ProgrammingError
-    NotSupportedError = NotSupportedError
+    Warning = errors.Warning
+    Error = errors.Error
+    InterfaceError = errors.InterfaceError
+    DatabaseError = errors.DatabaseError
+    DataError = errors.DataError
+    OperationalError = errors.OperationalError
+    IntegrityError = errors.IntegrityError
+    InternalError = errors.InternalError
+    ProgrammingError = errors.ProgrammingError
+    NotSupportedError = errors.NotSupportedError
 
     def __init__(self, gateway: Gateway, settings: dict[str, Any], *, owns_gateway: bool) -> None:
         self._gateway = gateway
