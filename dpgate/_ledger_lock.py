@@ -1,8 +1,9 @@
 """The ledger's writer locks: threads of a process, then processes, per ledger file.
 
 Split from :mod:`dpgate.ledger` (whose module docstring states the guarantees).
-SQLite's ``BEGIN IMMEDIATE`` (PostgreSQL's advisory lock) is the correctness guarantee; these locks only make
-waiting prompt and fair.  After ``fork`` the child starts with fresh locks.
+SQLite's ``BEGIN IMMEDIATE`` (PostgreSQL's advisory lock) is the correctness
+guarantee; these locks only make waiting prompt and fair.  After ``fork`` the
+child starts with fresh locks.
 """
 
 from __future__ import annotations

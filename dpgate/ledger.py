@@ -5,12 +5,12 @@ Every noisy answer dpgate releases is first appended here and committed
 therefore lose at most answers that were never shown, never budget that was.
 
 Where the parts live: this module is the ``Ledger`` API — opening and binding, the
-tamper checks, and the read-decide-append transaction; the records' format and
-:class:`LedgerTransaction`, the header and the keyed chain are in :mod:`dpgate._ledger_records`,
-the SQLite storage (why SQLite; connections, ``BEGIN IMMEDIATE``, commit before release,
-rollback on any error) in
-:mod:`dpgate._ledger_sqlite`, the writer locks in :mod:`dpgate._ledger_lock`, the key,
-MACs and anchor files in :mod:`dpgate._ledger_key`.
+tamper checks, and the read-decide-append transaction.  The records' format,
+:class:`LedgerTransaction`, the header and the keyed chain are in
+:mod:`dpgate._ledger_records`; the SQLite storage (why SQLite; connections,
+``BEGIN IMMEDIATE``, commit before release, rollback on any error) in
+:mod:`dpgate._ledger_sqlite`; the writer locks in :mod:`dpgate._ledger_lock`; the
+key, MACs and anchor files in :mod:`dpgate._ledger_key`.
 
 Guarantees:
 
