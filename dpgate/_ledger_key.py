@@ -27,9 +27,9 @@ import secrets
 import stat
 from collections.abc import Sequence
 
-from dpgate.errors import InvalidArgument, LedgerError
+from dpgate.errors import InvalidArgument, InvalidArgumentType, LedgerError
 
-__all__ = ["KEY_BYTES", "Anchor", "binding_mac", "create_key_files", "header_mac", "read_anchor", "read_key",
+__all__ = ["KEY_BYTES", "Anchor", "binding_mac", "create_key_files", "header_mac", "read_anchor", "read_key", "resolve_key",
            "record_mac", "write_anchor"]
 
 KEY_BYTES = 32
@@ -72,6 +72,20 @@ def read_key(path: str) -> bytes:
     if len(key) < 16:
         raise LedgerError(f"{path!r} is not a dpgate ledger key file.")
     return key
+
+
+def resolve_key(path: str | None, key: bytes | str | os.PathLike[str] | None) -> bytes | None:
+    """The ledger key: the operator's bytes or key file, else ``<path>.key`` (``None`` if missing)."""
+    if isinstance(key, (bytes, bytearray)):
+        return key_from_bytes(key)
+    if key is not None:
+        if not isinstance(key, (str, os.PathLike)):
+            raise InvalidArgumentType(f"ledger_key must be bytes or a key file path, not {type(key).__name__}.")
+        return read_key(os.path.abspath(os.fspath(key)))
+    if path is None:
+        return secrets.token_bytes(KEY_BYTES)  # in memory: a fresh key per ledger
+    default = path + ".key"
+    return read_key(default) if os.path.lexists(default) else None
 
 
 def _write_private(path: str, text: str) -> str:

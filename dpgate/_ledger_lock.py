@@ -1,8 +1,9 @@
 """The ledger's writer locks: threads of a process, then processes, per ledger file.
 
 Split from :mod:`dpgate.ledger` (whose module docstring states the guarantees).
-SQLite's ``BEGIN IMMEDIATE`` is the correctness guarantee; these locks only make
-waiting prompt and fair.  After ``fork`` the child starts with fresh locks.
+SQLite's ``BEGIN IMMEDIATE`` (PostgreSQL's advisory lock) is the correctness
+guarantee; these locks only make waiting prompt and fair.  After ``fork`` the
+child starts with fresh locks.
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar, cast
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["MemoryLock", "PathLock", "lock_for"]
+__all__ = ["MemoryLock", "PathLock", "lock_for", "thread_lock_for"]
+
 
 class PathLock:
     """Serialises the writers of one ledger file: threads, then processes.
@@ -82,25 +86,39 @@ class MemoryLock:
         self.threads.release()
 
 
-_path_locks: dict[str, PathLock] = {}
-_path_locks_guard = threading.Lock()
+_L = TypeVar("_L", PathLock, MemoryLock)
+
+#: The one lock per ledger in this process: ``("file", path)`` → :class:`PathLock`, and for
+#: stores that serialise writers themselves (PostgreSQL) ``("url", url)`` → :class:`MemoryLock`.
+_locks: dict[tuple[str, str], PathLock | MemoryLock] = {}
+_locks_guard = threading.Lock()
 
 
 def lock_for(path: str) -> PathLock:
     """The one writer lock of the ledger file ``path`` in this process."""
-    with _path_locks_guard:
-        lock = _path_locks.get(path)
+    return _registered(("file", path), lambda: PathLock(path))
+
+
+def thread_lock_for(url: str) -> MemoryLock:
+    """The one writer lock of the threads of this process on the ledger at ``url`` (its store
+    serialises processes on its own, e.g. PostgreSQL's advisory lock)."""
+    return _registered(("url", url), MemoryLock)
+
+
+def _registered(key: tuple[str, str], make: Callable[[], _L]) -> _L:
+    with _locks_guard:
+        lock = _locks.get(key)
         if lock is None:
-            lock = _path_locks[path] = PathLock(path)
-        return lock
+            lock = _locks[key] = make()
+        return cast(_L, lock)  # the key's kind fixes the lock's class
 
 
 def _reset_locks_after_fork() -> None:
     # A lock held by another thread at fork time would stay held in the child, and
     # an inherited flock descriptor is shared with the parent: start afresh.
-    global _path_locks, _path_locks_guard
-    _path_locks = {}
-    _path_locks_guard = threading.Lock()
+    global _locks, _locks_guard
+    _locks = {}
+    _locks_guard = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 from typing import Any, cast
 
 from dpgate._ledger_key import key_from_bytes, read_key
-from dpgate._ledger_lock import MemoryLock
+from dpgate._ledger_lock import MemoryLock, thread_lock_for
 from dpgate.errors import InvalidArgumentType, LedgerError
 from dpgate.ledger import Ledger
 
@@ -87,19 +86,6 @@ BEGIN RAISE EXCEPTION 'dpgate ledger table % is append-only', TG_TABLE_NAME; END
     "CREATE TRIGGER dpgate_meta_no_truncate BEFORE TRUNCATE ON dpgate_meta "
     "FOR EACH STATEMENT EXECUTE FUNCTION dpgate_append_only()",
 )
-
-_locks: dict[str, MemoryLock] = {}
-_locks_guard = threading.Lock()
-
-
-def _reset_locks_after_fork() -> None:
-    global _locks, _locks_guard
-    _locks, _locks_guard = {}, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_locks_after_fork)
-
 
 def _libpq_url(url: str) -> str:
     """``postgresql+psycopg://…`` (SQLAlchemy) → ``postgresql://…`` (libpq)."""
@@ -211,12 +197,7 @@ class PostgresLedger(Ledger):
         ledger._url = _libpq_url(url)
         ledger._key_path = key_path
         ledger._anchor_path = None if key_path is None else key_path + ".anchor"
-        try:
-            ledger._initialise(fingerprint, new=new)
-        except BaseException:
-            ledger.close()
-            raise
-        return ledger
+        return ledger._initialised(fingerprint, new=new)
 
     # -- storage hooks of Ledger ---------------------------------------------------
     def _prepare(self, conn: sqlite3.Connection, where: str) -> None:
@@ -248,11 +229,7 @@ class PostgresLedger(Ledger):
             raise
 
     def _process_lock(self) -> MemoryLock:
-        with _locks_guard:
-            lock = _locks.get(self._url)
-            if lock is None:
-                lock = _locks[self._url] = MemoryLock()
-            return lock
+        return thread_lock_for(self._url)
 
     @staticmethod
     def _read_meta(conn: sqlite3.Connection, where: str) -> dict[str, str] | None:

@@ -677,12 +677,13 @@ class Gateway:
 
     def _record(
         self, tx: LedgerTransaction, state: TableState, parts: Sequence[Measurement], sql: str, kind: str,
-        spent: float,
+        spent: float, charges: tuple[int, list[int]] | None = None,
     ) -> tuple[list[float], dict[str, LinearQuery]]:
         """Inside an open ledger transaction: read the true answers, add noise, append
-        one record per measurement.  Values leave only after the caller commits."""
+        one record per measurement.  Values leave only after the caller commits.
+        ``charges``: :func:`_recorded_charges` of ``parts`` if the caller has it already."""
         truths = self._cube.true_numerators([m.query for m in parts])
-        start, after = _recorded_charges(state, parts)
+        start, after = _recorded_charges(state, parts) if charges is None else charges
         rels = release_many(
             [(truth, m.query.denominator, m.sensitivity, m.alpha) for m, truth in zip(parts, truths, strict=True)],
             self._noise,
@@ -758,7 +759,7 @@ class Gateway:
                         needed=needed,
                         remaining=remaining,
                     )
-                values, known = self._record(tx, state, parts, label, kind, spent)
+                values, known = self._record(tx, state, parts, label, kind, spent, (start, after))
             self._sync(known=known)
         return values
 

@@ -18,6 +18,7 @@ Labels (output name, group key) are metadata and not part of equality.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -176,6 +177,18 @@ class LinearQuery:
         """``S = max |w|``: how much one row can change the answer (before
         ``max_rows_per_individual`` scaling)."""
         return float(np.max(np.abs(self.numerators), initial=0)) / self.denominator
+
+    @functools.cached_property
+    def weight_sign(self) -> int:
+        """``1`` when every weight is ≥ 0 (the answer is at least the offset), ``-1`` when every
+        weight is ≤ 0 and one is negative (at most the offset), else ``0``.  Computed once per
+        query (every :class:`~dpgate.result.Answer` of it reads it)."""
+        w = self.numerators
+        if not w.size:
+            return 0
+        # Small grids (most queries) are faster in Python than through numpy's reductions.
+        lo, hi = (min(flat := w.ravel().tolist()), max(flat)) if w.size <= 64 else (w.min(), w.max())
+        return 1 if lo >= 0 else -1 if hi <= 0 else 0
 
     @property
     def is_zero(self) -> bool:

@@ -106,14 +106,11 @@ class Answer:
     def __post_init__(self) -> None:
         low, high = self.low, self.high
         q = self.query
-        if q is not None and self.source != "unavailable" and q.numerators.size:
+        if q is not None and self.source != "unavailable" and q.weight_sign:
             off = float(q.offset)
-            w = q.numerators
-            # Small grids (most queries) are faster in Python than through numpy's reductions.
-            lo_w, hi_w = (min(flat := w.ravel().tolist()), max(flat)) if w.size <= 64 else (w.min(), w.max())
-            if lo_w >= 0:  # the truth is ≥ offset: intersect with [offset, ∞)
+            if q.weight_sign > 0:  # the truth is ≥ offset: intersect with [offset, ∞)
                 low, high = max(low, off), max(high, off)
-            elif hi_w <= 0:
+            else:
                 low, high = min(low, off), min(high, off)
         for name, x in (("value", self.value), ("low", low), ("high", high)):
             object.__setattr__(self, name, _tidy(x))

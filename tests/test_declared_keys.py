@@ -5,6 +5,7 @@ prefix, keys-only SELECTs, placeholder styles)."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,7 @@ from dpgate import dbapi
 from dpgate.compile import compile_sql, compile_statement
 from dpgate.datasets import load_pums
 from dpgate.errors import QuerySyntaxError, SchemaError, UnsupportedQuery
+from dpgate.query import LinearQuery
 from dpgate.result import Answer
 
 PUMS, SCHEMA = load_pums()
@@ -147,6 +149,17 @@ def test_intervals_of_counts_are_clipped_at_zero_without_losing_coverage() -> No
                      accuracy=3).answer
     lo, hi = d.posterior.interval(0.95)
     assert (d.low, d.high) == pytest.approx((lo, hi), rel=1e-14)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=100))
+def test_weight_sign_is_cached_and_clips_answers_by_it(weights: list[int]) -> None:
+    w = np.array(weights, dtype=np.int64)
+    q = LinearQuery("t", ("a",), (tuple(range(len(w))),), w, offset=Fraction(2))
+    expected = 1 if w.min() >= 0 else -1 if w.max() <= 0 else 0
+    assert q.weight_sign == expected and "weight_sign" in vars(q)  # computed once, then cached
+    a = Answer(1.0, -5.0, 10.0, 0.95, 7.5, "fresh", 0.1, query=q)
+    assert (a.low, a.high) == {1: (2.0, 10.0), -1: (-5.0, 2.0), 0: (-5.0, 10.0)}[expected]
 
 
 def test_round_returns_integer_counts_everywhere() -> None:

@@ -30,6 +30,33 @@ def test_every_error_class_is_a_dpgate_error(cls: type) -> None:
         assert issubclass(cls, Error)
 
 
+def _package_exceptions() -> list[type]:
+    """Every exception class a dpgate module defines (the whole package, imported)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    found = set()
+    for info in pkgutil.walk_packages(dpgate.__path__, prefix="dpgate."):
+        module = importlib.import_module(info.name)
+        found |= {cls for _, cls in inspect.getmembers(module, inspect.isclass)
+                  if cls.__module__ == info.name and issubclass(cls, BaseException)}
+    return sorted(found, key=lambda c: f"{c.__module__}.{c.__qualname__}")
+
+
+def test_every_exception_the_package_defines_is_a_dpgate_error() -> None:
+    from dpgate.server._protocol import ProtocolError
+    from dpgate.server._scram import ScramError
+    from dpgate.server._session import SqlError
+
+    classes = _package_exceptions()
+    assert {SqlError, ScramError, ProtocolError} <= set(classes)  # the walk reaches the server
+    strays = [f"{c.__module__}.{c.__qualname__}" for c in classes
+              if not issubclass(c, Error) and not issubclass(c, Warning)]  # warnings: PEP 249 keeps them apart
+    assert strays == []
+    assert SqlError("25P02", "aborted").code == "25P02"  # the server still sends the code it carries
+
+
 def test_the_package_exports_the_tree() -> None:
     for cls in CLASSES:
         assert getattr(dpgate, cls.__name__) is cls

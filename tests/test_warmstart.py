@@ -104,6 +104,19 @@ def test_every_cell_costs_exactly_epsilon(strategy, columns, options):
     assert set(gw.history["kind"]) == {"warm_start"}
 
 
+def test_a_warm_start_simulates_its_charges_once(monkeypatch):
+    """The charge checked against the budget is handed to the recording step, not recomputed."""
+    from dpgate import gateway
+
+    calls = []
+    real = gateway._recorded_charges
+    monkeypatch.setattr(gateway, "_recorded_charges", lambda *a: calls.append(1) or real(*a))
+    df, schema = _grid2d()
+    gw = dpgate.Gateway(df, schema, budget=1.0, seed=3)
+    gw.warm_start("hierarchical", 0.4, "a")
+    assert calls == [1] and gw.spent == pytest.approx(0.4, abs=1e-12)
+
+
 def test_rows_per_individual_multiplies_the_charge():
     df, schema = _grid2d()
     spec = schema.to_dict()

@@ -32,12 +32,12 @@ from sqlglot import exp
 from dpgate.compile.aggregates import DERIVED_KINDS, Derivation, derived_kind, unparen
 from dpgate.compile.cells import walk
 from dpgate.compile.post import build as build_post
-from dpgate.compile.stages import STAGES, Compilation, CompiledStatement, Output
+from dpgate.compile.stages import STAGES, Compilation, CompiledStatement, named_outputs
 from dpgate.errors import UnsupportedQuery
 from dpgate.query import LinearQuery, union_grid
 from dpgate.schema import Schema, Table
 
-__all__ = ["compile_derived", "has_derived", "value_range"]
+__all__ = ["compile_derived", "has_derived"]
 
 # Component suffixes, in the order dpgate.derived reads them.
 _PARTS = {"avg": ("n", "s"), "var_samp": ("n", "s", "q"), "var_pop": ("n", "s", "q"),
@@ -102,27 +102,14 @@ def compile_derived(
         stage(c)
     # The outputs as written: group outputs keep the compiled name, derived ones their alias or SQL text.
     compiled = iter(o for o in c.outputs if not o.name.startswith(_PREFIX))
-    outputs: list[Output] = []
-    seen: set[str] = set()
-    agg_index = 0
+    named: list[tuple[str, str | None]] = []
     for item, d in zip(originals, derivations, strict=True):
         if d.kind in ("group", "linear"):
             o = next(compiled)
-            name, column, kind = o.name, o.column, o.kind
+            named.append((o.name, o.column))
         else:
-            name = item.alias if isinstance(item, exp.Alias) else _body(item).sql(dialect=dialect)
-            column, kind = None, "aggregate"
-        base, k = name, 0
-        while name.lower() in seen:
-            k += 1
-            name = f"{base}_{k}"
-        seen.add(name.lower())
-        if kind == "group":
-            assert column is not None
-            outputs.append(Output(name, "group", column, [g.name for g in c.group_columns].index(column)))
-        else:
-            outputs.append(Output(name, "aggregate", None, agg_index))
-            agg_index += 1
+            named.append((item.alias if isinstance(item, exp.Alias) else _body(item).sql(dialect=dialect), None))
+    outputs = named_outputs(named, [g.name for g in c.group_columns])
     queries, derived = _centred(c.queries, [d for d in derivations if d.kind != "group"], c.table)
     post_items = [(o.name, unparen(_body(it)), o.column)
                   for o, it in zip(outputs, originals, strict=True)]
@@ -159,31 +146,37 @@ def _centred(
             centred.append(d)
             continue
         groups = range(len(out) // n)
-        ranges = [value_range(out[g * n + d.parts[0]], out[g * n + d.parts[1]], table) for g in groups]
+        # Each group's components on their common grid, expanded once for the range and the shift.
+        grids = [_expanded(table, [out[g * n + p] for p in d.parts]) for g in groups]
+        ranges = [_value_range(comps, w) for comps, _, _, w in grids]
         found = [r for r in ranges if r is not None]
         c = math.floor((min(r[0] for r in found) + max(r[1] for r in found)) / 2) if found else 0
         shifted_ranges = tuple(None if r is None else (r[0] - c, r[1] - c) for r in ranges)
         if c:
-            for g in groups:
-                ids = [g * n + p for p in d.parts]
-                comps = [out[i] for i in ids]
-                cols, bps = union_grid(table, comps)
-                w = [q.expand(table, cols, bps) / q.denominator for q in comps]
+            for g, (comps, cols, bps, expanded) in zip(groups, grids, strict=True):
+                w = [e / q.denominator for q, e in zip(comps, expanded, strict=True)]
                 shifted = [w[0], w[1] - c * w[0], *([w[2] - 2 * c * w[1] + c * c * w[0]] if len(w) > 2 else [])]
-                for i, q, wi in zip(ids, comps, shifted, strict=True):
-                    out[i] = LinearQuery.from_grid(table, cols, bps, wi, label=q.label, group=q.group)
+                for p, q, wi in zip(d.parts, comps, shifted, strict=True):
+                    out[g * n + p] = LinearQuery.from_grid(table, cols, bps, wi, label=q.label, group=q.group)
         centred.append(Derivation(d.kind, d.parts, c, shifted_ranges))
     return tuple(out), tuple(centred)
 
 
-def value_range(count: LinearQuery, total: LinearQuery, table: Table) -> tuple[float, float] | None:
-    """``[a, b]``: the range of ``x`` over the cells ``COUNT(x)`` counts, read off ``COUNT(x)`` and
-    ``SUM(x)`` (public weights); None when no cell is counted."""
+def _expanded(
+    table: Table, comps: list[LinearQuery]
+) -> tuple[list[LinearQuery], list[str], list[tuple[int, ...]], list[np.ndarray]]:
+    """``comps``, their coarsest common grid, and each one's numerators on it (read-only views)."""
+    cols, bps = union_grid(table, comps)
+    return comps, cols, bps, [q.expand(table, cols, bps) for q in comps]
+
+
+def _value_range(comps: list[LinearQuery], expanded: list[np.ndarray]) -> tuple[float, float] | None:
+    """``[a, b]``: the range of ``x`` over the cells ``COUNT(x)`` counts, read off the numerators of
+    ``COUNT(x)`` and ``SUM(x)`` (public weights) on a common grid; None when no cell is counted."""
+    count, total = comps[0], comps[1]
     if count.is_zero:
         return None
-    cols, bps = union_grid(table, [count, total])
-    wn = count.expand(table, cols, bps)
-    xs = np.broadcast_to(total.expand(table, cols, bps), wn.shape)[wn != 0] / total.denominator
+    xs = expanded[1][expanded[0] != 0] / total.denominator
     return float(xs.min()), float(xs.max())
 
 

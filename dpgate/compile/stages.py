@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
@@ -61,6 +61,7 @@ __all__ = [
     "select_items",
     "group_by",
     "output_columns",
+    "named_outputs",
     "post_process",
     "bind_where",
     "prepare_cells",
@@ -357,9 +358,7 @@ def group_by(c: Compilation) -> None:
 
 def output_columns(c: Compilation) -> None:
     """Output names (alias, column name or SQL text; repeats get ``_1``, ``_2`` …) and descriptions."""
-    outputs, seen = [], set()
-    names = [col.name for col in c.group_columns]
-    agg_index = 0
+    named = []
     for it in c.items:
         if isinstance(it.node, exp.Alias):
             name = it.node.alias
@@ -367,17 +366,27 @@ def output_columns(c: Compilation) -> None:
             name = unparen(it.body).name
         else:
             name = _output_name(it.body, c.dialect)
+        named.append((name, None if it.column is None else it.column.name))
+    c.outputs = named_outputs(named, [col.name for col in c.group_columns])
+
+
+def named_outputs(named: Sequence[tuple[str, str | None]], group_columns: Sequence[str]) -> tuple[Output, ...]:
+    """The outputs of ``(name, GROUP BY column or None for an aggregate)`` pairs in SELECT order:
+    a name already taken (case-insensitively) gets ``_1``, ``_2`` …; aggregates are numbered in order."""
+    outputs, seen = [], set()
+    agg_index = 0
+    for name, column in named:
         base, k = name, 0
         while name.lower() in seen:
             k += 1
             name = f"{base}_{k}"
         seen.add(name.lower())
-        if it.column is not None:
-            outputs.append(Output(name, "group", it.column.name, names.index(it.column.name)))
+        if column is not None:
+            outputs.append(Output(name, "group", column, list(group_columns).index(column)))
         else:
             outputs.append(Output(name, "aggregate", None, agg_index))
             agg_index += 1
-    c.outputs = tuple(outputs)
+    return tuple(outputs)
 
 
 def post_process(c: Compilation) -> None:

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from dpgate.errors import InterfaceError
+
 __all__ = [
     "PROTOCOL_V3", "SSL_REQUEST", "GSSENC_REQUEST", "CANCEL_REQUEST", "MAX_MESSAGE",
     "ProtocolError", "Field", "Bind", "Parse",
@@ -38,8 +40,8 @@ CANCEL_REQUEST = 80877102
 MAX_MESSAGE = 1 << 24
 
 
-class ProtocolError(Exception):
-    """The peer broke the protocol (bad length, truncated or malformed message)."""
+class ProtocolError(InterfaceError):
+    """The peer broke the protocol (bad length, truncated or malformed message); the client sees 08P01."""
 
 
 class _Recv(Protocol):

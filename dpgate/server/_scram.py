@@ -22,14 +22,16 @@ import stringprep
 import unicodedata
 from dataclasses import dataclass
 
+from dpgate.errors import OperationalError
+
 __all__ = ["MECHANISM", "ScramError", "Verifier", "ServerExchange", "make_verifier", "saslprep"]
 
 MECHANISM = "SCRAM-SHA-256"
 DEFAULT_ITERATIONS = 4096  # PostgreSQL's default (scram_iterations)
 
 
-class ScramError(Exception):
-    """The SCRAM exchange failed (malformed message or wrong password)."""
+class ScramError(OperationalError):
+    """The SCRAM exchange failed (malformed message or wrong password); the client sees 28P01."""
 
 
 def _b64(data: bytes) -> str:

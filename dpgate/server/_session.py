@@ -63,8 +63,11 @@ __all__ = ["Outcome", "SqlError", "Session", "sqlstate", "LOG"]
 LOG = logging.getLogger("dpgate.server")
 
 
-class SqlError(Exception):
-    """An error to send to the client: SQLSTATE, message, optional hint."""
+class SqlError(errors.Error):
+    """An error to send to the client: SQLSTATE, message, optional hint.
+
+    A :class:`dpgate.Error` like every dpgate exception; the server sends its own ``code``
+    (:func:`sqlstate` maps the other dpgate errors, so handlers catch this one first)."""
 
     def __init__(self, code: str, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -164,12 +167,12 @@ class Session:
                 if found is None:
                     return self._query(sql, params)  # logs its own line, with source and ε
                 out, kind = Outcome(found.fields, found.rows, found.tag), "catalog"
+        except SqlError as exc:  # before dpgate.Error, its base: it carries its own SQLSTATE
+            self._log(sql, params, "refused", exc.code, 0.0)
+            raise
         except errors.Error as exc:
             self._log(sql, params, "refused", type(exc).__name__, 0.0)
             raise SqlError(sqlstate(exc), str(exc)) from exc
-        except SqlError as exc:
-            self._log(sql, params, "refused", exc.code, 0.0)
-            raise
         self._log(sql, params, kind, "-", 0.0)
         return out
 
