@@ -99,21 +99,22 @@ class CellCosts:
     def units(self, value: np.ndarray) -> None:
         self._units = value
         self._floats: np.ndarray | None = None  # per_atom is derived lazily: planners read it often
+        self._max: int | None = None  # so is max B (a max over Python ints is slow)
 
     @property
     def per_atom(self) -> np.ndarray:
         """``B_j`` per atom as floats (display and ordering; :attr:`units` is exact)."""
         if self._floats is None:
-            if self._units.dtype == np.int64:  # int64 → float rounds to nearest; / 2^60 is exact
-                self._floats = self._units.astype(float) / UNITS_PER_EPSILON
-            else:
-                self._floats = np.array([to_epsilon(int(u)) for u in self._units.tolist()], dtype=float)
+            # int → float rounds to nearest (Python ints too); / 2^60 is exact: the same as to_epsilon
+            self._floats = self._units.astype(float) / UNITS_PER_EPSILON
         return self._floats
 
     @property
     def charge_units(self) -> int:
         """``k · max_j B_j`` in units of ``2^-60``, exact."""
-        return self.k * int(self.units.max(initial=0))
+        if self._max is None:
+            self._max = int(self.units.max(initial=0))
+        return self.k * self._max
 
     @property
     def charge(self) -> float:
@@ -122,7 +123,9 @@ class CellCosts:
 
     def split(self, parent: np.ndarray) -> None:
         """Atoms were refined: atom ``i`` came from old atom ``parent[i]``."""
+        top = self._max
         self.units = self.units[parent]
+        self._max = top  # every old atom has a piece
 
     def increase_units(self, h: np.ndarray, alpha: float, sensitivity: float) -> int:
         """Exact charge increase, in units, if ``h`` were released at budget ``alpha``."""
@@ -150,7 +153,10 @@ class CellCosts:
         else:
             units = self.units if in_place else self.units.copy()
         units[atoms] = new
+        top = self._max
         self.units = units
+        if top is not None:  # costs only grow: the new max is the old one or one just written
+            self._max = max(top, int(new.max()))
 
     def add_many(self, rows: np.ndarray, alphas: Sequence[float], sensitivities: Sequence[float]) -> None:
         """:meth:`add` for each row of ``rows`` (k × atoms) in turn, as one exact sum:
@@ -176,4 +182,5 @@ class CellCosts:
         """An independent copy (for planning a statement before committing it)."""
         out = CellCosts(0, self.k)
         out.units = self.units.copy()  # Python ints are immutable: a shallow copy is independent too
+        out._max = self._max
         return out

@@ -25,7 +25,6 @@ and leaves the partition unchanged.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 
@@ -300,9 +299,7 @@ def _remember(key: tuple[object, ...], before: np.ndarray, result: _Refined | st
 
 
 def _query_key(query: LinearQuery) -> tuple[object, ...]:
-    """What a refinement by ``query`` depends on: its grid and weight pattern (weights by digest)."""
-    digest = hashlib.sha256(np.ascontiguousarray(query.numerators, dtype=np.int64).tobytes()).digest()
-    return (query.table.lower(), tuple(c.lower() for c in query.columns), query.breakpoints, digest)
+    return (query.table.lower(), *query.pattern)
 
 
 #: Below this many possible (atom, weight) keys, distinct keys are found with a bitmap

@@ -19,6 +19,7 @@ Labels (output name, group key) are metadata and not part of equality.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -190,10 +191,17 @@ class LinearQuery:
         lo, hi = (min(flat := w.ravel().tolist()), max(flat)) if w.size <= 64 else (w.min(), w.max())
         return 1 if lo >= 0 else -1 if hi <= 0 else 0
 
-    @property
+    @functools.cached_property
     def is_zero(self) -> bool:
         """True when every weight is zero (the answer is the public offset)."""
         return not np.any(self.numerators)
+
+    @functools.cached_property
+    def pattern(self) -> tuple[object, ...]:
+        """The query's grid and weight pattern (weights by SHA-256 digest, independent of the
+        denominator): what an atom refinement by it depends on.  Computed once per query."""
+        digest = hashlib.sha256(np.ascontiguousarray(self.numerators, dtype=np.int64).tobytes()).digest()
+        return (tuple(c.lower() for c in self.columns), self.breakpoints, digest)
 
     def expand(self, table: Table, columns: Sequence[str], breakpoints: Sequence[Sequence[int]]) -> np.ndarray:
         """Numerators on a finer grid (which must refine this query's grid).

@@ -79,10 +79,8 @@ def _wide(query: LinearQuery) -> bool:
 
 
 def _held_key(query: LinearQuery) -> tuple[object, ...]:
-    """What decides whether ``query`` is constant on a partition: its grid and weight pattern
-    (the weights by digest: a wide query's are megabytes)."""
-    digest = hashlib.sha256(np.ascontiguousarray(query.numerators, dtype=np.int64).tobytes()).digest()
-    return (tuple(c.lower() for c in query.columns), query.breakpoints, digest)
+    """What decides whether ``query`` is constant on a partition: :attr:`LinearQuery.pattern`."""
+    return query.pattern
 
 
 def isolation_key(query: LinearQuery) -> tuple[str, float]:
