@@ -26,8 +26,8 @@ nothing is refused for budget):
   cells): answered.
 * ``poisoning`` — on a table ``t(x2, y2)`` (integers 0..999, a seeded frame):
   ``SELECT SUM(x2 + 150*y2) AS a, SUM(x2 + 1000*y2) AS b FROM t`` then
-  ``SELECT COUNT(*) FROM t WHERE x2 < 500``: the second is answered, exactly as
-  on a fresh gateway.
+  ``SELECT COUNT(*) FROM t WHERE x2 < 500``: the second is answered, charged no
+  more than on a fresh gateway.
 
 Prints a PASS/FAIL table, writes ``benchmarks/results/groupby.json`` and
 ``groupby.md``.
@@ -381,13 +381,17 @@ def _verdicts(res: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, str]]
                      else "FAIL"))
     if "poisoning" in res:
         c = res["poisoning"]
-        same = c.get("count_epsilon") == c.get("count_epsilon_on_fresh_gateway")
+        # Per-cell accounting: the COUNT's charge is max(B + c) − max B ≤ max c, its charge on a
+        # fresh gateway, with equality when the SUMs' costs peak on its cells.
+        fresh = c.get("count_epsilon_on_fresh_gateway")
+        within = c.get("count_epsilon") is not None and fresh is not None and c["count_epsilon"] <= fresh + 1e-12
         desc = (f"two SUMs {c.get('sums_outcome', '?')}; then COUNT WHERE x2 < 500 {c.get('count_outcome', '?')}"
                 + ("" if c.get("count_outcome") != "answered" else
-                   f" (charge {'equal to' if same else 'differs from'} a fresh gateway's)"))
-        ok = c.get("count_outcome") == "answered" and same and (c.get("sums_outcome") == "answered"
-                                                                 or c.get("spent_before_count") == 0)
-        rows.append(("poisoning sequence", desc, "COUNT answered as on a fresh gateway", "PASS" if ok else "FAIL"))
+                   f" (charge {c['count_epsilon']:.4g}, a fresh gateway's {fresh:.4g})"))
+        ok = c.get("count_outcome") == "answered" and within and (c.get("sums_outcome") == "answered"
+                                                                   or c.get("spent_before_count") == 0)
+        rows.append(("poisoning sequence", desc, "COUNT answered, charged ≤ on a fresh gateway",
+                     "PASS" if ok else "FAIL"))
     return rows
 
 

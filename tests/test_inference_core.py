@@ -125,3 +125,27 @@ def test_estimable_with_many_is_estimable_with_row_by_row(seed, n, m, blocks):
     H = Q * (rng.random((12, n)) < 0.6)  # restrictions of Q, as the planner asks
     H[0] = Q[0]  # the query itself
     assert blue.estimable_with_many(Q, H) == [blue.estimable_with(q, h) for q, h in zip(Q, H, strict=True)]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(STATEMENTS), st.sampled_from([3.0, 8.0, 20.0, 200.0])),
+                min_size=1, max_size=7),
+       st.integers(1, 6), st.integers(0, 2**16))
+def test_charges_are_per_cell_exact_whatever_the_atoms_hold(session: list[tuple[str, float]], max_atoms: int,
+                                                            seed: int) -> None:
+    """With inference atoms too few to hold the session, statements are estimated from their exact
+    repeats only — and still charged exactly the per-cell formula over all cells (the cost atoms
+    hold every release), as planned and quoted."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        gw = dpgate.Gateway(DATA, SCHEMA, budget=1e6, seed=seed, max_atoms=max_atoms)
+        for sql, acc in session:
+            quoted = gw.explain(sql, accuracy=acc, confidence=0.9).epsilon
+            before = gw.spent
+            res = gw.query(sql, accuracy=acc, confidence=0.9)
+            assert gw.spent - before == pytest.approx(res.epsilon_spent, abs=1e-12)
+            assert res.epsilon_spent == pytest.approx(quoted, abs=1e-12)
+        with gw.locked_view("t") as v:
+            assert v.atoms.n_atoms <= max_atoms
+    H, alpha, sens, *_ = _dense(gw)
+    assert gw.spent == pytest.approx(system_cost(H, alpha, sens).max, rel=1e-12, abs=1e-12)
