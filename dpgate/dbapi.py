@@ -275,7 +275,7 @@ def connect(
         seed: reproducible, **insecure** noise for tests (recorded as such in the ledger).
         dialect: sqlglot dialect of incoming SQL.
         max_atoms: the most atoms a table's history may split its domain into (see
-            :class:`~dpgate.Gateway`; default 200 000); finer queries are answered on their own.
+            :class:`~dpgate.Gateway`; default 20 000); finer statements are answered on their own.
         max_outputs: the most outputs one statement may have (default 4 096); larger
             statements raise ``QueryTooComplex`` before any data is read.
 

@@ -194,10 +194,11 @@ class Gateway:
         new_ledger: start a new ledger at ``ledger`` although its anchor shows that a
             previous one there was deleted (a fresh budget on the same data: only
             when you mean it).
-        max_atoms: the most atoms a table's history may split its domain into (memory
-            and time grow with them).  A query that would exceed it is still answered,
-            on its own: from its exact repeats and rescalings only, each fresh release
-            charged its full budget on every cell (``Answer.isolated``).
+        max_atoms: the most inference atoms a table's history may split its domain into
+            (default 20 000; every decision's time grows with them).  A statement that
+            would exceed it is still answered, on its own: from its exact repeats and
+            rescalings only (``Answer.isolated``), each fresh release charged its exact
+            per-cell cost (the cost atoms are separate and much larger).
         max_outputs: the most outputs (groups × aggregates) one statement may have;
             larger statements are refused with ``QueryTooComplex`` before any data is
             read (planning and recording cost grow with the outputs: about 1 s per

@@ -77,10 +77,12 @@ class Answer:
             default, when whoever built the answer did not say.  An exact answer (a
             public constant) over seeded history is False as well: the flag describes
             the history, not one number.
-        isolated: True when the query cut the table's domain finer than its atom limit
-            (``Gateway(max_atoms=...)``) allows: it was then answered on its own, from
-            its exact repeats and rescalings only (never combined with other queries),
-            and each fresh release of it was charged its full budget on every cell.
+        isolated: True when the query's statement cut the table's domain finer than its
+            inference atom limit (``Gateway(max_atoms=...)``) allows, or the query has more
+            than 32 distinct weights: it was then answered on its own, from its exact
+            repeats and rescalings only (never combined with other queries).  Its fresh
+            releases are still charged their per-cell cost (wide ones: their budget on
+            every cell of their support).
         components: for AVG / VAR / STDDEV (``dpgate.derived``), the answers of the linear
             components it was computed from (``COUNT(x)``, ``SUM(x)``[, ``SUM(x*x)``], each at
             confidence ``1 − δ/k``); empty otherwise.  A derived answer has ``posterior=None``
