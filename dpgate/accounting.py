@@ -13,10 +13,11 @@ every table.
 The costs live on *atoms* (blocks of cells on which every query is constant),
 which is exact because ``B`` is constant on each atom.
 
-Exact arithmetic.  Costs are integers in units of ``2^-60`` (:data:`UNITS_PER_EPSILON`),
-each release's per-atom cost rounded *up*, so a sum never absorbs a small
-release (a float sum of ~86 does not change when 3e-16 is added) and never
-under-counts.  ``α`` and ``S`` are floats and ``|h_j|/S`` is a ratio of two
+Exact arithmetic.  Costs are integers in units of ``2^-50`` (:data:`UNITS_PER_EPSILON`),
+each release's per-atom cost rounded *up* (by less than ``2^-50 ≈ 8.9e-16``), so a
+sum never absorbs a small release (a float sum of ~86 does not change when 3e-16 is
+added) and never under-counts.  int64 holds costs up to ε = 4096 per cell; beyond,
+Python integers do, exactly but slowly.  ``α`` and ``S`` are floats and ``|h_j|/S`` is a ratio of two
 rounded floats, so the ratio is first enlarged by ``2^-50`` (more than its
 rounding error) and capped at 1 (``|h_j| ≤ S`` holds exactly).  Floats are for
 display only (:attr:`CellCosts.charge`); :attr:`CellCosts.charge_units` is exact.
@@ -32,10 +33,10 @@ import numpy as np
 
 __all__ = ["UNITS_PER_EPSILON", "CellCosts", "to_epsilon"]
 
-UNITS_PER_EPSILON = 2**60
-"""Costs are integers: one unit is ``2^-60`` of privacy budget ε."""
+UNITS_PER_EPSILON = 2**50
+"""Costs are integers: one unit is ``2^-50`` of privacy budget ε."""
 
-_FAST = 2**62  # below this, int64 arrays hold the units (costs up to ε = 4 per cell): 100x faster
+_FAST = 2**62  # below this, int64 arrays hold the units (costs up to ε = 4096 per cell): 100x faster
 _RATIO_SLACK = 1 + Fraction(1, 2**50)  # > the relative error of |h_j|/S computed from two rounded floats
 
 
@@ -92,7 +93,7 @@ class CellCosts:
 
     @property
     def units(self) -> np.ndarray:
-        """``B_j`` per atom in units of ``2^-60``, exact: int64, or Python ints once that could overflow."""
+        """``B_j`` per atom in units of ``2^-50``, exact: int64, or Python ints once that could overflow."""
         return self._units
 
     @units.setter
@@ -105,13 +106,13 @@ class CellCosts:
     def per_atom(self) -> np.ndarray:
         """``B_j`` per atom as floats (display and ordering; :attr:`units` is exact)."""
         if self._floats is None:
-            # int → float rounds to nearest (Python ints too); / 2^60 is exact: the same as to_epsilon
+            # int → float rounds to nearest (Python ints too); / 2^50 is exact: the same as to_epsilon
             self._floats = self._units.astype(float) / UNITS_PER_EPSILON
         return self._floats
 
     @property
     def charge_units(self) -> int:
-        """``k · max_j B_j`` in units of ``2^-60``, exact."""
+        """``k · max_j B_j`` in units of ``2^-50``, exact."""
         if self._max is None:
             self._max = int(self.units.max(initial=0))
         return self.k * self._max
