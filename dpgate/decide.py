@@ -282,7 +282,7 @@ def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: fl
     h = np.array([factor])
     est = iso.estimate(h) if policy != "no_reuse" else None
     if est is not None and meets(est.halfwidth(confidence), accuracy):
-        return Step(q, "history", h, isolated=iso)
+        return Step(q, "history", h, isolated=iso, estimate=est)  # its answer: nothing is appended to ``iso``
     scale = _alone_scale(q, accuracy, confidence, "paper")
     if policy == "minimal":
         if est is not None and est.estimable:
