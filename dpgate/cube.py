@@ -66,6 +66,8 @@ _CASE_SLABS = 32
 #: A query is answered by filtered ``COUNT(*)`` aggregates when its conditions have at
 #: most this many leaf predicates; otherwise by a histogram on its grid and a dot product.
 _MAX_FILTER_LEAVES = 512
+#: The masked histogram filters rows in SQL only when the mask keeps at most this share of the boxes.
+_FILTER_SHARE = 0.75
 #: …and at most this many distinct non-baseline weights.
 _MAX_FILTER_TERMS = 32
 #: ``true_numerators`` switches from filtered aggregates to one union-grid histogram
@@ -217,7 +219,9 @@ class Cube:
         if mask is not None:
             if not mask.any():
                 return np.zeros(shape, dtype=np.int64)
-            cond = set_condition(cols, bps, mask)
+            # A filter that keeps most boxes (a GROUP BY's declared values, leaving out NULL and
+            # undeclared ones) costs more to evaluate than the rows it saves: count them, drop them here.
+            cond = set_condition(cols, bps, mask) if mask.mean() <= _FILTER_SHARE else exp.true()
             if leaf_count(cond) <= _MAX_FILTER_LEAVES and not (isinstance(cond, exp.Boolean) and cond.this is True):
                 where = cond
                 # Axes on which every selected box lies in one slab need no GROUP BY key.
