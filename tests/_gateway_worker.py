@@ -30,6 +30,7 @@ import random
 import signal
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -145,6 +146,12 @@ def run(cmd: dict, df, schema) -> None:
     emit(event="open", spent=gw.spent)
     if "start_at" in cmd:  # line up with the other processes
         time.sleep(max(0.0, cmd["start_at"] - time.time()))
+    if "ready_dir" in cmd:  # ... and, on a loaded machine, wait for every party to be open (at most 120 s)
+        ready = Path(cmd["ready_dir"])
+        (ready / f"{os.getpid()}-{cmd['seed']}").touch()
+        deadline = time.time() + 120.0
+        while len(list(ready.iterdir())) < cmd["parties"] and time.time() < deadline:
+            time.sleep(0.01)
     refusals = 0
     for i in range(cmd["n"]):
         sql, acc = _query(rng, cmd["mode"], i)

@@ -1,7 +1,7 @@
 """One gateway process of the shared PostgreSQL ledger test: N threads, each with its own Gateway.
 
 Usage: ``python tests/_pg_ledger_worker.py '<json>'`` with keys ``url``, ``key``, ``budget``,
-``out`` (a file prefix), ``seed``, ``threads``, ``n``, ``start_at``.  Each thread runs
+``out`` (a file prefix), ``seed``, ``threads``, ``n``, ``start_at``, ``ready_dir``, ``parties``.  Each thread runs
 ``_gateway_worker.run`` in "hammer" mode (every worker charges the same cells), writing its
 events to ``<out>-<i>.jsonl``.  Exits 1 if any thread raised.
 """
@@ -23,7 +23,8 @@ def main() -> int:
     def work(i: int) -> None:
         cmd = dict(mode="hammer", ledger=cfg["url"], ledger_key=cfg["key"], out=f"{cfg['out']}-{i}.jsonl",
                    seed=cfg["seed"] + i, budget=cfg["budget"], n=cfg["n"], max_refusals=4,
-                   start_at=cfg["start_at"], policy=("minimal", "paper")[i % 2])
+                   start_at=cfg["start_at"], ready_dir=cfg["ready_dir"], parties=cfg["parties"],
+                   policy=("minimal", "paper")[i % 2])
         try:
             run(cmd, df, schema)
         except BaseException as exc:  # noqa: BLE001 - reported through the exit code

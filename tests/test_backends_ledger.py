@@ -103,11 +103,13 @@ def test_two_gateway_processes_with_8_workers_never_overspend(pg_server: Any, ne
     budget = 1.0
     dpgate.Gateway(df, schema, budget=budget, ledger=url, ledger_key=key).close()  # create it
     start = time.time() + 8.0  # every gateway is open before the first query
+    ready = tmp_path / "ready"  # ... also on a loaded machine: they wait for each other there
+    ready.mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
     procs = [
         subprocess.Popen([sys.executable, str(TESTS / "_pg_ledger_worker.py"), json.dumps(
             dict(url=url, key=key, budget=budget, out=str(tmp_path / f"p{p}"), seed=1000 * p, threads=8, n=25,
-                 start_at=start))], env=env, stderr=subprocess.PIPE, text=True)
+                 start_at=start, ready_dir=str(ready), parties=16))], env=env, stderr=subprocess.PIPE, text=True)
         for p in range(2)
     ]
     for proc in procs:
