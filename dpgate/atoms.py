@@ -122,6 +122,8 @@ class AtomPartition:
                 ``max_atoms`` atoms; the partition is then left unchanged.
         """
         self._check_table(query)
+        if self._n == self._labels.size and self._on_grid(query):
+            return None  # every grid box is an atom: a query on the grid is constant on each
         cols, bps = self._merged_grid(query)
         if cols != self._columns or bps != self._bps:
             size = math.prod(len(b) for b in bps)
@@ -155,6 +157,15 @@ class AtomPartition:
         new_labels = inverse.reshape(labels.shape).astype(np.int32)
         self._commit(cols, bps, new_labels, first.astype(np.int64), n_new)
         return parent
+
+    def _on_grid(self, query: LinearQuery) -> bool:
+        """Whether every breakpoint of ``query`` is one of the grid's (on a grid column)."""
+        mine, grids, _ = self._slabs()
+        for c, qbp in zip(query.columns, query.breakpoints, strict=True):
+            ax = mine.get(c.lower())
+            if ax is None or not grids[ax].issuperset(qbp):
+                return False
+        return True
 
     def _commit(
         self,

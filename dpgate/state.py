@@ -9,6 +9,7 @@ extensions (``dpgate.model``, ``dpgate.warmstart``) read history:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import math
@@ -230,9 +231,16 @@ class TableState:
         held = [q for q in queries if _held(q)]
         if len(held) < 2:
             return False
-        split = _joint_split(self.table, held)
-        if split is None:
-            return False  # overlapping supports: no single split describes them
+        split, run = _joint_split(self.table, held)
+        if run < len(held):
+            # Overlapping supports: no single split describes them.  Split by their leading run of
+            # disjoint queries (a hierarchical tree's leaves, released first), which refining
+            # query by query does first anyway; the others are refined one by one.
+            if split is not None:
+                with contextlib.suppress(UnsupportedQuery):
+                    self.refine(split)
+            return False
+        assert split is not None
         try:
             self.refine(split)
         except UnsupportedQuery:
@@ -493,14 +501,15 @@ def _frozen(values: Sequence[float] | np.ndarray) -> np.ndarray:
 
 #: Recent joint splits (:func:`_joint_split`): a statement's groups are split for planning
 #: and again when its records reach the live state.
-_JOINT_SPLITS: dict[tuple[object, ...], LinearQuery | None] = {}
+_JOINT_SPLITS: dict[tuple[object, ...], tuple[LinearQuery | None, int]] = {}
 _JOINT_SPLITS_MAX = 32
 _JOINT_SPLITS_LOCK = threading.Lock()
 
 
-def _joint_split(table: Table, held: Sequence[LinearQuery]) -> LinearQuery | None:
-    """The one query whose refinement makes every query of ``held`` constant (distinct
-    weights of disjoint supports numbered apart), or ``None`` when their supports overlap.
+def _joint_split(table: Table, held: Sequence[LinearQuery]) -> tuple[LinearQuery | None, int]:
+    """``(split, k)``: the first k queries of ``held`` have pairwise disjoint supports (k is
+    ``len(held)`` when all have), and refining by ``split`` makes each of them constant
+    (distinct weights of disjoint supports numbered apart; ``None`` when k < 2).
     A pure function of the queries (not of any atoms), memoised on their :func:`_held_key`."""
     key = (table, tuple(_held_key(q) for q in held))
     with _JOINT_SPLITS_LOCK:
@@ -514,7 +523,7 @@ def _joint_split(table: Table, held: Sequence[LinearQuery]) -> LinearQuery | Non
     return split
 
 
-def _compute_joint_split(table: Table, held: Sequence[LinearQuery]) -> LinearQuery | None:
+def _compute_joint_split(table: Table, held: Sequence[LinearQuery]) -> tuple[LinearQuery | None, int]:
     names = {c.lower() for q in held for c in q.columns}
     cols = tuple(c.name for c in table.columns if c.name.lower() in names)
     bps: dict[str, set[int]] = {c.lower(): set() for c in cols}
@@ -523,13 +532,14 @@ def _compute_joint_split(table: Table, held: Sequence[LinearQuery]) -> LinearQue
             bps[c.lower()].update(b)
     grid = tuple(tuple(sorted(bps[c.lower()])) for c in cols)
     code = np.zeros(tuple(len(b) for b in grid), dtype=np.int64)
-    base = 0
-    for q in held:
+    base, run = 0, len(held)
+    for k, q in enumerate(held):
         e = q.expand(table, cols, grid)
         on = e != 0
         if code[on].any():
-            return None
+            run = k
+            break
         _, rank = np.unique(e[on], return_inverse=True)
         code[on] = base + 1 + rank
         base += int(rank.max(initial=0)) + 1
-    return LinearQuery.from_grid(table, cols, grid, code.astype(float))
+    return (LinearQuery.from_grid(table, cols, grid, code.astype(float)) if run >= 2 else None), run

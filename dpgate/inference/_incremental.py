@@ -57,6 +57,7 @@ from dpgate.inference._blocks import (
     project_blocks,
 )
 from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
+from dpgate.inference._information import Information
 from dpgate.inference._law import ErrorLaw, Method
 from dpgate.inference._posterior import Posterior
 
@@ -113,6 +114,8 @@ class IncrementalBLUE:
         self._b = np.zeros(16)
         self._g = np.zeros(16)
         self._owned = True  # C, S, H, y, b, γ are not shared with a copy
+        # Once the history spans every atom (``_span``): the information form replaces V, C, S.
+        self._info: Information | None = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -148,6 +151,10 @@ class IncrementalBLUE:
 
     def basis(self) -> NDArray[np.float64]:
         """The D-orthonormal basis V of the row space, r × n (a new array)."""
+        if self._info is not None:  # from the rows: an orthonormal basis of the rows of G √D, over √D
+            sq = np.sqrt(self._d)
+            _, s, vt = np.linalg.svd(self._info.rows().toarray() * sq, full_matrices=False)
+            return np.asarray(vt[: self._r] / sq)
         return np.concatenate([*self._blocks, self._V[: self._rv]]) if self._r else np.zeros((0, self.n_atoms))
 
     @property
@@ -179,6 +186,8 @@ class IncrementalBLUE:
             new._blocks = [np.concatenate(new._blocks)]
         new._V = np.zeros((8, self.n_atoms))
         new._rv = 0
+        if self._info is not None:
+            new._info = self._info.copy()
         self._owned = new._owned = False
         return new
 
@@ -288,10 +297,13 @@ class IncrementalBLUE:
             for name in ("_y", "_b", "_g"):
                 old = getattr(self, name)
                 setattr(self, name, np.concatenate((old, np.zeros(old.size))))
-        self._C = _grow(self._C, m + 1, r + 1)
         self._y[m], self._b[m], self._g[m] = value, scale, lattice
         self._m = m + 1
         g = hv / scale
+        if self._info is not None:
+            self._r += self._info.append(g)
+            return
+        self._C = _grow(self._C, m + 1, r + 1)
         gn = self._dnorm(g)
         if gn == 0.0:  # a zero row carries no information
             self._C[m, :] = 0.0
@@ -348,6 +360,10 @@ class IncrementalBLUE:
                       g: NDArray[np.float64]) -> bool:
         """The block path of :meth:`extend`; False (nothing changed) when it does not apply."""
         G = H / b[:, None]
+        if self._info is not None:
+            self._store(H, b, y, g)
+            self._r += self._info.extend(G)
+            return True
         d = self._d
         norms = np.sqrt((G * G) @ d)
         r, k, m = self._r, G.shape[0], self._m
@@ -363,15 +379,7 @@ class IncrementalBLUE:
         if found is None:
             return False
         P, L, Linv, Vnew = found
-        self._own()
-        if self._H is not None:
-            self._H = _grow(self._H, m + k, self.n_atoms)
-            self._H[m: m + k] = H
-        while m + k > self._y.size:
-            for name in ("_y", "_b", "_g"):
-                old = getattr(self, name)
-                setattr(self, name, np.concatenate((old, np.zeros(old.size))))
-        self._y[m: m + k], self._b[m: m + k], self._g[m: m + k] = y, b, g
+        self._store(H, b, y, g)
         self._C = _grow(self._C, m + k, r + k)
         self._C[m: m + k, :] = 0.0
         self._C[m: m + k, :r] = P.T
@@ -383,20 +391,44 @@ class IncrementalBLUE:
         S[:r, r: r + k] = 0.0
         S[r: r + k, :r] = -Linv @ (P.T @ S[:r, :r])
         S[r: r + k, r: r + k] = Linv
-        self._m, self._r = m + k, r + k
+        self._r = r + k
         self._fresh = False
         return True
+
+    def _store(self, H: NDArray[np.float64], b: NDArray[np.float64], y: NDArray[np.float64],
+               g: NDArray[np.float64]) -> None:
+        """Keep a block's rows (when asked), values, scales and lattice steps; m grows by its size."""
+        m, k = self._m, H.shape[0]
+        self._own()
+        if self._H is not None:
+            self._H = _grow(self._H, m + k, self.n_atoms)
+            self._H[m: m + k] = H
+        while m + k > self._y.size:
+            for name in ("_y", "_b", "_g"):
+                old = getattr(self, name)
+                setattr(self, name, np.concatenate((old, np.zeros(old.size))))
+        self._y[m: m + k], self._b[m: m + k], self._g[m: m + k] = y, b, g
+        self._m = m + k
 
     def _span(self, H: NDArray[np.float64], G: NDArray[np.float64], b: NDArray[np.float64],
               y: NDArray[np.float64], g: NDArray[np.float64]) -> None:
         """An empty history receives rows that span every atom (e.g. a hierarchical tree
-        with its leaves): the basis is the atoms themselves, ``V = diag(1/√d)``, so
-        ``C = G √D`` and ``M = (CᵀC)⁻¹`` comes from one Cholesky factorisation of
-        ``CᵀC = L Lᵀ`` (formed sparsely), ``S = L⁻ᵀ`` — instead of k rank-one updates.
+        with its leaves): the information form (``_information``) from one sparse ``GᵀG`` and
+        its Cholesky factorisation.  If that fails (rounding): the basis is the atoms
+        themselves, ``V = diag(1/√d)``, so ``C = G √D`` and ``M = (CᵀC)⁻¹`` comes from one
+        Cholesky factorisation of ``CᵀC = L Lᵀ`` (formed sparsely), ``S = L⁻ᵀ`` — instead of k
+        rank-one updates.
         """
         from scipy.sparse import csr_matrix
 
         n, k = self.n_atoms, G.shape[0]
+        info = Information.build(csr_matrix(G), self._d)
+        if info is not None:
+            self._store(H, b, y, g)
+            self._info, self._r = info, n
+            self._blocks, self._V, self._rv = [], np.zeros((0, n)), 0
+            self._C, self._S = np.zeros((0, 0)), np.zeros((0, 0))
+            return
         sq = np.sqrt(self._d)
         C = G * sq
         Cs = csr_matrix(C)
@@ -432,12 +464,19 @@ class IncrementalBLUE:
         total = np.bincount(p, weights=d, minlength=self.n_atoms)
         if not np.allclose(total, self._d, rtol=1e-12, atol=0.0):
             raise InvalidArgument("The pieces of every old atom must add up to its size (and cover it).")
+        if self._info is not None:
+            self._info.split(p.astype(np.intp), d)
+            self._split_rows(p, d)
+            return
         V = np.empty((max(self._r, 8), p.size))
         top = 0
         for block in self._vblocks():
             np.take(block, p, axis=1, out=V[top: top + block.shape[0]])
             top += block.shape[0]
         self._blocks, self._V, self._rv = [], V, self._r
+        self._split_rows(p, d)
+
+    def _split_rows(self, p: NDArray[np.integer[Any]], d: NDArray[np.float64]) -> None:
         if self._H is not None:
             self._own()
             self._H = np.ascontiguousarray(self._H[:, p])
@@ -445,6 +484,10 @@ class IncrementalBLUE:
 
     # ------------------------------------------------------------------ queries
     def _coordinates(self, Q: NDArray[np.float64]) -> tuple[NDArray[np.float64], bool]:
+        """``(c_Q, estimable)``; in the information form ``c_Q`` is ``w = (F + ÑÑᵀ)⁻¹ Q``."""
+        if self._info is not None:
+            w = self._info.solve(Q)
+            return w, self._dnorm(self._info.outside(w)) <= ESTIMABLE_RTOL * self._dnorm(Q)
         cQ, res = self._project(Q)
         return cQ, self._dnorm(res) <= ESTIMABLE_RTOL * self._dnorm(Q)
 
@@ -460,7 +503,7 @@ class IncrementalBLUE:
         cQ, ok = self._coordinates(Qv)
         if not ok:
             return Estimate(math.nan, readonly(np.full(m, np.nan)), math.nan, False, None, b, g)
-        u = self._C[:m, :r] @ self._solve(cQ)
+        u = self._info.weights(cQ) if self._info is not None else self._C[:m, :r] @ self._solve(cQ)
         A = u / self._b[:m]
         value = float(A @ self._y[:m])
         law = ErrorLaw(A, b, g, method, **law_options)
@@ -483,6 +526,8 @@ class IncrementalBLUE:
         Hm = finite_array(h_new, "h_new", ndim=2)
         if Qm.shape != Hm.shape or Qm.shape[1] != self.n_atoms:
             raise InvalidArgument(f"Q and h_new must both be k × {self.n_atoms}; got {Qm.shape} and {Hm.shape}.")
+        if self._info is not None:
+            return [self.estimable_with(q, h) for q, h in zip(Qm, Hm, strict=True)]
         d = self._d
         blocks = self._vblocks()
 
@@ -555,12 +600,15 @@ class _Pricer:
     def __init__(
         self, st: IncrementalBLUE, Q: NDArray[np.float64], h: NDArray[np.float64], *, weights: bool = True
     ) -> None:
+        same = Q is h or np.array_equal(Q, h)  # the usual case: measure the query itself
+        self.same = same
+        if st._info is not None:
+            self._information(st, st._info, Q, h, weights)
+            return
         m, r = st._m, st._r
         c_h, rho = st._project(h)
         hn, rn = st._dnorm(h), st._dnorm(rho)
         self.extends = hn > 0 and rn > EXTEND_RTOL * hn
-        same = Q is h or np.array_equal(Q, h)  # the usual case: measure the query itself
-        self.same = same
         cQ, res = (c_h, rho) if same else st._project(Q)
         qn = st._dnorm(Q)
         ce = 0.0
@@ -577,6 +625,27 @@ class _Pricer:
         self.kappa, self.eta = float(c_h @ Mh), float(c_h @ MQ)
         self.CMQ, self.CMh = C @ MQ, C @ Mh
         self.ce_over_rho = ce / rn if self.extends else 0.0
+
+    def _information(self, st: IncrementalBLUE, info: Information, Q: NDArray[np.float64], h: NDArray[np.float64],
+                     weights: bool) -> None:
+        """The same quantities in the information form: with ``w = (F + ÑÑᵀ)⁻¹ v`` and
+        ``o(v) = ÑÑᵀw`` (v's part outside the row space), h adds a direction iff ``o(h) ≠ 0``;
+        then Q is estimable iff ``o(Q) = t o(h)`` (least squares in ``‖·‖_D``), the new
+        answer's weight is t and history estimates ``Q − t h``: ``u_hist = G(w_Q − t w_h)``
+        (the basis form's ``c_e/ρ`` is t)."""
+        wh = info.solve(h)
+        oh = info.outside(wh)
+        hn, on = st._dnorm(h), st._dnorm(oh)
+        self.extends = hn > 0 and on > EXTEND_RTOL * hn
+        wQ = wh if self.same else info.solve(Q)
+        oQ = oh if self.same else info.outside(wQ)
+        t = float(np.dot(st._d * oQ, oh)) / (on * on) if self.extends else 0.0
+        self.estimable = st._dnorm(oQ - t * oh) <= ESTIMABLE_RTOL * st._dnorm(Q)
+        if not weights:
+            return
+        self.kappa, self.eta = float(h @ wh), float(h @ wQ)
+        self.CMQ, self.CMh = info.weights(wQ), info.weights(wh)
+        self.ce_over_rho = t
 
     def at(self, b: float) -> tuple[NDArray[np.float64], float]:
         """``(u_hist, u_new)`` for the new row at scale b."""
