@@ -9,6 +9,7 @@ rows by block Gram–Schmidt and an LQ factorisation.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 
@@ -34,11 +35,13 @@ def project_blocks(
     return np.concatenate(cs) if cs else np.zeros(0), res
 
 
-def covers_every_atom(G: NDArray[np.float64]) -> bool:
-    """Whether, for every atom, some row of G is non-zero on that atom alone (so the rows span all atoms)."""
-    on = G != 0
-    single = on.sum(axis=1) == 1
-    return bool(on[single].any(axis=0).all())
+def covers_every_atom(G: sp.csr_matrix) -> bool:
+    """Whether, for every atom, some row of G (sparse, without stored zeros) is non-zero on
+    that atom alone (so the rows span all atoms)."""
+    single = np.diff(G.indptr) == 1
+    covered = np.zeros(G.shape[1], dtype=bool)
+    covered[G.indices[G.indptr[:-1][single]]] = True
+    return bool(covered.all())
 
 
 def disjoint(G: NDArray[np.float64]) -> bool:

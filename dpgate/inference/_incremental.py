@@ -42,6 +42,7 @@ import math
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import solve_triangular
 
@@ -359,6 +360,8 @@ class IncrementalBLUE:
     def _extend_block(self, H: NDArray[np.float64], b: NDArray[np.float64], y: NDArray[np.float64],
                       g: NDArray[np.float64]) -> bool:
         """The block path of :meth:`extend`; False (nothing changed) when it does not apply."""
+        if self._r == 0 and self._span(H, b, y, g):
+            return True
         G = H / b[:, None]
         if self._info is not None:
             self._store(H, b, y, g)
@@ -369,9 +372,6 @@ class IncrementalBLUE:
         r, k, m = self._r, G.shape[0], self._m
         if not (norms > 0).all():
             return False
-        if r == 0 and covers_every_atom(G):
-            self._span(H, G, b, y, g)
-            return True
         if r + k > self.n_atoms:
             return False
         blocks = self._vblocks()
@@ -410,36 +410,38 @@ class IncrementalBLUE:
         self._y[m: m + k], self._b[m: m + k], self._g[m: m + k] = y, b, g
         self._m = m + k
 
-    def _span(self, H: NDArray[np.float64], G: NDArray[np.float64], b: NDArray[np.float64],
-              y: NDArray[np.float64], g: NDArray[np.float64]) -> None:
-        """An empty history receives rows that span every atom (e.g. a hierarchical tree
-        with its leaves): the information form (``_information``) from one sparse ``GᵀG`` and
-        its Cholesky factorisation.  If that fails (rounding): the basis is the atoms
-        themselves, ``V = diag(1/√d)``, so ``C = G √D`` and ``M = (CᵀC)⁻¹`` comes from one
-        Cholesky factorisation of ``CᵀC = L Lᵀ`` (formed sparsely), ``S = L⁻ᵀ`` — instead of k
-        rank-one updates.
+    def _span(self, H: NDArray[np.float64], b: NDArray[np.float64], y: NDArray[np.float64],
+              g: NDArray[np.float64]) -> bool:
+        """An empty history receives non-zero rows that span every atom (e.g. a hierarchical
+        tree with its leaves): the information form (``_information``) from the sparse rows,
+        one ``GᵀG`` and its Cholesky factorisation — instead of k rank-one updates.  If that
+        fails (rounding): the basis is the atoms themselves, ``V = diag(1/√d)``, so
+        ``C = G √D`` and ``M = (CᵀC)⁻¹ = S Sᵀ`` with ``S = L⁻ᵀ``, ``CᵀC = L Lᵀ``.  False
+        (nothing changed) when the rows do not span every atom that way.
         """
-        from scipy.sparse import csr_matrix
-
-        n, k = self.n_atoms, G.shape[0]
-        info = Information.build(csr_matrix(G), self._d)
+        Gs = (sp.diags(1.0 / b) @ sp.csr_matrix(H)).tocsr()
+        per_row = np.diff(Gs.indptr)
+        if not (per_row > 0).all() or not covers_every_atom(Gs):
+            return False
+        n, k = self.n_atoms, H.shape[0]
+        info = Information.build(Gs, self._d)
         if info is not None:
             self._store(H, b, y, g)
             self._info, self._r = info, n
             self._blocks, self._V, self._rv = [], np.zeros((0, n)), 0
             self._C, self._S = np.zeros((0, 0)), np.zeros((0, 0))
-            return
+            return True
         sq = np.sqrt(self._d)
-        C = G * sq
-        Cs = csr_matrix(C)
-        L = np.linalg.cholesky((Cs.T @ Cs).toarray())
+        C = (Gs @ sp.diags(sq)).tocsr()
+        L = np.linalg.cholesky((C.T @ C).toarray())
         self._own()
         self._blocks, self._V, self._rv = [], np.diag(1.0 / sq), n
-        self._C, self._S = np.ascontiguousarray(C), solve_triangular(L, np.eye(n), lower=True).T
+        self._C, self._S = C.toarray(), solve_triangular(L, np.eye(n), lower=True).T
         self._y, self._b, self._g = y.astype(float).copy(), b.astype(float).copy(), g.astype(float).copy()
         if self._H is not None:
             self._H = np.array(H, dtype=float)
         self._m, self._r, self._fresh = k, n, True
+        return True
 
     def split(self, parent: ArrayLike, cell_sizes: ArrayLike) -> None:
         """Refine the partition: new atom i is a piece of old atom ``parent[i]``.
