@@ -58,6 +58,7 @@ from dpgate.inference._blocks import (
     project_blocks,
 )
 from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
+from dpgate.inference._factors import Root, Rows
 from dpgate.inference._information import Information
 from dpgate.inference._law import ErrorLaw, Method
 from dpgate.inference._posterior import Posterior
@@ -107,14 +108,14 @@ class IncrementalBLUE:
         self._blocks: list[NDArray[np.float64]] = []
         self._V = np.zeros((8, n))
         self._rv = 0
-        self._C = np.zeros((16, 8))
-        self._S = np.zeros((8, 8))  # M = S Sᵀ
+        self._C = Rows()
+        self._S = Root()  # M = S Sᵀ
         self._fresh = False  # S was just rebuilt from C
         self._H: NDArray[np.float64] | None = np.zeros((16, n)) if keep_rows else None
         self._y = np.zeros(16)
         self._b = np.zeros(16)
         self._g = np.zeros(16)
-        self._owned = True  # C, S, H, y, b, γ are not shared with a copy
+        self._owned = True  # H, y, b, γ are not shared with a copy
         # Once the history spans every atom (``_span``): the information form replaces V, C, S.
         self._info: Information | None = None
 
@@ -187,6 +188,7 @@ class IncrementalBLUE:
             new._blocks = [np.concatenate(new._blocks)]
         new._V = np.zeros((8, self.n_atoms))
         new._rv = 0
+        new._C, new._S = self._C.copy(), self._S.copy()
         if self._info is not None:
             new._info = self._info.copy()
         self._owned = new._owned = False
@@ -195,7 +197,7 @@ class IncrementalBLUE:
     def _own(self) -> None:
         """Copy the small arrays this state shares with a copy before writing to them."""
         if not self._owned:
-            for name in ("_C", "_S", "_y", "_b", "_g", "_H"):
+            for name in ("_y", "_b", "_g", "_H"):
                 v = getattr(self, name)
                 if v is not None:
                     setattr(self, name, v.copy())
@@ -241,19 +243,19 @@ class IncrementalBLUE:
         above 1e-3 relative) that refinement would crawl, S is rebuilt from a
         QR factorisation of C (O(mr²), rare).
         """
-        m, r = self._m, self._r
+        r = self._r
         if r == 0:
             return np.zeros(0)
-        C, S = self._C[:m, :r], self._S[:r, :r]
+        C, S = self._C, self._S
         scale = float(np.abs(rhs).max(initial=0.0))
-        z = S @ (rhs @ S)
-        resid = rhs - (C @ z) @ C
+        z = S.times(S.t_times(rhs))
+        resid = rhs - C.t_times(C.times(z), r)
         size = first = float(np.abs(resid).max(initial=0.0))
         for _ in range(6):
             if size <= 1e-15 * scale:
                 break
-            z_new = z + S @ (resid @ S)
-            r_new = rhs - (C @ z_new) @ C
+            z_new = z + S.times(S.t_times(resid))
+            r_new = rhs - C.t_times(C.times(z_new), r)
             s_new = float(np.abs(r_new).max(initial=0.0))
             if s_new >= size:  # the rounding floor: stop
                 break
@@ -266,10 +268,8 @@ class IncrementalBLUE:
 
     def _refresh(self) -> None:
         """Recompute the square root S = R⁻¹ of M = (CᵀC)⁻¹ from the QR factorisation C = QR."""
-        m, r = self._m, self._r
-        self._own()
-        R = np.linalg.qr(self._C[:m, :r], mode="r")
-        self._S[:r, :r] = solve_triangular(R, np.eye(r))
+        R = np.linalg.qr(self._C.dense(self._r), mode="r")
+        self._S = Root(solve_triangular(R, np.eye(self._r)))
         self._fresh = True
 
     # ------------------------------------------------------------------ updates
@@ -304,31 +304,26 @@ class IncrementalBLUE:
         if self._info is not None:
             self._r += self._info.append(g)
             return
-        self._C = _grow(self._C, m + 1, r + 1)
         gn = self._dnorm(g)
         if gn == 0.0:  # a zero row carries no information
-            self._C[m, :] = 0.0
+            self._C.add(np.zeros((1, r)))
             return
         c, rho = self._project(g)
         rn = self._dnorm(rho)
         S = self._S
-        cS = c @ S[:r, :r]  # φᵀ
-        self._C[m, :] = 0.0
-        self._C[m, :r] = c
+        cS = S.t_times(c)  # φ = Sᵀcᵀ
         self._fresh = False
         if rn > EXTEND_RTOL * gn:
             self._V = _grow(self._V, self._rv + 1, self.n_atoms)
-            self._S = S = _grow(S, r + 1, r + 1)
             self._V[self._rv] = rho / rn
             self._rv += 1
-            self._C[m, r] = rn
-            S[:r, r] = 0.0
-            S[r, :r] = -cS / rn
-            S[r, r] = 1.0 / rn
+            self._C.add(np.append(c, rn)[None, :])
+            S.border(-cS[None, :] / rn, np.array([[1.0 / rn]]))
             self._r = r + 1
         else:
+            self._C.add(c[None, :])
             beta = 1.0 + float(cS @ cS)
-            S[:r, :r] -= np.outer(S[:r, :r] @ cS, cS) / (beta + math.sqrt(beta))
+            S.update(-cS / (beta + math.sqrt(beta)), cS)  # S ← S − (Sφ)φᵀ/(β + √β)
 
     def extend(self, rows: ArrayLike, scales: ArrayLike, values: ArrayLike, lattice: ArrayLike | None = None) -> None:
         """Append many released answers at once: the same state as :meth:`append` row by row.
@@ -369,7 +364,7 @@ class IncrementalBLUE:
             return True
         d = self._d
         norms = np.sqrt((G * G) @ d)
-        r, k, m = self._r, G.shape[0], self._m
+        r, k = self._r, G.shape[0]
         if not (norms > 0).all():
             return False
         if r + k > self.n_atoms:
@@ -380,17 +375,13 @@ class IncrementalBLUE:
             return False
         P, L, Linv, Vnew = found
         self._store(H, b, y, g)
-        self._C = _grow(self._C, m + k, r + k)
-        self._C[m: m + k, :] = 0.0
-        self._C[m: m + k, :r] = P.T
-        self._C[m: m + k, r: r + k] = L
+        self._C.add(np.concatenate([P.T, L], axis=1))
         self._V = _grow(self._V, self._rv + k, self.n_atoms)
         self._V[self._rv: self._rv + k] = Vnew
         self._rv += k
-        self._S = S = _grow(self._S, r + k, r + k)
-        S[:r, r: r + k] = 0.0
-        S[r: r + k, :r] = -Linv @ (P.T @ S[:r, :r])
-        S[r: r + k, r: r + k] = Linv
+        S = self._S
+        PS = S.t_times(P).T  # Pᵀ S
+        S.border(-Linv @ PS, Linv)
         self._r = r + k
         self._fresh = False
         return True
@@ -429,14 +420,15 @@ class IncrementalBLUE:
             self._store(H, b, y, g)
             self._info, self._r = info, n
             self._blocks, self._V, self._rv = [], np.zeros((0, n)), 0
-            self._C, self._S = np.zeros((0, 0)), np.zeros((0, 0))
+            self._C, self._S = Rows(), Root()
             return True
         sq = np.sqrt(self._d)
         C = (Gs @ sp.diags(sq)).tocsr()
         L = np.linalg.cholesky((C.T @ C).toarray())
         self._own()
         self._blocks, self._V, self._rv = [], np.diag(1.0 / sq), n
-        self._C, self._S = C.toarray(), solve_triangular(L, np.eye(n), lower=True).T
+        self._C, self._S = Rows(), Root(solve_triangular(L, np.eye(n), lower=True).T)
+        self._C.add(C.toarray())
         self._y, self._b, self._g = y.astype(float).copy(), b.astype(float).copy(), g.astype(float).copy()
         if self._H is not None:
             self._H = np.array(H, dtype=float)
@@ -500,12 +492,12 @@ class IncrementalBLUE:
             InvalidArgument: On a wrong shape or non-finite Q.
         """
         Qv = self._atom_vector(Q, "Q")
-        m, r = self._m, self._r
+        m = self._m
         b, g = readonly(self._b[:m]), readonly(self._g[:m])
         cQ, ok = self._coordinates(Qv)
         if not ok:
             return Estimate(math.nan, readonly(np.full(m, np.nan)), math.nan, False, None, b, g)
-        u = self._info.weights(cQ) if self._info is not None else self._C[:m, :r] @ self._solve(cQ)
+        u = self._info.weights(cQ) if self._info is not None else self._C.times(self._solve(cQ))
         A = u / self._b[:m]
         value = float(A @ self._y[:m])
         law = ErrorLaw(A, b, g, method, **law_options)
@@ -607,7 +599,6 @@ class _Pricer:
         if st._info is not None:
             self._information(st, st._info, Q, h, weights)
             return
-        m, r = st._m, st._r
         c_h, rho = st._project(h)
         hn, rn = st._dnorm(h), st._dnorm(rho)
         self.extends = hn > 0 and rn > EXTEND_RTOL * hn
@@ -621,11 +612,11 @@ class _Pricer:
         self.estimable = st._dnorm(res) <= ESTIMABLE_RTOL * qn
         if not weights:  # only estimability was asked (:meth:`IncrementalBLUE.estimable_with`)
             return
-        C = st._C[:m, :r]
+        C = st._C
         Mh = st._solve(c_h)
         MQ = Mh if same else st._solve(cQ)
         self.kappa, self.eta = float(c_h @ Mh), float(c_h @ MQ)
-        self.CMQ, self.CMh = C @ MQ, C @ Mh
+        self.CMQ, self.CMh = C.times(MQ), C.times(Mh)
         self.ce_over_rho = ce / rn if self.extends else 0.0
 
     def _information(self, st: IncrementalBLUE, info: Information, Q: NDArray[np.float64], h: NDArray[np.float64],
