@@ -65,6 +65,9 @@ from dpgate.inference._posterior import Posterior
 
 __all__ = ["EXTEND_RTOL", "IncrementalBLUE"]
 
+#: Remembered projections, solves and estimates per state.
+_MEMO = 16
+
 
 
 def _grow(buf: NDArray[np.float64], rows: int, cols: int) -> NDArray[np.float64]:
@@ -118,6 +121,10 @@ class IncrementalBLUE:
         self._owned = True  # H, y, b, γ are not shared with a copy
         # Once the history spans every atom (``_span``): the information form replaces V, C, S.
         self._info: Information | None = None
+        # Recent projections, solves and estimates on this exact state (a decision asks for
+        # the same ones several times); replaced, never cleared, on every change, so a copy may
+        # share it until either side changes.
+        self._memo: dict[tuple[object, ...], Any] = {}
 
     # ------------------------------------------------------------------ properties
     @property
@@ -210,7 +217,21 @@ class IncrementalBLUE:
     def _atom_vector(self, v: ArrayLike, name: str) -> NDArray[np.float64]:
         return finite_array(v, name, ndim=1, size=self.n_atoms)
 
+    def _remember(self, key: tuple[object, ...], value: Any) -> Any:
+        if len(self._memo) >= _MEMO:
+            del self._memo[next(iter(self._memo))]
+        self._memo[key] = value
+        return value
+
     def _project(self, v: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """:meth:`_project_now`, remembered (read-only results)."""
+        key = ("project", v.tobytes())
+        found = self._memo.get(key)
+        if found is None:
+            found = self._remember(key, tuple(readonly(a) for a in self._project_now(v)))
+        return found
+
+    def _project_now(self, v: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Coefficients ``c`` of v on V and the residual ``v − cV``.
 
         Classical Gram–Schmidt, repeated once only when the first pass cancelled
@@ -235,6 +256,14 @@ class IncrementalBLUE:
         return math.sqrt(float(np.dot(self._d * v, v)))
 
     def _solve(self, rhs: NDArray[np.float64]) -> NDArray[np.float64]:
+        """:meth:`_solve_now`, remembered (a read-only result)."""
+        key = ("solve", rhs.tobytes())
+        found = self._memo.get(key)
+        if found is None:
+            found = self._remember(key, readonly(self._solve_now(rhs)))
+        return found
+
+    def _solve_now(self, rhs: NDArray[np.float64]) -> NDArray[np.float64]:
         """``(CᵀC)⁻¹ rhs`` from ``M = S Sᵀ``, with iterative refinement against C.
 
         M is kept by rank-one updates and accumulates rounding errors; each
@@ -263,7 +292,7 @@ class IncrementalBLUE:
         if first > 1e-3 * scale and not self._fresh:
             # M has drifted far enough to slow refinement down: rebuild it from C.
             self._refresh()
-            return self._solve(rhs)
+            return self._solve_now(rhs)
         return z
 
     def _refresh(self) -> None:
@@ -291,6 +320,7 @@ class IncrementalBLUE:
         lattice = nonnegative_finite(lattice, "lattice")
         m, r = self._m, self._r
         self._own()
+        self._memo = {}
         if self._H is not None:
             self._H = _grow(self._H, m + 1, self.n_atoms)
             self._H[m] = hv
@@ -308,7 +338,7 @@ class IncrementalBLUE:
         if gn == 0.0:  # a zero row carries no information
             self._C.add(np.zeros((1, r)))
             return
-        c, rho = self._project(g)
+        c, rho = self._project_now(g)
         rn = self._dnorm(rho)
         S = self._S
         cS = S.t_times(c)  # φ = Sᵀcᵀ
@@ -355,6 +385,7 @@ class IncrementalBLUE:
     def _extend_block(self, H: NDArray[np.float64], b: NDArray[np.float64], y: NDArray[np.float64],
                       g: NDArray[np.float64]) -> bool:
         """The block path of :meth:`extend`; False (nothing changed) when it does not apply."""
+        self._memo = {}
         if self._r == 0 and self._span(H, b, y, g):
             return True
         G = H / b[:, None]
@@ -458,6 +489,7 @@ class IncrementalBLUE:
         total = np.bincount(p, weights=d, minlength=self.n_atoms)
         if not np.allclose(total, self._d, rtol=1e-12, atol=0.0):
             raise InvalidArgument("The pieces of every old atom must add up to its size (and cover it).")
+        self._memo = {}
         if self._info is not None:
             self._info.split(p.astype(np.intp), d)
             self._split_rows(p, d)
@@ -480,10 +512,19 @@ class IncrementalBLUE:
     def _coordinates(self, Q: NDArray[np.float64]) -> tuple[NDArray[np.float64], bool]:
         """``(c_Q, estimable)``; in the information form ``c_Q`` is ``w = (F + ÑÑᵀ)⁻¹ Q``."""
         if self._info is not None:
-            w = self._info.solve(Q)
+            w = self._info_solve(Q)
             return w, self._dnorm(self._info.outside(w)) <= ESTIMABLE_RTOL * self._dnorm(Q)
         cQ, res = self._project(Q)
         return cQ, self._dnorm(res) <= ESTIMABLE_RTOL * self._dnorm(Q)
+
+    def _info_solve(self, v: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``Information.solve``, remembered (a read-only result)."""
+        assert self._info is not None
+        key = ("info", v.tobytes())
+        found = self._memo.get(key)
+        if found is None:
+            found = self._remember(key, readonly(self._info.solve(v)))
+        return found
 
     def estimate(self, Q: ArrayLike, method: Method = "exact", **law_options: Any) -> Estimate:
         """BLUE of ``Q·x`` from the stored history (same result as :func:`estimate`).
@@ -492,6 +533,13 @@ class IncrementalBLUE:
             InvalidArgument: On a wrong shape or non-finite Q.
         """
         Qv = self._atom_vector(Q, "Q")
+        key = ("estimate", Qv.tobytes(), method, repr(sorted(law_options.items())))
+        found = self._memo.get(key)
+        if found is None:
+            found = self._remember(key, self._estimate_now(Qv, method, law_options))
+        return found
+
+    def _estimate_now(self, Qv: NDArray[np.float64], method: Method, law_options: dict[str, Any]) -> Estimate:
         m = self._m
         b, g = readonly(self._b[:m]), readonly(self._g[:m])
         cQ, ok = self._coordinates(Qv)
@@ -626,11 +674,11 @@ class _Pricer:
         then Q is estimable iff ``o(Q) = t o(h)`` (least squares in ``‖·‖_D``), the new
         answer's weight is t and history estimates ``Q − t h``: ``u_hist = G(w_Q − t w_h)``
         (the basis form's ``c_e/ρ`` is t)."""
-        wh = info.solve(h)
+        wh = st._info_solve(h)
         oh = info.outside(wh)
         hn, on = st._dnorm(h), st._dnorm(oh)
         self.extends = hn > 0 and on > EXTEND_RTOL * hn
-        wQ = wh if self.same else info.solve(Q)
+        wQ = wh if self.same else st._info_solve(Q)
         oQ = oh if self.same else info.outside(wQ)
         t = float(np.dot(st._d * oQ, oh)) / (on * on) if self.extends else 0.0
         self.estimable = st._dnorm(oQ - t * oh) <= ESTIMABLE_RTOL * st._dnorm(Q)
