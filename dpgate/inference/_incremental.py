@@ -50,11 +50,12 @@ from dpgate._validate import finite, finite_array, nonnegative_finite, positive_
 from dpgate.errors import InvalidArgument
 from dpgate.inference._blocks import (
     EXTEND_RTOL,
-    MAX_BLOCKS,
+    Block,
     covers_every_atom,
     disjoint,
     disjoint_block,
     general_block,
+    merged,
     project_blocks,
 )
 from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
@@ -108,7 +109,7 @@ class IncrementalBLUE:
         self._m = 0
         self._r = 0
         # V = the rows of the frozen blocks, then the first _rv rows of _V (the own buffer).
-        self._blocks: list[NDArray[np.float64]] = []
+        self._blocks: list[Block] = []
         self._V = np.zeros((8, n))
         self._rv = 0
         self._C = Rows()
@@ -164,7 +165,7 @@ class IncrementalBLUE:
             sq = np.sqrt(self._d)
             _, s, vt = np.linalg.svd(self._info.rows().toarray() * sq, full_matrices=False)
             return np.asarray(vt[: self._r] / sq)
-        return np.concatenate([*self._blocks, self._V[: self._rv]]) if self._r else np.zeros((0, self.n_atoms))
+        return np.concatenate([B.dense() for B in self._vblocks()]) if self._r else np.zeros((0, self.n_atoms))
 
     @property
     def values(self) -> NDArray[np.float64]:
@@ -190,9 +191,7 @@ class IncrementalBLUE:
         """
         new = object.__new__(IncrementalBLUE)
         new.__dict__.update(self.__dict__)
-        new._blocks = [*self._blocks, self._V[: self._rv]] if self._rv else list(self._blocks)
-        if len(new._blocks) > MAX_BLOCKS:  # many matmuls cost more than one copy
-            new._blocks = [np.concatenate(new._blocks)]
+        new._blocks = merged(self._vblocks())
         new._V = np.zeros((8, self.n_atoms))
         new._rv = 0
         new._C, new._S = self._C.copy(), self._S.copy()
@@ -210,8 +209,8 @@ class IncrementalBLUE:
                     setattr(self, name, v.copy())
             self._owned = True
 
-    def _vblocks(self) -> list[NDArray[np.float64]]:
-        return [*self._blocks, self._V[: self._rv]] if self._rv else self._blocks
+    def _vblocks(self) -> list[Block]:
+        return [*self._blocks, Block(self._V[: self._rv])] if self._rv else list(self._blocks)
 
     # ------------------------------------------------------------------ helpers
     def _atom_vector(self, v: ArrayLike, name: str) -> NDArray[np.float64]:
@@ -240,8 +239,8 @@ class IncrementalBLUE:
         """
         blocks = self._vblocks()
         d = self._d
-        if len(blocks) == 1:
-            (V,) = blocks
+        if len(blocks) == 1 and blocks[0].cols is None:
+            V = blocks[0].rows
             c = V @ (d * v)
             res = v - c @ V
         else:
@@ -494,12 +493,8 @@ class IncrementalBLUE:
             self._info.split(p.astype(np.intp), d)
             self._split_rows(p, d)
             return
-        V = np.empty((max(self._r, 8), p.size))
-        top = 0
-        for block in self._vblocks():
-            np.take(block, p, axis=1, out=V[top: top + block.shape[0]])
-            top += block.shape[0]
-        self._blocks, self._V, self._rv = [], V, self._r
+        self._blocks = merged([B.split(p) for B in self._vblocks()])
+        self._V, self._rv = np.zeros((8, p.size)), 0
         self._split_rows(p, d)
 
     def _split_rows(self, p: NDArray[np.integer[Any]], d: NDArray[np.float64]) -> None:
@@ -576,7 +571,7 @@ class IncrementalBLUE:
         def residual(X: NDArray[np.float64]) -> NDArray[np.float64]:
             res = X.copy()
             for B in blocks:
-                res -= ((X * d) @ B.T) @ B
+                res -= B.spread((B.gather(X * d) @ B.rows.T) @ B.rows)
             return res
 
         def dnorms(X: NDArray[np.float64]) -> NDArray[np.float64]:
