@@ -267,7 +267,8 @@ class IncrementalBLUE:
 
         M is kept by rank-one updates and accumulates rounding errors; each
         refinement step (O(mr)) multiplies the error by ``‖I − M CᵀC‖``, and
-        stops at the rounding floor.  If M has drifted so far (first residual
+        stops at the rounding floor (of the residual, or of z: a correction below
+        2·10⁻¹⁵ of it).  If M has drifted so far (first residual
         above 1e-3 relative) that refinement would crawl, S is rebuilt from a
         QR factorisation of C (O(mr²), rare).
         """
@@ -282,7 +283,11 @@ class IncrementalBLUE:
         for _ in range(6):
             if size <= 1e-15 * scale:
                 break
-            z_new = z + S.times(S.t_times(resid))
+            dz = S.times(S.t_times(resid))
+            if np.abs(dz).max(initial=0.0) <= 2e-15 * np.abs(z).max(initial=0.0):
+                z = z + dz  # the correction is below rounding: z is as good as it gets
+                break
+            z_new = z + dz
             r_new = rhs - C.t_times(C.times(z_new), r)
             s_new = float(np.abs(r_new).max(initial=0.0))
             if s_new >= size:  # the rounding floor: stop
