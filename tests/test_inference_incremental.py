@@ -370,3 +370,26 @@ def test_information_form_folds_and_matches_the_basis_form() -> None:
         if a.estimable:
             np.testing.assert_allclose(a.weights, b_.weights, rtol=1e-8, atol=1e-10)
             assert a.value == pytest.approx(b_.value, rel=1e-8, abs=1e-8)
+
+
+def test_pickled_state_estimates_alike_and_grows() -> None:
+    """A checkpoint's copy of the state (spare capacity trimmed) estimates as the original and
+    takes further appends, in both forms."""
+    import pickle
+
+    rng = np.random.default_rng(8)
+    n = 12
+    basis, info = IncrementalBLUE(np.ones(n)), IncrementalBLUE(np.ones(n))
+    info.extend(np.concatenate([np.eye(n), np.ones((1, n))]), np.ones(n + 1), rng.normal(size=n + 1))
+    for _ in range(7):
+        basis.append(rng.integers(0, 2, n).astype(float), 1.5, float(rng.normal()))
+    for st_ in (basis, info):
+        back = pickle.loads(pickle.dumps(st_))
+        for other in (st_, back):
+            other.append(np.ones(n), 2.0, 3.0)
+        Q = rng.integers(-1, 2, n).astype(float)
+        a, b_ = st_.estimate(Q), back.estimate(Q)
+        assert a.estimable == b_.estimable and back.n_rows == st_.n_rows
+        if a.estimable:
+            np.testing.assert_allclose(b_.weights, a.weights, rtol=1e-12, atol=1e-12)
+        assert_same(back, Q)

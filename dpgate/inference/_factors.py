@@ -34,11 +34,16 @@ class Rows:
         self._blocks: list[NDArray[np.float64]] = []
         self._tail = np.zeros((16, 8))
         self._t = 0  # filled rows of the tail
+        self._w = 0  # the widest row in the tail
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the tail's spare capacity (a checkpoint stores what is filled)."""
+        return {**self.__dict__, "_tail": self._tail[: self._t, : self._w].copy()}
 
     def copy(self) -> Rows:
         new = object.__new__(Rows)
         new._blocks = [*self._blocks, self._tail[: self._t]] if self._t else list(self._blocks)
-        new._tail, new._t = np.zeros((16, 8)), 0
+        new._tail, new._t, new._w = np.zeros((16, 8)), 0, 0
         return new
 
     def add(self, rows: NDArray[np.float64]) -> None:
@@ -52,6 +57,7 @@ class Rows:
         self._tail[self._t: self._t + k, :w] = rows
         self._tail[self._t: self._t + k, w:] = 0.0
         self._t += k
+        self._w = max(self._w, w)
 
     def _parts(self) -> list[NDArray[np.float64]]:
         return [*self._blocks, self._tail[: self._t]] if self._t else self._blocks

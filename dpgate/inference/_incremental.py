@@ -200,6 +200,16 @@ class IncrementalBLUE:
         self._owned = new._owned = False
         return new
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without spare capacity, remembered results or shared-buffer flags."""
+        state = dict(self.__dict__)
+        m = self._m
+        state.update(_V=self._V[: self._rv].copy(), _y=self._y[:m].copy(), _b=self._b[:m].copy(),
+                     _g=self._g[:m].copy(), _memo={}, _owned=True)
+        if self._H is not None:
+            state["_H"] = self._H[:m].copy()
+        return state
+
     def _own(self) -> None:
         """Copy the small arrays this state shares with a copy before writing to them."""
         if not self._owned:
@@ -331,7 +341,7 @@ class IncrementalBLUE:
         if m + 1 > self._y.size:
             for name in ("_y", "_b", "_g"):
                 old = getattr(self, name)
-                setattr(self, name, np.concatenate((old, np.zeros(old.size))))
+                setattr(self, name, np.concatenate((old, np.zeros(max(old.size, 16)))))
         self._y[m], self._b[m], self._g[m] = value, scale, lattice
         self._m = m + 1
         g = hv / scale
@@ -432,7 +442,7 @@ class IncrementalBLUE:
         while m + k > self._y.size:
             for name in ("_y", "_b", "_g"):
                 old = getattr(self, name)
-                setattr(self, name, np.concatenate((old, np.zeros(old.size))))
+                setattr(self, name, np.concatenate((old, np.zeros(max(old.size, 16)))))
         self._y[m: m + k], self._b[m: m + k], self._g[m: m + k] = y, b, g
         self._m = m + k
 
