@@ -393,3 +393,28 @@ def test_pickled_state_estimates_alike_and_grows() -> None:
         if a.estimable:
             np.testing.assert_allclose(b_.weights, a.weights, rtol=1e-12, atol=1e-12)
         assert_same(back, Q)
+
+
+def test_mixed_block_equals_appends() -> None:
+    """A block mixing repeats, rows in the row space and rows adding directions (random ranges
+    once the history nearly spans the atoms) enters in one update, as appending row by row."""
+    rng = np.random.default_rng(21)
+    n = 30
+    sizes = rng.integers(1, 4, n).astype(float)
+    seq, block = IncrementalBLUE(sizes), IncrementalBLUE(sizes)
+
+    def ranges(k: int) -> np.ndarray:
+        H = np.zeros((k, n))
+        for i in range(k):
+            lo, hi = sorted(rng.integers(0, n + 1, 2))
+            H[i, lo: max(hi, lo + 1)] = 1.0
+        return H
+
+    for H in (ranges(12), ranges(25), np.concatenate([ranges(6), ranges(3).repeat(2, axis=0)])):
+        scales, values = rng.uniform(0.5, 3, len(H)), rng.normal(size=len(H)) * 10
+        m, r = block.n_rows, block.rank
+        for h, b, y in zip(H, scales, values, strict=True):
+            seq.append(h, float(b), float(y))
+        assert block._extend_block(H, scales, values, np.zeros(len(H)))  # one block update
+        assert block.n_rows == m + len(H) and block.rank == seq.rank >= r
+        assert_same_states(seq, block, (*ranges(4), np.ones(n), rng.integers(-2, 3, n).astype(float)))

@@ -13,6 +13,7 @@ first (``V[:, cols] (d v) = V (Σ_pieces d v)``), so a split costs O(n), not O(r
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -22,7 +23,7 @@ from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 
 __all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "Block", "covers_every_atom", "disjoint", "disjoint_block",
-           "general_block", "merged", "project_blocks"]
+           "general_block", "merged", "mixed_block", "project_blocks"]
 
 EXTEND_RTOL = 1e-9
 """A row whose distance to the current row space is at most this fraction of its norm adds no direction."""
@@ -174,3 +175,40 @@ def general_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.flo
     return P, L, solve_triangular(L, np.eye(L.shape[0]), lower=True), np.asarray(Qt.T / sq)
 
 
+
+
+def mixed_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float64], norms: NDArray[np.float64],
+                r: int) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """``(P, L, new basis rows)`` for any rows, in order, as appending them one by one decides:
+    P (r × k) their coefficients on the basis (classical Gram–Schmidt, twice), then modified
+    Gram–Schmidt of the residuals against the directions earlier rows of the block added
+    (twice when a pass cancels); a row adds a direction when what is left of it exceeds
+    ``EXTEND_RTOL`` of its norm.  L (k × k') holds the rows' coefficients on the k' new rows.
+    """
+    n, k = G.shape[1], G.shape[0]
+    P = np.zeros((r, k))
+    R = G.copy()
+    for _ in range(2):
+        c = _coefficients(blocks, d, R, r)
+        if r:
+            R -= _combine(blocks, c.T, n)
+        P += c
+    E = np.zeros((k, n))
+    L = np.zeros((k, k))
+    kn = 0
+    for i in range(k):
+        v = R[i]
+        for _ in range(2):  # "twice is enough"
+            before = math.sqrt(float(np.dot(d * v, v)))
+            if kn:
+                co = E[:kn] @ (d * v)
+                v = v - co @ E[:kn]
+                L[i, :kn] += co
+            after = math.sqrt(float(np.dot(d * v, v)))
+            if not kn or after >= before / math.sqrt(2.0):
+                break
+        if after > EXTEND_RTOL * norms[i]:
+            E[kn] = v / after
+            L[i, kn] = after
+            kn += 1
+    return P, L[:, :kn], E[:kn]

@@ -144,6 +144,33 @@ class Root:
         if self._X.shape[1] > MAX_RANK:
             self.fold()
 
+    def absorb(self, PS: NDArray[np.float64], L: NDArray[np.float64]) -> bool:
+        """``S`` of ``[[C, 0], [Pᵀ, L]]`` from the S of C, given ``PᵀS`` (k × r) and L (k × k'),
+        the block's coefficients on k' new directions; False (nothing changed) if the
+        result is not positive definite (rounding).
+
+        With ``T = diag(S, I)`` and ``Φ = [PᵀS, L]``, the new ``CᵀC`` is
+        ``T⁻ᵀ(E + ΦᵀΦ)T⁻¹`` (``E = diag(I_r, 0)``), so the new S is ``T W`` with
+        ``W = (E + ΦᵀΦ)^{-1/2} = (I + U J Uᵀ)^{-1/2}``, ``U = [Φᵀ, F]``, ``F = [0; I]``,
+        ``J = diag(I, −I)``: from a thin QR ``U = QR`` and the eigenvalues λ of ``R J Rᵀ``,
+        ``W = I + Y diag((1 + λ)^{-1/2} − 1) Yᵀ`` with ``Y = Q V`` (V its eigenvectors).
+        """
+        k, kn = L.shape
+        r = self.size
+        F = np.zeros((r + kn, kn))
+        F[r:] = np.eye(kn)
+        U = np.concatenate([np.concatenate([PS, L], axis=1).T, F], axis=1)
+        Q, R = np.linalg.qr(U)
+        J = np.concatenate([np.ones(k), -np.ones(kn)])
+        lam, V = np.linalg.eigh((R * J) @ R.T)
+        if not (lam > -1.0 + 1e-12).all():
+            return False
+        Y = Q @ V
+        pad = np.zeros((kn, self._X.shape[1]))
+        self._X, self._Z = np.concatenate([self._X, pad]), np.concatenate([self._Z, pad])
+        self.update(Y * (1.0 / np.sqrt(1.0 + lam) - 1.0), Y)
+        return True
+
     def fold(self) -> None:
         """Multiply X Zᵀ into a new S₀."""
         r, r0 = self.size, self._S0.shape[0]

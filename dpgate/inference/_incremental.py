@@ -56,6 +56,7 @@ from dpgate.inference._blocks import (
     disjoint_block,
     general_block,
     merged,
+    mixed_block,
     project_blocks,
 )
 from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
@@ -412,12 +413,12 @@ class IncrementalBLUE:
         r, k = self._r, G.shape[0]
         if not (norms > 0).all():
             return False
-        if r + k > self.n_atoms:
-            return False
         blocks = self._vblocks()
-        found = disjoint_block(blocks, d, G, norms, r) if disjoint(G) else general_block(blocks, d, G, norms, r)
+        found = None
+        if r + k <= self.n_atoms:
+            found = disjoint_block(blocks, d, G, norms, r) if disjoint(G) else general_block(blocks, d, G, norms, r)
         if found is None:
-            return False
+            return self._extend_mixed(H, G, b, y, g, norms)
         P, L, Linv, Vnew = found
         self._store(H, b, y, g)
         self._C.add(np.concatenate([P.T, L], axis=1))
@@ -428,6 +429,27 @@ class IncrementalBLUE:
         PS = S.t_times(P).T  # Pᵀ S
         S.border(-Linv @ PS, Linv)
         self._r = r + k
+        self._fresh = False
+        return True
+
+    def _extend_mixed(self, H: NDArray[np.float64], G: NDArray[np.float64], b: NDArray[np.float64],
+                      y: NDArray[np.float64], g: NDArray[np.float64], norms: NDArray[np.float64]) -> bool:
+        """Any block of non-zero rows: which add directions is decided in order, as
+        :meth:`append` does (``mixed_block``); C gains the rows ``[Pᵀ, L]`` and S the square
+        root of the new ``M`` in one low-rank update (``Root.absorb``)."""
+        r = self._r
+        P, L, Vnew = mixed_block(self._vblocks(), self._d, G, norms, r)
+        S = self._S.copy()
+        if not S.absorb(S.t_times(P).T, L):
+            return False
+        self._store(H, b, y, g)
+        self._S = S
+        kn = L.shape[1]
+        self._C.add(np.concatenate([P.T, L], axis=1))
+        self._V = _grow(self._V, self._rv + kn, self.n_atoms)
+        self._V[self._rv: self._rv + kn] = Vnew
+        self._rv += kn
+        self._r = r + kn
         self._fresh = False
         return True
 
