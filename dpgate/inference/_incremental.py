@@ -365,10 +365,14 @@ class IncrementalBLUE:
             self._C.add(np.append(c, rn)[None, :])
             S.border(-cS[None, :] / rn, np.array([[1.0 / rn]]))
             self._r = r + 1
+            c, rho = np.append(c, rn), np.zeros_like(rho)
         else:
             self._C.add(c[None, :])
             beta = 1.0 + float(cS @ cS)
             S.update(-cS / (beta + math.sqrt(beta)), cS)  # S ← S − (Sφ)φᵀ/(β + √β)
+        # The projection of h itself on the new basis is known: an estimate of h (the usual
+        # next question) skips its Gram–Schmidt.
+        self._memo = {("project", hv.tobytes()): (readonly(scale * c), readonly(scale * rho))}
 
     def extend(self, rows: ArrayLike, scales: ArrayLike, values: ArrayLike, lattice: ArrayLike | None = None) -> None:
         """Append many released answers at once: the same state as :meth:`append` row by row.
