@@ -22,14 +22,22 @@ A query Q (over atoms) is estimable iff ``‖Q − c_Q V‖_D ≤ 1e-9 ‖Q‖_D
 ``c_Q = ⟨Q, V⟩_D``; then ``u = C M c_Qᵀ`` is the minimum-norm solution of
 ``Gᵀu = Qᵀ``, ``A_k = u_k/b_k`` and ``Var = 2‖u‖² = 2 c_Q M c_Qᵀ``.
 
-Storage.  V is the big array (r × n): it is kept as row blocks that are never written
-after they are filled, so :meth:`IncrementalBLUE.copy` shares them (a planning copy
-costs O(m r + r²), not O(r n)); the small arrays (C, S, y, b, γ) are copied on the
-first write after a copy.  The history rows H are kept only when asked for
-(``keep_rows``): the gateway rebuilds them from its queries when a view needs them.
+Storage.  Nothing a copy may share is ever written: V is kept as row blocks that are
+never written after they are filled (``_blocks``), C as frozen row blocks and S as
+``diag(S₀, I)(I + XZᵀ)`` (``_factors``), so :meth:`IncrementalBLUE.copy` costs O(r p),
+not O(m r + r² + r n); y, b, γ are copied on the first write after a copy.  A block of
+releases enters at once (``_blocks``: disjoint groups, new directions, or any mix).
+The history rows H are kept only when asked for (``keep_rows``): the gateway rebuilds
+them from its queries when a view needs them.  Recent projections, solves and
+estimates are remembered until the state changes.
+
+Once an empty history receives rows spanning every atom (the hierarchical tree), the
+state is kept in information form instead (``_information``: sparse rows, a dense
+inverse of the information matrix, Woodbury terms): a solve is then O(n² + nnz),
+not O(m r).
 
 Splitting atoms (new atom i is a piece of old atom ``parent[i]``): ``V ← V[:, parent]``
-and ``d ← new sizes``.  V stays orthonormal because the sizes of the pieces of
+(recorded, not copied: ``_blocks.Block``) and ``d ← new sizes``.  V stays orthonormal because the sizes of the pieces of
 an atom add up to the atom's size:
 ``Σ_i d'_i V_{a,p(i)} V_{b,p(i)} = Σ_j (Σ_{i∈p⁻¹(j)} d'_i) V_{aj} V_{bj} = Σ_j d_j V_{aj} V_{bj}``.
 ``G ← G[:, parent] = C V[:, parent]``, so C and M do not change.  (The split is
@@ -64,6 +72,7 @@ from dpgate.inference._factors import Root, Rows
 from dpgate.inference._information import Information
 from dpgate.inference._law import ErrorLaw, Method
 from dpgate.inference._posterior import Posterior
+from dpgate.inference._pricer import Pricer
 
 __all__ = ["EXTEND_RTOL", "IncrementalBLUE"]
 
@@ -590,7 +599,7 @@ class IncrementalBLUE:
     def estimable_with(self, Q: ArrayLike, h_new: ArrayLike) -> bool:
         """Whether Q would be estimable if ``h_new`` were appended (at any scale): the last
         item of :meth:`estimate_with`, by the same computation, without the weights."""
-        return _Pricer(self, self._atom_vector(Q, "Q"), self._atom_vector(h_new, "h_new"), weights=False).estimable
+        return Pricer(self, self._atom_vector(Q, "Q"), self._atom_vector(h_new, "h_new"), weights=False).estimable
 
     def estimable_with_many(self, Q: ArrayLike, h_new: ArrayLike) -> list[bool]:
         """:meth:`estimable_with` for each row pair of ``Q`` and ``h_new`` (k × atoms each).
@@ -654,80 +663,9 @@ class IncrementalBLUE:
         """
         scale = positive_finite(scale_new, "scale_new")
         nonnegative_finite(lattice_new, "lattice_new")
-        pr = _Pricer(self, self._atom_vector(Q, "Q"), self._atom_vector(h_new, "h_new"))
+        pr = Pricer(self, self._atom_vector(Q, "Q"), self._atom_vector(h_new, "h_new"))
         if not pr.estimable:
             return np.full(self._m, np.nan), math.nan, math.nan, False
         u_hist, u_new = pr.at(scale)
         var = 2.0 * (float(u_hist @ u_hist) + u_new * u_new)
         return u_hist / self._b[: self._m], u_new / scale, var, True
-
-
-class _Pricer:
-    """Everything about "history + h_new at scale b" that does not depend on b.
-
-    With ``s = 1/b``, ``c = s c_h`` and ``ρ = s ρ_h``.  If ``h_new`` adds no
-    direction, Sherman–Morrison gives (κ = c_h M c_hᵀ, η = c_h M c_Qᵀ)::
-
-        u_hist = C M c_Qᵀ − s² η/(1 + s² κ) · C M c_hᵀ,   u_new = s η / (1 + s² κ).
-
-    If it adds the unit direction e (``‖ρ_h‖_D = ρ``, ``c_e = ⟨Q, e⟩_D``), the
-    block formula gives ``u_hist = C M c_Qᵀ − (c_e/ρ) C M c_hᵀ`` and
-    ``u_new = b c_e / ρ``.
-    """
-
-    def __init__(
-        self, st: IncrementalBLUE, Q: NDArray[np.float64], h: NDArray[np.float64], *, weights: bool = True
-    ) -> None:
-        same = Q is h or np.array_equal(Q, h)  # the usual case: measure the query itself
-        self.same = same
-        if st._info is not None:
-            self._information(st, st._info, Q, h, weights)
-            return
-        c_h, rho = st._project(h)
-        hn, rn = st._dnorm(h), st._dnorm(rho)
-        self.extends = hn > 0 and rn > EXTEND_RTOL * hn
-        cQ, res = (c_h, rho) if same else st._project(Q)
-        qn = st._dnorm(Q)
-        ce = 0.0
-        if self.extends:
-            e = rho / rn
-            ce = float(np.dot(st._d * Q, e))
-            res = res - ce * e
-        self.estimable = st._dnorm(res) <= ESTIMABLE_RTOL * qn
-        if not weights:  # only estimability was asked (:meth:`IncrementalBLUE.estimable_with`)
-            return
-        C = st._C
-        Mh = st._solve(c_h)
-        MQ = Mh if same else st._solve(cQ)
-        self.kappa, self.eta = float(c_h @ Mh), float(c_h @ MQ)
-        self.CMQ, self.CMh = C.times(MQ), C.times(Mh)
-        self.ce_over_rho = ce / rn if self.extends else 0.0
-
-    def _information(self, st: IncrementalBLUE, info: Information, Q: NDArray[np.float64], h: NDArray[np.float64],
-                     weights: bool) -> None:
-        """The same quantities in the information form: with ``w = (F + ÑÑᵀ)⁻¹ v`` and
-        ``o(v) = ÑÑᵀw`` (v's part outside the row space), h adds a direction iff ``o(h) ≠ 0``;
-        then Q is estimable iff ``o(Q) = t o(h)`` (least squares in ``‖·‖_D``), the new
-        answer's weight is t and history estimates ``Q − t h``: ``u_hist = G(w_Q − t w_h)``
-        (the basis form's ``c_e/ρ`` is t)."""
-        wh = st._info_solve(h)
-        oh = info.outside(wh)
-        hn, on = st._dnorm(h), st._dnorm(oh)
-        self.extends = hn > 0 and on > EXTEND_RTOL * hn
-        wQ = wh if self.same else st._info_solve(Q)
-        oQ = oh if self.same else info.outside(wQ)
-        t = float(np.dot(st._d * oQ, oh)) / (on * on) if self.extends else 0.0
-        self.estimable = st._dnorm(oQ - t * oh) <= ESTIMABLE_RTOL * st._dnorm(Q)
-        if not weights:
-            return
-        self.kappa, self.eta = float(h @ wh), float(h @ wQ)
-        self.CMQ, self.CMh = info.weights(wQ), info.weights(wh)
-        self.ce_over_rho = t
-
-    def at(self, b: float) -> tuple[NDArray[np.float64], float]:
-        """``(u_hist, u_new)`` for the new row at scale b."""
-        if self.extends:
-            return self.CMQ - self.ce_over_rho * self.CMh, b * self.ce_over_rho
-        s2 = 1.0 / (b * b)
-        denom = 1.0 + s2 * self.kappa
-        return self.CMQ - (s2 * self.eta / denom) * self.CMh, (self.eta / b) / denom
