@@ -78,6 +78,8 @@ __all__ = ["EXTEND_RTOL", "IncrementalBLUE"]
 
 #: Remembered projections, solves and estimates per state.
 _MEMO = 16
+#: :meth:`IncrementalBLUE.extend` adds larger blocks in chunks of this many rows.
+_CHUNK = 256
 
 
 
@@ -406,6 +408,12 @@ class IncrementalBLUE:
             raise InvalidArgument(f"rows must have {self.n_atoms} columns (one per atom), got {H.shape[1]}.")
         if (b <= 0).any() or (g < 0).any():
             raise InvalidArgument("scales must be positive and lattice steps non-negative.")
+        if k > _CHUNK and not (self._r == 0 and self._span(H, b, y, g)):
+            # In chunks: Gram–Schmidt inside a block is O(k² n); against the basis it is one
+            # matrix product per chunk.
+            for i in range(0, k, _CHUNK):
+                self.extend(H[i: i + _CHUNK], b[i: i + _CHUNK], y[i: i + _CHUNK], g[i: i + _CHUNK])
+            return
         if k < 2 or not self._extend_block(H, b, y, g):
             for i in range(k):
                 self.append(H[i], float(b[i]), float(y[i]), lattice=float(g[i]))
