@@ -418,3 +418,23 @@ def test_mixed_block_equals_appends() -> None:
         assert block._extend_block(H, scales, values, np.zeros(len(H)))  # one block update
         assert block.n_rows == m + len(H) and block.rank == seq.rank >= r
         assert_same_states(seq, block, (*ranges(4), np.ones(n), rng.integers(-2, 3, n).astype(float)))
+
+
+def test_copy_module_copy_is_independent_in_both_forms() -> None:
+    """``copy.copy`` (how a planning state copies its BLUE) must not share what later
+    appends and splits change."""
+    import copy
+
+    n = 6
+    for spanning in (False, True):
+        st_ = IncrementalBLUE(np.ones(n))
+        rows = np.concatenate([np.eye(n) if spanning else np.tri(n), np.ones((1, n))])
+        st_.extend(rows, np.ones(n + 1), np.arange(n + 1.0))
+        assert (st_._info is not None) == spanning
+        trial = copy.copy(st_)
+        trial.split(np.repeat(np.arange(n), 2), np.full(2 * n, 0.5))
+        trial.append(np.ones(2 * n), 1.0, 3.0)
+        assert st_.n_atoms == n and st_.n_rows == n + 1 and trial.n_rows == n + 2
+        st_.split(np.arange(n), np.ones(n))
+        assert_same(st_, np.ones(n))
+        assert_same(trial, np.ones(2 * n))

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 __all__ = ["MAX_RANK", "Root", "Rows"]
 
-#: Columns of X and Z before they are folded into S₀.
+#: Columns of X and Z before they are folded into S₀ (fewer for a small S: r/8).
 MAX_RANK = 32
 
 
@@ -130,7 +130,7 @@ class Root:
             a2 = a2 + self._X @ (self._Z.T @ a2)
         self._X = np.concatenate([self._X, a2], axis=1)
         self._Z = np.concatenate([self._Z, b2], axis=1)
-        if self._X.shape[1] > MAX_RANK:
+        if self._X.shape[1] > min(MAX_RANK, self.size // 8):  # a small S is cheaper folded
             self.fold()
 
     def border(self, q: NDArray[np.float64], s: NDArray[np.float64]) -> None:
@@ -141,7 +141,7 @@ class Root:
                                  axis=1)
         self._Z = np.concatenate([np.concatenate([self._Z, pad]), np.concatenate([q.T, (s - np.eye(k)).T])],
                                  axis=1)
-        if self._X.shape[1] > MAX_RANK:
+        if self._X.shape[1] > min(MAX_RANK, self.size // 8):  # a small S is cheaper folded
             self.fold()
 
     def absorb(self, PS: NDArray[np.float64], L: NDArray[np.float64]) -> bool:

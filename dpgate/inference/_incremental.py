@@ -222,6 +222,11 @@ class IncrementalBLUE:
             state["_H"] = self._H[:m].copy()
         return state
 
+    def __copy__(self) -> IncrementalBLUE:
+        """``copy.copy`` gives :meth:`copy` (a shallow copy would share C, S and the
+        information form, which later changes update in place)."""
+        return self.copy()
+
     def _own(self) -> None:
         """Copy the small arrays this state shares with a copy before writing to them."""
         if not self._owned:
