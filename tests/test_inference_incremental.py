@@ -438,3 +438,20 @@ def test_copy_module_copy_is_independent_in_both_forms() -> None:
         st_.split(np.arange(n), np.ones(n))
         assert_same(st_, np.ones(n))
         assert_same(trial, np.ones(2 * n))
+
+
+def test_large_blocks_enter_once() -> None:
+    """Blocks above the chunk size: a spanning one becomes the information form, another is
+    added chunk by chunk; each row enters exactly once and the estimates are the batch's."""
+    rng = np.random.default_rng(2)
+    n = 300
+    H = np.concatenate([np.eye(n), (rng.random((40, n)) < 0.1).astype(float)])
+    spanning = IncrementalBLUE(np.ones(n))
+    spanning.extend(H, np.ones(len(H)), rng.normal(size=len(H)))
+    assert spanning._info is not None and spanning.n_rows == len(H)
+    chunked = IncrementalBLUE(np.ones(n))
+    chunked.extend(H[::-1][:290], np.ones(290), rng.normal(size=290))
+    assert chunked._info is None and chunked.n_rows == 290
+    for st_ in (spanning, chunked):
+        assert_same(st_, rng.integers(-1, 2, n).astype(float))
+        assert_same(st_, np.ones(n))

@@ -413,7 +413,9 @@ class IncrementalBLUE:
             raise InvalidArgument(f"rows must have {self.n_atoms} columns (one per atom), got {H.shape[1]}.")
         if (b <= 0).any() or (g < 0).any():
             raise InvalidArgument("scales must be positive and lattice steps non-negative.")
-        if k > _CHUNK and not (self._r == 0 and self._span(H, b, y, g)):
+        if k > _CHUNK:
+            if self._r == 0 and self._span(H, b, y, g):
+                return
             # In chunks: Gram–Schmidt inside a block is O(k² n); against the basis it is one
             # matrix product per chunk.
             for i in range(0, k, _CHUNK):
