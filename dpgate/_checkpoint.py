@@ -35,7 +35,8 @@ from dpgate.ledger import Ledger, LedgerRecord
 
 __all__ = ["load", "path_for", "records_digest", "save"]
 
-_MAGIC = b"dpgate-checkpoint 1\n"
+#: Bumped whenever the pickled inference state changes shape (an older file is then replayed).
+_MAGIC = b"dpgate-checkpoint 2\n"
 _DOMAIN = b"dpgate inference checkpoint v1"
 
 

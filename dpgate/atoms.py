@@ -123,6 +123,8 @@ class AtomPartition:
                 ``max_atoms`` atoms; the partition is then left unchanged.
         """
         self._check_table(query)
+        if self._n == self._labels.size and self._on_grid(query):
+            return None  # every grid box is an atom: a query on the grid is constant on each
         before = self._labels
         key = (id(before), self._bps, self.max_atoms, self.max_grid, _query_key(query))
         with _MEMO_LOCK:
@@ -176,6 +178,15 @@ class AtomPartition:
         new_labels = inverse.reshape(labels.shape)
         self._commit(cols, bps, new_labels, first.astype(np.int64), n_new)
         return parent
+
+    def _on_grid(self, query: LinearQuery) -> bool:
+        """Whether every breakpoint of ``query`` is one of the grid's (on a grid column)."""
+        mine, grids, _ = self._slabs()
+        for c, qbp in zip(query.columns, query.breakpoints, strict=True):
+            ax = mine.get(c.lower())
+            if ax is None or not grids[ax].issuperset(qbp):
+                return False
+        return True
 
     def _commit(
         self,

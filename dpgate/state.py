@@ -9,6 +9,7 @@ extensions (``dpgate.model``, ``dpgate.warmstart``) read history:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import threading
@@ -173,9 +174,9 @@ class TableState:
         live = [q for q in queries if not q.is_zero and _held_key(q) not in self._cost_kind]
         narrow = [q for q in live if _held(q)]
         if len(narrow) > 1:
-            split = _joint_split(self.table, narrow)
+            split, run = _joint_split(self.table, narrow)  # run: its leading disjoint queries
             if split is not None and self._cost_split(split):
-                self._cost_kind.update((_held_key(q), "exact") for q in (*narrow, split))
+                self._cost_kind.update((_held_key(q), "exact") for q in (*narrow[:run], split))
         for q in live:
             key = _held_key(q)
             if key in self._cost_kind:
@@ -207,9 +208,9 @@ class TableState:
         memo = _charge_memo(self.cost_atoms)
         todo = [q for q in queries if not q.is_zero and _held_key(q) not in memo]
         exact = [q for q in todo if _held(q) and self._cost_kind.get(_held_key(q)) == "exact"]
-        split = _joint_split(self.table, exact) if len(exact) > 1 else None
+        split, run = _joint_split(self.table, exact) if len(exact) > 1 else (None, 0)
         if split is not None:  # each query constant on the cost atoms, so their joint split is too
-            memo.update(zip([_held_key(q) for q in exact], self._split_charges(split, exact), strict=True))
+            memo.update(zip([_held_key(q) for q in exact[:run]], self._split_charges(split, exact[:run]), strict=True))
         for q in todo:
             key = _held_key(q)
             if key not in memo:
@@ -381,13 +382,18 @@ class TableState:
             return outside
         with self._deferred_splits():
             if len(new) > 1:
-                split = _joint_split(self.table, [queries[i] for i in new])
-                if split is not None:
+                split, run = _joint_split(self.table, [queries[i] for i in new])
+                if run == len(new) and split is not None:
                     try:
                         self.refine(split)
                         return outside
                     except UnsupportedQuery:
                         return outside | set(new)
+                if split is not None:
+                    # Overlapping: their leading run of disjoint queries (a hierarchical tree's
+                    # leaves, released first) in one split, the others one by one below.
+                    with contextlib.suppress(UnsupportedQuery):
+                        self.refine(split)
             for i in new:
                 try:
                     self.refine(queries[i])
@@ -570,14 +576,15 @@ def _charge_memo(atoms: AtomPartition) -> dict[tuple[object, ...], Charge]:
 
 #: Recent joint splits (:func:`_joint_split`): a statement's groups are split for planning
 #: and again when its records reach the live state.
-_JOINT_SPLITS: dict[tuple[object, ...], LinearQuery | None] = {}
+_JOINT_SPLITS: dict[tuple[object, ...], tuple[LinearQuery | None, int]] = {}
 _JOINT_SPLITS_MAX = 32
 _JOINT_SPLITS_LOCK = threading.Lock()
 
 
-def _joint_split(table: Table, held: Sequence[LinearQuery]) -> LinearQuery | None:
-    """The one query whose refinement makes every query of ``held`` constant (distinct
-    weights of disjoint supports numbered apart), or ``None`` when their supports overlap.
+def _joint_split(table: Table, held: Sequence[LinearQuery]) -> tuple[LinearQuery | None, int]:
+    """``(split, k)``: the first k queries of ``held`` have pairwise disjoint supports (k is
+    ``len(held)`` when all have), and refining by ``split`` makes each of them constant
+    (distinct weights of disjoint supports numbered apart; ``None`` when k < 2).
     A pure function of the queries (not of any atoms), memoised on their :func:`_held_key`."""
     key = (table, tuple(_held_key(q) for q in held))
     with _JOINT_SPLITS_LOCK:
@@ -591,7 +598,7 @@ def _joint_split(table: Table, held: Sequence[LinearQuery]) -> LinearQuery | Non
     return split
 
 
-def _compute_joint_split(table: Table, held: Sequence[LinearQuery]) -> LinearQuery | None:
+def _compute_joint_split(table: Table, held: Sequence[LinearQuery]) -> tuple[LinearQuery | None, int]:
     names = {c.lower() for q in held for c in q.columns}
     cols = tuple(c.name for c in table.columns if c.name.lower() in names)
     bps: dict[str, set[int]] = {c.lower(): set() for c in cols}
@@ -600,13 +607,14 @@ def _compute_joint_split(table: Table, held: Sequence[LinearQuery]) -> LinearQue
             bps[c.lower()].update(b)
     grid = tuple(tuple(sorted(bps[c.lower()])) for c in cols)
     code = np.zeros(tuple(len(b) for b in grid), dtype=np.int64)
-    base = 0
-    for q in held:
+    base, run = 0, len(held)
+    for k, q in enumerate(held):
         e = q.expand(table, cols, grid)
         on = e != 0
         if code[on].any():
-            return None
+            run = k
+            break
         _, rank = np.unique(e[on], return_inverse=True)
         code[on] = base + 1 + rank
         base += int(rank.max(initial=0)) + 1
-    return LinearQuery.from_grid(table, cols, grid, code.astype(float))
+    return (LinearQuery.from_grid(table, cols, grid, code.astype(float)) if run >= 2 else None), run

@@ -357,7 +357,13 @@ def _hierarchical(gw: Gateway, t: Table, cols: tuple[str, ...], epsilon: float, 
     for nodes, a in zip(levels, alphas, strict=True):
         ms.extend((_box(t, cols, [node]), a) for node in nodes)
     ms.append((_box(t, cols, [(m, m + 1)]), epsilon))  # the NULL cell, once at ε
-    values = _release(gw, t, ms, f"warm_start hierarchical({col.name}) ε={epsilon:g}")
+    # Released leaves (and NULL cell) first: they split the column into its cells in one
+    # step, and every other node is then constant on the atoms already.
+    order = [*range(len(ms) - len(levels[-1]) - 1, len(ms)), *range(len(ms) - len(levels[-1]) - 1)]
+    released = _release(gw, t, [ms[i] for i in order], f"warm_start hierarchical({col.name}) ε={epsilon:g}")
+    values = [0.0] * len(ms)
+    for i, v in zip(order, released, strict=True):
+        values[i] = v
     return WarmStart(
         "hierarchical", t.name, cols, epsilon, opts,
         tuple(q for q, _ in ms), tuple(a for _, a in ms), tuple(values), levels=alphas,

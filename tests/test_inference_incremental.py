@@ -259,3 +259,199 @@ def test_wide_scale_range_matches_batch() -> None:
             err = np.abs(inc.weights * state.scales - u_ref).max()
             assert err <= 1e-9 * np.abs(u_ref).max()
             assert inc.variance == pytest.approx(2 * u_ref @ u_ref, rel=1e-9)
+
+
+# ---------------------------------------------------------------- information form
+@st.composite
+def spanning_histories(draw: st.DrawFn):  # type: ignore[no-untyped-def]
+    """A block spanning every atom on an empty history (the information form), then random
+    appends (some adding directions after splits), splits, copies and blocks."""
+    n = draw(st.integers(2, 6))
+    sizes = np.array(draw(st.lists(st.integers(1, 4), min_size=n, max_size=n)), dtype=float)
+    state = IncrementalBLUE(sizes)
+    extra = draw(st.lists(st.lists(st.integers(-2, 2), min_size=n, max_size=n), max_size=3))
+    H = np.concatenate([np.eye(n), np.array([r for r in extra if any(r)], dtype=float).reshape(-1, n)])
+    k = H.shape[0]
+    scales = draw(st.lists(st.sampled_from([0.25, 1.0, 3.0]), min_size=k, max_size=k))
+    state.extend(H, scales, draw(st.lists(st.floats(-50, 50), min_size=k, max_size=k)))
+    assert state._info is not None and state.rank == n
+    ops = draw(st.lists(st.sampled_from(["append", "append", "split", "copy", "extend"]), max_size=12))
+    for op in ops:
+        n = state.n_atoms
+        row = st.lists(st.integers(-2, 2), min_size=n, max_size=n)
+        if op == "extend":
+            k = draw(st.integers(2, 3))
+            state.extend(np.array(draw(st.lists(row, min_size=k, max_size=k)), dtype=float),
+                         draw(st.lists(st.sampled_from([0.5, 2.0]), min_size=k, max_size=k)), np.arange(k, dtype=float))
+        elif op == "copy":
+            old, state = state, state.copy()
+            old.append(np.array(draw(row), dtype=float), 1.0, 7.0)
+            old.split(np.repeat(np.arange(n), 2), np.repeat(old.cell_sizes / 2, 2))
+        elif op == "append":
+            scale = draw(st.sampled_from([0.25, 1.0, 3.0, 10.0]))
+            state.append(np.array(draw(row), dtype=float), scale, draw(st.floats(-100, 100)),
+                         draw(st.sampled_from([0.0, scale / 1024])))
+        else:
+            pieces = [2 if draw(st.booleans()) else 1 for _ in range(n)]
+            parent = np.repeat(np.arange(n), pieces)
+            sizes = np.concatenate([[d] if p == 1 else [d / 3, 2 * d / 3]
+                                    for d, p in zip(state.cell_sizes, pieces, strict=True)])
+            order = np.array(draw(st.permutations(range(parent.size))))  # pieces need not be adjacent
+            state.split(parent[order], sizes[order])
+    n = state.n_atoms
+    queries = [np.array(draw(st.lists(st.integers(-2, 2), min_size=n, max_size=n)), dtype=float)]
+    w = draw(st.lists(st.integers(-2, 2), min_size=state.n_rows, max_size=state.n_rows))
+    queries.append(np.array(w, dtype=float) @ state.rows)  # in the row space
+    return state, queries
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spanning_histories(), st.sampled_from([0.3, 2.0]))
+def test_information_form_equals_batch(case, scale: float) -> None:  # type: ignore[no-untyped-def]
+    """Estimates, variances and estimability of the information form equal the dense batch
+    BLUE's; pricing a new row equals appending it; the rank is the batch rank."""
+    state, queries = case
+    assert state._info is not None
+    assert state.rank == np.linalg.matrix_rank(state.rows / state.scales[:, None])
+    rng = np.random.default_rng(1)
+    h = rng.integers(-1, 2, state.n_atoms).astype(float)
+    for Q in queries:
+        assert_same(state, Q)
+    for Q in queries + [h]:
+        wh, wn, var, ok = state.estimate_with(Q, h, scale)
+        after = state.copy()
+        after.append(h, scale, 0.0)
+        ref = batch(after, Q)
+        assert ok == ref.estimable == state.estimable_with(Q, h)
+        if ok:
+            tol = 1e-8 * max(1.0, float(np.abs(ref.weights).max(initial=0.0)))
+            np.testing.assert_allclose(np.append(wh, wn), ref.weights, rtol=1e-8, atol=tol)
+            assert var == pytest.approx(ref.variance, rel=1e-8, abs=1e-12)
+
+
+def test_information_form_folds_and_matches_the_basis_form() -> None:
+    """A tree over 64 atoms, then many more ranges than the pending limit (folds), then a split
+    and ranges over the new atoms: the information form and the basis form (row by row) agree."""
+    from dpgate.inference._information import MAX_PENDING
+
+    rng = np.random.default_rng(5)
+    n = 64
+    sizes = rng.integers(1, 4, n).astype(float)
+    H = np.concatenate([np.repeat(np.eye(n // w), w, axis=1) for w in (64, 32, 16, 8, 4, 2, 1)])
+    scales, values = rng.uniform(0.5, 3, H.shape[0]), rng.normal(size=H.shape[0]) * 20
+    info, seq = IncrementalBLUE(sizes, keep_rows=False), IncrementalBLUE(sizes, keep_rows=False)
+    info.extend(H, scales, values)
+    for h, b, y in zip(H, scales, values, strict=True):
+        seq.append(h, float(b), float(y))
+    assert info._info is not None and seq._info is None
+
+    def ranges(k: int, n: int) -> list[np.ndarray]:
+        out = []
+        for _ in range(k):
+            lo, hi = sorted(rng.integers(0, n + 1, 2))
+            h = np.zeros(n)
+            h[lo: max(hi, lo + 1)] = 1.0
+            out.append(h)
+        return out
+
+    for h in ranges(2 * MAX_PENDING + 3, n):
+        for st_ in (info, seq):
+            st_.append(h, 2.0, 1.0)
+    info.split(np.repeat(np.arange(n), 2), np.repeat(sizes / 2, 2))
+    seq.split(np.repeat(np.arange(n), 2), np.repeat(sizes / 2, 2))
+    assert info.rank == seq.rank == n
+    for h in ranges(10, 2 * n):
+        for st_ in (info, seq):
+            st_.append(h, 1.0, 2.0)
+    assert info.rank == seq.rank
+    for Q in (*ranges(5, 2 * n), np.ones(2 * n), np.repeat(rng.normal(size=n), 2)):
+        a, b_ = info.estimate(Q), seq.estimate(Q)
+        assert a.estimable == b_.estimable
+        if a.estimable:
+            np.testing.assert_allclose(a.weights, b_.weights, rtol=1e-8, atol=1e-10)
+            assert a.value == pytest.approx(b_.value, rel=1e-8, abs=1e-8)
+
+
+def test_pickled_state_estimates_alike_and_grows() -> None:
+    """A checkpoint's copy of the state (spare capacity trimmed) estimates as the original and
+    takes further appends, in both forms."""
+    import pickle
+
+    rng = np.random.default_rng(8)
+    n = 12
+    basis, info = IncrementalBLUE(np.ones(n)), IncrementalBLUE(np.ones(n))
+    info.extend(np.concatenate([np.eye(n), np.ones((1, n))]), np.ones(n + 1), rng.normal(size=n + 1))
+    for _ in range(7):
+        basis.append(rng.integers(0, 2, n).astype(float), 1.5, float(rng.normal()))
+    for st_ in (basis, info):
+        back = pickle.loads(pickle.dumps(st_))
+        for other in (st_, back):
+            other.append(np.ones(n), 2.0, 3.0)
+        Q = rng.integers(-1, 2, n).astype(float)
+        a, b_ = st_.estimate(Q), back.estimate(Q)
+        assert a.estimable == b_.estimable and back.n_rows == st_.n_rows
+        if a.estimable:
+            np.testing.assert_allclose(b_.weights, a.weights, rtol=1e-12, atol=1e-12)
+        assert_same(back, Q)
+
+
+def test_mixed_block_equals_appends() -> None:
+    """A block mixing repeats, rows in the row space and rows adding directions (random ranges
+    once the history nearly spans the atoms) enters in one update, as appending row by row."""
+    rng = np.random.default_rng(21)
+    n = 30
+    sizes = rng.integers(1, 4, n).astype(float)
+    seq, block = IncrementalBLUE(sizes), IncrementalBLUE(sizes)
+
+    def ranges(k: int) -> np.ndarray:
+        H = np.zeros((k, n))
+        for i in range(k):
+            lo, hi = sorted(rng.integers(0, n + 1, 2))
+            H[i, lo: max(hi, lo + 1)] = 1.0
+        return H
+
+    for H in (ranges(12), ranges(25), np.concatenate([ranges(6), ranges(3).repeat(2, axis=0)])):
+        scales, values = rng.uniform(0.5, 3, len(H)), rng.normal(size=len(H)) * 10
+        m, r = block.n_rows, block.rank
+        for h, b, y in zip(H, scales, values, strict=True):
+            seq.append(h, float(b), float(y))
+        assert block._extend_block(H, scales, values, np.zeros(len(H)))  # one block update
+        assert block.n_rows == m + len(H) and block.rank == seq.rank >= r
+        assert_same_states(seq, block, (*ranges(4), np.ones(n), rng.integers(-2, 3, n).astype(float)))
+
+
+def test_copy_module_copy_is_independent_in_both_forms() -> None:
+    """``copy.copy`` (how a planning state copies its BLUE) must not share what later
+    appends and splits change."""
+    import copy
+
+    n = 6
+    for spanning in (False, True):
+        st_ = IncrementalBLUE(np.ones(n))
+        rows = np.concatenate([np.eye(n) if spanning else np.tri(n), np.ones((1, n))])
+        st_.extend(rows, np.ones(n + 1), np.arange(n + 1.0))
+        assert (st_._info is not None) == spanning
+        trial = copy.copy(st_)
+        trial.split(np.repeat(np.arange(n), 2), np.full(2 * n, 0.5))
+        trial.append(np.ones(2 * n), 1.0, 3.0)
+        assert st_.n_atoms == n and st_.n_rows == n + 1 and trial.n_rows == n + 2
+        st_.split(np.arange(n), np.ones(n))
+        assert_same(st_, np.ones(n))
+        assert_same(trial, np.ones(2 * n))
+
+
+def test_large_blocks_enter_once() -> None:
+    """Blocks above the chunk size: a spanning one becomes the information form, another is
+    added chunk by chunk; each row enters exactly once and the estimates are the batch's."""
+    rng = np.random.default_rng(2)
+    n = 300
+    H = np.concatenate([np.eye(n), (rng.random((40, n)) < 0.1).astype(float)])
+    spanning = IncrementalBLUE(np.ones(n))
+    spanning.extend(H, np.ones(len(H)), rng.normal(size=len(H)))
+    assert spanning._info is not None and spanning.n_rows == len(H)
+    chunked = IncrementalBLUE(np.ones(n))
+    chunked.extend(H[::-1][:290], np.ones(290), rng.normal(size=290))
+    assert chunked._info is None and chunked.n_rows == 290
+    for st_ in (spanning, chunked):
+        assert_same(st_, rng.integers(-1, 2, n).astype(float))
+        assert_same(st_, np.ones(n))

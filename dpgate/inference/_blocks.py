@@ -4,41 +4,103 @@ The basis V is kept as row blocks that are never written once filled (copies
 share them), and a block of releases can be added at once: disjoint rows (a
 GROUP BY's groups) through the Cholesky factor of their small Gram matrix, other
 rows by block Gram–Schmidt and an LQ factorisation.
+
+A block keeps the atoms it was filled on: splitting atoms only records which old
+atom each new one is a piece of (``cols``), since a basis row is constant on the
+pieces (``V ← V[:, parent]``).  Products with it aggregate a vector over the pieces
+first (``V[:, cols] (d v) = V (Σ_pieces d v)``), so a split costs O(n), not O(r n).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
 import numpy as np
+import scipy.sparse as sp
 from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 
-__all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "covers_every_atom", "disjoint", "disjoint_block", "general_block",
-           "project_blocks"]
+__all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "Block", "covers_every_atom", "disjoint", "disjoint_block",
+           "general_block", "merged", "mixed_block", "project_blocks"]
 
 EXTEND_RTOL = 1e-9
 """A row whose distance to the current row space is at most this fraction of its norm adds no direction."""
 
-#: A copy merges its basis blocks into one when it would have more than this many.
+#: The basis keeps at most this many blocks (see :func:`merged`).
 MAX_BLOCKS = 4
 
 
+@dataclass(frozen=True, eq=False)
+class Block:
+    """Basis rows over the atoms they were filled on; ``cols[j]`` is the column of current
+    atom j (``None``: the current atoms themselves)."""
+
+    rows: NDArray[np.float64]
+    cols: NDArray[np.intp] | None = None
+
+    @property
+    def size(self) -> int:
+        return int(self.rows.shape[0])
+
+    @cached_property
+    def _pieces(self) -> sp.csr_matrix:
+        assert self.cols is not None
+        n = self.cols.size
+        return sp.csr_matrix((np.ones(n), (np.arange(n), self.cols)), shape=(n, self.rows.shape[1]))
+
+    def gather(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        """x (a vector or rows over the current atoms) summed onto the block's columns."""
+        if self.cols is None:
+            return x
+        if x.ndim == 1:
+            return np.bincount(self.cols, weights=x, minlength=self.rows.shape[1]).astype(np.float64)
+        return np.asarray(x @ self._pieces)
+
+    def spread(self, y: NDArray[np.float64]) -> NDArray[np.float64]:
+        """y (over the block's columns) on the current atoms."""
+        return y if self.cols is None else y[..., self.cols]
+
+    def dense(self) -> NDArray[np.float64]:
+        """The rows over the current atoms."""
+        return self.spread(self.rows)
+
+    def split(self, parent: NDArray[np.intp]) -> Block:
+        """The block after new atom i became a piece of atom ``parent[i]``."""
+        return Block(self.rows, parent if self.cols is None else self.cols[parent])
+
+
+def merged(blocks: list[Block]) -> list[Block]:
+    """At most :data:`MAX_BLOCKS` blocks: the later ones are merged on the current atoms,
+    the first (usually the largest) too only when they outgrow it."""
+    if len(blocks) <= MAX_BLOCKS:
+        return blocks
+    rest = sum(B.size for B in blocks[1:])
+    if rest <= blocks[0].size:
+        return [blocks[0], Block(np.concatenate([B.dense() for B in blocks[1:]]))]
+    return [Block(np.concatenate([B.dense() for B in blocks]))]
+
+
 def project_blocks(
-    blocks: list[NDArray[np.float64]], d: NDArray[np.float64], v: NDArray[np.float64]
+    blocks: list[Block], d: NDArray[np.float64], v: NDArray[np.float64]
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Coefficients of ``v`` on the rows of ``blocks`` (D-orthonormal) and the residual."""
     dv = d * v
-    cs = [B @ dv for B in blocks]
+    cs = [B.rows @ B.gather(dv) for B in blocks]
     res = v.copy()
     for B, c in zip(blocks, cs, strict=True):
-        res -= c @ B
+        res -= B.spread(c @ B.rows)
     return np.concatenate(cs) if cs else np.zeros(0), res
 
 
-def covers_every_atom(G: NDArray[np.float64]) -> bool:
-    """Whether, for every atom, some row of G is non-zero on that atom alone (so the rows span all atoms)."""
-    on = G != 0
-    single = on.sum(axis=1) == 1
-    return bool(on[single].any(axis=0).all())
+def covers_every_atom(G: sp.csr_matrix) -> bool:
+    """Whether, for every atom, some row of G (sparse, without stored zeros) is non-zero on
+    that atom alone (so the rows span all atoms)."""
+    single = np.diff(G.indptr) == 1
+    covered = np.zeros(G.shape[1], dtype=bool)
+    covered[G.indices[G.indptr[:-1][single]]] = True
+    return bool(covered.all())
 
 
 def disjoint(G: NDArray[np.float64]) -> bool:
@@ -46,28 +108,28 @@ def disjoint(G: NDArray[np.float64]) -> bool:
     return bool(((G != 0).sum(axis=0) <= 1).all())
 
 
-def _coefficients(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: NDArray[np.float64],
+def _coefficients(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float64],
                   r: int) -> NDArray[np.float64]:
     """``P = V D Gᵀ`` (r × k), the rows' coefficients on the basis."""
     P = np.zeros((r, G.shape[0]))
     top = 0
     for B in blocks:
-        P[top: top + B.shape[0]] = B @ (d[:, None] * G.T)
-        top += B.shape[0]
+        P[top: top + B.size] = B.rows @ B.gather(G * d).T
+        top += B.size
     return P
 
 
-def _combine(blocks: list[NDArray[np.float64]], W: NDArray[np.float64]) -> NDArray[np.float64]:
+def _combine(blocks: list[Block], W: NDArray[np.float64], n: int) -> NDArray[np.float64]:
     """``W V`` (k × n) for coefficients W (k × r) on the basis rows."""
-    out = np.zeros((W.shape[0], blocks[0].shape[1] if blocks else 0))
+    out = np.zeros((W.shape[0], n))
     top = 0
     for B in blocks:
-        out += W[:, top: top + B.shape[0]] @ B
-        top += B.shape[0]
+        out += B.spread(W[:, top: top + B.size] @ B.rows)
+        top += B.size
     return out
 
 
-def disjoint_block(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: NDArray[np.float64],
+def disjoint_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float64],
                     norms: NDArray[np.float64], r: int) -> tuple[NDArray[np.float64], ...] | None:
     """``(P, L, L⁻¹, new basis rows)`` for rows with disjoint supports, without an O(k² n) factorisation.
 
@@ -90,11 +152,11 @@ def disjoint_block(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G:
     value = np.where(on.any(axis=0), G[group, np.arange(G.shape[1])], 0.0)
     rows = Linv[:, group] * value  # L⁻¹G, one group per atom
     if r:
-        rows -= _combine(blocks, Linv @ P.T)
+        rows -= _combine(blocks, Linv @ P.T, G.shape[1])
     return P, np.asarray(L, dtype=np.float64), Linv, rows
 
 
-def general_block(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: NDArray[np.float64],
+def general_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float64],
                    norms: NDArray[np.float64], r: int) -> tuple[NDArray[np.float64], ...] | None:
     """``(P, L, L⁻¹, new basis rows)`` by classical Gram–Schmidt against V (twice: "twice is
     enough") and an LQ factorisation of the residuals; None unless every row adds a clear direction."""
@@ -103,7 +165,7 @@ def general_block(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: 
     for _ in range(2):
         c = _coefficients(blocks, d, R, r)
         if r:
-            R -= _combine(blocks, c.T)
+            R -= _combine(blocks, c.T, G.shape[1])
         P += c
     sq = np.sqrt(d)
     Qt, Rt = np.linalg.qr((R * sq).T)  # (R √D)ᵀ = Q̃ R̃, so R √D = L Q̃ᵀ with L = R̃ᵀ
@@ -113,3 +175,40 @@ def general_block(blocks: list[NDArray[np.float64]], d: NDArray[np.float64], G: 
     return P, L, solve_triangular(L, np.eye(L.shape[0]), lower=True), np.asarray(Qt.T / sq)
 
 
+
+
+def mixed_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float64], norms: NDArray[np.float64],
+                r: int) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """``(P, L, new basis rows)`` for any rows, in order, as appending them one by one decides:
+    P (r × k) their coefficients on the basis (classical Gram–Schmidt, twice), then modified
+    Gram–Schmidt of the residuals against the directions earlier rows of the block added
+    (twice when a pass cancels); a row adds a direction when what is left of it exceeds
+    ``EXTEND_RTOL`` of its norm.  L (k × k') holds the rows' coefficients on the k' new rows.
+    """
+    n, k = G.shape[1], G.shape[0]
+    P = np.zeros((r, k))
+    R = G.copy()
+    for _ in range(2):
+        c = _coefficients(blocks, d, R, r)
+        if r:
+            R -= _combine(blocks, c.T, n)
+        P += c
+    E = np.zeros((k, n))
+    L = np.zeros((k, k))
+    kn = 0
+    for i in range(k):
+        v = R[i]
+        for _ in range(2):  # "twice is enough"
+            before = math.sqrt(float(np.dot(d * v, v)))
+            if kn:
+                co = E[:kn] @ (d * v)
+                v = v - co @ E[:kn]
+                L[i, :kn] += co
+            after = math.sqrt(float(np.dot(d * v, v)))
+            if not kn or after >= before / math.sqrt(2.0):
+                break
+        if after > EXTEND_RTOL * norms[i]:
+            E[kn] = v / after
+            L[i, kn] = after
+            kn += 1
+    return P, L[:, :kn], E[:kn]

@@ -22,14 +22,22 @@ A query Q (over atoms) is estimable iff ``‖Q − c_Q V‖_D ≤ 1e-9 ‖Q‖_D
 ``c_Q = ⟨Q, V⟩_D``; then ``u = C M c_Qᵀ`` is the minimum-norm solution of
 ``Gᵀu = Qᵀ``, ``A_k = u_k/b_k`` and ``Var = 2‖u‖² = 2 c_Q M c_Qᵀ``.
 
-Storage.  V is the big array (r × n): it is kept as row blocks that are never written
-after they are filled, so :meth:`IncrementalBLUE.copy` shares them (a planning copy
-costs O(m r + r²), not O(r n)); the small arrays (C, S, y, b, γ) are copied on the
-first write after a copy.  The history rows H are kept only when asked for
-(``keep_rows``): the gateway rebuilds them from its queries when a view needs them.
+Storage.  Nothing a copy may share is ever written: V is kept as row blocks that are
+never written after they are filled (``_blocks``), C as frozen row blocks and S as
+``diag(S₀, I)(I + XZᵀ)`` (``_factors``), so :meth:`IncrementalBLUE.copy` costs O(r p),
+not O(m r + r² + r n); y, b, γ are copied on the first write after a copy.  A block of
+releases enters at once (``_blocks``: disjoint groups, new directions, or any mix).
+The history rows H are kept only when asked for (``keep_rows``): the gateway rebuilds
+them from its queries when a view needs them.  Recent projections, solves and
+estimates are remembered until the state changes.
+
+Once an empty history receives rows spanning every atom (the hierarchical tree), the
+state is kept in information form instead (``_information``: sparse rows, a dense
+inverse of the information matrix, Woodbury terms): a solve is then O(n² + nnz),
+not O(m r).
 
 Splitting atoms (new atom i is a piece of old atom ``parent[i]``): ``V ← V[:, parent]``
-and ``d ← new sizes``.  V stays orthonormal because the sizes of the pieces of
+(recorded, not copied: ``_blocks.Block``) and ``d ← new sizes``.  V stays orthonormal because the sizes of the pieces of
 an atom add up to the atom's size:
 ``Σ_i d'_i V_{a,p(i)} V_{b,p(i)} = Σ_j (Σ_{i∈p⁻¹(j)} d'_i) V_{aj} V_{bj} = Σ_j d_j V_{aj} V_{bj}``.
 ``G ← G[:, parent] = C V[:, parent]``, so C and M do not change.  (The split is
@@ -42,6 +50,7 @@ import math
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import solve_triangular
 
@@ -49,18 +58,28 @@ from dpgate._validate import finite, finite_array, nonnegative_finite, positive_
 from dpgate.errors import InvalidArgument
 from dpgate.inference._blocks import (
     EXTEND_RTOL,
-    MAX_BLOCKS,
+    Block,
     covers_every_atom,
     disjoint,
     disjoint_block,
     general_block,
+    merged,
+    mixed_block,
     project_blocks,
 )
 from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
+from dpgate.inference._factors import Root, Rows
+from dpgate.inference._information import Information
 from dpgate.inference._law import ErrorLaw, Method
 from dpgate.inference._posterior import Posterior
+from dpgate.inference._pricer import Pricer
 
 __all__ = ["EXTEND_RTOL", "IncrementalBLUE"]
+
+#: Remembered projections, solves and estimates per state.
+_MEMO = 16
+#: :meth:`IncrementalBLUE.extend` adds larger blocks in chunks of this many rows.
+_CHUNK = 256
 
 
 
@@ -102,17 +121,23 @@ class IncrementalBLUE:
         self._m = 0
         self._r = 0
         # V = the rows of the frozen blocks, then the first _rv rows of _V (the own buffer).
-        self._blocks: list[NDArray[np.float64]] = []
+        self._blocks: list[Block] = []
         self._V = np.zeros((8, n))
         self._rv = 0
-        self._C = np.zeros((16, 8))
-        self._S = np.zeros((8, 8))  # M = S Sᵀ
+        self._C = Rows()
+        self._S = Root()  # M = S Sᵀ
         self._fresh = False  # S was just rebuilt from C
         self._H: NDArray[np.float64] | None = np.zeros((16, n)) if keep_rows else None
         self._y = np.zeros(16)
         self._b = np.zeros(16)
         self._g = np.zeros(16)
-        self._owned = True  # C, S, H, y, b, γ are not shared with a copy
+        self._owned = True  # H, y, b, γ are not shared with a copy
+        # Once the history spans every atom (``_span``): the information form replaces V, C, S.
+        self._info: Information | None = None
+        # Recent projections, solves and estimates on this exact state (a decision asks for
+        # the same ones several times); replaced, never cleared, on every change, so a copy may
+        # share it until either side changes.
+        self._memo: dict[tuple[object, ...], Any] = {}
 
     # ------------------------------------------------------------------ properties
     @property
@@ -148,7 +173,11 @@ class IncrementalBLUE:
 
     def basis(self) -> NDArray[np.float64]:
         """The D-orthonormal basis V of the row space, r × n (a new array)."""
-        return np.concatenate([*self._blocks, self._V[: self._rv]]) if self._r else np.zeros((0, self.n_atoms))
+        if self._info is not None:  # from the rows: an orthonormal basis of the rows of G √D, over √D
+            sq = np.sqrt(self._d)
+            _, s, vt = np.linalg.svd(self._info.rows().toarray() * sq, full_matrices=False)
+            return np.asarray(vt[: self._r] / sq)
+        return np.concatenate([B.dense() for B in self._vblocks()]) if self._r else np.zeros((0, self.n_atoms))
 
     @property
     def values(self) -> NDArray[np.float64]:
@@ -174,31 +203,61 @@ class IncrementalBLUE:
         """
         new = object.__new__(IncrementalBLUE)
         new.__dict__.update(self.__dict__)
-        new._blocks = [*self._blocks, self._V[: self._rv]] if self._rv else list(self._blocks)
-        if len(new._blocks) > MAX_BLOCKS:  # many matmuls cost more than one copy
-            new._blocks = [np.concatenate(new._blocks)]
+        new._blocks = merged(self._vblocks())
         new._V = np.zeros((8, self.n_atoms))
         new._rv = 0
+        new._C, new._S = self._C.copy(), self._S.copy()
+        if self._info is not None:
+            new._info = self._info.copy()
         self._owned = new._owned = False
         return new
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without spare capacity, remembered results or shared-buffer flags."""
+        state = dict(self.__dict__)
+        m = self._m
+        state.update(_V=self._V[: self._rv].copy(), _y=self._y[:m].copy(), _b=self._b[:m].copy(),
+                     _g=self._g[:m].copy(), _memo={}, _owned=True)
+        if self._H is not None:
+            state["_H"] = self._H[:m].copy()
+        return state
+
+    def __copy__(self) -> IncrementalBLUE:
+        """``copy.copy`` gives :meth:`copy` (a shallow copy would share C, S and the
+        information form, which later changes update in place)."""
+        return self.copy()
 
     def _own(self) -> None:
         """Copy the small arrays this state shares with a copy before writing to them."""
         if not self._owned:
-            for name in ("_C", "_S", "_y", "_b", "_g", "_H"):
+            for name in ("_y", "_b", "_g", "_H"):
                 v = getattr(self, name)
                 if v is not None:
                     setattr(self, name, v.copy())
             self._owned = True
 
-    def _vblocks(self) -> list[NDArray[np.float64]]:
-        return [*self._blocks, self._V[: self._rv]] if self._rv else self._blocks
+    def _vblocks(self) -> list[Block]:
+        return [*self._blocks, Block(self._V[: self._rv])] if self._rv else list(self._blocks)
 
     # ------------------------------------------------------------------ helpers
     def _atom_vector(self, v: ArrayLike, name: str) -> NDArray[np.float64]:
         return finite_array(v, name, ndim=1, size=self.n_atoms)
 
+    def _remember(self, key: tuple[object, ...], value: Any) -> Any:
+        if len(self._memo) >= _MEMO:
+            del self._memo[next(iter(self._memo))]
+        self._memo[key] = value
+        return value
+
     def _project(self, v: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """:meth:`_project_now`, remembered (read-only results)."""
+        key = ("project", v.tobytes())
+        found = self._memo.get(key)
+        if found is None:
+            found = self._remember(key, tuple(readonly(a) for a in self._project_now(v)))
+        return found
+
+    def _project_now(self, v: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Coefficients ``c`` of v on V and the residual ``v − cV``.
 
         Classical Gram–Schmidt, repeated once only when the first pass cancelled
@@ -207,8 +266,8 @@ class IncrementalBLUE:
         """
         blocks = self._vblocks()
         d = self._d
-        if len(blocks) == 1:
-            (V,) = blocks
+        if len(blocks) == 1 and blocks[0].cols is None:
+            V = blocks[0].rows
             c = V @ (d * v)
             res = v - c @ V
         else:
@@ -223,27 +282,40 @@ class IncrementalBLUE:
         return math.sqrt(float(np.dot(self._d * v, v)))
 
     def _solve(self, rhs: NDArray[np.float64]) -> NDArray[np.float64]:
+        """:meth:`_solve_now`, remembered (a read-only result)."""
+        key = ("solve", rhs.tobytes())
+        found = self._memo.get(key)
+        if found is None:
+            found = self._remember(key, readonly(self._solve_now(rhs)))
+        return found
+
+    def _solve_now(self, rhs: NDArray[np.float64]) -> NDArray[np.float64]:
         """``(CᵀC)⁻¹ rhs`` from ``M = S Sᵀ``, with iterative refinement against C.
 
         M is kept by rank-one updates and accumulates rounding errors; each
         refinement step (O(mr)) multiplies the error by ``‖I − M CᵀC‖``, and
-        stops at the rounding floor.  If M has drifted so far (first residual
+        stops at the rounding floor (of the residual, or of z: a correction below
+        2·10⁻¹⁵ of it).  If M has drifted so far (first residual
         above 1e-3 relative) that refinement would crawl, S is rebuilt from a
         QR factorisation of C (O(mr²), rare).
         """
-        m, r = self._m, self._r
+        r = self._r
         if r == 0:
             return np.zeros(0)
-        C, S = self._C[:m, :r], self._S[:r, :r]
+        C, S = self._C, self._S
         scale = float(np.abs(rhs).max(initial=0.0))
-        z = S @ (rhs @ S)
-        resid = rhs - (C @ z) @ C
+        z = S.times(S.t_times(rhs))
+        resid = rhs - C.t_times(C.times(z), r)
         size = first = float(np.abs(resid).max(initial=0.0))
         for _ in range(6):
             if size <= 1e-15 * scale:
                 break
-            z_new = z + S @ (resid @ S)
-            r_new = rhs - (C @ z_new) @ C
+            dz = S.times(S.t_times(resid))
+            if np.abs(dz).max(initial=0.0) <= 2e-15 * np.abs(z).max(initial=0.0):
+                z = z + dz  # the correction is below rounding: z is as good as it gets
+                break
+            z_new = z + dz
+            r_new = rhs - C.t_times(C.times(z_new), r)
             s_new = float(np.abs(r_new).max(initial=0.0))
             if s_new >= size:  # the rounding floor: stop
                 break
@@ -251,15 +323,13 @@ class IncrementalBLUE:
         if first > 1e-3 * scale and not self._fresh:
             # M has drifted far enough to slow refinement down: rebuild it from C.
             self._refresh()
-            return self._solve(rhs)
+            return self._solve_now(rhs)
         return z
 
     def _refresh(self) -> None:
         """Recompute the square root S = R⁻¹ of M = (CᵀC)⁻¹ from the QR factorisation C = QR."""
-        m, r = self._m, self._r
-        self._own()
-        R = np.linalg.qr(self._C[:m, :r], mode="r")
-        self._S[:r, :r] = solve_triangular(R, np.eye(r))
+        R = np.linalg.qr(self._C.dense(self._r), mode="r")
+        self._S = Root(solve_triangular(R, np.eye(self._r)))
         self._fresh = True
 
     # ------------------------------------------------------------------ updates
@@ -281,41 +351,44 @@ class IncrementalBLUE:
         lattice = nonnegative_finite(lattice, "lattice")
         m, r = self._m, self._r
         self._own()
+        self._memo = {}
         if self._H is not None:
             self._H = _grow(self._H, m + 1, self.n_atoms)
             self._H[m] = hv
         if m + 1 > self._y.size:
             for name in ("_y", "_b", "_g"):
                 old = getattr(self, name)
-                setattr(self, name, np.concatenate((old, np.zeros(old.size))))
-        self._C = _grow(self._C, m + 1, r + 1)
+                setattr(self, name, np.concatenate((old, np.zeros(max(old.size, 16)))))
         self._y[m], self._b[m], self._g[m] = value, scale, lattice
         self._m = m + 1
         g = hv / scale
+        if self._info is not None:
+            self._r += self._info.append(g)
+            return
         gn = self._dnorm(g)
         if gn == 0.0:  # a zero row carries no information
-            self._C[m, :] = 0.0
+            self._C.add(np.zeros((1, r)))
             return
-        c, rho = self._project(g)
+        c, rho = self._project_now(g)
         rn = self._dnorm(rho)
         S = self._S
-        cS = c @ S[:r, :r]  # φᵀ
-        self._C[m, :] = 0.0
-        self._C[m, :r] = c
+        cS = S.t_times(c)  # φ = Sᵀcᵀ
         self._fresh = False
         if rn > EXTEND_RTOL * gn:
             self._V = _grow(self._V, self._rv + 1, self.n_atoms)
-            self._S = S = _grow(S, r + 1, r + 1)
             self._V[self._rv] = rho / rn
             self._rv += 1
-            self._C[m, r] = rn
-            S[:r, r] = 0.0
-            S[r, :r] = -cS / rn
-            S[r, r] = 1.0 / rn
+            self._C.add(np.append(c, rn)[None, :])
+            S.border(-cS[None, :] / rn, np.array([[1.0 / rn]]))
             self._r = r + 1
+            c, rho = np.append(c, rn), np.zeros_like(rho)
         else:
+            self._C.add(c[None, :])
             beta = 1.0 + float(cS @ cS)
-            S[:r, :r] -= np.outer(S[:r, :r] @ cS, cS) / (beta + math.sqrt(beta))
+            S.update(-cS / (beta + math.sqrt(beta)), cS)  # S ← S − (Sφ)φᵀ/(β + √β)
+        # The projection of h itself on the new basis is known: an estimate of h (the usual
+        # next question) skips its Gram–Schmidt.
+        self._memo = {("project", hv.tobytes()): (readonly(scale * c), readonly(scale * rho))}
 
     def extend(self, rows: ArrayLike, scales: ArrayLike, values: ArrayLike, lattice: ArrayLike | None = None) -> None:
         """Append many released answers at once: the same state as :meth:`append` row by row.
@@ -340,6 +413,14 @@ class IncrementalBLUE:
             raise InvalidArgument(f"rows must have {self.n_atoms} columns (one per atom), got {H.shape[1]}.")
         if (b <= 0).any() or (g < 0).any():
             raise InvalidArgument("scales must be positive and lattice steps non-negative.")
+        if k > _CHUNK:
+            if self._r == 0 and self._span(H, b, y, g):
+                return
+            # In chunks: Gram–Schmidt inside a block is O(k² n); against the basis it is one
+            # matrix product per chunk.
+            for i in range(0, k, _CHUNK):
+                self.extend(H[i: i + _CHUNK], b[i: i + _CHUNK], y[i: i + _CHUNK], g[i: i + _CHUNK])
+            return
         if k < 2 or not self._extend_block(H, b, y, g):
             for i in range(k):
                 self.append(H[i], float(b[i]), float(y[i]), lattice=float(g[i]))
@@ -347,22 +428,63 @@ class IncrementalBLUE:
     def _extend_block(self, H: NDArray[np.float64], b: NDArray[np.float64], y: NDArray[np.float64],
                       g: NDArray[np.float64]) -> bool:
         """The block path of :meth:`extend`; False (nothing changed) when it does not apply."""
+        self._memo = {}
+        if self._r == 0 and self._span(H, b, y, g):
+            return True
         G = H / b[:, None]
+        if self._info is not None:
+            self._store(H, b, y, g)
+            self._r += self._info.extend(G)
+            return True
         d = self._d
         norms = np.sqrt((G * G) @ d)
-        r, k, m = self._r, G.shape[0], self._m
+        r, k = self._r, G.shape[0]
         if not (norms > 0).all():
             return False
-        if r == 0 and covers_every_atom(G):
-            self._span(H, G, b, y, g)
-            return True
-        if r + k > self.n_atoms:
-            return False
         blocks = self._vblocks()
-        found = disjoint_block(blocks, d, G, norms, r) if disjoint(G) else general_block(blocks, d, G, norms, r)
+        found = None
+        if r + k <= self.n_atoms:
+            found = disjoint_block(blocks, d, G, norms, r) if disjoint(G) else general_block(blocks, d, G, norms, r)
         if found is None:
-            return False
+            return self._extend_mixed(H, G, b, y, g, norms)
         P, L, Linv, Vnew = found
+        self._store(H, b, y, g)
+        self._C.add(np.concatenate([P.T, L], axis=1))
+        self._V = _grow(self._V, self._rv + k, self.n_atoms)
+        self._V[self._rv: self._rv + k] = Vnew
+        self._rv += k
+        S = self._S
+        PS = S.t_times(P).T  # Pᵀ S
+        S.border(-Linv @ PS, Linv)
+        self._r = r + k
+        self._fresh = False
+        return True
+
+    def _extend_mixed(self, H: NDArray[np.float64], G: NDArray[np.float64], b: NDArray[np.float64],
+                      y: NDArray[np.float64], g: NDArray[np.float64], norms: NDArray[np.float64]) -> bool:
+        """Any block of non-zero rows: which add directions is decided in order, as
+        :meth:`append` does (``mixed_block``); C gains the rows ``[Pᵀ, L]`` and S the square
+        root of the new ``M`` in one low-rank update (``Root.absorb``)."""
+        r = self._r
+        P, L, Vnew = mixed_block(self._vblocks(), self._d, G, norms, r)
+        S = self._S.copy()
+        if not S.absorb(S.t_times(P).T, L):
+            return False
+        self._store(H, b, y, g)
+        self._S = S
+        kn = L.shape[1]
+        self._C.add(np.concatenate([P.T, L], axis=1))
+        self._V = _grow(self._V, self._rv + kn, self.n_atoms)
+        self._V[self._rv: self._rv + kn] = Vnew
+        self._rv += kn
+        self._r = r + kn
+        self._fresh = False
+        return True
+
+    def _store(self, H: NDArray[np.float64], b: NDArray[np.float64], y: NDArray[np.float64],
+               g: NDArray[np.float64]) -> None:
+        """Keep a block's rows (when asked), values, scales and lattice steps; m grows by its size."""
+        m, k = self._m, H.shape[0]
         self._own()
         if self._H is not None:
             self._H = _grow(self._H, m + k, self.n_atoms)
@@ -370,44 +492,43 @@ class IncrementalBLUE:
         while m + k > self._y.size:
             for name in ("_y", "_b", "_g"):
                 old = getattr(self, name)
-                setattr(self, name, np.concatenate((old, np.zeros(old.size))))
+                setattr(self, name, np.concatenate((old, np.zeros(max(old.size, 16)))))
         self._y[m: m + k], self._b[m: m + k], self._g[m: m + k] = y, b, g
-        self._C = _grow(self._C, m + k, r + k)
-        self._C[m: m + k, :] = 0.0
-        self._C[m: m + k, :r] = P.T
-        self._C[m: m + k, r: r + k] = L
-        self._V = _grow(self._V, self._rv + k, self.n_atoms)
-        self._V[self._rv: self._rv + k] = Vnew
-        self._rv += k
-        self._S = S = _grow(self._S, r + k, r + k)
-        S[:r, r: r + k] = 0.0
-        S[r: r + k, :r] = -Linv @ (P.T @ S[:r, :r])
-        S[r: r + k, r: r + k] = Linv
-        self._m, self._r = m + k, r + k
-        self._fresh = False
-        return True
+        self._m = m + k
 
-    def _span(self, H: NDArray[np.float64], G: NDArray[np.float64], b: NDArray[np.float64],
-              y: NDArray[np.float64], g: NDArray[np.float64]) -> None:
-        """An empty history receives rows that span every atom (e.g. a hierarchical tree
-        with its leaves): the basis is the atoms themselves, ``V = diag(1/√d)``, so
-        ``C = G √D`` and ``M = (CᵀC)⁻¹`` comes from one Cholesky factorisation of
-        ``CᵀC = L Lᵀ`` (formed sparsely), ``S = L⁻ᵀ`` — instead of k rank-one updates.
+    def _span(self, H: NDArray[np.float64], b: NDArray[np.float64], y: NDArray[np.float64],
+              g: NDArray[np.float64]) -> bool:
+        """An empty history receives non-zero rows that span every atom (e.g. a hierarchical
+        tree with its leaves): the information form (``_information``) from the sparse rows,
+        one ``GᵀG`` and its Cholesky factorisation — instead of k rank-one updates.  If that
+        fails (rounding): the basis is the atoms themselves, ``V = diag(1/√d)``, so
+        ``C = G √D`` and ``M = (CᵀC)⁻¹ = S Sᵀ`` with ``S = L⁻ᵀ``, ``CᵀC = L Lᵀ``.  False
+        (nothing changed) when the rows do not span every atom that way.
         """
-        from scipy.sparse import csr_matrix
-
-        n, k = self.n_atoms, G.shape[0]
+        Gs = (sp.diags(1.0 / b) @ sp.csr_matrix(H)).tocsr()
+        per_row = np.diff(Gs.indptr)
+        if not (per_row > 0).all() or not covers_every_atom(Gs):
+            return False
+        n, k = self.n_atoms, H.shape[0]
+        info = Information.build(Gs, self._d)
+        if info is not None:
+            self._store(H, b, y, g)
+            self._info, self._r = info, n
+            self._blocks, self._V, self._rv = [], np.zeros((0, n)), 0
+            self._C, self._S = Rows(), Root()
+            return True
         sq = np.sqrt(self._d)
-        C = G * sq
-        Cs = csr_matrix(C)
-        L = np.linalg.cholesky((Cs.T @ Cs).toarray())
+        C = (Gs @ sp.diags(sq)).tocsr()
+        L = np.linalg.cholesky((C.T @ C).toarray())
         self._own()
         self._blocks, self._V, self._rv = [], np.diag(1.0 / sq), n
-        self._C, self._S = np.ascontiguousarray(C), solve_triangular(L, np.eye(n), lower=True).T
+        self._C, self._S = Rows(), Root(solve_triangular(L, np.eye(n), lower=True).T)
+        self._C.add(C.toarray())
         self._y, self._b, self._g = y.astype(float).copy(), b.astype(float).copy(), g.astype(float).copy()
         if self._H is not None:
             self._H = np.array(H, dtype=float)
         self._m, self._r, self._fresh = k, n, True
+        return True
 
     def split(self, parent: ArrayLike, cell_sizes: ArrayLike) -> None:
         """Refine the partition: new atom i is a piece of old atom ``parent[i]``.
@@ -432,12 +553,16 @@ class IncrementalBLUE:
         total = np.bincount(p, weights=d, minlength=self.n_atoms)
         if not np.allclose(total, self._d, rtol=1e-12, atol=0.0):
             raise InvalidArgument("The pieces of every old atom must add up to its size (and cover it).")
-        V = np.empty((max(self._r, 8), p.size))
-        top = 0
-        for block in self._vblocks():
-            np.take(block, p, axis=1, out=V[top: top + block.shape[0]])
-            top += block.shape[0]
-        self._blocks, self._V, self._rv = [], V, self._r
+        self._memo = {}
+        if self._info is not None:
+            self._info.split(p.astype(np.intp), d)
+            self._split_rows(p, d)
+            return
+        self._blocks = merged([B.split(p) for B in self._vblocks()])
+        self._V, self._rv = np.zeros((8, p.size)), 0
+        self._split_rows(p, d)
+
+    def _split_rows(self, p: NDArray[np.integer[Any]], d: NDArray[np.float64]) -> None:
         if self._H is not None:
             self._own()
             self._H = np.ascontiguousarray(self._H[:, p])
@@ -445,8 +570,21 @@ class IncrementalBLUE:
 
     # ------------------------------------------------------------------ queries
     def _coordinates(self, Q: NDArray[np.float64]) -> tuple[NDArray[np.float64], bool]:
+        """``(c_Q, estimable)``; in the information form ``c_Q`` is ``w = (F + ÑÑᵀ)⁻¹ Q``."""
+        if self._info is not None:
+            w = self._info_solve(Q)
+            return w, self._dnorm(self._info.outside(w)) <= ESTIMABLE_RTOL * self._dnorm(Q)
         cQ, res = self._project(Q)
         return cQ, self._dnorm(res) <= ESTIMABLE_RTOL * self._dnorm(Q)
+
+    def _info_solve(self, v: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``Information.solve``, remembered (a read-only result)."""
+        assert self._info is not None
+        key = ("info", v.tobytes())
+        found = self._memo.get(key)
+        if found is None:
+            found = self._remember(key, readonly(self._info.solve(v)))
+        return found
 
     def estimate(self, Q: ArrayLike, method: Method = "exact", **law_options: Any) -> Estimate:
         """BLUE of ``Q·x`` from the stored history (same result as :func:`estimate`).
@@ -455,12 +593,19 @@ class IncrementalBLUE:
             InvalidArgument: On a wrong shape or non-finite Q.
         """
         Qv = self._atom_vector(Q, "Q")
-        m, r = self._m, self._r
+        key = ("estimate", Qv.tobytes(), method, repr(sorted(law_options.items())))
+        found = self._memo.get(key)
+        if found is None:
+            found = self._remember(key, self._estimate_now(Qv, method, law_options))
+        return found
+
+    def _estimate_now(self, Qv: NDArray[np.float64], method: Method, law_options: dict[str, Any]) -> Estimate:
+        m = self._m
         b, g = readonly(self._b[:m]), readonly(self._g[:m])
         cQ, ok = self._coordinates(Qv)
         if not ok:
             return Estimate(math.nan, readonly(np.full(m, np.nan)), math.nan, False, None, b, g)
-        u = self._C[:m, :r] @ self._solve(cQ)
+        u = self._info.weights(cQ) if self._info is not None else self._C.times(self._solve(cQ))
         A = u / self._b[:m]
         value = float(A @ self._y[:m])
         law = ErrorLaw(A, b, g, method, **law_options)
@@ -469,7 +614,7 @@ class IncrementalBLUE:
     def estimable_with(self, Q: ArrayLike, h_new: ArrayLike) -> bool:
         """Whether Q would be estimable if ``h_new`` were appended (at any scale): the last
         item of :meth:`estimate_with`, by the same computation, without the weights."""
-        return _Pricer(self, self._atom_vector(Q, "Q"), self._atom_vector(h_new, "h_new"), weights=False).estimable
+        return Pricer(self, self._atom_vector(Q, "Q"), self._atom_vector(h_new, "h_new"), weights=False).estimable
 
     def estimable_with_many(self, Q: ArrayLike, h_new: ArrayLike) -> list[bool]:
         """:meth:`estimable_with` for each row pair of ``Q`` and ``h_new`` (k × atoms each).
@@ -483,13 +628,15 @@ class IncrementalBLUE:
         Hm = finite_array(h_new, "h_new", ndim=2)
         if Qm.shape != Hm.shape or Qm.shape[1] != self.n_atoms:
             raise InvalidArgument(f"Q and h_new must both be k × {self.n_atoms}; got {Qm.shape} and {Hm.shape}.")
+        if self._info is not None:
+            return [self.estimable_with(q, h) for q, h in zip(Qm, Hm, strict=True)]
         d = self._d
         blocks = self._vblocks()
 
         def residual(X: NDArray[np.float64]) -> NDArray[np.float64]:
             res = X.copy()
             for B in blocks:
-                res -= ((X * d) @ B.T) @ B
+                res -= B.spread((B.gather(X * d) @ B.rows.T) @ B.rows)
             return res
 
         def dnorms(X: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -531,57 +678,9 @@ class IncrementalBLUE:
         """
         scale = positive_finite(scale_new, "scale_new")
         nonnegative_finite(lattice_new, "lattice_new")
-        pr = _Pricer(self, self._atom_vector(Q, "Q"), self._atom_vector(h_new, "h_new"))
+        pr = Pricer(self, self._atom_vector(Q, "Q"), self._atom_vector(h_new, "h_new"))
         if not pr.estimable:
             return np.full(self._m, np.nan), math.nan, math.nan, False
         u_hist, u_new = pr.at(scale)
         var = 2.0 * (float(u_hist @ u_hist) + u_new * u_new)
         return u_hist / self._b[: self._m], u_new / scale, var, True
-
-
-class _Pricer:
-    """Everything about "history + h_new at scale b" that does not depend on b.
-
-    With ``s = 1/b``, ``c = s c_h`` and ``ρ = s ρ_h``.  If ``h_new`` adds no
-    direction, Sherman–Morrison gives (κ = c_h M c_hᵀ, η = c_h M c_Qᵀ)::
-
-        u_hist = C M c_Qᵀ − s² η/(1 + s² κ) · C M c_hᵀ,   u_new = s η / (1 + s² κ).
-
-    If it adds the unit direction e (``‖ρ_h‖_D = ρ``, ``c_e = ⟨Q, e⟩_D``), the
-    block formula gives ``u_hist = C M c_Qᵀ − (c_e/ρ) C M c_hᵀ`` and
-    ``u_new = b c_e / ρ``.
-    """
-
-    def __init__(
-        self, st: IncrementalBLUE, Q: NDArray[np.float64], h: NDArray[np.float64], *, weights: bool = True
-    ) -> None:
-        m, r = st._m, st._r
-        c_h, rho = st._project(h)
-        hn, rn = st._dnorm(h), st._dnorm(rho)
-        self.extends = hn > 0 and rn > EXTEND_RTOL * hn
-        same = Q is h or np.array_equal(Q, h)  # the usual case: measure the query itself
-        self.same = same
-        cQ, res = (c_h, rho) if same else st._project(Q)
-        qn = st._dnorm(Q)
-        ce = 0.0
-        if self.extends:
-            e = rho / rn
-            ce = float(np.dot(st._d * Q, e))
-            res = res - ce * e
-        self.estimable = st._dnorm(res) <= ESTIMABLE_RTOL * qn
-        if not weights:  # only estimability was asked (:meth:`IncrementalBLUE.estimable_with`)
-            return
-        C = st._C[:m, :r]
-        Mh = st._solve(c_h)
-        MQ = Mh if same else st._solve(cQ)
-        self.kappa, self.eta = float(c_h @ Mh), float(c_h @ MQ)
-        self.CMQ, self.CMh = C @ MQ, C @ Mh
-        self.ce_over_rho = ce / rn if self.extends else 0.0
-
-    def at(self, b: float) -> tuple[NDArray[np.float64], float]:
-        """``(u_hist, u_new)`` for the new row at scale b."""
-        if self.extends:
-            return self.CMQ - self.ce_over_rho * self.CMh, b * self.ce_over_rho
-        s2 = 1.0 / (b * b)
-        denom = 1.0 + s2 * self.kappa
-        return self.CMQ - (s2 * self.eta / denom) * self.CMh, (self.eta / b) / denom

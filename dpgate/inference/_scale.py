@@ -16,8 +16,9 @@ from scipy.optimize import brentq
 
 from dpgate._validate import positive_finite, probability, real
 from dpgate.errors import InvalidArgument
-from dpgate.inference._incremental import IncrementalBLUE, _Pricer
+from dpgate.inference._incremental import IncrementalBLUE
 from dpgate.inference._law import ErrorLaw, Method
+from dpgate.inference._pricer import Pricer
 
 __all__ = ["minimal_scale", "single_release_scale"]
 
@@ -76,7 +77,7 @@ def minimal_scale(
     probability(rel_tol, "rel_tol")
     Qv = state._atom_vector(Q, "Q")
     hv = state._atom_vector(h_new, "h_new")
-    pr = _Pricer(state, Qv, hv)
+    pr = Pricer(state, Qv, hv)
     if not pr.estimable:
         return None
     gamma: Callable[[float], float] = lattice if callable(lattice) else (lambda b: float(lattice) * b)
@@ -98,7 +99,7 @@ def minimal_scale(
                             acc, conf, max_scale, rel_tol)
 
 
-def _excess_at(pr: _Pricer, state: IncrementalBLUE, gamma: Callable[[float], float], acc: float,
+def _excess_at(pr: Pricer, state: IncrementalBLUE, gamma: Callable[[float], float], acc: float,
                conf: float, method: Method, b: float) -> float:
     """Certified half-width of the BLUE with the new row at scale b, minus the target."""
     if b < _MIN_SEARCH_SCALE:  # an extreme accuracy drives the bracket below any usable scale

@@ -1,0 +1,188 @@
+"""The incremental BLUE's coefficient rows C and the square root S of ``M = (CᵀC)⁻¹``,
+stored so that copies share them and nothing shared is ever written.
+
+A planning copy of the gateway's state appends a row or two and is thrown away;
+copying C (m × r) and S (r × r) on its first write made every decision O(m r).
+Here both are append-only:
+
+* :class:`Rows` keeps C as frozen row blocks (each as wide as r was when it was
+  frozen; columns beyond are zero) and an own tail; a copy freezes the tail's filled
+  rows, which neither side writes again.
+* :class:`Root` keeps ``S = diag(S₀, I)(I + X Zᵀ)``: S₀ frozen, X and Z (r × p)
+  replaced (never written) on every update.  Potter's rank-one update
+  ``S ← S(I + a bᵀ)`` and the bordering ``S ← [[S, 0], [qᵀ, s]]`` of a new direction
+  are both ``W ← W(I + low rank)`` for ``W = I + XZᵀ``, since
+  ``(I + XZᵀ)(I + abᵀ) = I + [X, a + X(Zᵀa)][Z, b]ᵀ``; past :data:`MAX_RANK` columns
+  they are folded into a new S₀ (one matrix product, O(r² p)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["MAX_RANK", "Root", "Rows"]
+
+#: Columns of X and Z before they are folded into S₀ (fewer for a small S: r/8).
+MAX_RANK = 32
+
+
+class Rows:
+    """C (m × r) as frozen row blocks and an own tail buffer (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._blocks: list[NDArray[np.float64]] = []
+        self._tail = np.zeros((16, 8))
+        self._t = 0  # filled rows of the tail
+        self._w = 0  # the widest row in the tail
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without the tail's spare capacity (a checkpoint stores what is filled)."""
+        return {**self.__dict__, "_tail": self._tail[: self._t, : self._w].copy()}
+
+    def copy(self) -> Rows:
+        new = object.__new__(Rows)
+        new._blocks = [*self._blocks, self._tail[: self._t]] if self._t else list(self._blocks)
+        new._tail, new._t, new._w = np.zeros((16, 8)), 0, 0
+        return new
+
+    def add(self, rows: NDArray[np.float64]) -> None:
+        """Append rows (k × w); w may exceed earlier rows' widths (they are zero-padded)."""
+        k, w = rows.shape
+        cap_r, cap_c = self._tail.shape
+        if self._t + k > cap_r or w > cap_c:
+            new = np.zeros((max(self._t + k, 2 * cap_r), max(w, 2 * cap_c if w > cap_c else cap_c)))
+            new[: self._t, :cap_c] = self._tail[: self._t]
+            self._tail = new
+        self._tail[self._t: self._t + k, :w] = rows
+        self._tail[self._t: self._t + k, w:] = 0.0
+        self._t += k
+        self._w = max(self._w, w)
+
+    def _parts(self) -> list[NDArray[np.float64]]:
+        return [*self._blocks, self._tail[: self._t]] if self._t else self._blocks
+
+    def times(self, z: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``C z`` (z has r entries)."""
+        parts = [B @ z[: B.shape[1]] if B.shape[1] <= z.size else B[:, : z.size] @ z for B in self._parts()]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def t_times(self, u: NDArray[np.float64], r: int) -> NDArray[np.float64]:
+        """``Cᵀ u`` (r entries)."""
+        out = np.zeros(r)
+        top = 0
+        for B in self._parts():
+            w = min(B.shape[1], r)
+            out[:w] += u[top: top + B.shape[0]] @ B[:, :w]
+            top += B.shape[0]
+        return out
+
+    def dense(self, r: int) -> NDArray[np.float64]:
+        """C as one m × r array (a new array)."""
+        parts = self._parts()
+        out = np.zeros((sum(B.shape[0] for B in parts), r))
+        top = 0
+        for B in parts:
+            w = min(B.shape[1], r)
+            out[top: top + B.shape[0], :w] = B[:, :w]
+            top += B.shape[0]
+        return out
+
+
+class Root:
+    """``S = diag(S₀, I)(I + X Zᵀ)`` (see the module doc); arrays are replaced, never written."""
+
+    def __init__(self, S0: NDArray[np.float64] | None = None) -> None:
+        self._S0 = np.zeros((0, 0)) if S0 is None else S0
+        r = self._S0.shape[0]
+        self._X = np.zeros((r, 0))
+        self._Z = np.zeros((r, 0))
+
+    @property
+    def size(self) -> int:
+        return int(self._X.shape[0])
+
+    def copy(self) -> Root:
+        new = object.__new__(Root)
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def times(self, v: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``S v`` (v: r entries, or r × k)."""
+        w = v + self._X @ (self._Z.T @ v) if self._X.shape[1] else v.copy()
+        r0 = self._S0.shape[0]
+        w[:r0] = self._S0 @ w[:r0]
+        return w
+
+    def t_times(self, v: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``Sᵀ v`` (v: r entries, or r × k)."""
+        r0 = self._S0.shape[0]
+        w = v.copy()
+        w[:r0] = self._S0.T @ v[:r0]
+        if self._X.shape[1]:
+            w += self._Z @ (self._X.T @ w)
+        return w
+
+    def update(self, a: NDArray[np.float64], b: NDArray[np.float64]) -> None:
+        """``S ← S (I + a bᵀ)``; a and b are r × k (or r-vectors)."""
+        a2, b2 = a.reshape(self.size, -1), b.reshape(self.size, -1)
+        if self._X.shape[1]:
+            a2 = a2 + self._X @ (self._Z.T @ a2)
+        self._X = np.concatenate([self._X, a2], axis=1)
+        self._Z = np.concatenate([self._Z, b2], axis=1)
+        if self._X.shape[1] > min(MAX_RANK, self.size // 8):  # a small S is cheaper folded
+            self.fold()
+
+    def border(self, q: NDArray[np.float64], s: NDArray[np.float64]) -> None:
+        """``S ← [[S, 0], [q, s]]`` for k new directions: q is k × r, s (k × k) lower triangular."""
+        k, r = s.shape[0], self.size
+        pad = np.zeros((k, self._X.shape[1]))
+        self._X = np.concatenate([np.concatenate([self._X, pad]), np.concatenate([np.zeros((r, k)), np.eye(k)])],
+                                 axis=1)
+        self._Z = np.concatenate([np.concatenate([self._Z, pad]), np.concatenate([q.T, (s - np.eye(k)).T])],
+                                 axis=1)
+        if self._X.shape[1] > min(MAX_RANK, self.size // 8):  # a small S is cheaper folded
+            self.fold()
+
+    def absorb(self, PS: NDArray[np.float64], L: NDArray[np.float64]) -> bool:
+        """``S`` of ``[[C, 0], [Pᵀ, L]]`` from the S of C, given ``PᵀS`` (k × r) and L (k × k'),
+        the block's coefficients on k' new directions; False (nothing changed) if the
+        result is not positive definite (rounding).
+
+        With ``T = diag(S, I)`` and ``Φ = [PᵀS, L]``, the new ``CᵀC`` is
+        ``T⁻ᵀ(E + ΦᵀΦ)T⁻¹`` (``E = diag(I_r, 0)``), so the new S is ``T W`` with
+        ``W = (E + ΦᵀΦ)^{-1/2} = (I + U J Uᵀ)^{-1/2}``, ``U = [Φᵀ, F]``, ``F = [0; I]``,
+        ``J = diag(I, −I)``: from a thin QR ``U = QR`` and the eigenvalues λ of ``R J Rᵀ``,
+        ``W = I + Y diag((1 + λ)^{-1/2} − 1) Yᵀ`` with ``Y = Q V`` (V its eigenvectors).
+        """
+        k, kn = L.shape
+        r = self.size
+        F = np.zeros((r + kn, kn))
+        F[r:] = np.eye(kn)
+        U = np.concatenate([np.concatenate([PS, L], axis=1).T, F], axis=1)
+        Q, R = np.linalg.qr(U)
+        J = np.concatenate([np.ones(k), -np.ones(kn)])
+        lam, V = np.linalg.eigh((R * J) @ R.T)
+        if not (lam > -1.0 + 1e-12).all():
+            return False
+        Y = Q @ V
+        pad = np.zeros((kn, self._X.shape[1]))
+        self._X, self._Z = np.concatenate([self._X, pad]), np.concatenate([self._Z, pad])
+        self.update(Y * (1.0 / np.sqrt(1.0 + lam) - 1.0), Y)
+        return True
+
+    def fold(self) -> None:
+        """Multiply X Zᵀ into a new S₀."""
+        r, r0 = self.size, self._S0.shape[0]
+        S = np.eye(r)
+        S[:r0, :r0] = self._S0
+        if self._X.shape[1]:
+            Y = self._X.copy()
+            Y[:r0] = self._S0 @ Y[:r0]
+            S += Y @ self._Z.T
+        self._S0, self._X, self._Z = S, np.zeros((r, 0)), np.zeros((r, 0))
+
+    def dense(self) -> NDArray[np.float64]:
+        """S as one array."""
+        self.fold()
+        return self._S0
