@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpgate.accounting import CellCosts
-from dpgate.atoms import AtomPartition
+from dpgate.atoms import AtomPartition, BoxGrid
 from dpgate.errors import UnsupportedQuery
 from dpgate.inference import Estimate, IncrementalBLUE
 from dpgate.query import LinearQuery
 from dpgate.schema import Table
 
-__all__ = ["COST_MAX_ATOMS", "DEFAULT_MAX_ATOMS", "TableState", "TableView", "isolation_key"]
+__all__ = ["COST_MAX_BOXES", "DEFAULT_MAX_ATOMS", "TableState", "TableView", "isolation_key"]
 
 _ONE = np.ones(1)
 #: What a release is charged as: the cost atoms it touches and its weight on each.
@@ -39,8 +39,9 @@ _NO_CHARGE: Charge = (np.zeros(0, dtype=np.int64), np.zeros(0))
 #: statement that would split the atoms further is estimated from its exact repeats only
 #: (see :meth:`TableState.hold`).
 DEFAULT_MAX_ATOMS = 20_000
-#: Limit on a table's cost atoms (per-cell accounting is cheap per atom: int64 sums and a max).
-COST_MAX_ATOMS = 4_000_000
+#: Limit on a table's cost atoms, the boxes of the grid of every release's breakpoints
+#: (per-cell accounting is cheap per box: int64 sums and a max; 128 MiB of costs at most).
+COST_MAX_BOXES = 2**24
 #: A query with more distinct weights than this (e.g. ``SUM(age)`` over 101 ages) is kept
 #: outside the atoms: splitting every atom by each of its weights would multiply the atoms
 #: of every later GROUP BY by that many.  Its support still refines the atoms.
@@ -129,7 +130,7 @@ class TableState:
     atoms: AtomPartition
     blue: IncrementalBLUE
     costs: CellCosts
-    cost_atoms: AtomPartition
+    cost_atoms: BoxGrid
     queries: list[LinearQuery] = field(default_factory=list)
     record_ids: list[int] = field(default_factory=list)
     alphas: list[float] = field(default_factory=list)
@@ -161,7 +162,7 @@ class TableState:
     def new(cls, table: Table, max_atoms: int = DEFAULT_MAX_ATOMS) -> TableState:
         """Empty history on the one-atom partitions (at most ``max_atoms`` inference atoms)."""
         atoms = AtomPartition(table, max_atoms=max_atoms)
-        cost_atoms = AtomPartition(table, max_atoms=max(COST_MAX_ATOMS, max_atoms))
+        cost_atoms = BoxGrid(table, max_grid=COST_MAX_BOXES)
         return cls(
             table, atoms, IncrementalBLUE(atoms.cell_sizes, keep_rows=False),
             CellCosts(1, table.max_rows_per_individual), cost_atoms,
@@ -224,6 +225,8 @@ class TableState:
         (code ``base + 1 + rank`` for each query's distinct non-zero weights, in order:
         :func:`_compute_joint_split`)."""
         codes = self.cost_atoms.atom_numerators(split)
+        if codes.max(initial=0) < 2**16:  # a radix sort
+            codes = codes.astype(np.uint16)
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(int(codes.max(initial=0)) + 2))
         out, base = [], 0
@@ -281,9 +284,9 @@ class TableState:
         ``order[starts[a]:starts[a + 1]]``; ``None`` when the cost atoms do not refine the atoms."""
         if not self._costs_refine:
             return None
-        keys = (self.cost_atoms.labels.base, self.atoms.labels.base)
+        keys = (self.cost_atoms.version, self.atoms.labels.base)
         found = self._members
-        if found is None or found[0] is not keys[0] or found[1] is not keys[1]:
+        if found is None or found[0] != keys[0] or found[1] is not keys[1]:
             of = self.cost_atoms.atom_of(self.atoms)
             order = np.argsort(of, kind="stable")
             starts = np.searchsorted(of[order], np.arange(self.atoms.n_atoms + 1))
@@ -555,23 +558,20 @@ def _frozen(values: Sequence[float] | np.ndarray) -> np.ndarray:
     return arr
 
 
-#: :meth:`TableState.charges` by :func:`_held_key`, per recent cost-atom label array (a planning
-#: copy's charges hold for the live state once it is refined alike: the refinement is memoised,
-#: so its label array is the same object).  Entries hold the array, so its id is not reused.
-_CHARGES: dict[int, tuple[np.ndarray, dict[tuple[object, ...], Charge]]] = {}
+#: :meth:`TableState.charges` by :func:`_held_key`, per recent cost grid (a planning copy's
+#: charges hold for the live state once it is refined alike).
+_CHARGES: dict[tuple[object, ...], dict[tuple[object, ...], Charge]] = {}
 _CHARGES_MAX = 4
 
 
-def _charge_memo(atoms: AtomPartition) -> dict[tuple[object, ...], Charge]:
-    labels = atoms.labels.base
-    assert isinstance(labels, np.ndarray)
+def _charge_memo(grid: BoxGrid) -> dict[tuple[object, ...], Charge]:
     with _JOINT_SPLITS_LOCK:
-        found = _CHARGES.get(id(labels))
-        if found is None or found[0] is not labels:
+        found = _CHARGES.get(grid.version)
+        if found is None:
             while len(_CHARGES) >= _CHARGES_MAX:
                 del _CHARGES[next(iter(_CHARGES))]
-            found = _CHARGES[id(labels)] = (labels, {})
-        return found[1]
+            found = _CHARGES[grid.version] = {}
+        return found
 
 
 #: Recent joint splits (:func:`_joint_split`): a statement's groups are split for planning
