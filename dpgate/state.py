@@ -114,9 +114,11 @@ class TableState:
       stays outside them and is estimated from its exact repeats only (``isolated``);
       a GROUP BY is held whole or not at all.  Estimating from a subset of history is
       still an unbiased estimator with an exact error law: only reuse is lost.
-    * ``cost_atoms`` (much larger limits; costs are cheap per atom) carry the per-cell
-      accounting: every release refines them, so its cost ``(α/S)|q_j|`` is charged on
-      exactly the cells it touches, whether or not the inference atoms hold it — except
+    * ``cost_atoms`` — the boxes of the grid of every release's breakpoints (a
+      :class:`~dpgate.atoms.BoxGrid`, up to :data:`COST_MAX_BOXES`; costs are cheap per
+      box) — carry the per-cell accounting: every release refines them, so its cost
+      ``(α/S)|q_j|`` is charged on exactly the cells it touches, whether or not the
+      inference atoms hold it — except
       a query with more than :data:`MAX_ATOM_WEIGHTS` distinct weights (``SUM(income)``),
       charged ``α`` on its support (``|q_j|/S ≤ 1``: an upper bound; pricing 500 001
       weights exactly takes seconds).  They refine ``atoms`` (every query held by the
