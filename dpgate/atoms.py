@@ -261,21 +261,6 @@ class AtomPartition:
         self._slab_cache = (self._rep, slabs)
         return slabs
 
-    def atom_of(self, coarser: AtomPartition) -> np.ndarray:
-        """For each of this partition's atoms, the atom of ``coarser`` that contains it.
-
-        ``coarser`` must be coarser than this partition (each of its atoms a union of
-        this one's; in particular its grid a part of this one's).
-        """
-        mine, grids, starts = self._slabs()
-        idx = []
-        for c, bp in zip(coarser.columns, coarser.breakpoints, strict=True):
-            ax = mine.get(c.lower())
-            if ax is None or not grids[ax].issuperset(bp):
-                raise DPGateInternalError(f"column {c!r}: this partition does not refine the coarser one")
-            idx.append(np.searchsorted(np.asarray(bp), starts[ax], side="right") - 1)
-        return np.broadcast_to(np.asarray(coarser.labels[tuple(idx)], dtype=np.int64), (self._n,)).copy()
-
     def __getstate__(self) -> dict[str, object]:
         """Pickled without the slab cache (derived; rebuilt on first use)."""
         return {k: v for k, v in self.__dict__.items() if k != "_slab_cache"}

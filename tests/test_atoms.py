@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpgate.atoms import AtomPartition
+from dpgate.atoms import AtomPartition, BoxGrid
 from dpgate.errors import UnsupportedQuery
 from dpgate.query import LinearQuery
 from dpgate.schema import Schema
@@ -163,3 +163,24 @@ def test_vector_requires_refinement() -> None:
     q = LinearQuery.from_grid(SMALL, ["c"], [[0, 1]], np.array([0.0, 1.0]))
     with pytest.raises(DPGateInternalError, match="refine"):
         p.vector(q)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(queries(), min_size=1, max_size=6))
+def test_box_grid_reproduces_dense_vectors_and_maps_onto_the_atoms(qs: list[LinearQuery]) -> None:
+    """The cost side's partition: every box of the breakpoint grid an atom; parents, vectors and
+    the map onto the (coarser) inference atoms agree with the cells."""
+    grid, atoms = BoxGrid(SMALL), AtomPartition(SMALL)
+    old = atom_of_cells(grid, ALL_CELLS)  # type: ignore[arg-type]
+    for q in qs:
+        parent = grid.refine(q)
+        atoms.refine(q)
+        boxes = atom_of_cells(grid, ALL_CELLS)  # type: ignore[arg-type]
+        if parent is None:
+            assert np.array_equal(boxes, old)
+        else:
+            assert len(parent) == grid.n_atoms and np.array_equal(parent[boxes], old)
+        old = boxes
+        assert grid.n_atoms == int(np.prod([len(b) for b in grid.breakpoints]))
+        np.testing.assert_array_equal(q.dense(SMALL).ravel(), grid.vector(q)[boxes])
+        np.testing.assert_array_equal(grid.atom_of(atoms)[boxes], atom_of_cells(atoms, ALL_CELLS))
