@@ -62,7 +62,7 @@ def records_digest(records: Sequence[LedgerRecord]) -> str:
     return h.hexdigest()
 
 
-def _mac(key: bytes, body: bytes) -> bytes:
+def _mac(key: bytes, body: bytes | memoryview) -> bytes:
     return hmac.new(hmac.new(key, _DOMAIN, hashlib.sha256).digest(), body, hashlib.sha256).digest()
 
 
@@ -76,7 +76,7 @@ def save(ledger: Ledger, header: dict[str, Any], records: Sequence[LedgerRecord]
     tmp = f"{path}.{os.getpid()}.tmp"
     with contextlib.suppress(OSError):  # a checkpoint is an optimisation: failing to write it costs a replay
         with open(tmp, "wb") as f:
-            f.write(_MAGIC + _mac(key, body) + body)
+            f.writelines((_MAGIC, _mac(key, body), body))  # no concatenated copy of a large body
         os.replace(tmp, path)
     with contextlib.suppress(OSError):
         os.unlink(tmp)
@@ -98,7 +98,7 @@ def load(ledger: Ledger, header: dict[str, Any], records: Sequence[LedgerRecord]
     n = len(_MAGIC) + 32
     if not raw.startswith(_MAGIC) or len(raw) < n:
         return None
-    body = raw[n:]
+    body = memoryview(raw)[n:]  # a view: slicing bytes would copy hundreds of megabytes
     if not hmac.compare_digest(raw[len(_MAGIC):n], _mac(key, body)):
         return None  # not written with this ledger's key: never unpickled
     try:

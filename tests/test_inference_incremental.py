@@ -455,3 +455,18 @@ def test_large_blocks_enter_once() -> None:
     for st_ in (spanning, chunked):
         assert_same(st_, rng.integers(-1, 2, n).astype(float))
         assert_same(st_, np.ones(n))
+
+
+def test_remembered_results_never_outlive_a_change() -> None:
+    """An estimate asked before a change (append, block, split) is not served after it."""
+    n = 300
+    for rows in (np.eye(n), np.eye(n)[:5]):  # a spanning block above the chunk size, a small one
+        st_ = IncrementalBLUE(np.ones(n))
+        Q = np.eye(n)[0]
+        assert not st_.estimate(Q).estimable
+        st_.extend(rows, np.ones(len(rows)), np.arange(len(rows), dtype=float))
+        assert st_.estimate(Q).estimable and st_.estimate(Q).value == 0.0
+        st_.append(Q, 1.0, 4.0)
+        assert st_.estimate(Q).value == pytest.approx(2.0)
+        st_.split(np.repeat(np.arange(n), 2), np.full(2 * n, 0.5))
+        assert not st_.estimate(np.eye(2 * n)[0]).estimable

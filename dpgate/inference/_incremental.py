@@ -510,6 +510,7 @@ class IncrementalBLUE:
         if not (per_row > 0).all() or not covers_every_atom(Gs):
             return False
         n, k = self.n_atoms, H.shape[0]
+        self._memo = {}
         info = Information.build(Gs, self._d)
         if info is not None:
             self._store(H, b, y, g)

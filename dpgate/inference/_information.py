@@ -113,6 +113,7 @@ class Information:
 
     @property
     def n(self) -> int:
+        """Number of atoms."""
         return int(self._d.size)
 
     def rows(self) -> sp.csr_matrix:
@@ -227,13 +228,6 @@ class Information:
             return np.zeros(self.n)
         return np.asarray(self._reg @ (self._reg.T @ w))
 
-    def coefficients(self, w: NDArray[np.float64]) -> NDArray[np.float64]:
-        """``Ñᵀw``."""
-        return np.asarray(self._reg.T @ w)
-
-    def regulariser(self) -> sp.csc_matrix:
-        return self._reg
-
     def weights(self, w: NDArray[np.float64]) -> NDArray[np.float64]:
         """``u = G w`` (one entry per row)."""
         return np.asarray(self.rows() @ w)
@@ -243,7 +237,7 @@ class Information:
         """Add the row g (= h/b); True when it adds a direction (the rank grows)."""
         grows = False
         if self.nullity:
-            c = self.coefficients(self.solve(g))
+            c = np.asarray(self._reg.T @ self.solve(g))  # Ñᵀ(F + ÑÑᵀ)⁻¹g
             if self._dnorm(np.asarray(self._reg @ c)) > EXTEND_RTOL * self._dnorm(g):
                 p = int(np.argmax(np.abs(c)))
                 col = self._reg[:, p].toarray().ravel()
