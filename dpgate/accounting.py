@@ -26,7 +26,6 @@ display only (:attr:`CellCosts.charge`); :attr:`CellCosts.charge_units` is exact
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -158,26 +157,6 @@ class CellCosts:
         self.units = units
         if top is not None:  # costs only grow: the new max is the old one or one just written
             self._max = max(top, int(new.max()))
-
-    def add_many(self, rows: np.ndarray, alphas: Sequence[float], sensitivities: Sequence[float]) -> None:
-        """:meth:`add` for each row of ``rows`` (k × atoms) in turn, as one exact sum:
-        each distinct (weight, α, S) is priced once and the per-atom units are summed."""
-        H = np.abs(np.asarray(rows, dtype=float))
-        r, c = np.nonzero(H)
-        if not r.size:
-            return
-        keys = np.stack([H[r, c], np.asarray(alphas, dtype=float)[r], np.asarray(sensitivities, dtype=float)[r]], axis=1)
-        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-        units = [_units(v, a, s) for v, a, s in uniq.tolist()]
-        if max(units) * r.size < _FAST:  # the sum stays in int64
-            total = np.zeros(H.shape[1], dtype=np.int64)
-            np.add.at(total, c, np.array(units, dtype=np.int64)[inverse.ravel()])
-        else:
-            total = np.zeros(H.shape[1], dtype=object)
-            total[:] = 0
-            for j, u in zip(c.tolist(), inverse.ravel().tolist(), strict=True):
-                total[j] += units[u]
-        self.units = _plus(self.units, total)
 
     def copy(self) -> CellCosts:
         """An independent copy (for planning a statement before committing it)."""

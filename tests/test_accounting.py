@@ -162,12 +162,15 @@ def test_large_costs_switch_to_unbounded_integers_exactly() -> None:
     alpha=st.sampled_from([0.1, 0.37, 1.0, 3.5]),
     huge=st.booleans(),
 )
-def test_add_many_is_add_row_by_row(rows, alpha, huge):
-    alphas = [alpha * (1 + i) * (1e15 if huge else 1) for i in range(rows.shape[0])]  # huge: Python-int units
-    sens = [max(1.0, float(np.abs(r).max())) for r in rows]
-    one, many = CellCosts(rows.shape[1]), CellCosts(rows.shape[1])
-    for r, a, s in zip(rows, alphas, sens, strict=True):
-        one.add(r, a, s)
-    many.add_many(rows, alphas, sens)
-    assert [int(u) for u in many.units] == [int(u) for u in one.units]
-    assert many.charge_units == one.charge_units
+def test_add_sparse_is_add_of_the_dense_vector(rows, alpha, huge):
+    """The planner's and the ledger's sparse charges equal dense ones exactly, also past int64
+    (``huge``: Python-int units), in place or not, with the max kept incrementally."""
+    dense, sparse, in_place = CellCosts(rows.shape[1]), CellCosts(rows.shape[1]), CellCosts(rows.shape[1])
+    for i, r in enumerate(rows):
+        a, s = alpha * (1 + i) * (1e15 if huge else 1), max(1.0, float(np.abs(r).max()))
+        dense.add(r, a, s)
+        on = np.flatnonzero(r)
+        sparse.add_sparse(on, r[on], a, s)
+        in_place.add_sparse(on, r[on], a, s, in_place=True)
+        assert sparse.charge_units == in_place.charge_units == dense.charge_units == dense.k * int(dense.units.max())
+    assert dense.units.tolist() == sparse.units.tolist() == in_place.units.tolist()
