@@ -351,6 +351,8 @@ class BoxGrid:
         """
         if query.table.lower() != self.table.name.lower():
             raise SchemaError(f"query on table {query.table!r} given to the grid of table {self.table.name!r}.")
+        if self._holds(query):
+            return None
         cols, bps = _merged_grid(self.table, self._columns, self._bps, query)
         if cols == self._columns and bps == self._bps:
             return None
@@ -364,6 +366,15 @@ class BoxGrid:
         parent = np.ascontiguousarray(expand_grid(self.labels, self._columns, self._bps, cols, bps)).ravel()
         self._columns, self._bps, self._labels = cols, bps, None
         return parent
+
+    def _holds(self, query: LinearQuery) -> bool:
+        """Whether every breakpoint of ``query`` is already one of the grid's."""
+        sets = self.__dict__.get("_sets")
+        if sets is None or sets[0] is not self._bps:
+            sets = self._sets = (self._bps, {c.lower(): frozenset(b) for c, b in zip(self._columns, self._bps, strict=True)})
+        found = sets[1]
+        return all(c.lower() in found and found[c.lower()].issuperset(b)
+                   for c, b in zip(query.columns, query.breakpoints, strict=True))
 
     def atom_numerators(self, query: LinearQuery) -> np.ndarray:
         """The query's integer numerator on each box (its grid must be part of this one)."""
@@ -384,8 +395,8 @@ class BoxGrid:
         ).ravel()
 
     def __getstate__(self) -> dict[str, object]:
-        """Pickled without the labels (derived)."""
-        return {**self.__dict__, "_labels": None}
+        """Pickled without the labels and breakpoint sets (derived)."""
+        return {k: v for k, v in {**self.__dict__, "_labels": None}.items() if k != "_sets"}
 
     def __repr__(self) -> str:
         grid = ", ".join(f"{c}:{len(b)}" for c, b in zip(self._columns, self._bps, strict=True)) or "none"
