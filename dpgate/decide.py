@@ -125,7 +125,7 @@ class Measurement:
 
     ``h`` is its vector for the inference (over the atoms, or its factor over its exact
     repeats' one-atom history when the atoms do not hold it); ``c`` is what it is charged
-    as, over the cost atoms (:meth:`TableState.cost_vector`).
+    as: the cost atoms it touches and its weight on each (:meth:`TableState.charge`).
     """
 
     query: LinearQuery
