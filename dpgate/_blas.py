@@ -10,6 +10,7 @@ the BLAS pools numpy and scipy load); the caller's own setting is restored after
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from typing import ParamSpec, TypeVar
 
 from threadpoolctl import ThreadpoolController
 
-__all__ = ["one_blas_thread", "single_threaded"]
+__all__ = ["every_blas_thread", "one_blas_thread", "single_threaded"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -25,15 +26,26 @@ _lock = threading.Lock()
 _controller: ThreadpoolController | None = None
 
 
-@contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """Limit the BLAS thread pools to one thread for the block (restored after)."""
+def _blas_controller() -> ThreadpoolController:
     global _controller
     with _lock:
         if _controller is None:  # found once, after numpy and scipy have loaded their BLAS
             _controller = ThreadpoolController()
-        controller = _controller
-    with controller.limit(limits=1, user_api="blas"):
+        return _controller
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Limit the BLAS thread pools to one thread for the block (restored after)."""
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        yield
+
+
+@contextmanager
+def every_blas_thread() -> Iterator[None]:
+    """Lift the limit for one large factorisation inside the gateway's work (the dense
+    inverse of a 4 096-atom information matrix: 1.7 s on one thread, 1.1 s on two)."""
+    with _blas_controller().limit(limits=os.cpu_count() or 1, user_api="blas"):
         yield
 
 

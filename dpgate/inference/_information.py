@@ -41,6 +41,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from scipy.linalg import lapack, lu_factor, lu_solve
 
+from dpgate._blas import every_blas_thread
 from dpgate.inference._blocks import EXTEND_RTOL
 
 __all__ = ["Information"]
@@ -50,11 +51,13 @@ MAX_PENDING = 48
 
 
 def _inverse_pd(F: NDArray[np.float64]) -> NDArray[np.float64] | None:
-    """The inverse of a symmetric positive definite F (Cholesky, LAPACK potrf/potri), or None."""
-    c, info = lapack.dpotrf(F, lower=True, clean=True, overwrite_a=False)
-    if info != 0:
-        return None
-    inv, info = lapack.dpotri(c, lower=True, overwrite_c=True)
+    """The inverse of a symmetric positive definite F (Cholesky, LAPACK potrf/potri), or None.
+    Large enough to use every BLAS thread (``n³``, not the gateway's microsecond kernels)."""
+    with every_blas_thread():
+        c, info = lapack.dpotrf(F, lower=True, clean=True, overwrite_a=False)
+        if info != 0:
+            return None
+        inv, info = lapack.dpotri(c, lower=True, overwrite_c=True)
     if info != 0:
         return None
     # potri writes the lower triangle; the upper one is still zero (clean=True above).
