@@ -611,12 +611,51 @@ def _compute_joint_split(table: Table, held: Sequence[LinearQuery]) -> tuple[Lin
     code = np.zeros(tuple(len(b) for b in grid), dtype=np.int64)
     base, run = 0, len(held)
     for k, q in enumerate(held):
-        e = q.expand(table, cols, grid)
-        on = e != 0
-        if code[on].any():
-            run = k
-            break
-        _, rank = np.unique(e[on], return_inverse=True)
-        code[on] = base + 1 + rank
+        # Each query's non-zero boxes as boxes of the joint grid (few, for a group): slices, not a
+        # pass over the whole grid per query (4 096 tree leaves: 0.6 s).
+        boxes = _joint_boxes(q, cols, grid)
+        if boxes is None:
+            e = q.expand(table, cols, grid)
+            on = e != 0
+            if code[on].any():
+                run = k
+                break
+            _, rank = np.unique(e[on], return_inverse=True)
+            code[on] = base + 1 + rank
+        else:
+            if any(code[box].any() for box, _ in boxes):
+                run = k
+                break
+            _, rank = np.unique([v for _, v in boxes], return_inverse=True)
+            for (box, _), r in zip(boxes, rank.tolist(), strict=True):
+                code[box] = base + 1 + r
         base += int(rank.max(initial=0)) + 1
     return (LinearQuery.from_grid(table, cols, grid, code.astype(float)) if run >= 2 else None), run
+
+
+#: Above this many non-zero boxes, :func:`_joint_boxes` leaves a query to the grid pass.
+_JOINT_BOXES = 64
+
+
+def _joint_boxes(
+    q: LinearQuery, cols: tuple[str, ...], grid: tuple[tuple[int, ...], ...]
+) -> list[tuple[tuple[slice, ...], int]] | None:
+    """``q``'s non-zero boxes of its own grid as ``(slices of the joint grid, numerator)``, or
+    ``None`` when it has more than :data:`_JOINT_BOXES` of them."""
+    nums = np.asarray(q.numerators)
+    nonzero = np.argwhere(nums != 0)
+    if len(nonzero) > _JOINT_BOXES:
+        return None
+    axis = {c.lower(): ax for ax, c in enumerate(cols)}
+    spans = []
+    for c, bp in zip(q.columns, q.breakpoints, strict=True):
+        ax = axis[c.lower()]
+        starts = np.searchsorted(np.asarray(grid[ax]), np.asarray(bp)).tolist()
+        spans.append((ax, starts, [*starts[1:], len(grid[ax])]))
+    out = []
+    for idx in nonzero.tolist():
+        box = [slice(None)] * len(cols)
+        for (ax, starts, ends), i in zip(spans, idx, strict=True):
+            box[ax] = slice(starts[i], ends[i])
+        out.append((tuple(box), int(nums[tuple(idx)])))
+    return out

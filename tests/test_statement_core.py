@@ -179,7 +179,7 @@ _GRID = Schema.from_dict({"tables": {"t": {"columns": {
     weights=st.lists(st.integers(1, 3), min_size=5, max_size=5),
     first=st.integers(0, 3),
 )
-def test_prepare_gives_the_partition_refining_one_by_one_gives(labels, weights, first) -> None:
+def test_hold_gives_the_partition_refining_one_by_one_gives(labels, weights, first) -> None:
     """Disjoint queries (a cell's group, weighted) split the atoms in one step exactly as one by one."""
     grid = np.array(labels).reshape(13, 7)
     bps = (tuple(range(13)), tuple(range(7)))
@@ -194,6 +194,45 @@ def test_prepare_gives_the_partition_refining_one_by_one_gives(labels, weights, 
         assert many.atoms.refine(q) is None
         np.testing.assert_array_equal(np.sort(many.atoms.vector(q)), np.sort(one.atoms.vector(q)))
     np.testing.assert_allclose(np.sort(many.atoms.cell_sizes), np.sort(one.atoms.cell_sizes))
+
+
+def _box_query(draw: st.DrawFn) -> LinearQuery:
+    """A query over ``a``, ``b`` or both, non-zero on one to three random boxes of its own grid."""
+    cols = draw(st.sampled_from([("a",), ("b",), ("a", "b")]))
+    bps = tuple((0, *sorted(draw(st.sets(st.integers(1, _GRID.column(c).n_cells - 1), max_size=4)))) for c in cols)
+    nums = np.zeros(tuple(len(b) for b in bps))
+    for _ in range(draw(st.integers(1, 3))):
+        nums[tuple(draw(st.integers(0, len(b) - 1)) for b in bps)] = draw(st.integers(-2, 3))
+    return LinearQuery.from_grid(_GRID, cols, bps, nums)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.composite(_box_query)(), min_size=2, max_size=6))
+def test_joint_split_by_boxes_equals_the_grid_pass(qs: list[LinearQuery]) -> None:
+    """The joint split of a statement's leading disjoint queries, built box by box, is the one
+    a pass over the whole joint grid per query gives (same codes, same leading run)."""
+    from dpgate import state
+
+    qs = [q for q in qs if not q.is_zero]
+    split, run = state._compute_joint_split(_GRID, qs)
+    cols = tuple(c.name for c in _GRID.columns if any(c.name in q.columns for q in qs))
+    grid = tuple(tuple(sorted({b for q in qs for c, bp in zip(q.columns, q.breakpoints, strict=True)
+                               if c == name for b in bp})) for name in cols)
+    code, base, want = np.zeros(tuple(len(b) for b in grid), dtype=np.int64), 0, len(qs)
+    for k, q in enumerate(qs):
+        e = q.expand(_GRID, cols, grid)
+        if code[e != 0].any():
+            want = k
+            break
+        _, rank = np.unique(e[e != 0], return_inverse=True)
+        code[e != 0] = base + 1 + rank
+        base += int(rank.max(initial=0)) + 1
+    assert run == want
+    if want < 2:
+        assert split is None
+    else:
+        assert split is not None
+        np.testing.assert_array_equal(split.expand(_GRID, cols, grid), code)
 
 
 def test_an_own_release_law_is_the_single_laplace(pums) -> None:
