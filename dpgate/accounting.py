@@ -62,6 +62,16 @@ def release_units(h: np.ndarray, alpha: float, sensitivity: float) -> np.ndarray
     return result.reshape(np.shape(h))
 
 
+def _nonzero_units(weights: np.ndarray, alpha: float, sensitivity: float) -> np.ndarray:
+    """:func:`release_units` of weights that are all non-zero (a sparse charge): one weight
+    (a count, a group) is priced once and broadcast."""
+    mags = np.abs(weights)
+    if mags.size and mags.min() == mags.max():
+        u = _units(float(mags[0]), alpha, sensitivity)
+        return np.full(mags.size, u, dtype=np.int64 if u < _FAST else object)
+    return release_units(weights, alpha, sensitivity)
+
+
 @functools.lru_cache(maxsize=4096)
 def _units(v: float, alpha: float, sensitivity: float) -> int:
     """``(α/S)·v`` in units, rounded up (memoised: a GROUP BY prices the same weight per group)."""
@@ -147,7 +157,7 @@ class CellCosts:
         replaced, not written (shallow copies of these costs share it)."""
         if not atoms.size:
             return
-        new = _plus(self.units[atoms], release_units(weights, alpha, sensitivity))
+        new = _plus(self.units[atoms], _nonzero_units(weights, float(alpha), float(sensitivity)))
         if new.dtype != self.units.dtype:
             units = self.units.astype(new.dtype)
         else:
