@@ -205,9 +205,12 @@ def test_processes_sharing_a_ledger_never_overspend(zygote, net, tmp_path, n_pro
     ledger = tmp_path / "shared.db"
     start = time.time() + 1.5
     outs = [tmp_path / f"hammer{i}.jsonl" for i in range(n_procs)]
+    ready = tmp_path / "ready"  # the workers also wait for each other to be open (a loaded machine)
+    ready.mkdir()
     pids = [
         zygote.fork(mode="hammer", ledger=str(ledger), out=str(outs[i]), seed=100 + i, budget=budget, n=80,
-                    max_refusals=10, start_at=start, policy=("minimal", "paper", "paper")[i % 3])
+                    max_refusals=10, start_at=start, ready_dir=str(ready), parties=n_procs,
+                    policy=("minimal", "paper", "paper")[i % 3])
         for i in range(n_procs)
     ]
     wait_gone(pids, timeout=240)
@@ -225,8 +228,11 @@ def test_threads_sharing_a_ledger_never_overspend(net, tmp_path):
     # under one GIL can take seconds, and a thread that starts alone spends the whole budget.
     start = time.time() + 4.0
     outs = [tmp_path / f"thread{i}.jsonl" for i in range(4)]
+    ready = tmp_path / "ready"  # ... and wait there for each other, however long the opens take
+    ready.mkdir()
     cmds = [dict(mode="hammer", ledger=str(ledger), out=str(outs[i]), seed=200 + i, budget=budget, n=60,
-                 max_refusals=8, start_at=start, policy=("minimal", "paper")[i % 2]) for i in range(4)]
+                 max_refusals=8, start_at=start, ready_dir=str(ready), parties=4, policy=("minimal", "paper")[i % 2])
+            for i in range(4)]
     errors = []
 
     def work(cmd):
