@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpgate.accounting import CellCosts
-from dpgate.atoms import AtomPartition, BoxGrid
+from dpgate.atoms import AtomPartition, BoxGrid, joint_split
 from dpgate.errors import UnsupportedQuery
 from dpgate.inference import Estimate, IncrementalBLUE
 from dpgate.query import LinearQuery
@@ -177,7 +177,7 @@ class TableState:
         live = [q for q in queries if not q.is_zero and _held_key(q) not in self._cost_kind]
         narrow = [q for q in live if _held(q)]
         if len(narrow) > 1:
-            split, run = _joint_split(self.table, narrow)  # run: its leading disjoint queries
+            split, run = joint_split(self.table, narrow)  # run: its leading disjoint queries
             if split is not None and self._cost_split(split):
                 self._cost_kind.update((_held_key(q), "exact") for q in (*narrow[:run], split))
         for q in live:
@@ -211,7 +211,7 @@ class TableState:
         memo = _charge_memo(self.cost_atoms)
         todo = [q for q in queries if not q.is_zero and _held_key(q) not in memo]
         exact = [q for q in todo if _held(q) and self._cost_kind.get(_held_key(q)) == "exact"]
-        split, run = _joint_split(self.table, exact) if len(exact) > 1 else (None, 0)
+        split, run = joint_split(self.table, exact) if len(exact) > 1 else (None, 0)
         if split is not None:  # each query constant on the cost atoms, so their joint split is too
             memo.update(zip([_held_key(q) for q in exact[:run]], self._split_charges(split, exact[:run]), strict=True))
         for q in todo:
@@ -225,7 +225,7 @@ class TableState:
     def _split_charges(self, split: LinearQuery, queries: Sequence[LinearQuery]) -> list[Charge]:
         """:meth:`charges` of disjoint ``queries`` from the codes of their joint split
         (code ``base + 1 + rank`` for each query's distinct non-zero weights, in order:
-        :func:`_compute_joint_split`)."""
+        :func:`~dpgate.atoms.joint_split`)."""
         codes = self.cost_atoms.atom_numerators(split)
         if codes.max(initial=0) < 2**16:  # a radix sort
             codes = codes.astype(np.uint16)
@@ -387,7 +387,7 @@ class TableState:
             return outside
         with self._deferred_splits():
             if len(new) > 1:
-                split, run = _joint_split(self.table, [queries[i] for i in new])
+                split, run = joint_split(self.table, [queries[i] for i in new])
                 if run == len(new) and split is not None:
                     try:
                         self.refine(split)
@@ -566,96 +566,14 @@ _CHARGES: dict[tuple[object, ...], dict[tuple[object, ...], Charge]] = {}
 _CHARGES_MAX = 4
 
 
+_CHARGES_LOCK = threading.Lock()
+
+
 def _charge_memo(grid: BoxGrid) -> dict[tuple[object, ...], Charge]:
-    with _JOINT_SPLITS_LOCK:
+    with _CHARGES_LOCK:
         found = _CHARGES.get(grid.version)
         if found is None:
             while len(_CHARGES) >= _CHARGES_MAX:
                 del _CHARGES[next(iter(_CHARGES))]
             found = _CHARGES[grid.version] = {}
         return found
-
-
-#: Recent joint splits (:func:`_joint_split`): a statement's groups are split for planning
-#: and again when its records reach the live state.
-_JOINT_SPLITS: dict[tuple[object, ...], tuple[LinearQuery | None, int]] = {}
-_JOINT_SPLITS_MAX = 32
-_JOINT_SPLITS_LOCK = threading.Lock()
-
-
-def _joint_split(table: Table, held: Sequence[LinearQuery]) -> tuple[LinearQuery | None, int]:
-    """``(split, k)``: the first k queries of ``held`` have pairwise disjoint supports (k is
-    ``len(held)`` when all have), and refining by ``split`` makes each of them constant
-    (distinct weights of disjoint supports numbered apart; ``None`` when k < 2).
-    A pure function of the queries (not of any atoms), memoised on their :func:`_held_key`."""
-    key = (table, tuple(_held_key(q) for q in held))
-    with _JOINT_SPLITS_LOCK:
-        if key in _JOINT_SPLITS:
-            return _JOINT_SPLITS[key]
-    split = _compute_joint_split(table, held)
-    with _JOINT_SPLITS_LOCK:
-        while len(_JOINT_SPLITS) >= _JOINT_SPLITS_MAX:
-            del _JOINT_SPLITS[next(iter(_JOINT_SPLITS))]
-        _JOINT_SPLITS[key] = split
-    return split
-
-
-def _compute_joint_split(table: Table, held: Sequence[LinearQuery]) -> tuple[LinearQuery | None, int]:
-    names = {c.lower() for q in held for c in q.columns}
-    cols = tuple(c.name for c in table.columns if c.name.lower() in names)
-    bps: dict[str, set[int]] = {c.lower(): set() for c in cols}
-    for q in held:
-        for c, b in zip(q.columns, q.breakpoints, strict=True):
-            bps[c.lower()].update(b)
-    grid = tuple(tuple(sorted(bps[c.lower()])) for c in cols)
-    code = np.zeros(tuple(len(b) for b in grid), dtype=np.int64)
-    base, run = 0, len(held)
-    for k, q in enumerate(held):
-        # Each query's non-zero boxes as boxes of the joint grid (few, for a group): slices, not a
-        # pass over the whole grid per query (4 096 tree leaves: 0.6 s).
-        boxes = _joint_boxes(q, cols, grid)
-        if boxes is None:
-            e = q.expand(table, cols, grid)
-            on = e != 0
-            if code[on].any():
-                run = k
-                break
-            _, rank = np.unique(e[on], return_inverse=True)
-            code[on] = base + 1 + rank
-        else:
-            if any(code[box].any() for box, _ in boxes):
-                run = k
-                break
-            _, rank = np.unique([v for _, v in boxes], return_inverse=True)
-            for (box, _), r in zip(boxes, rank.tolist(), strict=True):
-                code[box] = base + 1 + r
-        base += int(rank.max(initial=0)) + 1
-    return (LinearQuery.from_grid(table, cols, grid, code.astype(float)) if run >= 2 else None), run
-
-
-#: Above this many non-zero boxes, :func:`_joint_boxes` leaves a query to the grid pass.
-_JOINT_BOXES = 64
-
-
-def _joint_boxes(
-    q: LinearQuery, cols: tuple[str, ...], grid: tuple[tuple[int, ...], ...]
-) -> list[tuple[tuple[slice, ...], int]] | None:
-    """``q``'s non-zero boxes of its own grid as ``(slices of the joint grid, numerator)``, or
-    ``None`` when it has more than :data:`_JOINT_BOXES` of them."""
-    nums = np.asarray(q.numerators)
-    nonzero = np.argwhere(nums != 0)
-    if len(nonzero) > _JOINT_BOXES:
-        return None
-    axis = {c.lower(): ax for ax, c in enumerate(cols)}
-    spans = []
-    for c, bp in zip(q.columns, q.breakpoints, strict=True):
-        ax = axis[c.lower()]
-        starts = np.searchsorted(np.asarray(grid[ax]), np.asarray(bp)).tolist()
-        spans.append((ax, starts, [*starts[1:], len(grid[ax])]))
-    out = []
-    for idx in nonzero.tolist():
-        box = [slice(None)] * len(cols)
-        for (ax, starts, ends), i in zip(spans, idx, strict=True):
-            box[ax] = slice(starts[i], ends[i])
-        out.append((tuple(box), int(nums[tuple(idx)])))
-    return out

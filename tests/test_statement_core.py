@@ -211,10 +211,10 @@ def _box_query(draw: st.DrawFn) -> LinearQuery:
 def test_joint_split_by_boxes_equals_the_grid_pass(qs: list[LinearQuery]) -> None:
     """The joint split of a statement's leading disjoint queries, built box by box, is the one
     a pass over the whole joint grid per query gives (same codes, same leading run)."""
-    from dpgate import state
+    from dpgate import atoms
 
     qs = [q for q in qs if not q.is_zero]
-    split, run = state._compute_joint_split(_GRID, qs)
+    split, run = atoms._compute_joint_split(_GRID, qs)
     cols = tuple(c.name for c in _GRID.columns if any(c.name in q.columns for q in qs))
     grid = tuple(tuple(sorted({b for q in qs for c, bp in zip(q.columns, q.breakpoints, strict=True)
                                if c == name for b in bp})) for name in cols)
