@@ -85,6 +85,12 @@ def _held_key(query: LinearQuery) -> tuple[object, ...]:
     return query.pattern
 
 
+def _charge_key(query: LinearQuery) -> tuple[object, ...]:
+    """What a query's charge depends on: its weight pattern *and* its denominator (the pattern
+    alone is shared by ``COUNT(*)`` and ``COUNT(*) / 4``, whose weights differ)."""
+    return (query.pattern, query.denominator)
+
+
 def isolation_key(query: LinearQuery) -> tuple[str, float]:
     """``(key, factor)``: ``query`` is ``factor`` times the query the key names.
 
@@ -209,18 +215,18 @@ class TableState:
         (:meth:`_charge_refine`); disjoint ones are located by one pass over the cost atoms.
         """
         memo = _charge_memo(self.cost_atoms)
-        todo = [q for q in queries if not q.is_zero and _held_key(q) not in memo]
+        todo = [q for q in queries if not q.is_zero and _charge_key(q) not in memo]
         exact = [q for q in todo if _held(q) and self._cost_kind.get(_held_key(q)) == "exact"]
         split, run = joint_split(self.table, exact) if len(exact) > 1 else (None, 0)
         if split is not None:  # each query constant on the cost atoms, so their joint split is too
-            memo.update(zip([_held_key(q) for q in exact[:run]], self._split_charges(split, exact[:run]), strict=True))
+            memo.update(zip([_charge_key(q) for q in exact[:run]], self._split_charges(split, exact[:run]), strict=True))
         for q in todo:
-            key = _held_key(q)
+            key = _charge_key(q)
             if key not in memo:
                 v = self._dense_charge(q)
                 on = np.flatnonzero(v)
                 memo[key] = (on, v[on])
-        return [_NO_CHARGE if q.is_zero else memo[_held_key(q)] for q in queries]
+        return [_NO_CHARGE if q.is_zero else memo[_charge_key(q)] for q in queries]
 
     def _split_charges(self, split: LinearQuery, queries: Sequence[LinearQuery]) -> list[Charge]:
         """:meth:`charges` of disjoint ``queries`` from the codes of their joint split

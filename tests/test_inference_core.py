@@ -127,8 +127,13 @@ def test_estimable_with_many_is_estimable_with_row_by_row(seed, n, m, blocks):
     assert blue.estimable_with_many(Q, H) == [blue.estimable_with(q, h) for q, h in zip(Q, H, strict=True)]
 
 
+#: Rescalings of STATEMENTS' queries: the same weight pattern over another denominator.
+SCALED = ["SELECT COUNT(*) / 4 FROM t WHERE a < 3", "SELECT 3 * COUNT(*) FROM t WHERE a < 3",
+          "SELECT COUNT(*) FROM t WHERE a < 3", "SELECT b, COUNT(*) / 2 FROM t GROUP BY b", "SELECT SUM(a) / 5 FROM t"]
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.sampled_from(STATEMENTS), st.sampled_from([3.0, 8.0, 20.0, 200.0])),
+@given(st.lists(st.tuples(st.sampled_from(STATEMENTS + SCALED), st.sampled_from([3.0, 8.0, 20.0, 200.0])),
                 min_size=1, max_size=7),
        st.integers(1, 6), st.integers(0, 2**16))
 def test_charges_are_per_cell_exact_whatever_the_atoms_hold(session: list[tuple[str, float]], max_atoms: int,
@@ -149,3 +154,16 @@ def test_charges_are_per_cell_exact_whatever_the_atoms_hold(session: list[tuple[
             assert v.atoms.n_atoms <= max_atoms
     H, alpha, sens, *_ = _dense(gw)
     assert gw.spent == pytest.approx(system_cost(H, alpha, sens).max, rel=1e-12, abs=1e-12)
+
+
+def test_a_rescaled_query_is_charged_its_own_weights() -> None:
+    """``COUNT(*) / 4`` and ``COUNT(*)`` share a weight pattern but not their weights: each release
+    is charged ``(α/S)|q_j|`` of its own query (a charge memo keyed on the pattern alone charged the
+    second at a quarter of its cost)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        gw = dpgate.Gateway(DATA, SCHEMA, budget=1e6, seed=3, policy="no_reuse")
+        for sql in ("SELECT COUNT(*) / 4 FROM t WHERE a = 5 AND b = 'z'", "SELECT COUNT(*) FROM t WHERE a = 5 AND b = 'z'"):
+            gw.query(sql, accuracy=1, confidence=0.9)
+    H, alpha, sens, *_ = _dense(gw)
+    assert gw.spent == pytest.approx(system_cost(H, alpha, sens).max, rel=1e-12)
