@@ -476,6 +476,11 @@ class TableState:
             after.append(costs.charge_units)
         return self.costs.charge_units, after
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled (checkpointed) without the map of cost atoms onto atoms: derived, and as
+        large as the cost grid."""
+        return {**self.__dict__, "_members": None}
+
     def view(self) -> TableView:
         """A frozen snapshot of this history (copies: later releases and refinements do not show)."""
         # refine() replaces the partition's arrays and never writes into them, so a shallow
