@@ -38,7 +38,70 @@ from dpgate.schema import Table
 __all__ = ["AtomPartition", "BoxGrid", "joint_split"]
 
 
-class AtomPartition:
+class _Grid:
+    """What both partitions share: a product grid over the columns some query used (per
+    column, the union of the queries' slab breakpoints, in cell-index space)."""
+
+    def __init__(self, table: Table, max_grid: int) -> None:
+        if max_grid < 1:
+            raise InvalidArgument(f"max_grid must be ≥ 1, got {max_grid}.")
+        self.table = table
+        self.max_grid = int(max_grid)
+        self._columns: tuple[str, ...] = ()
+        self._bps: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Columns of the grid (those some query used), in declaration order."""
+        return self._columns
+
+    @property
+    def breakpoints(self) -> tuple[tuple[int, ...], ...]:
+        """Per grid column, the cell indices where a slab starts (first is 0)."""
+        return self._bps
+
+    def _check_table(self, query: LinearQuery) -> None:
+        if query.table.lower() != self.table.name.lower():
+            raise SchemaError(
+                f"query on table {query.table!r} given to a partition of table {self.table.name!r}."
+            )
+
+    def _holds(self, query: LinearQuery) -> bool:
+        """Whether every breakpoint of ``query`` is already one of the grid's."""
+        sets = self.__dict__.get("_sets")
+        if sets is None or sets[0] is not self._bps:
+            sets = self._sets = (self._bps, {c.lower(): frozenset(b) for c, b in zip(self._columns, self._bps, strict=True)})
+        found = sets[1]
+        return all(c.lower() in found and found[c.lower()].issuperset(b)
+                   for c, b in zip(query.columns, query.breakpoints, strict=True))
+
+    def _merged_grid(self, query: LinearQuery) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
+        """The grid with ``query``'s breakpoints added.
+
+        Raises:
+            UnsupportedQuery: it would have more than ``max_grid`` boxes.
+        """
+        merged = {c.lower(): set(b) for c, b in zip(self._columns, self._bps, strict=True)}
+        for c, b in zip(query.columns, query.breakpoints, strict=True):
+            merged.setdefault(c.lower(), set()).update(b)
+        cols = tuple(c.name for c in self.table.columns if c.name.lower() in merged)
+        bps = tuple(tuple(sorted(merged[c.lower()])) for c in cols)
+        size = math.prod(len(b) for b in bps)
+        if size > self.max_grid:
+            shape = {c: len(b) for c, b in zip(cols, bps, strict=True)}
+            raise UnsupportedQuery(
+                f"table {self.table.name!r}: the queries so far cut the domain into a grid of {size} "
+                f"boxes ({shape}), more than the limit of {self.max_grid}; use fewer distinct "
+                "range boundaries or coarser bins."
+            )
+        return cols, bps
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled without derived caches."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_sets", "_slab_cache")}
+
+
+class AtomPartition(_Grid):
     """The coarsest partition of ``table``'s domain on which all refined queries are constant.
 
     Args:
@@ -61,26 +124,13 @@ class AtomPartition:
     def __init__(self, table: Table, max_atoms: int = 200_000, max_grid: int = 2**24) -> None:
         if max_atoms < 1 or max_grid < 1:
             raise InvalidArgument(f"max_atoms and max_grid must be ≥ 1, got {max_atoms} and {max_grid}.")
-        self.table = table
+        super().__init__(table, max_grid)
         self.max_atoms = int(max_atoms)
-        self.max_grid = int(max_grid)
-        self._columns: tuple[str, ...] = ()
-        self._bps: tuple[tuple[int, ...], ...] = ()
         self._labels = np.zeros((), dtype=np.int32)
         self._rep = np.zeros(1, dtype=np.int64)
         self._n = 1
 
     # -- read-only views -------------------------------------------------------
-    @property
-    def columns(self) -> tuple[str, ...]:
-        """Columns of the grid (those some query used), in declaration order."""
-        return self._columns
-
-    @property
-    def breakpoints(self) -> tuple[tuple[int, ...], ...]:
-        """Per grid column, the cell indices where a slab starts (first is 0)."""
-        return self._bps
-
     @property
     def n_atoms(self) -> int:
         """Number of atoms."""
@@ -124,7 +174,7 @@ class AtomPartition:
                 ``max_atoms`` atoms; the partition is then left unchanged.
         """
         self._check_table(query)
-        if self._n == self._labels.size and self._on_grid(query):
+        if self._n == self._labels.size and self._holds(query):
             return None  # every grid box is an atom: a query on the grid is constant on each
         before = self._labels
         key = (id(before), self._bps, self.max_atoms, self.max_grid, _query_key(query))
@@ -146,18 +196,7 @@ class AtomPartition:
 
     def _refine(self, query: LinearQuery) -> np.ndarray | None:
         cols, bps = self._merged_grid(query)
-        if cols != self._columns or bps != self._bps:
-            size = math.prod(len(b) for b in bps)
-            if size > self.max_grid:
-                shape = {c: len(b) for c, b in zip(cols, bps, strict=True)}
-                raise UnsupportedQuery(
-                    f"table {self.table.name!r}: the queries so far cut the domain into a grid of {size} "
-                    f"boxes ({shape}), more than the limit of {self.max_grid}; use fewer distinct "
-                    "range boundaries or coarser bins."
-                )
-            labels = self._expanded_labels(cols, bps)
-        else:
-            labels = self._labels
+        labels = self._expanded_labels(cols, bps) if cols != self._columns or bps != self._bps else self._labels
         # Each box's new atom is the pair (old atom, rank of the query's weight there); the
         # weights are ranked on the query's own (small) grid, then expanded.
         values, qrank = np.unique(np.asarray(query.numerators), return_inverse=True)
@@ -180,15 +219,6 @@ class AtomPartition:
         self._commit(cols, bps, new_labels, first.astype(np.int64), n_new)
         return parent
 
-    def _on_grid(self, query: LinearQuery) -> bool:
-        """Whether every breakpoint of ``query`` is one of the grid's (on a grid column)."""
-        mine, grids, _ = self._slabs()
-        for c, qbp in zip(query.columns, query.breakpoints, strict=True):
-            ax = mine.get(c.lower())
-            if ax is None or not grids[ax].issuperset(qbp):
-                return False
-        return True
-
     def _commit(
         self,
         cols: tuple[str, ...],
@@ -207,15 +237,6 @@ class AtomPartition:
         rep = np.empty(self._n, dtype=np.int64)
         rep[flat[::-1]] = np.arange(flat.size - 1, -1, -1, dtype=np.int64)  # first occurrence wins
         return rep
-
-    def _check_table(self, query: LinearQuery) -> None:
-        if query.table.lower() != self.table.name.lower():
-            raise SchemaError(
-                f"query on table {query.table!r} given to the atom partition of table {self.table.name!r}."
-            )
-
-    def _merged_grid(self, query: LinearQuery) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
-        return _merged_grid(self.table, self._columns, self._bps, query)
 
     def _expanded_labels(self, cols: tuple[str, ...], bps: tuple[tuple[int, ...], ...]) -> np.ndarray:
         old = dict(zip(self._columns, self._bps, strict=True))
@@ -262,10 +283,6 @@ class AtomPartition:
         self._slab_cache = (self._rep, slabs)
         return slabs
 
-    def __getstate__(self) -> dict[str, object]:
-        """Pickled without the slab cache (derived; rebuilt on first use)."""
-        return {k: v for k, v in self.__dict__.items() if k != "_slab_cache"}
-
     def vector(self, query: LinearQuery) -> np.ndarray:
         """The query's weight on each atom (float64, ``atom_numerators / denominator``)."""
         return self.atom_numerators(query) / query.denominator
@@ -275,18 +292,7 @@ class AtomPartition:
         return f"<AtomPartition {self.table.name} atoms={self._n} grid=[{grid}]>"
 
 
-def _merged_grid(
-    table: Table, columns: tuple[str, ...], bps: tuple[tuple[int, ...], ...], query: LinearQuery
-) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
-    """The grid ``(columns, bps)`` with ``query``'s breakpoints added (declaration order)."""
-    merged = {c.lower(): set(b) for c, b in zip(columns, bps, strict=True)}
-    for c, b in zip(query.columns, query.breakpoints, strict=True):
-        merged.setdefault(c.lower(), set()).update(b)
-    cols = tuple(c.name for c in table.columns if c.name.lower() in merged)
-    return cols, tuple(tuple(sorted(merged[c.lower()])) for c in cols)
-
-
-class BoxGrid:
+class BoxGrid(_Grid):
     """The product grid of every refined query's breakpoints, each box an atom.
 
     A finer partition than :class:`AtomPartition`'s (which merges boxes every query
@@ -300,23 +306,8 @@ class BoxGrid:
     """
 
     def __init__(self, table: Table, max_grid: int = 2**24) -> None:
-        if max_grid < 1:
-            raise InvalidArgument(f"max_grid must be ≥ 1, got {max_grid}.")
-        self.table = table
-        self.max_grid = int(max_grid)
-        self._columns: tuple[str, ...] = ()
-        self._bps: tuple[tuple[int, ...], ...] = ()
+        super().__init__(table, max_grid)
         self._labels: np.ndarray | None = None
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        """Columns of the grid, in declaration order."""
-        return self._columns
-
-    @property
-    def breakpoints(self) -> tuple[tuple[int, ...], ...]:
-        """Per grid column, the cell indices where a slab starts (first is 0)."""
-        return self._bps
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -350,32 +341,13 @@ class BoxGrid:
         Raises:
             UnsupportedQuery: the grid would exceed ``max_grid`` boxes (it is then unchanged).
         """
-        if query.table.lower() != self.table.name.lower():
-            raise SchemaError(f"query on table {query.table!r} given to the grid of table {self.table.name!r}.")
+        self._check_table(query)
         if self._holds(query):
             return None
-        cols, bps = _merged_grid(self.table, self._columns, self._bps, query)
-        if cols == self._columns and bps == self._bps:
-            return None
-        size = math.prod(len(b) for b in bps)
-        if size > self.max_grid:
-            shape = {c: len(b) for c, b in zip(cols, bps, strict=True)}
-            raise UnsupportedQuery(
-                f"table {self.table.name!r}: the queries so far cut the domain into a grid of {size} "
-                f"boxes ({shape}), more than the limit of {self.max_grid}."
-            )
+        cols, bps = self._merged_grid(query)
         parent = np.ascontiguousarray(expand_grid(self.labels, self._columns, self._bps, cols, bps)).ravel()
         self._columns, self._bps, self._labels = cols, bps, None
         return parent
-
-    def _holds(self, query: LinearQuery) -> bool:
-        """Whether every breakpoint of ``query`` is already one of the grid's."""
-        sets = self.__dict__.get("_sets")
-        if sets is None or sets[0] is not self._bps:
-            sets = self._sets = (self._bps, {c.lower(): frozenset(b) for c, b in zip(self._columns, self._bps, strict=True)})
-        found = sets[1]
-        return all(c.lower() in found and found[c.lower()].issuperset(b)
-                   for c, b in zip(query.columns, query.breakpoints, strict=True))
 
     def atom_numerators(self, query: LinearQuery) -> np.ndarray:
         """The query's integer numerator on each box (its grid must be part of this one)."""
@@ -396,8 +368,8 @@ class BoxGrid:
         ).ravel()
 
     def __getstate__(self) -> dict[str, object]:
-        """Pickled without the labels and breakpoint sets (derived)."""
-        return {k: v for k, v in {**self.__dict__, "_labels": None}.items() if k != "_sets"}
+        """Pickled without the labels (derived) either."""
+        return {**super().__getstate__(), "_labels": None}
 
     def __repr__(self) -> str:
         grid = ", ".join(f"{c}:{len(b)}" for c, b in zip(self._columns, self._bps, strict=True)) or "none"
