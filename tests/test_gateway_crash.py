@@ -170,7 +170,6 @@ def check_shared_ledger(per_worker: list[list[dict]], net, ledger: Path, budget:
         assert events and events[-1]["event"] == "done"
     with dpgate.Gateway(df, schema, budget=budget, ledger=ledger) as gw:
         spent, values = check_ledger(gw, schema)
-        hist = gw.history
     # Together they never overspent ...
     assert spent <= budget * (1 + 1e-9)
     answers = [e for events in per_worker for e in events if e["event"] == "answer"]
@@ -179,7 +178,9 @@ def check_shared_ledger(per_worker: list[list[dict]], net, ledger: Path, budget:
         assert e["spent"] <= budget * (1 + 1e-9)
     # ... the budget really was contended and used up ...
     assert refusals, "the budget should run out"
-    assert len(set(hist["session"])) >= 2, "several workers should have released"
+    # (which worker releases first is a race: one may spend it all in a few releases, so each worker is
+    # only required to have queried the shared ledger)
+    assert all(any(e["event"] in ("answer", "refused") for e in events) for events in per_worker)
     assert spent > 0.5 * budget
     # ... every answer any worker printed is in the ledger (same id, same value) ...
     seen = set()
