@@ -196,6 +196,9 @@ class AtomPartition(_Grid):
 
     def _refine(self, query: LinearQuery) -> np.ndarray | None:
         cols, bps = self._merged_grid(query)
+        bound = self._atoms_at_least(query, cols, bps)
+        if bound > self.max_atoms:  # refused from the old grid, before expanding onto the new one
+            raise self._over_limit(f"at least {bound}")
         labels = self._expanded_labels(cols, bps) if cols != self._columns or bps != self._bps else self._labels
         # Each box's new atom is the pair (old atom, rank of the query's weight there); the
         # weights are ranked on the query's own (small) grid, then expanded.
@@ -209,15 +212,59 @@ class AtomPartition(_Grid):
             self._commit(cols, bps, labels, self._rep_on(labels), self._n)
             return None
         if n_new > self.max_atoms:
-            raise UnsupportedQuery(
-                f"table {self.table.name!r}: this query would split the domain into {n_new} atoms "
-                f"(from {self._n}), more than the limit of {self.max_atoms}; ask fewer distinct "
-                "pieces of the domain, or raise max_atoms."
-            )
+            raise self._over_limit(str(n_new))
         parent = flat[first].astype(np.int64)
         new_labels = inverse.reshape(labels.shape)
         self._commit(cols, bps, new_labels, first.astype(np.int64), n_new)
         return parent
+
+    def _over_limit(self, n_new: str) -> UnsupportedQuery:
+        return UnsupportedQuery(
+            f"table {self.table.name!r}: this query would split the domain into {n_new} atoms "
+            f"(from {self._n}), more than the limit of {self.max_atoms}; ask fewer distinct "
+            "pieces of the domain, or raise max_atoms."
+        )
+
+    def _atoms_at_least(self, query: LinearQuery, cols: tuple[str, ...], bps: tuple[tuple[int, ...], ...]) -> int:
+        """A lower bound on the atoms after refining by ``query``, from the old grid alone: an
+        atom meeting an old region ``R`` of the query's columns is split at least into the
+        distinct weights ``query`` takes inside ``R``.  O(old grid + query's grid), where the
+        exact count expands the labels onto the merged grid (a GROUP BY over a column cut
+        finely only now multiplies it)."""
+        if not query.columns:
+            return self._n
+        old = {c.lower(): (ax, bp) for ax, (c, bp) in enumerate(zip(self._columns, self._bps, strict=True))}
+        qcols = tuple(c for c in cols if c.lower() in {q.lower() for q in query.columns})
+        qbps = tuple(bps[cols.index(c)] for c in qcols)
+        # The query's weight ranks on the merged grid of its own columns (small), and each of
+        # those boxes' old region (its slab per column on the old grid; 0 where none).
+        _, qrank = np.unique(np.asarray(query.numerators), return_inverse=True)
+        ranks = np.asarray(expand_grid(qrank.reshape(np.shape(query.numerators)), query.columns,
+                                       query.breakpoints, qcols, qbps)).ravel()
+        region_shape = tuple(len(old[c.lower()][1]) if c.lower() in old else 1 for c in qcols)
+        coords = np.meshgrid(*[
+            np.searchsorted(np.asarray(old[c.lower()][1]), np.asarray(bp), side="right") - 1 if c.lower() in old
+            else np.zeros(len(bp), dtype=np.int64) for c, bp in zip(qcols, qbps, strict=True)
+        ], indexing="ij")
+        region = np.ravel_multi_index([x.ravel() for x in coords], region_shape) if qcols else np.zeros(1, np.int64)
+        # distinct weights per old region
+        pairs = np.unique(region.astype(np.int64) * (int(ranks.max(initial=0)) + 1) + ranks)
+        per_region = np.bincount(pairs // (int(ranks.max(initial=0)) + 1), minlength=math.prod(region_shape))
+        # each old box's region: its slabs on the query's columns that the old grid has
+        axes = [old[c.lower()][0] for c in qcols if c.lower() in old]
+        labels = self._labels
+        if axes:
+            sub = np.moveaxis(labels, axes, list(range(len(axes))))
+            shape_q = sub.shape[: len(axes)]
+            sub = sub.reshape(math.prod(shape_q), -1)
+            box_region = np.repeat(np.arange(sub.shape[0], dtype=np.int64), sub.shape[1])
+            flat = sub.ravel()
+        else:
+            box_region, flat = np.zeros(labels.size, dtype=np.int64), labels.ravel()
+        # (a column the old grid lacks is one slab there: its axis has length 1 in the regions)
+        best = np.zeros(self._n, dtype=np.int64)
+        np.maximum.at(best, flat, per_region[box_region])
+        return int(best.sum())
 
     def _commit(
         self,
@@ -243,6 +290,8 @@ class AtomPartition(_Grid):
         view = self._labels
         for ax, (c, bp) in enumerate(zip(cols, bps, strict=True)):
             if c in old:
+                if old[c] == bp:
+                    continue  # the same slabs: no copy
                 idx = np.searchsorted(np.asarray(old[c]), np.asarray(bp), side="right") - 1
                 view = np.take(view, idx, axis=ax)
             else:
@@ -355,6 +404,20 @@ class BoxGrid(_Grid):
             expand_grid(np.asarray(query.numerators), query.columns, query.breakpoints, self._columns, self._bps),
             dtype=np.int64,
         ).ravel()
+
+    def boxes_by_cell(self, query: LinearQuery) -> tuple[np.ndarray, np.ndarray]:
+        """``(numerators, boxes)``: ``query``'s integer numerator on each cell of this grid's
+        slabs of the query's own columns (flat), and the boxes inside each such cell (one row
+        per cell).  A query depends on its columns only, so this locates its boxes without
+        expanding it onto the whole grid (its grid must be part of this one)."""
+        self._check_table(query)
+        names = [c.lower() for c in self._columns]
+        axes = [names.index(c.lower()) for c in query.columns]
+        nums = np.asarray(expand_grid(np.asarray(query.numerators), query.columns, query.breakpoints,
+                                      [self._columns[a] for a in axes], [self._bps[a] for a in axes])).ravel()
+        boxes = np.arange(self.n_atoms, dtype=np.int64).reshape(self.shape)
+        boxes = np.moveaxis(boxes, axes, list(range(len(axes)))).reshape(nums.size, -1)
+        return nums.astype(np.int64), boxes
 
     def vector(self, query: LinearQuery) -> np.ndarray:
         """The query's weight on each box."""

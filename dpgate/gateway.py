@@ -51,7 +51,7 @@ import numpy as np
 from dpgate import _checkpoint, _progress
 from dpgate._blas import one_blas_thread, single_threaded
 from dpgate._validate import positive_finite
-from dpgate.accounting import to_epsilon
+from dpgate.accounting import CellCosts, to_epsilon
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
 from dpgate.cube import Cube
 from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
@@ -154,8 +154,9 @@ def _statements(
         yield run
 
 
-def _recorded_charges(state: TableState, parts: Sequence[Measurement]) -> tuple[int, list[int]]:
-    """The table's exact charge, in units, before and after each of a statement's releases as they will be recorded."""
+def _recorded_charges(state: TableState, parts: Sequence[Measurement]) -> tuple[int, list[int], CellCosts]:
+    """The table's exact charge, in units, before and after each of a statement's releases as they
+    will be recorded, and the costs after them."""
     return state.recorded_charges([(m.c, m.alpha, m.sensitivity) for m in parts])
 
 
@@ -670,36 +671,51 @@ class Gateway:
                     return [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps], before
                 raise self._refusal(state, steps, needed, spent, accuracy, confidence)
             parts = [m for s in steps for m in s.measurements]
-            values, known = self._record(tx, state, parts, sql, "query", spent)
+            values, recorded = self._record(tx, state, parts, sql, "query", spent)
         # Committed (fsync'd): only now may anything derived from the values leave.
-        self._sync(known=known)
+        self._applied(state, parts, *recorded)
         it = iter(values)
         return [replace(s, values=tuple(next(it) for _ in s.measurements)) for s in steps], before
 
     def _record(
         self, tx: LedgerTransaction, state: TableState, parts: Sequence[Measurement], sql: str, kind: str,
-        spent: float, charges: tuple[int, list[int]] | None = None,
-    ) -> tuple[list[float], dict[str, LinearQuery]]:
+        spent: float, charges: tuple[int, list[int], CellCosts] | None = None,
+    ) -> tuple[list[float], tuple[list[LedgerRecord], CellCosts]]:
         """Inside an open ledger transaction: read the true answers, add noise, append
         one record per measurement.  Values leave only after the caller commits.
+        Returns the values, and the records and the costs after them (for :meth:`_applied`).
         ``charges``: :func:`_recorded_charges` of ``parts`` if the caller has it already."""
         truths = self._cube.true_numerators([m.query for m in parts])
-        start, after = _recorded_charges(state, parts) if charges is None else charges
+        start, after, costs = _recorded_charges(state, parts) if charges is None else charges
         rels = release_many(
             [(truth, m.query.denominator, m.sensitivity, m.alpha) for m, truth in zip(parts, truths, strict=True)],
             self._noise,
         )
-        texts = [m.query.to_json() for m in parts]
-        tx.append_many([
-            {"kind": kind, "table": state.table.name, "query": text, "sql": sql, "alpha": m.alpha,
+        records = tx.append_many([
+            {"kind": kind, "table": state.table.name, "query": m.query.to_json(), "sql": sql, "alpha": m.alpha,
              "sensitivity": m.sensitivity, "scale": rel.scale, "lattice": rel.lattice, "noise": "discrete_laplace",
              "value": rel.value, "cost_after": spent - to_epsilon(start) + to_epsilon(charge), "secure": rel.secure}
-            for m, text, rel, charge in _progress.track(zip(parts, texts, rels, after, strict=True), len(parts),
-                                                        "releasing")
+            for m, rel, charge in _progress.track(zip(parts, rels, after, strict=True), len(parts), "releasing")
         ])  # fmt: skip
-        # The records' queries by their JSON, for :meth:`_sync`: measured queries (offset 0, no
-        # label or group) are exactly what ``from_json`` gives back, so nothing is re-parsed.
-        return [rel.value for rel in rels], dict(zip(texts, (m.query for m in parts), strict=True))
+        return [rel.value for rel in rels], (records, costs)
+
+    def _applied(self, state: TableState, parts: Sequence[Measurement], records: Sequence[LedgerRecord],
+                 costs: CellCosts) -> None:
+        """After a statement's ``records`` committed: bring the live state past them.  When
+        ``state``, its planning copy, was refined for exactly the released queries, it *is*
+        the live state after them (:meth:`TableState.record_planned`: nothing refined or priced
+        twice); otherwise they are applied to the live state like any other record."""
+        if records and records[0].id == self._last_id + 1 and state.planned_for([m.query for m in parts]):
+            table = state.table.name.lower()
+            if not all(r.secure for r in records):
+                self._insecure_tables = self._insecure_tables | {table}
+            state.record_planned(
+                [(r.id, m.query, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
+                 for r, m in zip(records, parts, strict=True)], costs)
+            self._tables[table] = state
+            self._last_id = records[-1].id
+        # The measured queries (offset 0, no label or group) are exactly what ``from_json`` gives back.
+        self._sync(known={r.query: m.query for r, m in zip(records, parts, strict=True)})
 
     @single_threaded
     def release_measurements(
@@ -751,7 +767,8 @@ class Gateway:
                 parts = [measurement(state, q, q.sensitivity / a,
                                      h=np.array([isolation_key(q)[1]]) if i in state.outside else None)
                          for i, (q, a) in enumerate(measurements)]
-                start, after = _recorded_charges(state, parts)
+                charges = _recorded_charges(state, parts)
+                start, after, _ = charges
                 needed, spent = to_epsilon(after[-1] if after else start) - to_epsilon(start), self._spent()
                 if spent + needed > self.budget + _BUDGET_SLACK:
                     remaining = max(0.0, self.budget - spent)
@@ -760,8 +777,8 @@ class Gateway:
                         needed=needed,
                         remaining=remaining,
                     )
-                values, known = self._record(tx, state, parts, label, kind, spent, (start, after))
-            self._sync(known=known)
+                values, recorded = self._record(tx, state, parts, label, kind, spent, charges)
+            self._applied(state, parts, *recorded)
         return values
 
     def warm_start(

@@ -372,10 +372,12 @@ def expand_grid(
     view = values
     for ax, (c, bp) in enumerate(zip(to_columns, to_breakpoints, strict=True)):
         if c.lower() in src:
-            mine = np.asarray(src[c.lower()])
-            if not set(mine.tolist()) <= set(bp):
+            mine = src[c.lower()]
+            if len(mine) == len(bp) and tuple(mine) == tuple(bp):
+                continue  # the same slabs: no copy
+            if not set(mine) <= set(bp):
                 raise DPGateInternalError(f"grid for {c} does not refine the query's breakpoints")
-            view = np.take(view, np.searchsorted(mine, np.asarray(bp), side="right") - 1, axis=ax)
+            view = np.take(view, np.searchsorted(np.asarray(mine), np.asarray(bp), side="right") - 1, axis=ax)
         else:  # a broadcast axis for a column the values do not depend on
             view = np.expand_dims(view, ax)
     return np.broadcast_to(view, tuple(len(b) for b in to_breakpoints))

@@ -14,7 +14,7 @@ import copy
 import hashlib
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Set
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -164,6 +164,8 @@ class TableState:
     _members: tuple[object, object, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = field(default=None, repr=False)
     #: Inside :meth:`_deferred_splits`: the composed split not yet applied to the BLUE.
     _pending: np.ndarray | None = field(default=None, repr=False)
+    #: In a planning copy made with isolation, the :func:`_held_key` of the queries it was refined for.
+    _planned: tuple[tuple[object, ...], ...] | None = field(default=None, repr=False)
     _deferring: bool = field(default=False, repr=False)
 
     @classmethod
@@ -232,16 +234,14 @@ class TableState:
         """:meth:`charges` of disjoint ``queries`` from the codes of their joint split
         (code ``base + 1 + rank`` for each query's distinct non-zero weights, in order:
         :func:`~dpgate.atoms.joint_split`)."""
-        codes = self.cost_atoms.atom_numerators(split)
-        if codes.max(initial=0) < 2**16:  # a radix sort
-            codes = codes.astype(np.uint16)
+        codes, boxes = self.cost_atoms.boxes_by_cell(split)  # codes on the split's own columns: small
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(int(codes.max(initial=0)) + 2))
         out, base = [], 0
         for q in queries:
             nums = np.asarray(q.numerators)
             values = np.unique(nums[nums != 0])
-            segments = [order[bounds[base + 1 + r]: bounds[base + 2 + r]] for r in range(values.size)]
+            segments = [boxes[order[bounds[base + 1 + r]: bounds[base + 2 + r]]].ravel() for r in range(values.size)]
             base += values.size
             atoms = np.concatenate(segments)
             out.append((atoms, np.repeat(values / q.denominator, [len(g) for g in segments])))
@@ -361,6 +361,7 @@ class TableState:
         trial.charges(queries)  # located together (one pass for a GROUP BY), kept for the plan
         if isolate:
             trial.outside = frozenset(trial.hold(queries))
+            trial._planned = tuple(_held_key(q) for q in queries)
         else:
             with trial._deferred_splits():
                 for q in queries:
@@ -427,11 +428,22 @@ class TableState:
         self._charge_refine(queries)
         outside = self.hold(queries)
         self._add_costs(items)
+        self._append(items, outside)
+
+    def _append(self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]],
+                outside: Set[int]) -> None:
+        """Add released answers (their queries refined) to the BLUE, or — the positions in
+        ``outside`` — to their exact repeats' history."""
+        queries = [it[1] for it in items]
         held = [it for i, it in enumerate(items) if i not in outside]
         for i in sorted(outside):
             _, query, scale, value, lattice, _, _ = items[i]
             key, factor = isolation_key(query)
-            self.isolated.setdefault(key, IncrementalBLUE(_ONE)).append([factor], scale, value, lattice=lattice)
+            found = self.isolated.get(key)
+            # a copy: the BLUE may be shared with a planning copy's (or the state's it came from)
+            hist = found.copy() if found is not None else IncrementalBLUE(_ONE)
+            hist.append([factor], scale, value, lattice=lattice)
+            self.isolated[key] = hist
         if held:
             rows = np.array([self.atoms.vector(it[1]) for it in held])
             for rid, query, _, _, _, alpha, sensitivity in held:
@@ -466,15 +478,36 @@ class TableState:
             self._known = {}
         self._known.update((_held_key(q), held) for q in queries)
 
-    def recorded_charges(self, parts: Sequence[tuple[Charge, float, float]]) -> tuple[int, list[int]]:
+    def recorded_charges(self, parts: Sequence[tuple[Charge, float, float]]) -> tuple[int, list[int], CellCosts]:
         """The table's exact charge, in units, before and after each of ``parts``
         ``(charge, α, S)`` (a statement's releases, in order, charged by :meth:`charges`
-        on this refined copy — exactly what recording them adds)."""
+        on this refined copy — exactly what recording them adds), and the costs after all
+        of them (what :meth:`record_planned` installs)."""
         costs, after = self.costs.copy(), []
         for (atoms, weights), alpha, sensitivity in parts:
             costs.add_sparse(atoms, weights, alpha, sensitivity, in_place=True)
             after.append(costs.charge_units)
-        return self.costs.charge_units, after
+        return self.costs.charge_units, after, costs
+
+    def planned_for(self, queries: Sequence[LinearQuery]) -> bool:
+        """Whether this planning copy was refined (:meth:`refined`, with isolation) for exactly
+        ``queries`` — then recording them needs no refinement: :meth:`record_planned`."""
+        return self._planned == tuple(_held_key(q) for q in queries)
+
+    def record_planned(
+        self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]], costs: CellCosts
+    ) -> None:
+        """:meth:`record_many` on the planning copy of exactly these queries (:meth:`planned_for`),
+        with the costs :meth:`recorded_charges` computed: the same state, without refining
+        the partitions and pricing the releases a second time.  The lists and maps this copy
+        shares with the state it was made from are copied first, so that state stays intact
+        whatever happens here."""
+        self.queries, self.record_ids = list(self.queries), list(self.record_ids)
+        self.alphas, self.sensitivities = list(self.alphas), list(self.sensitivities)
+        self.isolated, self._known = dict(self.isolated), dict(self._known or {})
+        self.costs = costs
+        self._append(items, self.outside)
+        self.outside, self._planned = frozenset(), None
 
     def __getstate__(self) -> dict[str, object]:
         """Pickled (checkpointed) without the map of cost atoms onto atoms: derived, and as
