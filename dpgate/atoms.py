@@ -252,13 +252,12 @@ class AtomPartition(_Grid):
         per_region = np.bincount(pairs // (int(ranks.max(initial=0)) + 1), minlength=math.prod(region_shape))
         # each old box's region: its slabs on the query's columns that the old grid has
         axes = [old[c.lower()][0] for c in qcols if c.lower() in old]
-        labels = self._labels
+        labels: np.ndarray = self._labels
         if axes:
-            sub = np.moveaxis(labels, axes, list(range(len(axes))))
-            shape_q = sub.shape[: len(axes)]
-            sub = sub.reshape(math.prod(shape_q), -1)
-            box_region = np.repeat(np.arange(sub.shape[0], dtype=np.int64), sub.shape[1])
-            flat = sub.ravel()
+            moved = np.moveaxis(labels, axes, list(range(len(axes))))
+            n_regions = math.prod(moved.shape[: len(axes)])
+            box_region = np.repeat(np.arange(n_regions, dtype=np.int64), labels.size // n_regions)
+            flat = moved.reshape(-1)
         else:
             box_region, flat = np.zeros(labels.size, dtype=np.int64), labels.ravel()
         # (a column the old grid lacks is one slab there: its axis has length 1 in the regions)

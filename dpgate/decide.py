@@ -38,7 +38,6 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 from typing import Literal, cast
 
 import numpy as np
@@ -216,12 +215,17 @@ def plan(
         alone: list[tuple[int, Step]] = []
         # ``blue`` does not change before the block's later steps: estimate every output first.
         live = {i: h for i in block if (h := hs[i]) is not None and not queries[i].is_zero}
-        ests = {i: blue.estimate(h) for i, h in live.items()} if policy != "no_reuse" else {}
+        charged = state.atom_costs(costs) if batch and live and policy != "no_reuse" else None
+        # A group no release ever touched is neither estimable nor restrictable: no row meets
+        # its support (every release is charged where it touches, so uncharged atoms are untouched).
+        ests = {} if policy == "no_reuse" else {
+            i: blue.estimate(h) for i, h in live.items() if charged is None or charged[h != 0].any()
+        }
         asks = [i for i, est in ests.items() if batch and not est.estimable]
         # Decided here, on the costs before the block: its outputs are disjoint, so adding one's
         # charge leaves every other's cells (hence its restrictions) as they were.  Asked only of
         # outputs history does not determine (a repeat asks none).
-        restrictable = dict(zip(asks, _restrictable_many(blue, state.atom_costs(costs) if asks else np.zeros(0),
+        restrictable = dict(zip(asks, _restrictable_many(blue, charged if charged is not None else np.zeros(0),
                                                          [live[i] for i in asks]), strict=True))
         for i in block:
             q, h = queries[i], hs[i]
@@ -241,7 +245,7 @@ def plan(
             if est is not None and meets(est.halfwidth(confidence), accuracy):  # inf when not estimable
                 # Reusable by answers() only while no planned release (valued 0 here) is in ``blue``.
                 place(i, Step(q, "history", h, estimate=None if own_blue else est))
-            elif est is None or (batch and not est.estimable and not restrictable[i]):
+            elif est is None or (batch and not est.estimable and not restrictable[i]):  # None: untouched, or no_reuse
                 m = measurement(state, q, _alone_scale(q, accuracy, confidence, policy), h=h)
                 before = costs.charge
                 _add(costs, m)
@@ -460,7 +464,7 @@ def measurement(state: TableState, query: LinearQuery, scale: float, *, h: np.nd
     comes from the cost atoms (a statement's queries are refined into them; a query made
     from the atoms, e.g. a restriction, is constant on them since they refine the atoms).
     """
-    query = replace(query, offset=Fraction(0), label="", group=())
+    query = query.linear_part
     if h is None:
         h = state.atoms.vector(query)
     c = state.charge(query, h)

@@ -23,7 +23,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -33,6 +33,9 @@ from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema import Table
 
 __all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "expand_grid", "union_grid"]
+
+#: Cached properties of a :class:`LinearQuery` that depend only on its grid and weights.
+_WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern")
 
 #: Weights must be rationals with at most this denominator (SQL constants with
 #: up to six decimals); the noise lattice needs exact integer true answers.
@@ -173,11 +176,23 @@ class LinearQuery:
         """Float weights, one per grid box."""
         return self.numerators / self.denominator
 
-    @property
+    @functools.cached_property
     def sensitivity(self) -> float:
         """``S = max |w|``: how much one row can change the answer (before
-        ``max_rows_per_individual`` scaling)."""
+        ``max_rows_per_individual`` scaling).  Computed once per query."""
         return float(np.max(np.abs(self.numerators), initial=0)) / self.denominator
+
+    @functools.cached_property
+    def linear_part(self) -> LinearQuery:
+        """This query with offset 0 and no label or group (what a release measures), sharing
+        the properties already computed from the weights.  Computed once per query."""
+        if self.offset == 0 and not self.label and not self.group:
+            return self
+        out = replace(self, offset=Fraction(0), label="", group=())
+        for name in _WEIGHT_PROPERTIES:
+            if name in self.__dict__:
+                out.__dict__[name] = self.__dict__[name]
+        return out
 
     @functools.cached_property
     def weight_sign(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import numpy as np
@@ -184,3 +185,39 @@ def test_box_grid_reproduces_dense_vectors_and_maps_onto_the_atoms(qs: list[Line
         assert grid.n_atoms == int(np.prod([len(b) for b in grid.breakpoints]))
         np.testing.assert_array_equal(q.dense(SMALL).ravel(), grid.vector(q)[boxes])
         np.testing.assert_array_equal(grid.atom_of(atoms)[boxes], atom_of_cells(atoms, ALL_CELLS))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(queries(), min_size=1, max_size=6), st.integers(1, 40))
+def test_the_refusal_bound_never_exceeds_the_atoms_a_refinement_makes(qs: list[LinearQuery], limit: int) -> None:
+    """A refinement is refused early from a lower bound on the atoms it would make; the bound
+    is at most the exact count, so the limit refuses exactly what the full refinement would."""
+    free, capped = AtomPartition(SMALL, max_atoms=10**6), AtomPartition(SMALL, max_atoms=limit)
+    for q in qs:
+        cols, bps = free._merged_grid(q)
+        bound = free._atoms_at_least(q, cols, bps)
+        free.refine(q)
+        assert bound <= free.n_atoms
+        exact = copy.copy(capped)
+        exact.max_atoms = 10**6
+        exact.refine(q)
+        before = capped.n_atoms
+        try:
+            capped.refine(q)
+        except UnsupportedQuery:
+            assert capped.n_atoms == before and exact.n_atoms > limit  # refused only over the limit, unchanged
+            continue
+        assert capped.n_atoms == exact.n_atoms <= limit and is_constant(capped, q)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(queries(), min_size=1, max_size=5))
+def test_boxes_by_cell_partition_the_grid_by_the_query_weights(qs: list[LinearQuery]) -> None:
+    """Each cell of a query's own columns holds the boxes where the query has its weight there."""
+    grid = BoxGrid(SMALL)
+    for q in qs:
+        grid.refine(q)
+    q = qs[-1]
+    nums, boxes = grid.boxes_by_cell(q)
+    assert sorted(boxes.ravel().tolist()) == list(range(grid.n_atoms))
+    np.testing.assert_array_equal(grid.atom_numerators(q)[boxes], np.repeat(nums[:, None], boxes.shape[1], axis=1))

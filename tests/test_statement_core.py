@@ -156,6 +156,43 @@ def test_isolated_releases_replay_to_the_same_costs_and_estimates(pums, tmp_path
         assert b.source == "history" and (b.value, b.halfwidth) == pytest.approx((a.value, a.halfwidth), rel=1e-12)
 
 
+def test_the_live_state_after_each_statement_is_the_replayed_state(pums, tmp_path) -> None:
+    """A recorded statement installs its planning copy as the live state (nothing refined or
+    priced twice); that must be exactly what applying its ledger records gives: the same atoms,
+    cost grid and exact per-cell costs, released queries, isolated histories and estimates."""
+    df, schema = pums
+    path = tmp_path / "l.db"
+    statements = (
+        ("SELECT sex, COUNT(*) FROM pums GROUP BY sex", 15.0),
+        ("SELECT COUNT(*) FROM pums WHERE age BETWEEN 20 AND 39", 10.0),
+        ("SELECT COUNT(*) AS n, SUM(age >= 50) AS old FROM pums", 15.0),  # n from history: recorded as records
+        ("SELECT age, COUNT(*) FROM pums GROUP BY age", 12.0),  # over max_atoms: isolated
+        ("SELECT SUM(age) FROM pums", 1500.0),  # wide: isolated
+        ("SELECT educ, COUNT(*) FROM pums WHERE married GROUP BY educ", 12.0),
+        ("SELECT COUNT(*) FROM pums WHERE age BETWEEN 20 AND 29", 6.0),  # partly from history: a restriction
+        ("SELECT age, COUNT(*) FROM pums GROUP BY age", 8.0),  # a top-up of isolated repeats
+    )
+    with dpgate.Gateway(df, schema, budget=1e6, ledger=path, seed=1, max_atoms=120) as gw:
+        for sql, acc in statements:
+            gw.query(sql, accuracy=acc)
+            live = gw._state("pums")
+            with dpgate.Gateway(df, schema, budget=1e6, ledger=path, max_atoms=120) as again:
+                replayed = again._state("pums")
+                assert replayed.atoms.n_atoms == live.atoms.n_atoms
+                assert replayed.atoms.breakpoints == live.atoms.breakpoints
+                np.testing.assert_array_equal(replayed.atoms.labels, live.atoms.labels)
+                assert replayed.cost_atoms.breakpoints == live.cost_atoms.breakpoints
+                np.testing.assert_array_equal(replayed.costs.units, live.costs.units)
+                assert replayed.costs.charge_units == live.costs.charge_units
+                assert replayed.record_ids == live.record_ids and replayed.queries == live.queries
+                assert sorted(replayed.isolated) == sorted(live.isolated)
+                for key, hist in live.isolated.items():
+                    np.testing.assert_array_equal(replayed.isolated[key].values, hist.values)
+                for q in live.queries:
+                    a, b = live.blue.estimate(live.atoms.vector(q)), replayed.blue.estimate(replayed.atoms.vector(q))
+                    assert (a.value, a.variance) == pytest.approx((b.value, b.variance), rel=1e-9, abs=1e-9)
+
+
 def test_isolation_keys_name_queries_up_to_a_factor(pums) -> None:
     _, schema = pums
     (q,) = compile_sql("SELECT SUM(age) FROM pums WHERE sex = '1'", schema)
