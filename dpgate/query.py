@@ -23,7 +23,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import Any
 
@@ -151,9 +151,10 @@ class LinearQuery:
         )
 
     # -- canonical identity ----------------------------------------------------
-    @property
+    @functools.cached_property
     def key(self) -> tuple[Any, ...]:
-        """Hashable canonical form: equal keys mean equal weight functions and offsets."""
+        """Hashable canonical form: equal keys mean equal weight functions and offsets.
+        Computed once per query (queries are dictionary keys)."""
         return (
             self.table.lower(),
             tuple(c.lower() for c in self.columns),
@@ -163,6 +164,10 @@ class LinearQuery:
             self.denominator,
             self.offset,
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (ledger checkpoints) without the cached properties: they are derived."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, LinearQuery) and self.key == other.key
@@ -188,10 +193,10 @@ class LinearQuery:
         the properties already computed from the weights.  Computed once per query."""
         if self.offset == 0 and not self.label and not self.group:
             return self
-        out = replace(self, offset=Fraction(0), label="", group=())
-        for name in _WEIGHT_PROPERTIES:
-            if name in self.__dict__:
-                out.__dict__[name] = self.__dict__[name]
+        out = object.__new__(LinearQuery)  # this query's fields, already checked: no __post_init__
+        out.__dict__.update({f.name: getattr(self, f.name) for f in fields(self)},
+                            offset=Fraction(0), label="", group=())
+        out.__dict__.update((name, self.__dict__[name]) for name in _WEIGHT_PROPERTIES if name in self.__dict__)
         return out
 
     @functools.cached_property

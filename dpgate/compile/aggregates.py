@@ -328,6 +328,7 @@ def group_weights(
         return [LinearQuery.from_grid(table, cols, _ints(bps), w, offset, label=label)]
     gax = [cols.index(c.name) for c in group_cols]
     out = []
+    labels = [c.labels() for c in group_cols]  # once: a column's labels list all its cells
     for key in keys if keys is not None else itertools.product(*[range(c.n_cells) for c in group_cols]):
         index: list[Any] = [slice(None)] * len(cols)
         new_bps = list(bps)
@@ -342,7 +343,7 @@ def group_weights(
             sel[ax] = slice(k, k + 1)
         weights = np.zeros(new_shape)
         weights[tuple(slice(i, i + 1) if isinstance(i, int) else i for i in index)] = w[tuple(sel)]
-        group = tuple((c.name, c.labels()[k]) for c, k in zip(group_cols, key, strict=True))
+        group = tuple((c.name, names[k]) for c, names, k in zip(group_cols, labels, key, strict=True))
         out.append(LinearQuery.from_grid(table, cols, _ints(new_bps), weights, offset, label=label, group=group))
     return out
 
