@@ -8,6 +8,7 @@ taken :data:`DELAY` seconds, so quick calls never flicker.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 import threading
@@ -32,9 +33,15 @@ def set_enabled(flag: bool | None) -> None:
 
 def enabled() -> bool:
     """Whether bars are drawn now."""
-    if _enabled is False or importlib.util.find_spec("tqdm") is None:
+    if _enabled is False or not _have_tqdm():
         return False
     return bool(_enabled) or (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
+
+
+@functools.cache
+def _have_tqdm() -> bool:
+    """Whether tqdm is installed (looked up once: a lookup stats the file system)."""
+    return importlib.util.find_spec("tqdm") is not None
 
 
 def track(items: Iterable[_T], total: int, desc: str) -> Iterator[_T]:
