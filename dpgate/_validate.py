@@ -55,6 +55,10 @@ def is_true(word: object) -> bool:
 
 def real(x: object, name: str, *, error: type[Error] = InvalidArgument) -> float:
     """``x`` as a float; booleans, non-numbers and NaN are refused with ``error``."""
+    if type(x) is float:  # the common case, without the slow abstract-class check below
+        if x != x:
+            raise error(f"{name} must be a number, got NaN.")
+        return x
     if isinstance(x, bool) or not isinstance(x, numbers.Real):
         if error is InvalidArgument:
             raise InvalidArgumentType(f"{name} must be a number, got {x!r} ({type(x).__name__}).")
