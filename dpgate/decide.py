@@ -282,7 +282,11 @@ def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: fl
     on its own at the smallest budget that, with those repeats, meets the requirement."""
     key, factor = isolation_key(q)
     hist = state.isolated.get(key)
-    iso = hist.copy() if hist is not None else IncrementalBLUE(_ONE)
+    if hist is None:  # never released: its own release is its answer (at the single-release scale)
+        scale = _alone_scale(q, accuracy, confidence, "minimal" if policy == "minimal" else "paper")
+        m = measurement(state, q, scale, h=np.array([factor]))
+        return Step(q, "fresh", m.h, (m,), alone=True, isolated=_NO_REPEATS)
+    iso = hist.copy()
     h = np.array([factor])
     est = iso.estimate(h) if policy != "no_reuse" else None
     if est is not None and meets(est.halfwidth(confidence), accuracy):
@@ -370,6 +374,8 @@ def _single_release_scale(accuracy: float, confidence: float, denominator: int) 
 
 
 _ONE = np.ones(1)
+#: The history of an isolated query never released: read only (answers copy before appending).
+_NO_REPEATS = IncrementalBLUE(_ONE)
 
 
 def answers(

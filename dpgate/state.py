@@ -98,7 +98,24 @@ def isolation_key(query: LinearQuery) -> tuple[str, float]:
     across exact repeats and rescalings: two queries share a key iff they have the same
     grid and proportional weights (numerators divided by their gcd, first non-zero
     positive).  Zero queries are never measured and have no key.
+
+    Memoised by the query's weights (a GROUP BY's isolated groups are keyed when planned
+    and again when recorded).
     """
+    memo = (query.table.lower(), query.pattern, query.denominator)
+    found = _ISOLATION_KEYS.get(memo)
+    if found is None:
+        if len(_ISOLATION_KEYS) >= _ISOLATION_KEYS_MAX:
+            _ISOLATION_KEYS.clear()
+        found = _ISOLATION_KEYS[memo] = _isolation_key(query)
+    return found
+
+
+_ISOLATION_KEYS: dict[tuple[object, ...], tuple[str, float]] = {}
+_ISOLATION_KEYS_MAX = 1 << 16
+
+
+def _isolation_key(query: LinearQuery) -> tuple[str, float]:
     nums = np.asarray(query.numerators, dtype=np.int64).ravel()
     nonzero = np.flatnonzero(nums)
     g = int(np.gcd.reduce(np.abs(nums))) * (1 if nums[nonzero[0]] > 0 else -1)
