@@ -190,6 +190,14 @@ def plan(
     """
     hs = [None if q.is_zero or i in state.outside else state.atoms.vector(q) for i, q in enumerate(queries)]
     costs = state.costs.copy()
+    added: list[tuple[Charge, float, float]] = []  # in order, with the charge after each
+    after: list[int] = []
+
+    def add(m: Measurement) -> None:
+        _add(costs, m)
+        added.append((m.c, m.alpha, m.sensitivity))
+        after.append(costs.charge_units)
+
     blue = state.blue
     own_blue = False  # plan copies the state's BLUE only when it appends to it
     steps: list[Step | None] = [None] * len(queries)
@@ -237,7 +245,7 @@ def plan(
                 if step.measurements:
                     (m,) = step.measurements
                     before = costs.charge
-                    _add(costs, m)
+                    add(m)
                     step = replace(step, increase=costs.charge - before)
                 place(i, step)
                 continue
@@ -248,7 +256,7 @@ def plan(
             elif est is None or (batch and not est.estimable and not restrictable[i]):  # None: untouched, or no_reuse
                 m = measurement(state, q, _alone_scale(q, accuracy, confidence, policy), h=h)
                 before = costs.charge
-                _add(costs, m)
+                add(m)
                 alone.append((i, Step(q, "fresh", h, (m,), costs.charge - before, alone=True)))
             else:
                 later.append(i)
@@ -270,10 +278,11 @@ def plan(
             blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy)
             increase = _price(costs, parts)
             for m in parts:
-                _add(costs, m)
+                add(m)
             place(i, Step(q, "fresh", h, tuple(parts), increase))
         for i in block:
             planned.setdefault(queries[i], i)
+    state.remember_recorded_charges(added, after, costs)  # what recording them in this order charges
     return [s for s in steps if s is not None]
 
 

@@ -181,6 +181,9 @@ class TableState:
     _members: tuple[object, object, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = field(default=None, repr=False)
     #: Inside :meth:`_deferred_splits`: the composed split not yet applied to the BLUE.
     _pending: np.ndarray | None = field(default=None, repr=False)
+    #: :meth:`remember_recorded_charges`: the costs it started from, the parts, the charges after each and the costs.
+    _recorded: tuple[CellCosts, list[tuple[Charge, float, float]], list[int], CellCosts] | None = field(
+        default=None, repr=False)
     #: In a planning copy made with isolation, the :func:`_held_key` of the queries it was refined for.
     _planned: tuple[tuple[object, ...], ...] | None = field(default=None, repr=False)
     _deferring: bool = field(default=False, repr=False)
@@ -500,11 +503,21 @@ class TableState:
         ``(charge, α, S)`` (a statement's releases, in order, charged by :meth:`charges`
         on this refined copy — exactly what recording them adds), and the costs after all
         of them (what :meth:`record_planned` installs)."""
+        found = self._recorded
+        if found is not None and found[0] is self.costs and _same_charges(found[1], parts):
+            return self.costs.charge_units, found[2], found[3]  # priced so by the planner
         costs, after = self.costs.copy(), []
         for (atoms, weights), alpha, sensitivity in parts:
             costs.add_sparse(atoms, weights, alpha, sensitivity, in_place=True)
             after.append(costs.charge_units)
         return self.costs.charge_units, after, costs
+
+    def remember_recorded_charges(self, parts: Sequence[tuple[Charge, float, float]], after: list[int],
+                                  costs: CellCosts) -> None:
+        """Note what the planner found :meth:`recorded_charges` of ``parts`` to be (``after``:
+        the charge after each; ``costs``: its own copy of the costs after all of them), so
+        that recording them in that order does not price them again."""
+        self._recorded = (self.costs, list(parts), list(after), costs)
 
     def planned_for(self, queries: Sequence[LinearQuery]) -> bool:
         """Whether this planning copy was refined (:meth:`refined`, with isolation) for exactly
@@ -524,12 +537,12 @@ class TableState:
         self.isolated, self._known = dict(self.isolated), dict(self._known or {})
         self.costs = costs
         self._append(items, self.outside)
-        self.outside, self._planned = frozenset(), None
+        self.outside, self._planned, self._recorded = frozenset(), None, None
 
     def __getstate__(self) -> dict[str, object]:
-        """Pickled (checkpointed) without the map of cost atoms onto atoms: derived, and as
-        large as the cost grid."""
-        return {**self.__dict__, "_members": None}
+        """Pickled (checkpointed) without the map of cost atoms onto atoms and the planner's
+        priced charges: derived, and as large as the cost grid."""
+        return {**self.__dict__, "_members": None, "_recorded": None}
 
     def view(self) -> TableView:
         """A frozen snapshot of this history (copies: later releases and refinements do not show)."""
@@ -613,6 +626,13 @@ class TableView:
         """The BLUE of ``query`` (or of an atom vector) from this history (Xiao & Xiong (2012), Theorem 3.1)."""
         h = self.vector(query) if isinstance(query, LinearQuery) else query
         return self._blue.estimate(h)  # estimate() only reads the BLUE's state
+
+
+def _same_charges(a: Sequence[tuple[Charge, float, float]], b: Sequence[tuple[Charge, float, float]]) -> bool:
+    """Whether two sequences of ``(charge, α, S)`` are the same releases in the same order
+    (charges compared as the memoised objects they are, so equal objects mean equal charges)."""
+    return len(a) == len(b) and all(
+        x[0] is y[0] and x[1] == y[1] and x[2] == y[2] for x, y in zip(a, b, strict=True))
 
 
 def _frozen(values: Sequence[float] | np.ndarray) -> np.ndarray:
