@@ -3,7 +3,8 @@
 (Over 500 lines on purpose: it is one class, the public API, and a third of it
 is docstrings — each method that releases states its privacy guarantee.
 Planning and answering live in ``dpgate.decide``, a table's history in
-``dpgate.state``, the requirement rules in ``dpgate.requirement``.)
+``dpgate.state``, keeping it in step with the ledger in ``dpgate._history``, the
+requirement rules in ``dpgate.requirement``.)
 
 Pipeline of one ``Gateway.query`` call::
 
@@ -48,8 +49,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from dpgate import _checkpoint, _progress
+from dpgate import _progress
 from dpgate._blas import one_blas_thread, single_threaded
+from dpgate._history import LedgerHistory
 from dpgate._validate import positive_finite
 from dpgate.accounting import CellCosts, to_epsilon
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
@@ -89,11 +91,6 @@ _R = TypeVar("_R", bound=Result)
 
 # Budget comparisons allow this much floating-point slack (never more).
 _BUDGET_SLACK = 1e-12
-#: A gateway that replays at least this many ledger records on opening checkpoints its state
-#: (``dpgate._checkpoint``); closing it checkpoints whatever it added.
-_CHECKPOINT_AFTER = 64
-#: Layout of the checkpointed inference state (a checkpoint of another layout is replayed).
-_STATE_LAYOUT = 2
 #: Default ``Gateway(max_outputs=...)``: a two-column GROUP BY of a few thousand keys.
 DEFAULT_MAX_OUTPUTS = 4096
 
@@ -134,24 +131,6 @@ def _compile_key(
     if not all(type(v) in _PLAIN for *_, v in items):
         return None
     return (sql, isinstance(params, Mapping), items, dialect)
-
-
-def _statements(
-    records: Sequence[LedgerRecord], queries: Sequence[LinearQuery]
-) -> Iterator[list[tuple[LedgerRecord, LinearQuery]]]:
-    """The records as the statements that appended them: runs of one table, session, kind
-    and SQL text, cut where a query repeats (a statement measures each query once)."""
-    run: list[tuple[LedgerRecord, LinearQuery]] = []
-    seen: set[LinearQuery] = set()
-    for rec, q in zip(records, queries, strict=True):
-        if run and (q in seen or (rec.table, rec.session, rec.kind, rec.sql) != (
-                run[-1][0].table, run[-1][0].session, run[-1][0].kind, run[-1][0].sql)):
-            yield run
-            run, seen = [], set()
-        run.append((rec, q))
-        seen.add(q)
-    if run:
-        yield run
 
 
 def _recorded_charges(state: TableState, parts: Sequence[Measurement]) -> tuple[int, list[int], CellCosts]:
@@ -214,9 +193,6 @@ class Gateway:
         ('fresh', True)
     """
 
-    # Tables (lower-cased names) with at least one release from seeded noise; a frozenset
-    # replaced on change, so the class-level empty default is never mutated.
-    _insecure_tables: frozenset[str] = frozenset()
     # Whether this gateway already warned that its noise is seeded.
     _warned_seeded: bool = False
 
@@ -253,14 +229,12 @@ class Gateway:
         )
         self._owns_ledger = not isinstance(ledger, Ledger)
         self._noise = noise_source(seed)
-        self._tables: dict[str, TableState] = {}
+        self._history = LedgerHistory(self.schema, self._ledger, max_atoms)
         self._ispe_releases: list[WarmStart] = []  # this object's ISPE warm starts, for method="mmse"
-        self._last_id = 0
         self._lock = threading.RLock()
-        self._checkpointed = 0  # records covered by the ledger's checkpoint file (dpgate._checkpoint)
         self._compiled: dict[tuple[Any, ...], tuple[Schema, CompiledStatement]] = {}  # see compile()
         with one_blas_thread():
-            self._open_history()
+            self._history.open()
 
     # -- public properties -------------------------------------------------------
     @property
@@ -272,8 +246,8 @@ class Gateway:
     def spent(self) -> float:
         """System privacy cost so far: Σ over tables of ``k · max_j B_j`` (Xiao & Xiong (2012), Theorem 5.5)."""
         with self._lock:
-            self._sync()
-            return self._spent()
+            self._history.sync()
+            return self._history.spent()
 
     @property
     def remaining(self) -> float:
@@ -304,7 +278,7 @@ class Gateway:
         spent = self.spent
         return [("tables", ", ".join(t.name for t in self.schema.tables)), ("budget", f"{self.budget:g}"),
                 ("spent", f"{spent:.6g}"), ("remaining", f"{max(0.0, self.budget - spent):.6g}"),
-                ("releases", str(self._last_id)), ("policy", self.policy)]
+                ("releases", str(self._history.last_id)), ("policy", self.policy)]
 
     def __repr__(self) -> str:
         s = dict(self._summary())
@@ -380,13 +354,13 @@ class Gateway:
         accuracy, confidence, allow_partial = req.accuracy, req.confidence, req.allow_partial
         policy = check_policy(policy or self.policy)
         with self._lock, _progress.working(f"planning {len(stmt.queries)} outputs"):
-            self._sync()
+            self._history.sync()
             state, steps = self._plan(stmt, accuracy, confidence, policy)
             if any(s.kind == "fresh" for s in steps):
                 steps, blue = self._measure(stmt, sql, state, steps, accuracy, confidence, policy, allow_partial)
             else:
                 blue = state.blue
-            secure = self._secure(stmt.table)
+            secure = self._history.secure(stmt.table)
             out = assemble(stmt, lambda c: answers(blue, steps, accuracy, c, policy, secure=secure), confidence)
         result = Result(out, stmt, float(sum(s.increase for s in steps)))
         return result.rounded() if round else result
@@ -426,8 +400,8 @@ class Gateway:
         stmt = self._compile_checked(sql, params)
         method = method or stmt.hints.get("method", "exact")
         with self._lock:
-            self._sync()
-            spent = self._spent()
+            self._history.sync()
+            spent = self._history.spent()
             if not stmt.queries:  # only declared group keys: public, nothing to charge
                 return Explanation((), 0.0, spent, self.budget, stmt)
             if method != "exact":  # model-based estimates are free and have no certified interval
@@ -458,8 +432,8 @@ class Gateway:
             )
         (q,) = stmt.queries
         with self._lock:
-            self._sync()
-            state = self._state(stmt.table).refined([q], isolate=True)
+            self._history.sync()
+            state = self._history.state(stmt.table).refined([q], isolate=True)
             if q.is_zero:
                 v = float(q.offset)
                 return float((low is None or low <= v) and (high is None or v <= high))
@@ -485,10 +459,10 @@ class Gateway:
         A file ledger's inference state is first checkpointed (``<ledger>.state``) so
         that the next gateway on it need not replay its records (see ``dpgate._checkpoint``).
         """
-        if not self._ledger.closed and self._last_id > self._checkpointed:
+        if not self._ledger.closed and self._history.last_id > self._history.checkpointed:
             # Best effort: a ledger that can no longer be read (deleted, tampered) gets none.
             with self._lock, contextlib.suppress(Error):
-                self._save_checkpoint(self._ledger.records())
+                self._history.save_checkpoint(self._ledger.records())
         self._cube.close()
         if self._owns_ledger:
             self._ledger.close()
@@ -544,8 +518,8 @@ class Gateway:
             UnsupportedQuery: refining with ``queries`` would exceed the atom limits.
         """
         with self._lock, one_blas_thread():
-            self._sync()
-            yield self._state(table).refined(queries).view()
+            self._history.sync()
+            yield self._history.state(table).refined(queries).view()
 
     # -- internals -------------------------------------------------------------------
     def _compile_checked(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> CompiledStatement:
@@ -559,60 +533,6 @@ class Gateway:
             )
         return stmt
 
-    def _state(self, table: str) -> TableState:
-        t = self.schema.table(table)
-        key = t.name.lower()
-        if key not in self._tables:
-            self._tables[key] = TableState.new(t, self.max_atoms)
-        return self._tables[key]
-
-    def _spent(self) -> float:
-        return float(sum(s.costs.charge for s in self._tables.values()))
-
-    def _sync(self, records: Sequence[LedgerRecord] | None = None, known: Mapping[str, LinearQuery] | None = None) -> None:
-        """Apply ledger records this gateway has not seen (other processes' releases).
-        ``known``: queries by their ledger JSON (this gateway's own releases: no re-parsing)."""
-        if records is None:
-            records = self._ledger.records(since=self._last_id)
-        records = [r for r in records if r.id > self._last_id]
-        known = known or {}
-        queries = [q if (q := known.get(r.query)) is not None else LinearQuery.from_json(r.query) for r in records]
-        for run in _statements(records, queries):
-            self._apply([rec for rec, _ in run], [q for _, q in run])
-
-    def _open_history(self) -> None:
-        """Apply the ledger's records, starting from its verified checkpoint when there is one."""
-        if _checkpoint.path_for(self._ledger) is None:
-            self._sync()
-            return
-        records = self._ledger.records()  # chain-verified by the ledger
-        found = _checkpoint.load(self._ledger, self._checkpoint_header(), records)
-        if found is not None:
-            count, (tables, insecure) = found
-            self._tables, self._insecure_tables, self._last_id = tables, insecure, records[count - 1].id
-            self._checkpointed = count
-        self._sync(records)
-        if len(records) - self._checkpointed >= _CHECKPOINT_AFTER:
-            self._save_checkpoint(records)
-
-    def _checkpoint_header(self) -> dict[str, Any]:
-        """What a checkpoint must match besides the records (the replay depends on these)."""
-        from dpgate import __version__
-
-        return {"version": __version__, "schema": self.schema.fingerprint(), "max_atoms": self.max_atoms,
-                "state": _STATE_LAYOUT}
-
-    def _save_checkpoint(self, records: Sequence[LedgerRecord]) -> None:
-        """Checkpoint the state after ``records`` (all the ledger's records, all applied)."""
-        if records and records[-1].id == self._last_id and len(records) > self._checkpointed:
-            _checkpoint.save(self._ledger, self._checkpoint_header(), records,
-                             (self._tables, self._insecure_tables))
-            self._checkpointed = len(records)
-
-    def _secure(self, table: str) -> bool:
-        """Whether every release of ``table`` so far used secure noise (``Answer.secure``)."""
-        return self.schema.table(table).name.lower() not in self._insecure_tables
-
     def _warn_if_seeded(self) -> None:
         """Warn once per gateway, before its first release, that its noise is seeded."""
         if not self._noise.secure and not self._warned_seeded:
@@ -625,21 +545,11 @@ class Gateway:
             )
             self._warned_seeded = True
 
-    def _apply(self, recs: Sequence[LedgerRecord], queries: Sequence[LinearQuery]) -> None:
-        """Apply one statement's records (:meth:`TableState.record_many`: one batched update)."""
-        table = self.schema.table(recs[0].table).name.lower()
-        if not all(r.secure for r in recs):
-            self._insecure_tables = self._insecure_tables | {table}
-        self._state(recs[0].table).record_many(
-            [(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity) for r, q in zip(recs, queries, strict=True)]
-        )
-        self._last_id = recs[-1].id
-
     def _plan(self, stmt: CompiledStatement, accuracy: float, confidence: float, policy: str) -> tuple[TableState, list[Step]]:
         """Plan ``stmt`` on a refined copy of its table's state (nothing of a refused statement
         stays in the live state).  AVG / VAR / STDDEV plan their components (``dpgate.derived``)."""
         queries = measured_queries(stmt)
-        state = self._state(stmt.table).refined(queries, isolate=True)
+        state = self._history.state(stmt.table).refined(queries, isolate=True)
         return state, plan(state, queries, accuracy, plan_confidence(stmt, confidence), policy)
 
     def _measure(
@@ -659,13 +569,13 @@ class Gateway:
         ``state`` is the statement's planning copy (:meth:`TableState.refined`)."""
         self._warn_if_seeded()
         with self._ledger.transaction() as tx:
-            seen = self._last_id
-            self._sync(tx.records(since=self._last_id))
-            if self._last_id != seen:
+            seen = self._history.last_id
+            self._history.sync(tx.records(since=seen))
+            if self._history.last_id != seen:
                 state, steps = self._plan(stmt, accuracy, confidence, policy)
             before = state.blue.copy()  # the live state's appends below must not reach it
             needed = float(sum(s.increase for s in steps))
-            spent = self._spent()
+            spent = self._history.spent()
             if spent + needed > self.budget + _BUDGET_SLACK:
                 if allow_partial:
                     return [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps], before
@@ -673,7 +583,7 @@ class Gateway:
             parts = [m for s in steps for m in s.measurements]
             values, recorded = self._record(tx, state, parts, sql, "query", spent)
         # Committed (fsync'd): only now may anything derived from the values leave.
-        self._applied(state, parts, *recorded)
+        self._history.applied(state, parts, *recorded)
         it = iter(values)
         return [replace(s, values=tuple(next(it) for _ in s.measurements)) for s in steps], before
 
@@ -698,24 +608,6 @@ class Gateway:
             for m, rel, charge in _progress.track(zip(parts, rels, after, strict=True), len(parts), "releasing")
         ])  # fmt: skip
         return [rel.value for rel in rels], (records, costs)
-
-    def _applied(self, state: TableState, parts: Sequence[Measurement], records: Sequence[LedgerRecord],
-                 costs: CellCosts) -> None:
-        """After a statement's ``records`` committed: bring the live state past them.  When
-        ``state``, its planning copy, was refined for exactly the released queries, it *is*
-        the live state after them (:meth:`TableState.record_planned`: nothing refined or priced
-        twice); otherwise they are applied to the live state like any other record."""
-        if records and records[0].id == self._last_id + 1 and state.planned_for([m.query for m in parts]):
-            table = state.table.name.lower()
-            if not all(r.secure for r in records):
-                self._insecure_tables = self._insecure_tables | {table}
-            state.record_planned(
-                [(r.id, m.query, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
-                 for r, m in zip(records, parts, strict=True)], costs)
-            self._tables[table] = state
-            self._last_id = records[-1].id
-        # The measured queries (offset 0, no label or group) are exactly what ``from_json`` gives back.
-        self._sync(known={r.query: m.query for r, m in zip(records, parts, strict=True)})
 
     @single_threaded
     def release_measurements(
@@ -761,15 +653,15 @@ class Gateway:
         with self._lock:
             self._warn_if_seeded()
             with self._ledger.transaction() as tx:
-                self._sync(tx.records(since=self._last_id))
+                self._history.sync(tx.records(since=self._history.last_id))
                 # Planned by the rule the records are applied by, so the charge checked is the one recorded.
-                state = self._state(table).refined([q for q, _ in measurements], isolate=True)
+                state = self._history.state(table).refined([q for q, _ in measurements], isolate=True)
                 parts = [measurement(state, q, q.sensitivity / a,
                                      h=np.array([isolation_key(q)[1]]) if i in state.outside else None)
                          for i, (q, a) in enumerate(measurements)]
                 charges = _recorded_charges(state, parts)
                 start, after, _ = charges
-                needed, spent = to_epsilon(after[-1] if after else start) - to_epsilon(start), self._spent()
+                needed, spent = to_epsilon(after[-1] if after else start) - to_epsilon(start), self._history.spent()
                 if spent + needed > self.budget + _BUDGET_SLACK:
                     remaining = max(0.0, self.budget - spent)
                     raise BudgetExhausted(
@@ -778,7 +670,7 @@ class Gateway:
                         remaining=remaining,
                     )
                 values, recorded = self._record(tx, state, parts, label, kind, spent, charges)
-            self._applied(state, parts, *recorded)
+            self._history.applied(state, parts, *recorded)
         return values
 
     def warm_start(
@@ -823,7 +715,7 @@ class Gateway:
         confidence: float,
     ) -> BudgetExhausted:
         unpaid = [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps]
-        best = answers(state.blue, unpaid, accuracy, confidence, "minimal", secure=self._secure(state.table.name))
+        best = answers(state.blue, unpaid, accuracy, confidence, "minimal", secure=self._history.secure(state.table.name))
         single = best[0] if len(best) == 1 else None
         hint = ""
         if single is not None and math.isfinite(single.value):
@@ -898,7 +790,7 @@ class Gateway:
     def _flag_security(self, result: _R) -> _R:
         """``result`` with ``Answer.secure`` set from its table's history (model answers are
         post-processing of every release of the table)."""
-        secure = self._secure(result.statement.table)
+        secure = self._history.secure(result.statement.table)
         return replace(result, answers=tuple(replace(a, secure=secure) for a in result.answers))
 
     def _ispe_release_for(self, sql: str, params: Any) -> WarmStart:

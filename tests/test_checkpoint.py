@@ -66,7 +66,7 @@ def _probe(pums, path, key):  # type: ignore[no-untyped-def]
                 out.append(tuple(round(gw.probability(sql, low, low + 20), 12) for low in (0, 100, 400)))
             except dpgate.NotEstimable:
                 out.append("not estimable")
-        out.append(tuple(gw._state("pums").costs.units.tolist()))
+        out.append(tuple(gw._history.state("pums").costs.units.tolist()))
         return out, loaded[0]
     finally:
         gw._ledger.close()  # no checkpoint write: the next probe sees the same file

@@ -175,9 +175,9 @@ def test_the_live_state_after_each_statement_is_the_replayed_state(pums, tmp_pat
     with dpgate.Gateway(df, schema, budget=1e6, ledger=path, seed=1, max_atoms=120) as gw:
         for sql, acc in statements:
             gw.query(sql, accuracy=acc)
-            live = gw._state("pums")
+            live = gw._history.state("pums")
             with dpgate.Gateway(df, schema, budget=1e6, ledger=path, max_atoms=120) as again:
-                replayed = again._state("pums")
+                replayed = again._history.state("pums")
                 assert replayed.atoms.n_atoms == live.atoms.n_atoms
                 assert replayed.atoms.breakpoints == live.atoms.breakpoints
                 np.testing.assert_array_equal(replayed.atoms.labels, live.atoms.labels)
