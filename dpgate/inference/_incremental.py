@@ -78,6 +78,10 @@ __all__ = ["EXTEND_RTOL", "IncrementalBLUE"]
 
 #: Remembered projections, solves and estimates per state.
 _MEMO = 16
+#: A solve is refined until its normal-equations residual (the estimator's bias coefficient)
+#: is at most this fraction of the right-hand side's largest entry: far below any interval
+#: width, and usually met without a refinement step (each costs two products with C, O(m r)).
+_SOLVE_RTOL = 1e-12
 #: :meth:`IncrementalBLUE.extend` adds larger blocks in chunks of this many rows.
 _CHUNK = 256
 
@@ -201,9 +205,14 @@ class IncrementalBLUE:
         (appends write rows beyond them, splits build new arrays), so they become a
         frozen block of the copy.  The small arrays are shared until either side writes.
         """
+        # Both sides keep the merged frozen blocks: merging (O(r n) when it concatenates) is
+        # paid once, not on every copy of a state that is copied per decision.
+        blocks = merged(self._vblocks())
+        if self._info is None:
+            self._blocks, self._V, self._rv = blocks, np.zeros((8, self.n_atoms)), 0
         new = object.__new__(IncrementalBLUE)
         new.__dict__.update(self.__dict__)
-        new._blocks = merged(self._vblocks())
+        new._blocks = list(blocks)
         new._V = np.zeros((8, self.n_atoms))
         new._rv = 0
         new._C, new._S = self._C.copy(), self._S.copy()
@@ -282,49 +291,61 @@ class IncrementalBLUE:
         return math.sqrt(float(np.dot(self._d * v, v)))
 
     def _solve(self, rhs: NDArray[np.float64]) -> NDArray[np.float64]:
-        """:meth:`_solve_now`, remembered (a read-only result)."""
+        """``(CᵀC)⁻¹ rhs`` (:meth:`_solve_now`, remembered; a read-only result)."""
+        return self._solve_pair(rhs)[0]
+
+    def _weights(self, rhs: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``C (CᵀC)⁻¹ rhs``: the refinement's last product with C, not a new one."""
+        return self._solve_pair(rhs)[1]
+
+    def _solve_pair(self, rhs: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         key = ("solve", rhs.tobytes())
         found = self._memo.get(key)
         if found is None:
-            found = self._remember(key, readonly(self._solve_now(rhs)))
+            found = self._remember(key, tuple(readonly(a) for a in self._solve_now(rhs)))
         return found
 
-    def _solve_now(self, rhs: NDArray[np.float64]) -> NDArray[np.float64]:
-        """``(CᵀC)⁻¹ rhs`` from ``M = S Sᵀ``, with iterative refinement against C.
+    def _solve_now(self, rhs: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``z = (CᵀC)⁻¹ rhs`` from ``M = S Sᵀ``, with iterative refinement against C, and ``C z``.
 
         M is kept by rank-one updates and accumulates rounding errors; each
-        refinement step (O(mr)) multiplies the error by ``‖I − M CᵀC‖``, and
-        stops at the rounding floor (of the residual, or of z: a correction below
+        refinement step (O(mr)) multiplies the error by ``‖I − M CᵀC‖``.  The residual
+        ``rhs − CᵀC z`` is the estimator's bias coefficient (``Cᵀu`` should equal ``c_Q``),
+        so refinement stops once it is within :data:`_SOLVE_RTOL` of the largest entry of
+        ``rhs`` — or at the rounding floor (of the residual, or of z: a correction below
         2·10⁻¹⁵ of it).  If M has drifted so far (first residual
         above 1e-3 relative) that refinement would crawl, S is rebuilt from a
         QR factorisation of C (O(mr²), rare).
         """
         r = self._r
         if r == 0:
-            return np.zeros(0)
+            return np.zeros(0), np.zeros(self._m)
         C, S = self._C, self._S
         scale = float(np.abs(rhs).max(initial=0.0))
         z = S.times(S.t_times(rhs))
-        resid = rhs - C.t_times(C.times(z), r)
+        Cz = C.times(z)
+        resid = rhs - C.t_times(Cz, r)
         size = first = float(np.abs(resid).max(initial=0.0))
         for _ in range(6):
-            if size <= 1e-15 * scale:
+            if size <= _SOLVE_RTOL * scale:
                 break
             dz = S.times(S.t_times(resid))
             if np.abs(dz).max(initial=0.0) <= 2e-15 * np.abs(z).max(initial=0.0):
                 z = z + dz  # the correction is below rounding: z is as good as it gets
+                Cz = C.times(z)
                 break
             z_new = z + dz
-            r_new = rhs - C.t_times(C.times(z_new), r)
+            Cz_new = C.times(z_new)
+            r_new = rhs - C.t_times(Cz_new, r)
             s_new = float(np.abs(r_new).max(initial=0.0))
             if s_new >= size:  # the rounding floor: stop
                 break
-            z, resid, size = z_new, r_new, s_new
+            z, Cz, resid, size = z_new, Cz_new, r_new, s_new
         if first > 1e-3 * scale and not self._fresh:
             # M has drifted far enough to slow refinement down: rebuild it from C.
             self._refresh()
             return self._solve_now(rhs)
-        return z
+        return z, Cz
 
     def _refresh(self) -> None:
         """Recompute the square root S = R⁻¹ of M = (CᵀC)⁻¹ from the QR factorisation C = QR."""
@@ -606,7 +627,7 @@ class IncrementalBLUE:
         cQ, ok = self._coordinates(Qv)
         if not ok:
             return Estimate(math.nan, readonly(np.full(m, np.nan)), math.nan, False, None, b, g)
-        u = self._info.weights(cQ) if self._info is not None else self._C.times(self._solve(cQ))
+        u = self._info.weights(cQ) if self._info is not None else self._weights(cQ)
         A = u / self._b[:m]
         value = float(A @ self._y[:m])
         law = ErrorLaw(A, b, g, method, **law_options)
