@@ -633,6 +633,15 @@ class IncrementalBLUE:
         law = ErrorLaw(A, b, g, method, **law_options)
         return Estimate(value, readonly(A), law.variance, True, Posterior(value, law), b, g)
 
+    def estimable(self, Q: ArrayLike) -> bool:
+        """Whether Q is estimable from the history: :attr:`Estimate.estimable` of
+        :meth:`estimate`, by the same test, without the weights (one projection).
+
+        Raises:
+            InvalidArgument: On a wrong shape or non-finite Q.
+        """
+        return self._coordinates(self._atom_vector(Q, "Q"))[1]
+
     def estimable_with(self, Q: ArrayLike, h_new: ArrayLike) -> bool:
         """Whether Q would be estimable if ``h_new`` were appended (at any scale): the last
         item of :meth:`estimate_with`, by the same computation, without the weights."""
