@@ -267,14 +267,14 @@ def plan(
             _, rank, parts = min(candidates, key=lambda c: (c[0], c[1]))
             # Q itself, which history does not determine: next to its own release history gets
             # zero weight, so the BLUE is that release alone (the batch path's "alone" steps).
-            alone = rank == _SELF and not blue.estimable(h)
+            by_itself = rank == _SELF and not blue.estimable(h)
             followed = k < len(later) - 1 or n_block < len(columns) - 1
-            blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy, alone=alone,
+            blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy, alone=by_itself,
                                     followed=followed)
             increase = _price(costs, parts)
             for m in parts:
                 _add(costs, m)
-            place(i, Step(q, "fresh", h, tuple(parts), increase, alone=alone))
+            place(i, Step(q, "fresh", h, tuple(parts), increase, alone=by_itself))
         for i in block:
             planned.setdefault(queries[i], i)
     return [s for s in steps if s is not None]
