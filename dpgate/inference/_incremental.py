@@ -275,6 +275,9 @@ class IncrementalBLUE:
         """
         blocks = self._vblocks()
         d = self._d
+        if self._r == d.size:  # V spans every atom: the residual is zero (half the work skipped)
+            dv = d * v
+            return np.concatenate([B.rows @ B.gather(dv) for B in blocks]), np.zeros(v.shape)
         if len(blocks) == 1 and blocks[0].cols is None:
             V = blocks[0].rows
             c = V @ (d * v)
