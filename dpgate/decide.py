@@ -555,20 +555,17 @@ def _candidates(
     # Restrictions: leave out the most-charged atoms when history pins them down.
     charged = state.atom_costs(costs)
     order = support[np.argsort(-charged[support], kind="stable")]
-    tries: list[tuple[np.ndarray, np.ndarray]] = []
-    for t in range(1, min(MAX_RESTRICTION, support.size - 1) + 1):
-        keep = np.zeros(h.size, dtype=bool)
-        keep[order[t:]] = True
-        if charged[order[t - 1]] <= charged[order[t]]:
-            continue  # leaving out an atom no more charged than the rest cannot help
-        tries.append((keep, np.where(keep, h, 0.0)))
-    # Which restrictions history could complete at any scale, in one product with the basis
-    # (the same test minimal_scale starts with: a restriction failing it has no scale).
-    possible = ([True] * len(tries) if len(tries) * h.size > _BATCH_CELLS or not tries else
-                blue.estimable_with_many(np.tile(h, (len(tries), 1)), np.array([hk for _, hk in tries])))
-    for (keep, h_keep), ok in zip(tries, possible, strict=True):
+    ts = [t for t in range(1, min(MAX_RESTRICTION, support.size - 1) + 1)
+          if charged[order[t - 1]] > charged[order[t]]]  # leaving out an atom no more charged cannot help
+    # Restrictions history certainly cannot complete at any scale have no scale (minimal_scale
+    # would find that after projecting each): ruled out from Q's residual alone.
+    possible = blue.restrictions_possible(h, [order[:t] for t in ts])
+    for t, ok in zip(ts, possible, strict=True):
         if not ok:
             continue
+        keep = np.zeros(h.size, dtype=bool)
+        keep[order[t:]] = True
+        h_keep = np.where(keep, h, 0.0)
         part_q = state.atom_query(q, keep)
         b = minimal_scale(blue, h, h_keep, accuracy, confidence,
                           lattice=_lattice_step(part_q.denominator), max_scale=MAX_SCALE)

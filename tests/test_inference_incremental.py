@@ -103,6 +103,42 @@ def test_estimate_with_equals_append(case, scale: float) -> None:  # type: ignor
             assert math.isnan(var)
 
 
+@settings(max_examples=80, deadline=None)
+@given(histories(), st.data())
+def test_restriction_filter_never_drops_a_completable_restriction(case, data) -> None:  # type: ignore[no-untyped-def]
+    """``restrictions_possible`` says False only where the exact test (``estimable_with`` of
+    Q after appending Q with the atoms left out) says False, on random histories, queries and
+    left-out sets — and, on a history that cannot complete them, it does rule some out."""
+    state, queries = case
+    n = state.n_atoms
+    for Q in queries:
+        sets = [np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=min(3, n)))),
+                         dtype=np.intp) for _ in range(3)]
+        for idx, ok in zip(sets, state.restrictions_possible(Q, sets), strict=True):
+            h_keep = Q.copy()
+            h_keep[idx] = 0.0
+            if not ok:
+                assert not state.estimable_with(Q, h_keep)
+
+
+def test_restriction_filter_rules_out_what_history_cannot_complete() -> None:
+    # History pins down atoms 0+1 only; Q = atoms 0..3.  Leaving out atom 3 (or 2) can never be
+    # completed (atoms 2, 3 are unknown); leaving out atoms 0 and 1 can: history determines them.
+    state = IncrementalBLUE(np.ones(6))
+    state.append(np.array([1.0, 1, 0, 0, 0, 0]), 1.0, 3.0)
+    state.append(np.array([0.0, 0, 0, 0, 1, 1]), 1.0, 3.0)
+    Q = np.array([1.0, 1, 1, 1, 0, 0])
+    sets = [np.array([3]), np.array([2, 3]), np.array([0, 1])]
+    got = state.restrictions_possible(Q, sets)
+    want = []
+    for idx in sets:
+        h_keep = Q.copy()
+        h_keep[idx] = 0.0
+        want.append(state.estimable_with(Q, h_keep))
+    assert want == [False, False, True]
+    assert got == [False, True, True]  # {2, 3}: h_keep adds no direction outside history, so "maybe"
+
+
 def test_long_random_history_against_batch() -> None:
     rng = np.random.default_rng(9)
     n = 40

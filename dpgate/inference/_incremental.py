@@ -82,6 +82,8 @@ _MEMO = 16
 #: is at most this fraction of the right-hand side's largest entry: far below any interval
 #: width, and usually met without a refinement step (each costs two products with C, O(m r)).
 _SOLVE_RTOL = 1e-12
+#: :meth:`IncrementalBLUE.restrictions_possible` rules a set out only by this margin (× ‖Q‖²).
+_MARGIN = 1e-4
 #: :meth:`IncrementalBLUE.extend` adds larger blocks in chunks of this many rows.
 _CHUNK = 256
 
@@ -644,6 +646,43 @@ class IncrementalBLUE:
             InvalidArgument: On a wrong shape or non-finite Q.
         """
         return self._coordinates(self._atom_vector(Q, "Q"))[1]
+
+    def restrictions_possible(self, Q: ArrayLike, left_out: list[NDArray[np.intp]]) -> list[bool]:
+        """For each set of atoms, False when Q is certainly not estimable after appending Q
+        with those atoms zeroed (``h_keep``), at any scale; True when it may be (then ask
+        :meth:`estimable_with`).  A filter for the planner's restriction candidates: O(r t)
+        per set of t atoms once Q's residual is known, instead of a projection of each
+        ``h_keep`` (O(r n)).
+
+        With ``h_out = Q − h_keep`` and ``res(·)`` the D-orthogonal residual on the row
+        space: ``‖res(h_out)‖² = ‖h_out‖² − ‖c_out‖²`` (t columns of V),
+        ``⟨res(Q), res(h_out)⟩ = ⟨res(Q), h_out⟩`` and ``res(h_keep) = res(Q) − res(h_out)``;
+        after appending h_keep, Q's residual is ``res(Q)`` minus its component along
+        ``res(h_keep)``.  Only a residual above 1e-4 ‖Q‖² (and ``h_keep`` adding a direction
+        by the same margin) answers False: rounding in these sums is ~1e-8 of that, and
+        the exact test's threshold is 1e-18 ‖Q‖², so the filter never drops a candidate
+        :meth:`estimable_with` would keep.
+
+        Raises:
+            InvalidArgument: On a wrong shape or non-finite Q.
+        """
+        Qv = self._atom_vector(Q, "Q")
+        if self._info is not None or self._r == 0:
+            return [True] * len(left_out)
+        _, res = self._project(Qv)
+        d = self._d
+        H = float(np.dot(d * Qv, Qv))
+        R = float(np.dot(d * res, res))
+        blocks = self._vblocks()
+        out = []
+        for idx in left_out:
+            dv = d[idx] * Qv[idx]
+            c = np.concatenate([B.rows[:, idx if B.cols is None else B.cols[idx]] @ dv for B in blocks])
+            a = float(dv @ Qv[idx]) - float(c @ c)  # ‖res(h_out)‖²
+            p = float(dv @ res[idx])  # ⟨res(Q), h_out⟩
+            K = R - 2.0 * p + a  # ‖res(h_keep)‖²
+            out.append(not (K > _MARGIN * H and R - (R - p) ** 2 / K > _MARGIN * H))
+        return out
 
     def estimable_with(self, Q: ArrayLike, h_new: ArrayLike) -> bool:
         """Whether Q would be estimable if ``h_new`` were appended (at any scale): the last
