@@ -186,6 +186,8 @@ def mixed_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float
     ``EXTEND_RTOL`` of its norm.  L (k × k') holds the rows' coefficients on the k' new rows.
     """
     n, k = G.shape[1], G.shape[0]
+    if r == n:  # the basis spans every atom: no residual, no new direction (one product, not four)
+        return _coefficients(blocks, d, G, r), np.zeros((k, 0)), np.zeros((0, n))
     P = np.zeros((r, k))
     R = G.copy()
     for _ in range(2):

@@ -174,12 +174,15 @@ class Root:
     def fold(self) -> None:
         """Multiply X Zᵀ into a new S₀."""
         r, r0 = self.size, self._S0.shape[0]
-        S = np.eye(r)
-        S[:r0, :r0] = self._S0
         if self._X.shape[1]:
             Y = self._X.copy()
             Y[:r0] = self._S0 @ Y[:r0]
-            S += Y @ self._Z.T
+            S = Y @ self._Z.T  # the new array, added to in place (no r × r identity or copy of S₀)
+            S[:r0, :r0] += self._S0
+        else:
+            S = np.zeros((r, r))
+            S[:r0, :r0] = self._S0
+        S[np.arange(r0, r), np.arange(r0, r)] += 1.0
         self._S0, self._X, self._Z = S, np.zeros((r, 0)), np.zeros((r, 0))
 
     def dense(self) -> NDArray[np.float64]:
