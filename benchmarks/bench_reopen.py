@@ -15,8 +15,10 @@ per count:
 * the whole ``gw.query`` (also SQL compile, cube scan, ledger write, answer) p50;
 * the share answered from history.
 
-Probes that are answered fresh add their release to the history (a few dozen on top
-of the count).  Build time per release is reported over the whole build and over the last
+Then ``--repeat`` queries re-ask ranges released before (uniformly among them): at
+1 000 random ranges history determines almost no *new* random range (the ranges' endpoint
+graph is far from connected), so these are the from-history decisions there.  Probes that
+are answered fresh add their release to the history (a few dozen on top of the count).  Build time per release is reported over the whole build and over the last
 batch before each count.  Then the gateway is closed (which checkpoints its inference
 state to ``<ledger>.state``) and re-opened twice in this one run: from the checkpoint
 (verified against the ledger's records, see ``dpgate._checkpoint``) and with the
@@ -65,8 +67,9 @@ def _p50(xs: list[float]) -> float | None:
     return 1e3 * float(np.median(xs)) if xs else None
 
 
-def _probe(gw, table, col, rng, count: int, accuracy: float) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    """Time ``count`` random-range queries: the decision (``gw._plan``) and the whole query."""
+def _probe(gw, table, ranges, accuracy: float) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """Time a query per ``(lo, hi)`` in ``ranges``: the decision (``gw._plan``) and the whole query."""
+    col = table.columns[0]
     plans: list[float] = []
     inner = gw._plan
 
@@ -80,8 +83,7 @@ def _probe(gw, table, col, rng, count: int, accuracy: float) -> dict[str, object
     gw._plan = timed
     rows = []
     try:
-        for _ in range(count):
-            lo, hi = sorted(int(v) for v in rng.integers(0, col.n_cells, 2))
+        for lo, hi in ranges:
             del plans[:]
             t0 = time.perf_counter()
             a = gw.query(f"SELECT COUNT(*) FROM {table.name} WHERE {col.name} BETWEEN {lo} AND {hi}",
@@ -108,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=250)
     p.add_argument("--seed", type=int, default=14)
     p.add_argument("--probe", type=int, default=60, help="random-range queries timed at each count")
+    p.add_argument("--repeat", type=int, default=30, help="already released ranges asked again at each count")
     p.add_argument("--accuracy", type=float, default=1000.0, help="the probes' accuracy (95 %% half-width)")
     args = p.parse_args(argv)
     counts = sorted({int(c) for c in str(args.releases).split(",")})
@@ -124,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         gw = dpgate.Gateway(df, schema, budget=1e9, ledger=path, seed=args.seed)
         build = 0.0
         done = 0
+        released: list[tuple[int, int]] = []
         for target in counts:
             last = 0.0
             while done < target:
@@ -131,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 qs = []
                 for _ in range(k):
                     lo, hi = sorted(int(v) for v in rng.integers(0, n, 2))
+                    released.append((lo, hi))
                     bps = sorted({0, lo, hi + 1} - {n})
                     weights = np.array([1.0 if lo <= b <= hi else 0.0 for b in bps])
                     qs.append((LinearQuery.from_grid(table, [col.name], [bps], weights), 0.01))
@@ -139,11 +144,13 @@ def main(argv: list[str] | None = None) -> int:
                 last = time.perf_counter() - t0
                 build += last
                 done += k
+            fresh = [tuple(sorted(int(v) for v in probe_rng.integers(0, n, 2))) for _ in range(args.probe)]
+            repeats = [released[int(i)] for i in probe_rng.integers(0, len(released), args.repeat)]
             at[str(target)] = {"build_ms_per_release": 1e3 * build / done,
                                "last_batch_ms_per_release": 1e3 * last / k,
-                               **_probe(gw, table, col, probe_rng, args.probe, args.accuracy)}
-            print(target, {k_: round(v, 3) if isinstance(v, float) else v for k_, v in at[str(target)].items()},
-                  flush=True)
+                               "random": _probe(gw, table, fresh, args.accuracy),
+                               "repeat": _probe(gw, table, repeats, args.accuracy)}
+            print(target, json.dumps(at[str(target)], default=lambda v: round(v, 3)), flush=True)
         t0 = time.perf_counter()
         gw.close()  # checkpoints
         close_s = time.perf_counter() - t0
