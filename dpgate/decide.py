@@ -266,7 +266,9 @@ def plan(
             candidates = _candidates(state, blue, costs, q, h, accuracy, confidence, policy)
             _, rank, parts = min(candidates, key=lambda c: (c[0], c[1]))
             # Q itself, which history does not determine: next to its own release history gets
-            # zero weight, so the BLUE is that release alone (the batch path's "alone" steps).
+            # zero weight, so the BLUE is that release alone and its law is known in closed form.
+            # The step is still answered by the replayed estimate (not ``alone``): the same
+            # computation a later repeat of Q is answered by from history, so both give one value.
             by_itself = rank == _SELF and not blue.estimable(h)
             followed = k < len(later) - 1 or n_block < len(columns) - 1
             blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy, alone=by_itself,
@@ -274,7 +276,7 @@ def plan(
             increase = _price(costs, parts)
             for m in parts:
                 _add(costs, m)
-            place(i, Step(q, "fresh", h, tuple(parts), increase, alone=by_itself))
+            place(i, Step(q, "fresh", h, tuple(parts), increase))
         for i in block:
             planned.setdefault(queries[i], i)
     return [s for s in steps if s is not None]
