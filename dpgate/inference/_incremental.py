@@ -206,6 +206,8 @@ class IncrementalBLUE:
         The basis V is shared, not copied: its filled rows are never written again
         (appends write rows beyond them, splits build new arrays), so they become a
         frozen block of the copy.  The small arrays are shared until either side writes.
+        Like appends, it rearranges this state (its blocks), so copies of one state are taken
+        under its owner's lock (the gateway's).
         """
         # Both sides keep the merged frozen blocks: merging (O(r n) when it concatenates) is
         # paid once, not on every copy of a state that is copied per decision.
