@@ -54,8 +54,9 @@ class Rows:
             new = np.zeros((max(self._t + k, 2 * cap_r), max(w, 2 * cap_c if w > cap_c else cap_c)))
             new[: self._t, :cap_c] = self._tail[: self._t]
             self._tail = new
+        # Rows past the filled ones were never written (zeros from the allocation): writing
+        # their columns past w again would only make the spare capacity resident.
         self._tail[self._t: self._t + k, :w] = rows
-        self._tail[self._t: self._t + k, w:] = 0.0
         self._t += k
         self._w = max(self._w, w)
 
