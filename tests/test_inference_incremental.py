@@ -456,6 +456,36 @@ def test_mixed_block_equals_appends() -> None:
         assert_same_states(seq, block, (*ranges(4), np.ones(n), rng.integers(-2, 3, n).astype(float)))
 
 
+def test_blocks_after_far_noisier_releases_keep_the_square_root_accurate() -> None:
+    """Releases 30 000 times noisier than later blocks (an analyst's ±1e7 question beside ±300
+    ones) make the square root shrink by orders of magnitude.  Blocks update it row by row
+    (Potter), so a solve's first residual stays as small as appending row by row leaves it
+    (one factorisation of the whole block's update left it at 1e-4–1e-2: every later solve
+    refined for several O(m r) steps)."""
+    rng = np.random.default_rng(3)
+    n = 120
+    state = IncrementalBLUE(np.ones(n))
+
+    def ranges(k: int) -> np.ndarray:
+        H = np.zeros((k, n))
+        for i in range(k):
+            lo, hi = sorted(rng.integers(0, n, 2))
+            H[i, lo: hi + 1] = 1.0
+        return H
+
+    state.extend(ranges(40), np.full(40, 100.0), np.zeros(40))
+    state.extend(ranges(10), np.full(10, 3e6), np.zeros(10))
+    for _ in range(3):
+        state.extend(ranges(80), np.full(80, 100.0), np.zeros(80))
+        for Q in ranges(3):
+            c, _ = state._project_now(Q)
+            S, C = state._S, state._C
+            z = S.times(S.t_times(c))
+            first = np.abs(c - C.t_times(C.times(z), state.rank)).max() / np.abs(c).max()
+            assert first < 1e-5  # appending row by row: 1e-6 right after the noisy rows, then 1e-11
+            assert_same(state, Q)
+
+
 def test_copy_module_copy_is_independent_in_both_forms() -> None:
     """``copy.copy`` (how a planning state copies its BLUE) must not share what later
     appends and splits change."""

@@ -491,15 +491,12 @@ class IncrementalBLUE:
     def _extend_mixed(self, H: NDArray[np.float64], G: NDArray[np.float64], b: NDArray[np.float64],
                       y: NDArray[np.float64], g: NDArray[np.float64], norms: NDArray[np.float64]) -> bool:
         """Any block of non-zero rows: which add directions is decided in order, as
-        :meth:`append` does (``mixed_block``); C gains the rows ``[Pᵀ, L]`` and S the square
-        root of the new ``M`` in one low-rank update (``Root.absorb``)."""
+        :meth:`append` does (``mixed_block``); C gains the rows ``[Pᵀ, L]`` and S the same
+        sequence of updates as appending the rows one by one (``Root.append_rows``)."""
         r = self._r
-        P, L, Vnew = mixed_block(self._vblocks(), self._d, G, norms, r)
-        S = self._S.copy()
-        if not S.absorb(S.t_times(P).T, L):
-            return False
+        P, L, Vnew, adds = mixed_block(self._vblocks(), self._d, G, norms, r)
         self._store(H, b, y, g)
-        self._S = S
+        self._S.append_rows(P, L, adds)
         kn = L.shape[1]
         self._C.add(np.concatenate([P.T, L], axis=1))
         self._V = _grow(self._V, self._rv + kn, self.n_atoms)
