@@ -16,7 +16,14 @@ against the ledger, which stays the only source of truth:
   (the replay depends on them).
 
 Any mismatch, a missing or unreadable file: the records are replayed as before and
-the file is rewritten.  In-memory ledgers and ledgers opened without their key get
+the file is rewritten.
+
+Layout (format 3): magic, MAC, the lengths of the pickle and of its out-of-band buffers,
+the pickle (protocol 5), then each buffer (the large arrays: the inference state's basis,
+coefficients and square root) raw, 64-byte aligned.  Loading maps the file copy-on-write,
+MACs it in one pass and unpickles with the buffers as views of the mapping: hundreds of
+megabytes are neither copied nor parsed, and pages the gateway later writes to are
+copied privately (the file never changes).  In-memory ledgers and ledgers opened without their key get
 no checkpoint.  The file holds only public structure (query vectors, atoms) and
 released values — what the ledger itself holds — never data.
 """
@@ -26,8 +33,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import mmap
 import os
 import pickle
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,7 +45,7 @@ from dpgate.ledger import Ledger, LedgerRecord
 __all__ = ["load", "path_for", "records_digest", "save"]
 
 #: Bumped whenever the pickled inference state changes shape (an older file is then replayed).
-_MAGIC = b"dpgate-checkpoint 2\n"
+_MAGIC = b"dpgate-checkpoint 3\n"
 _DOMAIN = b"dpgate inference checkpoint v1"
 
 
@@ -62,8 +71,17 @@ def records_digest(records: Sequence[LedgerRecord]) -> str:
     return h.hexdigest()
 
 
-def _mac(key: bytes, body: bytes | memoryview) -> bytes:
-    return hmac.new(hmac.new(key, _DOMAIN, hashlib.sha256).digest(), body, hashlib.sha256).digest()
+def _mac_key(key: bytes) -> bytes:
+    return hmac.new(key, _DOMAIN, hashlib.sha256).digest()
+
+
+#: Buffers start at multiples of this (aligned arrays).
+_ALIGN = 64
+_COUNT = struct.Struct("<QQ")  # pickle length, number of buffers
+
+
+def _pad(offset: int) -> bytes:
+    return b"\0" * (-offset % _ALIGN)
 
 
 def save(ledger: Ledger, header: dict[str, Any], records: Sequence[LedgerRecord], state: Any) -> None:
@@ -71,12 +89,25 @@ def save(ledger: Ledger, header: dict[str, Any], records: Sequence[LedgerRecord]
     path, key = path_for(ledger), _key(ledger)
     if path is None or key is None:
         return
+    buffers: list[pickle.PickleBuffer] = []
     body = pickle.dumps(({**header, "count": len(records), "digest": records_digest(records)}, state),
-                        protocol=pickle.HIGHEST_PROTOCOL)
+                        protocol=5, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]
+    pieces: list[bytes | memoryview] = [_COUNT.pack(len(body), len(raws)),
+                                        struct.pack(f"<{len(raws)}Q", *(r.nbytes for r in raws)), body]
+    offset = len(_MAGIC) + 32 + sum(len(p) for p in pieces)
+    for r in raws:
+        pieces.append(_pad(offset))
+        offset += len(pieces[-1])
+        pieces.append(r)
+        offset += r.nbytes
+    mac = hmac.new(_mac_key(key), digestmod=hashlib.sha256)
+    for piece in pieces:
+        mac.update(piece)
     tmp = f"{path}.{os.getpid()}.tmp"
     with contextlib.suppress(OSError):  # a checkpoint is an optimisation: failing to write it costs a replay
         with open(tmp, "wb") as f:
-            f.writelines((_MAGIC, _mac(key, body), body))  # no concatenated copy of a large body
+            f.writelines((_MAGIC, mac.digest(), *pieces))  # no concatenated copy of a large body
         os.replace(tmp, path)
     with contextlib.suppress(OSError):
         os.unlink(tmp)
@@ -92,17 +123,30 @@ def load(ledger: Ledger, header: dict[str, Any], records: Sequence[LedgerRecord]
         return None
     try:
         with open(path, "rb") as f:
-            raw = f.read()
-    except OSError:
+            raw = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # private: writes never reach the file
+    except (OSError, ValueError):  # missing, unreadable or empty
         return None
+    view = memoryview(raw)
     n = len(_MAGIC) + 32
-    if not raw.startswith(_MAGIC) or len(raw) < n:
+    if view[: len(_MAGIC)] != _MAGIC or len(view) < n + _COUNT.size:
         return None
-    body = memoryview(raw)[n:]  # a view: slicing bytes would copy hundreds of megabytes
-    if not hmac.compare_digest(raw[len(_MAGIC):n], _mac(key, body)):
+    if not hmac.compare_digest(bytes(view[len(_MAGIC):n]), hmac.digest(_mac_key(key), view[n:], "sha256")):
         return None  # not written with this ledger's key: never unpickled
     try:
-        stored, state = pickle.loads(body)  # noqa: S301 - authenticated above
+        size, count_buffers = _COUNT.unpack_from(view, n)
+        at = n + _COUNT.size
+        lengths = struct.unpack_from(f"<{count_buffers}Q", view, at)
+        at += 8 * count_buffers
+        body = view[at: at + size]
+        at += size
+        buffers = []
+        for length in lengths:
+            at += -at % _ALIGN
+            buffers.append(view[at: at + length])
+            at += length
+        if at != len(view):
+            return None
+        stored, state = pickle.loads(body, buffers=buffers)  # noqa: S301 - authenticated above
     except Exception:  # noqa: BLE001 - a checkpoint from another dpgate build: replay instead
         return None
     count = stored.get("count")

@@ -87,6 +87,8 @@ MAX_ATOM_CANDIDATE = 16
 MAX_RESTRICTION = 3
 # Two cost increases closer than this are a tie.
 _TIE = 1e-12
+# Tie ranks of the candidates (lower wins a tie): separate atom counts, Q itself, restrictions.
+_ATOMS, _SELF, _RESTRICTED = 0, 1, 2
 #: Relative slack when comparing a certified half-width with the requested accuracy
 #: (floating-point noise in the quantile search, never more).
 ACCURACY_RTOL = 1e-9
@@ -268,14 +270,21 @@ def plan(
                 blue, own_blue = blue.copy(), True
             ms = [step.measurements[0] for _, step in alone]  # weights do not depend on the values (0 here)
             blue.extend(np.array([m.h for m in ms]), [m.scale for m in ms], np.zeros(len(ms)), [m.lattice for m in ms])
-        for i in later:
+        for k, i in enumerate(later):
             q, h = queries[i], hs[i]
             assert h is not None
             if not own_blue:
                 blue, own_blue = blue.copy(), True
             candidates = _candidates(state, blue, costs, q, h, accuracy, confidence, policy)
-            _, _, parts = min(candidates, key=lambda c: (c[0], c[1]))
-            blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy)
+            _, rank, parts = min(candidates, key=lambda c: (c[0], c[1]))
+            # Q itself, which history does not determine: next to its own release history gets
+            # zero weight, so the BLUE is that release alone and its law is known in closed form.
+            # The step is still answered by the replayed estimate (not ``alone``): the same
+            # computation a later repeat of Q is answered by from history, so both give one value.
+            by_itself = rank == _SELF and not blue.estimable(h)
+            followed = k < len(later) - 1 or n_block < len(columns) - 1
+            blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy, alone=by_itself,
+                                    followed=followed)
             increase = _price(costs, parts)
             for m in parts:
                 add(m)
@@ -494,19 +503,35 @@ def _verified(
     accuracy: float,
     confidence: float,
     policy: str,
+    *,
+    alone: bool = False,
+    followed: bool = True,
 ) -> tuple[IncrementalBLUE, list[Measurement]]:
     """Append ``parts`` to a copy of ``blue`` and check the exact estimator that will be
     reported; if its certified half-width misses the target (the scale searches use
     the same law, but a term can change between the continuous and the exact discrete
-    treatment), shrink the scales slightly until it does.  Returns the new state."""
+    treatment), shrink the scales slightly until it does.  Returns the new state.
+
+    ``alone``: the estimator is the one release in ``parts`` by itself, whose law is known
+    without the state; ``blue`` is then appended to only when a later step of the plan
+    (``followed``) reads it."""
     for _ in range(16):
-        trial = blue.copy()
-        for m in parts:
-            trial.append(m.h, m.scale, 0.0, lattice=m.lattice)  # weights do not depend on the value
-        est = trial.estimate(h)
-        if policy == "no_reuse" or meets(est.halfwidth(confidence), accuracy):
+        if alone:
+            (m,) = parts
+            halfwidth = ErrorLaw([1.0], [m.scale], lattice=[m.lattice]).halfwidth(confidence)
+        else:
+            trial = blue.copy()
+            for m in parts:
+                trial.append(m.h, m.scale, 0.0, lattice=m.lattice)  # weights do not depend on the value
+            halfwidth = trial.estimate(h).halfwidth(confidence)
+        if policy == "no_reuse" or meets(halfwidth, accuracy):
             break
         parts = [measurement(state, m.query, m.scale * (1 - 2.0**-9)) for m in parts]
+    if alone:
+        trial = blue
+        if followed:
+            (m,) = parts
+            trial.append(m.h, m.scale, 0.0, lattice=m.lattice)
     return trial, parts
 
 
@@ -544,25 +569,30 @@ def _candidates(
         if found is not None:
             scale = max(scale, found)
     parts = [measurement(state, q, scale)]
-    out = [(_price(costs, parts), 1, parts)]
+    out = [(_price(costs, parts), _SELF, parts)]
     if policy != "minimal":
         return out
     support = np.flatnonzero(h)
     # Restrictions: leave out the most-charged atoms when history pins them down.
     charged = state.atom_costs(costs)
     order = support[np.argsort(-charged[support], kind="stable")]
-    for t in range(1, min(MAX_RESTRICTION, support.size - 1) + 1):
+    ts = [t for t in range(1, min(MAX_RESTRICTION, support.size - 1) + 1)
+          if charged[order[t - 1]] > charged[order[t]]]  # leaving out an atom no more charged cannot help
+    # Restrictions history certainly cannot complete at any scale have no scale (minimal_scale
+    # would find that after projecting each): ruled out from Q's residual alone.
+    possible = blue.restrictions_possible(h, [order[:t] for t in ts])
+    for t, ok in zip(ts, possible, strict=True):
+        if not ok:
+            continue
         keep = np.zeros(h.size, dtype=bool)
         keep[order[t:]] = True
-        if charged[order[t - 1]] <= charged[order[t]]:
-            continue  # leaving out an atom no more charged than the rest cannot help
         h_keep = np.where(keep, h, 0.0)
         part_q = state.atom_query(q, keep)
         b = minimal_scale(blue, h, h_keep, accuracy, confidence,
                           lattice=_lattice_step(part_q.denominator), max_scale=MAX_SCALE)
         if b is not None and math.isfinite(b):
             parts = [measurement(state, part_q, b)]
-            out.append((_price(costs, parts), 2, parts))
+            out.append((_price(costs, parts), _RESTRICTED, parts))
     # Separate atom counts: disjoint, so every cell pays once.
     if 2 <= support.size <= MAX_ATOM_CANDIDATE:
         atom_qs = []
@@ -573,7 +603,7 @@ def _candidates(
         b = _common_scale(state, blue, h, atom_qs, accuracy, confidence, paper)
         if b is not None:
             parts = [measurement(state, aq, b) for aq in atom_qs]
-            out.append((_price(costs, parts), 0, parts))
+            out.append((_price(costs, parts), _ATOMS, parts))
     # Round increases so that ties are ties.
     return [(round(c / _TIE) * _TIE, r, p) for c, r, p in out]
 

@@ -119,3 +119,30 @@ def test_in_memory_ledgers_get_no_checkpoint(pums) -> None:  # type: ignore[no-u
     df, schema = pums
     with dpgate.Gateway(df, schema, budget=1.0) as gw:
         assert _checkpoint.path_for(gw.ledger) is None
+
+
+def test_a_loaded_checkpoint_is_a_private_copy(pums, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The state is mapped from the file copy-on-write: a gateway that goes on releasing
+    writes into its arrays without changing the file, and a truncated file is replayed."""
+    key = os.urandom(32)
+    path = tmp_path / "l.db"
+    _build(pums, path, key)
+    state = str(path) + ".state"
+    before = open(state, "rb").read()
+    df, schema = pums
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        gw = dpgate.Gateway(df, schema, budget=100.0, ledger=str(path), ledger_key=key, seed=3)
+        try:
+            for sql, acc in STATEMENTS:
+                gw.query(sql, accuracy=acc / 3, confidence=0.95)  # fresh releases: in-place updates
+            assert open(state, "rb").read() == before
+        finally:
+            gw._ledger.close()
+    replayed, _ = _probe(pums, path, key)
+    os.unlink(state)
+    replayed_without, covered = _probe(pums, path, key)
+    assert covered == 0 and replayed_without == replayed
+    open(state, "wb").write(before[: len(before) // 2])
+    got, covered = _probe(pums, path, key)
+    assert covered == 0 and got == replayed

@@ -103,6 +103,42 @@ def test_estimate_with_equals_append(case, scale: float) -> None:  # type: ignor
             assert math.isnan(var)
 
 
+@settings(max_examples=80, deadline=None)
+@given(histories(), st.data())
+def test_restriction_filter_never_drops_a_completable_restriction(case, data) -> None:  # type: ignore[no-untyped-def]
+    """``restrictions_possible`` says False only where the exact test (``estimable_with`` of
+    Q after appending Q with the atoms left out) says False, on random histories, queries and
+    left-out sets — and, on a history that cannot complete them, it does rule some out."""
+    state, queries = case
+    n = state.n_atoms
+    for Q in queries:
+        sets = [np.array(sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=min(3, n)))),
+                         dtype=np.intp) for _ in range(3)]
+        for idx, ok in zip(sets, state.restrictions_possible(Q, sets), strict=True):
+            h_keep = Q.copy()
+            h_keep[idx] = 0.0
+            if not ok:
+                assert not state.estimable_with(Q, h_keep)
+
+
+def test_restriction_filter_rules_out_what_history_cannot_complete() -> None:
+    # History pins down atoms 0+1 only; Q = atoms 0..3.  Leaving out atom 3 (or 2) can never be
+    # completed (atoms 2, 3 are unknown); leaving out atoms 0 and 1 can: history determines them.
+    state = IncrementalBLUE(np.ones(6))
+    state.append(np.array([1.0, 1, 0, 0, 0, 0]), 1.0, 3.0)
+    state.append(np.array([0.0, 0, 0, 0, 1, 1]), 1.0, 3.0)
+    Q = np.array([1.0, 1, 1, 1, 0, 0])
+    sets = [np.array([3]), np.array([2, 3]), np.array([0, 1])]
+    got = state.restrictions_possible(Q, sets)
+    want = []
+    for idx in sets:
+        h_keep = Q.copy()
+        h_keep[idx] = 0.0
+        want.append(state.estimable_with(Q, h_keep))
+    assert want == [False, False, True]
+    assert got == [False, True, True]  # {2, 3}: h_keep adds no direction outside history, so "maybe"
+
+
 def test_long_random_history_against_batch() -> None:
     rng = np.random.default_rng(9)
     n = 40
@@ -418,6 +454,36 @@ def test_mixed_block_equals_appends() -> None:
         assert block._extend_block(H, scales, values, np.zeros(len(H)))  # one block update
         assert block.n_rows == m + len(H) and block.rank == seq.rank >= r
         assert_same_states(seq, block, (*ranges(4), np.ones(n), rng.integers(-2, 3, n).astype(float)))
+
+
+def test_blocks_after_far_noisier_releases_keep_the_square_root_accurate() -> None:
+    """Releases 30 000 times noisier than later blocks (an analyst's ±1e7 question beside ±300
+    ones) make the square root shrink by orders of magnitude.  Blocks update it row by row
+    (Potter), so a solve's first residual stays as small as appending row by row leaves it
+    (one factorisation of the whole block's update left it at 1e-4–1e-2: every later solve
+    refined for several O(m r) steps)."""
+    rng = np.random.default_rng(3)
+    n = 120
+    state = IncrementalBLUE(np.ones(n))
+
+    def ranges(k: int) -> np.ndarray:
+        H = np.zeros((k, n))
+        for i in range(k):
+            lo, hi = sorted(rng.integers(0, n, 2))
+            H[i, lo: hi + 1] = 1.0
+        return H
+
+    state.extend(ranges(40), np.full(40, 100.0), np.zeros(40))
+    state.extend(ranges(10), np.full(10, 3e6), np.zeros(10))
+    for _ in range(3):
+        state.extend(ranges(80), np.full(80, 100.0), np.zeros(80))
+        for Q in ranges(3):
+            c, _ = state._project_now(Q)
+            S, C = state._S, state._C
+            z = S.times(S.t_times(c))
+            first = np.abs(c - C.t_times(C.times(z), state.rank)).max() / np.abs(c).max()
+            assert first < 1e-5  # appending row by row: 1e-6 right after the noisy rows, then 1e-11
+            assert_same(state, Q)
 
 
 def test_copy_module_copy_is_independent_in_both_forms() -> None:

@@ -178,14 +178,16 @@ def general_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.flo
 
 
 def mixed_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float64], norms: NDArray[np.float64],
-                r: int) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
-    """``(P, L, new basis rows)`` for any rows, in order, as appending them one by one decides:
+                r: int) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
+    """``(P, L, new basis rows, which rows add one)`` for any rows, in order, as appending them one by one decides:
     P (r × k) their coefficients on the basis (classical Gram–Schmidt, twice), then modified
     Gram–Schmidt of the residuals against the directions earlier rows of the block added
     (twice when a pass cancels); a row adds a direction when what is left of it exceeds
     ``EXTEND_RTOL`` of its norm.  L (k × k') holds the rows' coefficients on the k' new rows.
     """
     n, k = G.shape[1], G.shape[0]
+    if r == n:  # the basis spans every atom: no residual, no new direction (one product, not four)
+        return _coefficients(blocks, d, G, r), np.zeros((k, 0)), np.zeros((0, n)), np.zeros(k, dtype=bool)
     P = np.zeros((r, k))
     R = G.copy()
     for _ in range(2):
@@ -195,6 +197,7 @@ def mixed_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float
         P += c
     E = np.zeros((k, n))
     L = np.zeros((k, k))
+    adds = np.zeros(k, dtype=bool)
     kn = 0
     for i in range(k):
         v = R[i]
@@ -210,5 +213,6 @@ def mixed_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float
         if after > EXTEND_RTOL * norms[i]:
             E[kn] = v / after
             L[i, kn] = after
+            adds[i] = True
             kn += 1
-    return P, L[:, :kn], E[:kn]
+    return P, L[:, :kn], E[:kn], adds

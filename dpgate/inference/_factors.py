@@ -18,6 +18,8 @@ Here both are append-only:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -54,8 +56,9 @@ class Rows:
             new = np.zeros((max(self._t + k, 2 * cap_r), max(w, 2 * cap_c if w > cap_c else cap_c)))
             new[: self._t, :cap_c] = self._tail[: self._t]
             self._tail = new
+        # Rows past the filled ones were never written (zeros from the allocation): writing
+        # their columns past w again would only make the spare capacity resident.
         self._tail[self._t: self._t + k, :w] = rows
-        self._tail[self._t: self._t + k, w:] = 0.0
         self._t += k
         self._w = max(self._w, w)
 
@@ -144,42 +147,58 @@ class Root:
         if self._X.shape[1] > min(MAX_RANK, self.size // 8):  # a small S is cheaper folded
             self.fold()
 
-    def absorb(self, PS: NDArray[np.float64], L: NDArray[np.float64]) -> bool:
-        """``S`` of ``[[C, 0], [Pᵀ, L]]`` from the S of C, given ``PᵀS`` (k × r) and L (k × k'),
-        the block's coefficients on k' new directions; False (nothing changed) if the
-        result is not positive definite (rounding).
-
-        With ``T = diag(S, I)`` and ``Φ = [PᵀS, L]``, the new ``CᵀC`` is
-        ``T⁻ᵀ(E + ΦᵀΦ)T⁻¹`` (``E = diag(I_r, 0)``), so the new S is ``T W`` with
-        ``W = (E + ΦᵀΦ)^{-1/2} = (I + U J Uᵀ)^{-1/2}``, ``U = [Φᵀ, F]``, ``F = [0; I]``,
-        ``J = diag(I, −I)``: from a thin QR ``U = QR`` and the eigenvalues λ of ``R J Rᵀ``,
-        ``W = I + Y diag((1 + λ)^{-1/2} − 1) Yᵀ`` with ``Y = Q V`` (V its eigenvectors).
+    def append_rows(self, P: NDArray[np.float64], L: NDArray[np.float64], adds: NDArray[np.bool_]) -> None:
+        """S after appending a block's k rows one by one, as ``IncrementalBLUE.append`` does:
+        row i has coefficients ``P[:, i]`` on the r directions before the block and ``L[i]`` on
+        the directions rows before it added; it adds one itself when ``adds[i]`` (its
+        coefficient on it is the first of ``L[i]`` not yet used).  Potter's update
+        ``S ← S(I − φφᵀ/(β + √β))`` with ``φ = Sᵀc``, ``β = 1 + φᵀφ``, or the bordering
+        ``S ← [[S, 0], [−φᵀ/ρ, 1/ρ]]`` — the same sequence of updates, so the same numerics
+        (a square root shrunk by orders of magnitude stays accurate: one factorisation of the
+        whole block's update did not, when earlier releases were far noisier than the block).
+        ``S₀ᵀP`` is one product for the block; each row then costs O(r p) on the low-rank
+        factors, and the block is folded once at the end.
         """
-        k, kn = L.shape
-        r = self.size
-        F = np.zeros((r + kn, kn))
-        F[r:] = np.eye(kn)
-        U = np.concatenate([np.concatenate([PS, L], axis=1).T, F], axis=1)
-        Q, R = np.linalg.qr(U)
-        J = np.concatenate([np.ones(k), -np.ones(kn)])
-        lam, V = np.linalg.eigh((R * J) @ R.T)
-        if not (lam > -1.0 + 1e-12).all():
-            return False
-        Y = Q @ V
-        pad = np.zeros((kn, self._X.shape[1]))
-        self._X, self._Z = np.concatenate([self._X, pad]), np.concatenate([self._Z, pad])
-        self.update(Y * (1.0 / np.sqrt(1.0 + lam) - 1.0), Y)
-        return True
+        r, k = P.shape
+        size, r0, p0 = self.size, self._S0.shape[0], self._X.shape[1]
+        total = size + int(np.count_nonzero(adds))
+        X = np.zeros((total, p0 + k))
+        Z = np.zeros((total, p0 + k))
+        X[:size, :p0], Z[:size, :p0] = self._X, self._Z
+        A = self._S0.T @ P[:r0]
+        cur, p, kn = size, p0, 0
+        for i in range(k):
+            w = np.concatenate([A[:, i], P[r0:, i], L[i, :kn]])  # diag(S₀, I)ᵀ c
+            if p:
+                w += Z[:cur, :p] @ (X[:cur, :p].T @ w)  # φ = Sᵀc
+            if adds[i]:
+                rho = L[i, kn]
+                X[cur, p] = 1.0
+                Z[:cur, p] = -w / rho
+                Z[cur, p] = 1.0 / rho - 1.0
+                cur, kn = cur + 1, kn + 1
+            else:
+                beta = 1.0 + float(w @ w)
+                a = -w / (beta + math.sqrt(beta))
+                X[:cur, p] = a + X[:cur, :p] @ (Z[:cur, :p].T @ a) if p else a
+                Z[:cur, p] = w
+            p += 1
+        self._X, self._Z = X[:, :p], Z[:, :p]
+        if p > min(MAX_RANK, self.size // 8):
+            self.fold()
 
     def fold(self) -> None:
         """Multiply X Zᵀ into a new S₀."""
         r, r0 = self.size, self._S0.shape[0]
-        S = np.eye(r)
-        S[:r0, :r0] = self._S0
         if self._X.shape[1]:
             Y = self._X.copy()
             Y[:r0] = self._S0 @ Y[:r0]
-            S += Y @ self._Z.T
+            S = Y @ self._Z.T  # the new array, added to in place (no r × r identity or copy of S₀)
+            S[:r0, :r0] += self._S0
+        else:
+            S = np.zeros((r, r))
+            S[:r0, :r0] = self._S0
+        S[np.arange(r0, r), np.arange(r0, r)] += 1.0
         self._S0, self._X, self._Z = S, np.zeros((r, 0)), np.zeros((r, 0))
 
     def dense(self) -> NDArray[np.float64]:

@@ -78,6 +78,12 @@ __all__ = ["EXTEND_RTOL", "IncrementalBLUE"]
 
 #: Remembered projections, solves and estimates per state.
 _MEMO = 16
+#: A solve is refined until its normal-equations residual (the estimator's bias coefficient)
+#: is at most this fraction of the right-hand side's largest entry: far below any interval
+#: width, and usually met without a refinement step (each costs two products with C, O(m r)).
+_SOLVE_RTOL = 1e-12
+#: :meth:`IncrementalBLUE.restrictions_possible` rules a set out only by this margin (× ‖Q‖²).
+_MARGIN = 1e-4
 #: :meth:`IncrementalBLUE.extend` adds larger blocks in chunks of this many rows.
 _CHUNK = 256
 
@@ -200,10 +206,17 @@ class IncrementalBLUE:
         The basis V is shared, not copied: its filled rows are never written again
         (appends write rows beyond them, splits build new arrays), so they become a
         frozen block of the copy.  The small arrays are shared until either side writes.
+        Like appends, it rearranges this state (its blocks), so copies of one state are taken
+        under its owner's lock (the gateway's).
         """
+        # Both sides keep the merged frozen blocks: merging (O(r n) when it concatenates) is
+        # paid once, not on every copy of a state that is copied per decision.
+        blocks = merged(self._vblocks())
+        if self._info is None:
+            self._blocks, self._V, self._rv = blocks, np.zeros((8, self.n_atoms)), 0
         new = object.__new__(IncrementalBLUE)
         new.__dict__.update(self.__dict__)
-        new._blocks = merged(self._vblocks())
+        new._blocks = list(blocks)
         new._V = np.zeros((8, self.n_atoms))
         new._rv = 0
         new._C, new._S = self._C.copy(), self._S.copy()
@@ -266,6 +279,9 @@ class IncrementalBLUE:
         """
         blocks = self._vblocks()
         d = self._d
+        if self._r == d.size:  # V spans every atom: the residual is zero (half the work skipped)
+            dv = d * v
+            return np.concatenate([B.rows @ B.gather(dv) for B in blocks]), np.zeros(v.shape)
         if len(blocks) == 1 and blocks[0].cols is None:
             V = blocks[0].rows
             c = V @ (d * v)
@@ -282,49 +298,61 @@ class IncrementalBLUE:
         return math.sqrt(float(np.dot(self._d * v, v)))
 
     def _solve(self, rhs: NDArray[np.float64]) -> NDArray[np.float64]:
-        """:meth:`_solve_now`, remembered (a read-only result)."""
+        """``(CᵀC)⁻¹ rhs`` (:meth:`_solve_now`, remembered; a read-only result)."""
+        return self._solve_pair(rhs)[0]
+
+    def _weights(self, rhs: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``C (CᵀC)⁻¹ rhs``: the refinement's last product with C, not a new one."""
+        return self._solve_pair(rhs)[1]
+
+    def _solve_pair(self, rhs: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         key = ("solve", rhs.tobytes())
         found = self._memo.get(key)
         if found is None:
-            found = self._remember(key, readonly(self._solve_now(rhs)))
+            found = self._remember(key, tuple(readonly(a) for a in self._solve_now(rhs)))
         return found
 
-    def _solve_now(self, rhs: NDArray[np.float64]) -> NDArray[np.float64]:
-        """``(CᵀC)⁻¹ rhs`` from ``M = S Sᵀ``, with iterative refinement against C.
+    def _solve_now(self, rhs: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``z = (CᵀC)⁻¹ rhs`` from ``M = S Sᵀ``, with iterative refinement against C, and ``C z``.
 
         M is kept by rank-one updates and accumulates rounding errors; each
-        refinement step (O(mr)) multiplies the error by ``‖I − M CᵀC‖``, and
-        stops at the rounding floor (of the residual, or of z: a correction below
+        refinement step (O(mr)) multiplies the error by ``‖I − M CᵀC‖``.  The residual
+        ``rhs − CᵀC z`` is the estimator's bias coefficient (``Cᵀu`` should equal ``c_Q``),
+        so refinement stops once it is within :data:`_SOLVE_RTOL` of the largest entry of
+        ``rhs`` — or at the rounding floor (of the residual, or of z: a correction below
         2·10⁻¹⁵ of it).  If M has drifted so far (first residual
         above 1e-3 relative) that refinement would crawl, S is rebuilt from a
         QR factorisation of C (O(mr²), rare).
         """
         r = self._r
         if r == 0:
-            return np.zeros(0)
+            return np.zeros(0), np.zeros(self._m)
         C, S = self._C, self._S
         scale = float(np.abs(rhs).max(initial=0.0))
         z = S.times(S.t_times(rhs))
-        resid = rhs - C.t_times(C.times(z), r)
+        Cz = C.times(z)
+        resid = rhs - C.t_times(Cz, r)
         size = first = float(np.abs(resid).max(initial=0.0))
         for _ in range(6):
-            if size <= 1e-15 * scale:
+            if size <= _SOLVE_RTOL * scale:
                 break
             dz = S.times(S.t_times(resid))
             if np.abs(dz).max(initial=0.0) <= 2e-15 * np.abs(z).max(initial=0.0):
                 z = z + dz  # the correction is below rounding: z is as good as it gets
+                Cz = C.times(z)
                 break
             z_new = z + dz
-            r_new = rhs - C.t_times(C.times(z_new), r)
+            Cz_new = C.times(z_new)
+            r_new = rhs - C.t_times(Cz_new, r)
             s_new = float(np.abs(r_new).max(initial=0.0))
             if s_new >= size:  # the rounding floor: stop
                 break
-            z, resid, size = z_new, r_new, s_new
+            z, Cz, resid, size = z_new, Cz_new, r_new, s_new
         if first > 1e-3 * scale and not self._fresh:
             # M has drifted far enough to slow refinement down: rebuild it from C.
             self._refresh()
             return self._solve_now(rhs)
-        return z
+        return z, Cz
 
     def _refresh(self) -> None:
         """Recompute the square root S = R⁻¹ of M = (CᵀC)⁻¹ from the QR factorisation C = QR."""
@@ -463,15 +491,12 @@ class IncrementalBLUE:
     def _extend_mixed(self, H: NDArray[np.float64], G: NDArray[np.float64], b: NDArray[np.float64],
                       y: NDArray[np.float64], g: NDArray[np.float64], norms: NDArray[np.float64]) -> bool:
         """Any block of non-zero rows: which add directions is decided in order, as
-        :meth:`append` does (``mixed_block``); C gains the rows ``[Pᵀ, L]`` and S the square
-        root of the new ``M`` in one low-rank update (``Root.absorb``)."""
+        :meth:`append` does (``mixed_block``); C gains the rows ``[Pᵀ, L]`` and S the same
+        sequence of updates as appending the rows one by one (``Root.append_rows``)."""
         r = self._r
-        P, L, Vnew = mixed_block(self._vblocks(), self._d, G, norms, r)
-        S = self._S.copy()
-        if not S.absorb(S.t_times(P).T, L):
-            return False
+        P, L, Vnew, adds = mixed_block(self._vblocks(), self._d, G, norms, r)
         self._store(H, b, y, g)
-        self._S = S
+        self._S.append_rows(P, L, adds)
         kn = L.shape[1]
         self._C.add(np.concatenate([P.T, L], axis=1))
         self._V = _grow(self._V, self._rv + kn, self.n_atoms)
@@ -606,11 +631,57 @@ class IncrementalBLUE:
         cQ, ok = self._coordinates(Qv)
         if not ok:
             return Estimate(math.nan, readonly(np.full(m, np.nan)), math.nan, False, None, b, g)
-        u = self._info.weights(cQ) if self._info is not None else self._C.times(self._solve(cQ))
+        u = self._info.weights(cQ) if self._info is not None else self._weights(cQ)
         A = u / self._b[:m]
         value = float(A @ self._y[:m])
         law = ErrorLaw(A, b, g, method, **law_options)
         return Estimate(value, readonly(A), law.variance, True, Posterior(value, law), b, g)
+
+    def estimable(self, Q: ArrayLike) -> bool:
+        """Whether Q is estimable from the history: :attr:`Estimate.estimable` of
+        :meth:`estimate`, by the same test, without the weights (one projection).
+
+        Raises:
+            InvalidArgument: On a wrong shape or non-finite Q.
+        """
+        return self._coordinates(self._atom_vector(Q, "Q"))[1]
+
+    def restrictions_possible(self, Q: ArrayLike, left_out: list[NDArray[np.intp]]) -> list[bool]:
+        """For each set of atoms, False when Q is certainly not estimable after appending Q
+        with those atoms zeroed (``h_keep``), at any scale; True when it may be (then ask
+        :meth:`estimable_with`).  A filter for the planner's restriction candidates: O(r t)
+        per set of t atoms once Q's residual is known, instead of a projection of each
+        ``h_keep`` (O(r n)).
+
+        With ``h_out = Q − h_keep`` and ``res(·)`` the D-orthogonal residual on the row
+        space: ``‖res(h_out)‖² = ‖h_out‖² − ‖c_out‖²`` (t columns of V),
+        ``⟨res(Q), res(h_out)⟩ = ⟨res(Q), h_out⟩`` and ``res(h_keep) = res(Q) − res(h_out)``;
+        after appending h_keep, Q's residual is ``res(Q)`` minus its component along
+        ``res(h_keep)``.  Only a residual above 1e-4 ‖Q‖² (and ``h_keep`` adding a direction
+        by the same margin) answers False: rounding in these sums is ~1e-8 of that, and
+        the exact test's threshold is 1e-18 ‖Q‖², so the filter never drops a candidate
+        :meth:`estimable_with` would keep.
+
+        Raises:
+            InvalidArgument: On a wrong shape or non-finite Q.
+        """
+        Qv = self._atom_vector(Q, "Q")
+        if self._info is not None or self._r == 0:
+            return [True] * len(left_out)
+        _, res = self._project(Qv)
+        d = self._d
+        H = float(np.dot(d * Qv, Qv))
+        R = float(np.dot(d * res, res))
+        blocks = self._vblocks()
+        out = []
+        for idx in left_out:
+            dv = d[idx] * Qv[idx]
+            c = np.concatenate([B.rows[:, idx if B.cols is None else B.cols[idx]] @ dv for B in blocks])
+            a = float(dv @ Qv[idx]) - float(c @ c)  # ‖res(h_out)‖²
+            p = float(dv @ res[idx])  # ⟨res(Q), h_out⟩
+            K = R - 2.0 * p + a  # ‖res(h_keep)‖²
+            out.append(not (K > _MARGIN * H and R - (R - p) ** 2 / K > _MARGIN * H))
+        return out
 
     def estimable_with(self, Q: ArrayLike, h_new: ArrayLike) -> bool:
         """Whether Q would be estimable if ``h_new`` were appended (at any scale): the last

@@ -52,11 +52,10 @@ class Pricer:
         self.estimable = st._dnorm(res) <= ESTIMABLE_RTOL * qn
         if not weights:  # only estimability was asked (:meth:`IncrementalBLUE.estimable_with`)
             return
-        C = st._C
         Mh = st._solve(c_h)
         MQ = Mh if same else st._solve(cQ)
         self.kappa, self.eta = float(c_h @ Mh), float(c_h @ MQ)
-        self.CMQ, self.CMh = C.times(MQ), C.times(Mh)
+        self.CMQ, self.CMh = st._weights(cQ), st._weights(c_h)
         self.ce_over_rho = ce / rn if self.extends else 0.0
 
     def _information(self, st: IncrementalBLUE, info: Information, Q: NDArray[np.float64], h: NDArray[np.float64],
