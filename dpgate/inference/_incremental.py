@@ -76,8 +76,11 @@ from dpgate.inference._pricer import Pricer
 
 __all__ = ["EXTEND_RTOL", "IncrementalBLUE"]
 
-#: Remembered projections, solves and estimates per state.
+#: Remembered projections, solves and estimates per state: at least this many, and as many
+#: as fit in :data:`_MEMO_FLOATS` numbers of their size (a repeated GROUP BY asks one
+#: estimate per group: a small history remembers them all).
 _MEMO = 16
+_MEMO_FLOATS = 1 << 21
 #: A solve is refined until its normal-equations residual (the estimator's bias coefficient)
 #: is at most this fraction of the right-hand side's largest entry: far below any interval
 #: width, and usually met without a refinement step (each costs two products with C, O(m r)).
@@ -257,7 +260,7 @@ class IncrementalBLUE:
         return finite_array(v, name, ndim=1, size=self.n_atoms)
 
     def _remember(self, key: tuple[object, ...], value: Any) -> Any:
-        if len(self._memo) >= _MEMO:
+        if len(self._memo) >= max(_MEMO, _MEMO_FLOATS // (self._m + self.n_atoms + 1)):
             del self._memo[next(iter(self._memo))]
         self._memo[key] = value
         return value
