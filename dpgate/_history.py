@@ -30,7 +30,7 @@ __all__ = ["LedgerHistory"]
 #: (``dpgate._checkpoint``); closing it checkpoints whatever it added.
 CHECKPOINT_AFTER = 64
 #: Layout of the checkpointed inference state (a checkpoint of another layout is replayed).
-STATE_LAYOUT = 2
+STATE_LAYOUT = 3
 
 
 class LedgerHistory:

@@ -26,6 +26,7 @@ display only (:attr:`CellCosts.charge`); :attr:`CellCosts.charge_units` is exact
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -133,8 +134,13 @@ class CellCosts:
 
     def split(self, parent: np.ndarray) -> None:
         """Atoms were refined: atom ``i`` came from old atom ``parent[i]``."""
+        self.regrid(lambda units: units[parent])
+
+    def regrid(self, expand: Callable[[np.ndarray], np.ndarray]) -> None:
+        """Atoms were refined: the new per-atom costs are ``expand(units)`` (each new atom
+        takes the cost of the old one it is part of)."""
         top = self._max
-        self.units = self.units[parent]
+        self.units = expand(self.units)
         self._max = top  # every old atom has a piece
 
     def increase_units(self, h: np.ndarray, alpha: float, sensitivity: float) -> int:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -389,13 +389,28 @@ class BoxGrid(_Grid):
         Raises:
             UnsupportedQuery: the grid would exceed ``max_grid`` boxes (it is then unchanged).
         """
+        old = self.labels
+        expand = self.regrid(query)
+        return None if expand is None else expand(old)
+
+    def regrid(self, query: LinearQuery) -> Callable[[np.ndarray], np.ndarray] | None:
+        """:meth:`refine`, returning instead of ``parent`` the map of per-box values on the old
+        grid onto the new one (``values[parent]``, by slabs: no index array as large as the grid).
+
+        Raises:
+            UnsupportedQuery: as :meth:`refine`.
+        """
         self._check_table(query)
         if self._holds(query):
             return None
         cols, bps = self._merged_grid(query)
-        parent = np.ascontiguousarray(expand_grid(self.labels, self._columns, self._bps, cols, bps)).ravel()
+        old_cols, old_bps, old_shape = self._columns, self._bps, self.shape
         self._columns, self._bps, self._labels = cols, bps, None
-        return parent
+
+        def expand(values: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(expand_grid(values.reshape(old_shape), old_cols, old_bps, cols, bps)).ravel()
+
+        return expand
 
     def atom_numerators(self, query: LinearQuery) -> np.ndarray:
         """The query's integer numerator on each box (its grid must be part of this one)."""

@@ -299,12 +299,12 @@ def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: fl
     """The plan for a query the atoms do not hold: from its exact repeats, else measured
     on its own at the smallest budget that, with those repeats, meets the requirement."""
     key, factor = isolation_key(q)
-    hist = state.isolated.get(key)
-    if hist is None:  # never released: its own release is its answer (at the single-release scale)
+    repeats = state.isolated.get(key)
+    if repeats is None:  # never released: its own release is its answer (at the single-release scale)
         scale = _alone_scale(q, accuracy, confidence, "minimal" if policy == "minimal" else "paper")
         m = measurement(state, q, scale, h=np.array([factor]))
-        return Step(q, "fresh", m.h, (m,), alone=True, isolated=_NO_REPEATS)
-    iso = hist.copy()
+        return Step(q, "fresh", m.h, (m,), alone=True, isolated=_EMPTY_HISTORY)
+    iso = repeats.blue().copy()
     h = np.array([factor])
     est = iso.estimate(h) if policy != "no_reuse" else None
     if est is not None and meets(est.halfwidth(confidence), accuracy):
@@ -393,7 +393,7 @@ def _single_release_scale(accuracy: float, confidence: float, denominator: int) 
 
 _ONE = np.ones(1)
 #: The history of an isolated query never released: read only (answers copy before appending).
-_NO_REPEATS = IncrementalBLUE(_ONE)
+_EMPTY_HISTORY = IncrementalBLUE(_ONE)
 
 
 def answers(

@@ -439,8 +439,8 @@ class Gateway:
                 return float((low is None or low <= v) and (high is None or v <= high))
             if state.outside:  # too fine for the atoms: only its exact repeats inform it
                 key, factor = isolation_key(q)
-                iso = state.isolated.get(key)
-                est = iso.estimate([factor]) if iso is not None else None
+                repeats = state.isolated.get(key)
+                est = repeats.blue().estimate([factor]) if repeats is not None else None
             else:
                 est = state.blue.estimate(state.atoms.vector(q))
         if est is None or est.posterior is None:

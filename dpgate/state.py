@@ -27,7 +27,7 @@ from dpgate.inference import Estimate, IncrementalBLUE
 from dpgate.query import LinearQuery
 from dpgate.schema import Table
 
-__all__ = ["COST_MAX_BOXES", "DEFAULT_MAX_ATOMS", "TableState", "TableView", "isolation_key"]
+__all__ = ["COST_MAX_BOXES", "DEFAULT_MAX_ATOMS", "Repeats", "TableState", "TableView", "isolation_key"]
 
 _ONE = np.ones(1)
 #: What a release is charged as: the cost atoms it touches and its weight on each.
@@ -126,6 +126,38 @@ def _isolation_key(query: LinearQuery) -> tuple[str, float]:
     return digest, g / query.denominator
 
 
+@dataclass(frozen=True)
+class Repeats:
+    """The releases of one query kept outside the atoms, and of its rescalings (one
+    :func:`isolation_key`): per release ``(factor, scale, value, lattice)``.  Its one-atom
+    BLUE is built when first read — most such queries (a GROUP BY's isolated groups) are
+    never asked again.  Immutable: :meth:`plus` returns a new one."""
+
+    rows: tuple[tuple[float, float, float, float], ...] = ()
+    _blue: list[IncrementalBLUE] = field(default_factory=list, repr=False, compare=False)
+
+    def blue(self) -> IncrementalBLUE:
+        """The BLUE over these releases (one atom: the key's query); copy it before appending."""
+        if not self._blue:
+            blue = IncrementalBLUE(_ONE)
+            for factor, scale, value, lattice in self.rows:
+                blue.append([factor], scale, value, lattice=lattice)
+            self._blue.append(blue)
+        return self._blue[0]
+
+    def plus(self, factor: float, scale: float, value: float, lattice: float) -> Repeats:
+        """These releases and one more."""
+        out = Repeats((*self.rows, (factor, scale, value, lattice)))
+        if self._blue:  # already built: extend a copy rather than rebuild
+            blue = self._blue[0].copy()
+            blue.append([factor], scale, value, lattice=lattice)
+            out._blue.append(blue)
+        return out
+
+
+_NO_REPEATS = Repeats()
+
+
 @dataclass
 class TableState:
     """Everything known about one table's releases.
@@ -160,9 +192,9 @@ class TableState:
     record_ids: list[int] = field(default_factory=list)
     alphas: list[float] = field(default_factory=list)
     sensitivities: list[float] = field(default_factory=list)
-    #: Releases of queries the atoms do not hold, by :func:`isolation_key`: a one-atom
-    #: BLUE per key whose rows are the released factors.
-    isolated: dict[str, IncrementalBLUE] = field(default_factory=dict)
+    #: Releases of queries the atoms do not hold, by :func:`isolation_key`: per key, the
+    #: released factors and the one-atom BLUE over them (:class:`Repeats`).
+    isolated: dict[str, Repeats] = field(default_factory=dict)
     #: In a planning copy (:meth:`refined`), the positions of the statement's queries
     #: that stay outside the atoms.
     outside: frozenset[int] = frozenset()
@@ -222,11 +254,11 @@ class TableState:
     def _cost_split(self, query: LinearQuery) -> bool:
         """Refine the cost atoms (and split the costs with them) by ``query``; False when over their limits."""
         try:
-            parent = self.cost_atoms.refine(query)
+            expand = self.cost_atoms.regrid(query)
         except UnsupportedQuery:
             return False
-        if parent is not None:
-            self.costs.split(parent)
+        if expand is not None:
+            self.costs.regrid(expand)
         return True
 
     def charges(self, queries: Sequence[LinearQuery]) -> list[Charge]:
@@ -459,11 +491,7 @@ class TableState:
         for i in sorted(outside):
             _, query, scale, value, lattice, _, _ = items[i]
             key, factor = isolation_key(query)
-            found = self.isolated.get(key)
-            # a copy: the BLUE may be shared with a planning copy's (or the state's it came from)
-            hist = found.copy() if found is not None else IncrementalBLUE(_ONE)
-            hist.append([factor], scale, value, lattice=lattice)
-            self.isolated[key] = hist
+            self.isolated[key] = self.isolated.get(key, _NO_REPEATS).plus(factor, scale, value, lattice)
         if held:
             rows = np.array([self.atoms.vector(it[1]) for it in held])
             for rid, query, _, _, _, alpha, sensitivity in held:
