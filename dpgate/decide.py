@@ -163,7 +163,9 @@ class Step:
     values: tuple[float, ...] = ()  # the fresh releases, once measured
     order: int = 0
     alone: bool = False
-    isolated: IncrementalBLUE | None = field(default=None, repr=False)  # its own history, outside the atoms
+    #: Set for a query outside the atoms: the history of its exact repeats that a fresh release
+    #: is appended to (empty when it is alone, or answered from ``estimate``).
+    isolated: IncrementalBLUE | None = field(default=None, repr=False)
     estimate: Estimate | None = field(default=None, repr=False)  # a history step's, from released values only
     same_as: int | None = None  # index of an equal query planned earlier in the statement
 
@@ -304,11 +306,11 @@ def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: fl
         scale = _alone_scale(q, accuracy, confidence, "minimal" if policy == "minimal" else "paper")
         m = measurement(state, q, scale, h=np.array([factor]))
         return Step(q, "fresh", m.h, (m,), alone=True, isolated=_EMPTY_HISTORY)
-    iso = repeats.blue().copy()
     h = np.array([factor])
-    est = iso.estimate(h) if policy != "no_reuse" else None
+    est = repeats.estimate(factor) if policy != "no_reuse" else None
     if est is not None and meets(est.halfwidth(confidence), accuracy):
-        return Step(q, "history", h, isolated=iso, estimate=est)  # its answer: nothing is appended to ``iso``
+        return Step(q, "history", h, isolated=_EMPTY_HISTORY, estimate=est)  # answered by ``est``
+    iso = repeats.blue().copy()
     scale = _alone_scale(q, accuracy, confidence, "paper")
     if policy == "minimal":
         if est is not None and est.estimable:
@@ -459,13 +461,13 @@ def _answer(
             law = laws[m.scale, m.lattice] = ErrorLaw([1.0], [m.scale], lattice=[m.lattice])
         post = Posterior(step.values[0], law)
     else:
-        if step.isolated is not None and step.h is not None:  # estimated from its exact repeats (and its own release)
-            blue = step.isolated.copy()
-            for m, v in zip(step.measurements, step.values, strict=False):
-                blue.append(step.h, m.scale, v, lattice=m.lattice)
         if step.kind == "history" and step.estimate is not None:
             est: Estimate | None = step.estimate  # planned on exactly this history (same order)
         else:
+            if step.isolated is not None and step.h is not None:  # from its exact repeats and its own release
+                blue = step.isolated.copy()
+                for m, v in zip(step.measurements, step.values, strict=False):
+                    blue.append(step.h, m.scale, v, lattice=m.lattice)
             est = blue.estimate(step.h) if step.h is not None else None
         if est is None or est.posterior is None:
             return answer(math.nan, -math.inf, math.inf, source="unavailable", epsilon_spent=0.0,

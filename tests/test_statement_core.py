@@ -303,3 +303,22 @@ def test_max_outputs_refuses_a_huge_group_by_before_any_work(pums) -> None:
     for bad in (0, 1.5, None):
         with pytest.raises(dpgate.InvalidArgument, match="max_outputs"):
             _gw(pums, max_outputs=bad)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.sampled_from([1.0, 2.0, -1.0, 0.5, 3.0]), st.floats(0.5, 50.0),
+                          st.floats(-1e4, 1e4), st.sampled_from([0.0, 1.0, 0.5])), min_size=1, max_size=6),
+       st.sampled_from([1.0, 2.0, -0.25]))
+def test_repeats_estimate_in_closed_form_what_their_blue_estimates(rows, factor) -> None:
+    """An isolated query's repeats are estimated in closed form (one unknown); that must be the
+    BLUE over them: same value, weights, variance and certified half-width."""
+    from dpgate.state import Repeats
+
+    repeats = Repeats()
+    for row in rows:
+        repeats = repeats.plus(*row)
+    fast, blue = repeats.estimate(factor), repeats.blue().estimate([factor])
+    assert fast.value == pytest.approx(blue.value, rel=1e-9, abs=1e-9)
+    np.testing.assert_allclose(fast.weights, blue.weights, rtol=1e-9, atol=1e-12)
+    assert fast.variance == pytest.approx(blue.variance, rel=1e-9)
+    assert fast.halfwidth(0.95) == pytest.approx(blue.halfwidth(0.95), rel=1e-9)
