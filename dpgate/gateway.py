@@ -114,7 +114,8 @@ def _requirement(stmt: CompiledStatement, accuracy: float | None, confidence: fl
     )
 
 
-_COMPILED_KEPT = 256  # compiled statements a gateway keeps for repeats
+_COMPILED_KEPT = 1024  # compiled statements kept for repeats (by schema fingerprint and text)
+_COMPILED: dict[tuple[Any, ...], CompiledStatement] = {}
 _PLAIN = (str, int, float, bool, type(None))
 
 
@@ -232,7 +233,7 @@ class Gateway:
         self._history = LedgerHistory(self.schema, self._ledger, max_atoms)
         self._ispe_releases: list[WarmStart] = []  # this object's ISPE warm starts, for method="mmse"
         self._lock = threading.RLock()
-        self._compiled: dict[tuple[Any, ...], tuple[Schema, CompiledStatement]] = {}  # see compile()
+        self._fingerprinted: tuple[Schema, str] | None = None  # see _schema_fingerprint()
         with one_blas_thread():
             self._history.open()
 
@@ -484,21 +485,30 @@ class Gateway:
         # Compiling depends only on the text, the parameters, the schema and the dialect, and a
         # compiled statement is immutable: repeats (a GROUP BY answered from history) reuse it.
         # (Single dict operations: safe across threads without the lock.)
-        key = _compile_key(sql, params, self.dialect)
-        found = self._compiled.get(key) if key is not None else None
-        if found is not None and found[0] is self.schema:
-            return found[1]
+        # Kept for the process (gateways on equal schemas, e.g. one per DB-API connection, share them).
+        text_key = _compile_key(sql, params, self.dialect)
+        key = None if text_key is None else (self._schema_fingerprint(), text_key)
+        found = _COMPILED.get(key) if key is not None else None
+        if found is not None:
+            return found
         stmt = compile_statement(sql, self.schema, dialect=self.dialect, params=params)
         if isinstance(stmt, CompiledStatement) and key is not None:
-            if len(self._compiled) >= _COMPILED_KEPT:
-                self._compiled = {}
-            self._compiled[key] = (self.schema, stmt)
+            if len(_COMPILED) >= _COMPILED_KEPT:
+                _COMPILED.clear()
+            _COMPILED[key] = stmt
         if not isinstance(stmt, CompiledStatement):
             raise ProgrammingError(
                 "SET dpgate.* statements configure a DB-API connection; pass accuracy= and "
                 "confidence= to Gateway.query instead."
             )
         return stmt
+
+    def _schema_fingerprint(self) -> str:
+        """``self.schema.fingerprint()``, computed once per schema object."""
+        found = self._fingerprinted
+        if found is None or found[0] is not self.schema:
+            found = self._fingerprinted = (self.schema, self.schema.fingerprint())
+        return found[1]
 
     @contextmanager
     def locked_view(self, table: str, queries: Sequence[LinearQuery] = ()) -> Iterator[TableView]:
