@@ -222,9 +222,8 @@ class Gateway:
         self.max_atoms, self.max_outputs = max_atoms, max_outputs
         self._cube = Cube(data, self.schema)
         # A digest of the private data: the ledger stores only a keyed MAC of it, never the value.
-        fingerprint = hashlib.sha256(
-            f"{self._cube.fingerprint()}|{self.schema.fingerprint()}".encode()
-        ).hexdigest()
+        self._fingerprinted: tuple[Schema, str] | None = (self.schema, self.schema.fingerprint())
+        fingerprint = hashlib.sha256(f"{self._cube.fingerprint()}|{self._fingerprinted[1]}".encode()).hexdigest()
         self._ledger = ledger if isinstance(ledger, Ledger) else Ledger.open(
             ledger, fingerprint=fingerprint, budget=float(budget), key=ledger_key, new=new_ledger
         )
@@ -233,7 +232,6 @@ class Gateway:
         self._history = LedgerHistory(self.schema, self._ledger, max_atoms)
         self._ispe_releases: list[WarmStart] = []  # this object's ISPE warm starts, for method="mmse"
         self._lock = threading.RLock()
-        self._fingerprinted: tuple[Schema, str] | None = None  # see _schema_fingerprint()
         with one_blas_thread():
             self._history.open()
 
