@@ -47,7 +47,8 @@ refused if the sizes do not add up.)
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -90,6 +91,13 @@ _MARGIN = 1e-4
 #: :meth:`IncrementalBLUE.extend` adds larger blocks in chunks of this many rows.
 _CHUNK = 256
 
+
+
+_T = TypeVar("_T")
+
+
+def _frozen_pair(pair: tuple[NDArray[np.float64], NDArray[np.float64]]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    return readonly(pair[0]), readonly(pair[1])
 
 
 def _grow(buf: NDArray[np.float64], rows: int, cols: int) -> NDArray[np.float64]:
@@ -259,19 +267,18 @@ class IncrementalBLUE:
     def _atom_vector(self, v: ArrayLike, name: str) -> NDArray[np.float64]:
         return finite_array(v, name, ndim=1, size=self.n_atoms)
 
-    def _remember(self, key: tuple[object, ...], value: Any) -> Any:
-        if len(self._memo) >= max(_MEMO, _MEMO_FLOATS // (self._m + self.n_atoms + 1)):
-            del self._memo[next(iter(self._memo))]
-        self._memo[key] = value
-        return value
+    def _remembered(self, key: tuple[object, ...], compute: Callable[[], _T]) -> _T:
+        """``compute()``, remembered by ``key`` until this state changes (oldest forgotten first)."""
+        found = self._memo.get(key)
+        if found is None:
+            if len(self._memo) >= max(_MEMO, _MEMO_FLOATS // (self._m + self.n_atoms + 1)):
+                del self._memo[next(iter(self._memo))]
+            found = self._memo[key] = compute()
+        return cast(_T, found)
 
     def _project(self, v: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """:meth:`_project_now`, remembered (read-only results)."""
-        key = ("project", v.tobytes())
-        found = self._memo.get(key)
-        if found is None:
-            found = self._remember(key, tuple(readonly(a) for a in self._project_now(v)))
-        return found
+        return self._remembered(("project", v.tobytes()), lambda: _frozen_pair(self._project_now(v)))
 
     def _project_now(self, v: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Coefficients ``c`` of v on V and the residual ``v − cV``.
@@ -309,11 +316,7 @@ class IncrementalBLUE:
         return self._solve_pair(rhs)[1]
 
     def _solve_pair(self, rhs: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        key = ("solve", rhs.tobytes())
-        found = self._memo.get(key)
-        if found is None:
-            found = self._remember(key, tuple(readonly(a) for a in self._solve_now(rhs)))
-        return found
+        return self._remembered(("solve", rhs.tobytes()), lambda: _frozen_pair(self._solve_now(rhs)))
 
     def _solve_now(self, rhs: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """``z = (CᵀC)⁻¹ rhs`` from ``M = S Sᵀ``, with iterative refinement against C, and ``C z``.
@@ -608,12 +611,9 @@ class IncrementalBLUE:
 
     def _info_solve(self, v: NDArray[np.float64]) -> NDArray[np.float64]:
         """``Information.solve``, remembered (a read-only result)."""
-        assert self._info is not None
-        key = ("info", v.tobytes())
-        found = self._memo.get(key)
-        if found is None:
-            found = self._remember(key, readonly(self._info.solve(v)))
-        return found
+        info = self._info
+        assert info is not None
+        return self._remembered(("info", v.tobytes()), lambda: readonly(info.solve(v)))
 
     def estimate(self, Q: ArrayLike, method: Method = "exact", **law_options: Any) -> Estimate:
         """BLUE of ``Q·x`` from the stored history (same result as :func:`estimate`).
@@ -623,10 +623,7 @@ class IncrementalBLUE:
         """
         Qv = self._atom_vector(Q, "Q")
         key = ("estimate", Qv.tobytes(), method, repr(sorted(law_options.items())))
-        found = self._memo.get(key)
-        if found is None:
-            found = self._remember(key, self._estimate_now(Qv, method, law_options))
-        return found
+        return self._remembered(key, lambda: self._estimate_now(Qv, method, law_options))
 
     def _estimate_now(self, Qv: NDArray[np.float64], method: Method, law_options: dict[str, Any]) -> Estimate:
         m = self._m
