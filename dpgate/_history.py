@@ -130,6 +130,7 @@ class LedgerHistory:
                  for r, m in zip(records, parts, strict=True)], costs)
             self.tables[state.table.name.lower()] = state
             self.last_id = records[-1].id
+            return  # others' later records are synced before the next use (no ledger read here)
         # The measured queries (offset 0, no label or group) are exactly what ``from_json`` gives back.
         self.sync(known={r.query: m.query for r, m in zip(records, parts, strict=True)})
 

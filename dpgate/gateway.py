@@ -601,7 +601,7 @@ class Gateway:
     ) -> tuple[list[float], tuple[list[LedgerRecord], CellCosts]]:
         """Inside an open ledger transaction: read the true answers, add noise, append
         one record per measurement.  Values leave only after the caller commits.
-        Returns the values, and the records and the costs after them (for :meth:`_applied`).
+        Returns the values, and the records and the costs after them (for :meth:`LedgerHistory.applied`).
         ``charges``: :func:`_recorded_charges` of ``parts`` if the caller has it already."""
         truths = self._cube.true_numerators([m.query for m in parts])
         start, after, costs = _recorded_charges(state, parts) if charges is None else charges
