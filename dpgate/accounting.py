@@ -26,7 +26,7 @@ display only (:attr:`CellCosts.charge`); :attr:`CellCosts.charge_units` is exact
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -173,6 +173,24 @@ class CellCosts:
         self.units = units
         if top is not None:  # costs only grow: the new max is the old one or one just written
             self._max = max(top, int(new.max()))
+
+    def charge_with(self, releases: Sequence[tuple[np.ndarray, np.ndarray, float, float]]) -> float:
+        """:attr:`charge` if ``releases`` — ``(atoms, weights, α, S)``, each as :meth:`add_sparse`
+        takes it — were added, in O(their support): costs only grow, so the new maximum is
+        the old one or on a cell they touch.  The costs are unchanged."""
+        atoms = [a for a, _, _, _ in releases if a.size]
+        if not atoms:
+            return self.charge
+        incs = [_nonzero_units(w, float(al), float(s)) for a, w, al, s in releases if a.size]
+        if len(atoms) == 1:  # one release: its atoms are distinct
+            cells, added = atoms[0], incs[0]
+        else:  # several may meet: each cell gets the sum of theirs
+            cells, where = np.unique(np.concatenate(atoms), return_inverse=True)
+            small = all(i.dtype == np.int64 for i in incs) and sum(int(i.max()) for i in incs) < _FAST
+            added = np.zeros(cells.size, dtype=np.int64 if small else object)
+            np.add.at(added, where, np.concatenate(incs if small else [i.astype(object) for i in incs]))
+        top = max(self.charge_units // self.k, int(_plus(self.units[cells], added).max()))
+        return to_epsilon(self.k * top)
 
     def copy(self) -> CellCosts:
         """An independent copy (for planning a statement before committing it)."""

@@ -287,10 +287,10 @@ def plan(
             followed = k < len(later) - 1 or n_block < len(columns) - 1
             blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy, alone=by_itself,
                                     followed=followed)
-            increase = _price(costs, parts)
+            before = costs.charge
             for m in parts:
                 add(m)
-            place(i, Step(q, "fresh", h, tuple(parts), increase))
+            place(i, Step(q, "fresh", h, tuple(parts), costs.charge - before))
         for i in block:
             planned.setdefault(queries[i], i)
     state.remember_recorded_charges(added, after, costs)  # what recording them in this order charges
@@ -543,10 +543,8 @@ def _add(costs: CellCosts, m: Measurement) -> None:
 
 
 def _price(costs: CellCosts, parts: Sequence[Measurement]) -> float:
-    trial = costs.copy()
-    for m in parts:
-        _add(trial, m)
-    return trial.charge - costs.charge
+    """The charge increase ``parts`` would cause (the costs are unchanged)."""
+    return costs.charge_with([(*m.c, m.alpha, m.sensitivity) for m in parts]) - costs.charge
 
 
 def _candidates(

@@ -174,3 +174,28 @@ def test_add_sparse_is_add_of_the_dense_vector(rows, alpha, huge):
         in_place.add_sparse(on, r[on], a, s, in_place=True)
         assert sparse.charge_units == in_place.charge_units == dense.charge_units == dense.k * int(dense.units.max())
     assert dense.units.tolist() == sparse.units.tolist() == in_place.units.tolist()
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(
+    rows=hnp.arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(1, 7)),
+                    elements=st.sampled_from([0.0, 1.0, -1.0, 0.5, 2.0, 1 / 3])),
+    alpha=st.sampled_from([0.1, 0.37, 1.0, 3.5]),
+    huge=st.booleans(),
+    k=st.integers(1, 3),
+)
+def test_charge_with_is_the_charge_after_adding(rows, alpha, huge, k):
+    """Pricing releases (overlapping or not) in O(their support) gives exactly the charge
+    that adding them to a copy gives, and leaves the costs as they were."""
+    costs = CellCosts(rows.shape[1], k)
+    costs.add(np.arange(rows.shape[1]) % 3, alpha, 2.0)
+    before = costs.units.tolist()
+    releases = []
+    trial = costs.copy()
+    for i, r in enumerate(rows):
+        a, s = alpha * (1 + i) * (1e15 if huge else 1), max(1.0, float(np.abs(r).max()))
+        on = np.flatnonzero(r)
+        releases.append((on, r[on], a, s))
+        trial.add_sparse(on, r[on], a, s, in_place=True)
+    assert costs.charge_with(releases) == trial.charge
+    assert costs.units.tolist() == before
