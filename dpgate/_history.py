@@ -127,7 +127,7 @@ class LedgerHistory:
             self._note_security(records)
             state.record_planned(
                 [(r.id, m.query, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
-                 for r, m in zip(records, parts, strict=True)], costs)
+                 for r, m in zip(records, parts, strict=True)], costs, [m.h for m in parts])
             self.tables[state.table.name.lower()] = state
             self.last_id = records[-1].id
             return  # others' later records are synced before the next use (no ledger read here)

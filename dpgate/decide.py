@@ -42,7 +42,7 @@ from typing import Literal, cast
 
 import numpy as np
 
-from dpgate.accounting import CellCosts
+from dpgate.accounting import CellCosts, to_epsilon
 from dpgate.errors import InvalidRequirement
 from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, minimal_scale, single_release_scale
 from dpgate.noise import lattice_for
@@ -212,6 +212,15 @@ def plan(
         steps[i] = replace(step, order=order)
         order += 1
 
+    # A block's alone outputs, placed after its history steps, which were decided without them.
+    alone: list[tuple[int, Measurement, float]] = []
+    pending: list[int] = []  # alone outputs not charged yet: charged together, in order
+
+    def flush() -> None:
+        alone.extend(_charge_alone(state, costs, [queries[i] for i in pending], [hs[i] for i in pending],
+                                   pending, accuracy, confidence, policy, added, after))
+        pending.clear()
+
     columns = _columns(queries)
     planned: dict[LinearQuery, int] = {}  # queries of earlier columns (equality ignores label and group)
     for n_block, block in enumerate(columns):
@@ -223,8 +232,7 @@ def plan(
         block = [i for i in block if queries[i] not in planned]
         batch = len(block) > 1 and _disjoint([hs[i] for i in block])
         later: list[int] = []
-        # Placed after the block's history steps, which were decided without them.
-        alone: list[tuple[int, Step]] = []
+        alone.clear()
         # ``blue`` does not change before the block's later steps: estimate every output first.
         live = {i: h for i in block if (h := hs[i]) is not None and not queries[i].is_zero}
         charged = state.atom_costs(costs) if batch and live and policy != "no_reuse" else None
@@ -247,6 +255,7 @@ def plan(
             if h is None:  # outside the atoms
                 step = _isolated(state, q, accuracy, confidence, policy)
                 if step.measurements:
+                    flush()  # charged in the order of the outputs
                     (m,) = step.measurements
                     before = costs.charge
                     add(m)
@@ -258,19 +267,18 @@ def plan(
                 # Reusable by answers() only while no planned release (valued 0 here) is in ``blue``.
                 place(i, Step(q, "history", h, estimate=None if own_blue else est))
             elif est is None or (batch and not est.estimable and not restrictable[i]):  # None: untouched, or no_reuse
-                m = measurement(state, q, _alone_scale(q, accuracy, confidence, policy), h=h)
-                before = costs.charge
-                add(m)
-                alone.append((i, Step(q, "fresh", h, (m,), costs.charge - before, alone=True)))
+                pending.append(i)
             else:
                 later.append(i)
-        for i, step in alone:
-            place(i, step)
+        flush()
+        for i, m, increase in alone:
+            steps[i] = Step(queries[i], "fresh", m.h, (m,), increase, order=order, alone=True)
+            order += 1
         if alone and (later or n_block < len(columns) - 1):
             # Everything planned after them sees them (answers() replays the same order).
             if not own_blue:
                 blue, own_blue = blue.copy(), True
-            ms = [step.measurements[0] for _, step in alone]  # weights do not depend on the values (0 here)
+            ms = [m for _, m, _ in alone]  # weights do not depend on the values (0 here)
             blue.extend(np.array([m.h for m in ms]), [m.scale for m in ms], np.zeros(len(ms)), [m.lattice for m in ms])
         for k, i in enumerate(later):
             q, h = queries[i], hs[i]
@@ -295,6 +303,49 @@ def plan(
             planned.setdefault(queries[i], i)
     state.remember_recorded_charges(added, after, costs)  # what recording them in this order charges
     return [s for s in steps if s is not None]
+
+
+def _charge_alone(
+    state: TableState, costs: CellCosts, queries: Sequence[LinearQuery], hs: Sequence[np.ndarray | None],
+    indices: Sequence[int], accuracy: float, confidence: float, policy: str,
+    added: list[tuple[Charge, float, float]], after: list[int],
+) -> list[tuple[int, Measurement, float]]:
+    """Measure each of ``queries`` (disjoint outputs, none of which history says anything
+    about) alone at the single-release scale and charge them, in order, to ``costs``,
+    noting each charge in ``added`` and the charge after it in ``after``.  Returns
+    ``(index, measurement, charge increase)`` per query.  Outputs of one ``(α, S)`` are
+    charged in one pass (:meth:`CellCosts.add_disjoint`): a GROUP BY's groups are."""
+    lattices: dict[tuple[float, int], float] = {}
+    ms = []
+    for q, h in zip(queries, hs, strict=True):
+        scale = _alone_scale(q, accuracy, confidence, policy)
+        key = (scale, q.denominator)
+        if key not in lattices:
+            lattices[key] = lattice_for(scale, q.denominator)[0]
+        assert h is not None
+        linear = q.linear_part
+        ms.append(Measurement(linear, h, linear.sensitivity / scale, scale, lattices[key], state.charge(linear, h)))
+    out: list[tuple[int, Measurement, float]] = []
+    start = 0
+    while start < len(ms):  # runs of one (α, S)
+        end = start + 1
+        while end < len(ms) and (ms[end].alpha, ms[end].sensitivity) == (ms[start].alpha, ms[start].sensitivity):
+            end += 1
+        run = ms[start:end]
+        before = costs.charge_units
+        units = costs.add_disjoint([m.c for m in run], run[0].alpha, run[0].sensitivity)
+        if units is None:
+            units = []
+            for m in run:
+                _add(costs, m)
+                units.append(costs.charge_units)
+        for i, m, u in zip(indices[start:end], run, units, strict=True):
+            added.append((m.c, m.alpha, m.sensitivity))
+            after.append(u)
+            out.append((i, m, to_epsilon(u) - to_epsilon(before)))
+            before = u
+        start = end
+    return out
 
 
 def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: float, policy: str) -> Step:

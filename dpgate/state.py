@@ -493,9 +493,10 @@ class TableState:
         self._append(items, outside)
 
     def _append(self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]],
-                outside: Set[int]) -> None:
+                outside: Set[int], vectors: Sequence[np.ndarray] | None = None) -> None:
         """Add released answers (their queries refined) to the BLUE, or — the positions in
-        ``outside`` — to their exact repeats' history."""
+        ``outside`` — to their exact repeats' history.  ``vectors``: each query's vector over
+        the atoms when the caller has them (the planner's, on these very atoms)."""
         queries = [it[1] for it in items]
         held = [it for i, it in enumerate(items) if i not in outside]
         for i in sorted(outside):
@@ -503,7 +504,8 @@ class TableState:
             key, factor = isolation_key(query)
             self.isolated[key] = self.isolated.get(key, _NO_REPEATS).plus(factor, scale, value, lattice)
         if held:
-            rows = np.array([self.atoms.vector(it[1]) for it in held])
+            rows = np.array([self.atoms.vector(it[1]) for it in held] if vectors is None else
+                            [v for i, v in enumerate(vectors) if i not in outside])
             for rid, query, _, _, _, alpha, sensitivity in held:
                 self.queries.append(query)
                 self.record_ids.append(rid)
@@ -563,18 +565,20 @@ class TableState:
         return self._planned == tuple(_held_key(q) for q in queries)
 
     def record_planned(
-        self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]], costs: CellCosts
+        self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]], costs: CellCosts,
+        vectors: Sequence[np.ndarray],
     ) -> None:
         """:meth:`record_many` on the planning copy of exactly these queries (:meth:`planned_for`),
-        with the costs :meth:`recorded_charges` computed: the same state, without refining
-        the partitions and pricing the releases a second time.  The lists and maps this copy
+        with the costs :meth:`recorded_charges` computed and the planner's vector of each query
+        (its ``Measurement.h``): the same state, without refining the partitions, pricing the
+        releases or locating them on the atoms a second time.  The lists and maps this copy
         shares with the state it was made from are copied first, so that state stays intact
         whatever happens here."""
         self.queries, self.record_ids = list(self.queries), list(self.record_ids)
         self.alphas, self.sensitivities = list(self.alphas), list(self.sensitivities)
         self.isolated, self._known = dict(self.isolated), dict(self._known or {})
         self.costs = costs
-        self._append(items, self.outside)
+        self._append(items, self.outside, vectors)
         self.outside, self._planned, self._recorded = frozenset(), None, None
 
     def __getstate__(self) -> dict[str, object]:

@@ -199,3 +199,40 @@ def test_charge_with_is_the_charge_after_adding(rows, alpha, huge, k):
         trial.add_sparse(on, r[on], a, s, in_place=True)
     assert costs.charge_with(releases) == trial.charge
     assert costs.units.tolist() == before
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(
+    n=st.integers(1, 9),
+    groups=st.lists(st.tuples(st.integers(0, 3), st.sampled_from([1.0, -1.0, 0.5, 2.0, 1 / 3])), min_size=1,
+                    max_size=8),
+    alpha=st.sampled_from([0.1, 0.37, 1.0, 3.5, 1e15]),
+    prior=st.booleans(),
+    k=st.integers(1, 3),
+)
+def test_add_disjoint_is_adding_one_by_one(n, groups, alpha, prior, k):
+    """A GROUP BY's disjoint charges added in one pass give the costs, and the charge after
+    each, that adding them one by one gives; meeting charges are refused and add nothing."""
+    costs = CellCosts(n, k)
+    if prior:
+        costs.add(np.arange(n) % 3, 0.5, 2.0)
+    one_by_one, before = costs.copy(), costs.units.tolist()
+    charges, start = [], 0
+    for width, w in groups:  # consecutive, hence disjoint, runs of cells (some empty)
+        atoms = np.arange(start, min(start + width, n))
+        charges.append((atoms, np.full(atoms.size, w)))
+        start += width
+    expected = []
+    for atoms, weights in charges:
+        one_by_one.add_sparse(atoms, weights, alpha, 2.0, in_place=True)
+        expected.append(one_by_one.charge_units)
+    got = costs.add_disjoint(charges, alpha, 2.0)
+    if got is None:  # past int64: refused, nothing added (the caller adds them one by one)
+        assert expected[-1] >= 2**63 and costs.units.tolist() == before
+        return
+    assert got == expected
+    assert costs.units.tolist() == one_by_one.units.tolist() and costs.charge_units == one_by_one.charge_units
+    meeting = costs.copy()
+    if n > 1:
+        assert meeting.add_disjoint([(np.array([0, 1]), np.ones(2)), (np.array([1]), np.ones(1))], 1.0, 1.0) is None
+        assert meeting.units.tolist() == costs.units.tolist()

@@ -139,14 +139,16 @@ def disjoint_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.fl
     at least a thousandth of its norm outside the basis (else None: the general path).
     """
     P = _coefficients(blocks, d, G, r)
-    K = np.diag(norms * norms) - P.T @ P
-    try:
-        L = np.linalg.cholesky(K)
-    except np.linalg.LinAlgError:
-        return None
-    if not (np.diag(L) > 1e-3 * norms).all():
-        return None
-    Linv = solve_triangular(L, np.eye(L.shape[0]), lower=True)
+    if not P.any():  # rows D-orthogonal to the basis too (e.g. a first GROUP BY): L is diagonal
+        L, Linv = np.diag(norms), np.diag(1.0 / norms)
+    else:
+        try:
+            L = np.linalg.cholesky(np.diag(norms * norms) - P.T @ P)
+        except np.linalg.LinAlgError:
+            return None
+        if not (np.diag(L) > 1e-3 * norms).all():
+            return None
+        Linv = solve_triangular(L, np.eye(L.shape[0]), lower=True)
     on = G != 0
     group = on.argmax(axis=0)
     value = np.where(on.any(axis=0), G[group, np.arange(G.shape[1])], 0.0)

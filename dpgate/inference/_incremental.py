@@ -536,6 +536,8 @@ class IncrementalBLUE:
         ``C = G √D`` and ``M = (CᵀC)⁻¹ = S Sᵀ`` with ``S = L⁻ᵀ``, ``CᵀC = L Lᵀ``.  False
         (nothing changed) when the rows do not span every atom that way.
         """
+        if H.shape[0] < self.n_atoms:  # every atom needs a row of its own
+            return False
         Gs = (sp.diags(1.0 / b) @ sp.csr_matrix(H)).tocsr()
         per_row = np.diff(Gs.indptr)
         if not (per_row > 0).all() or not covers_every_atom(Gs):
