@@ -143,7 +143,7 @@ def disjoint_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.fl
         L, Linv = np.diag(norms), np.diag(1.0 / norms)
     else:
         try:
-            L = np.linalg.cholesky(np.diag(norms * norms) - P.T @ P)
+            L = np.asarray(np.linalg.cholesky(np.diag(norms * norms) - P.T @ P), dtype=np.float64)
         except np.linalg.LinAlgError:
             return None
         if not (np.diag(L) > 1e-3 * norms).all():
