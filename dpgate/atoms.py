@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -335,9 +336,56 @@ class AtomPartition(_Grid):
         """The query's weight on each atom (float64, ``atom_numerators / denominator``)."""
         return self.atom_numerators(query) / query.denominator
 
+    def vectors(self, queries: Sequence[LinearQuery]) -> list[np.ndarray]:
+        """:meth:`vector` of each query (a GROUP BY's groups): queries over the same columns
+        are located on the atoms together, one search per column for all of them."""
+        out: list[np.ndarray | None] = [None] * len(queries)
+        by_columns: dict[tuple[str, ...], list[int]] = {}
+        for i, q in enumerate(queries):
+            by_columns.setdefault(tuple(c.lower() for c in q.columns), []).append(i)
+        for cols, idxs in by_columns.items():
+            if not cols or len(idxs) < 2 or len(idxs) * self._n > _BATCH_VECTORS:
+                for i in idxs:
+                    out[i] = self.vector(queries[i])
+                continue
+            for i, v in zip(idxs, self._located([queries[i] for i in idxs], cols), strict=True):
+                out[i] = v
+        return cast(list[np.ndarray], out)
+
+    def _located(self, queries: Sequence[LinearQuery], cols: tuple[str, ...]) -> np.ndarray:
+        """The vectors of queries over the columns ``cols``, as rows: each query's slab index on
+        each column for every atom, by one search over all their breakpoints (offset per query)."""
+        for q in queries:
+            self._check_table(q)
+        mine, grids, starts = self._slabs()
+        k = len(queries)
+        flat = np.zeros((k, self._n), dtype=np.int64)  # each atom's box index in each query's grid
+        for axis, c in enumerate(cols):
+            ax = mine.get(c)
+            bps = [q.breakpoints[axis] for q in queries]
+            if ax is None or not all(grids[ax].issuperset(bp) for bp in bps):
+                raise DPGateInternalError(f"query grid on column {c!r} is not part of the atom partition; refine() it first")
+            span = int(max(starts[ax].max(initial=0), max(bp[-1] for bp in bps))) + 1
+            sizes = np.array([len(bp) for bp in bps])
+            first = np.cumsum(sizes) - sizes
+            keys = np.concatenate([np.asarray(bp, dtype=np.int64) for bp in bps]) + np.repeat(np.arange(k) * span, sizes)
+            at = np.searchsorted(keys, np.arange(k)[:, None] * span + starts[ax][None, :], side="right") - 1
+            # row-major strides of each query's grid, this axis's
+            stride = np.array([math.prod(len(b) for b in q.breakpoints[axis + 1:]) for q in queries])
+            flat += (at - first[:, None]) * stride[:, None]
+        nums = [np.asarray(q.numerators, dtype=np.int64).ravel() for q in queries]
+        sizes = np.array([n.size for n in nums])
+        offsets = np.cumsum(sizes) - sizes
+        weights = np.concatenate(nums)[flat + offsets[:, None]]
+        return weights / np.array([q.denominator for q in queries], dtype=np.float64)[:, None]
+
     def __repr__(self) -> str:
         grid = ", ".join(f"{c}:{len(b)}" for c, b in zip(self._columns, self._bps, strict=True)) or "none"
         return f"<AtomPartition {self.table.name} atoms={self._n} grid=[{grid}]>"
+
+
+#: Largest (queries × atoms) array :meth:`AtomPartition.vectors` builds at once.
+_BATCH_VECTORS = 1 << 22
 
 
 class BoxGrid(_Grid):

@@ -192,7 +192,10 @@ def plan(
     here depends only on the queries, the scales and the requirement, never on
     released values or data, so the plan is exact before any value exists.
     """
-    hs = [None if q.is_zero or i in state.outside else state.atoms.vector(q) for i, q in enumerate(queries)]
+    held = [i for i, q in enumerate(queries) if not q.is_zero and i not in state.outside]
+    hs: list[np.ndarray | None] = [None] * len(queries)
+    for i, vec in zip(held, state.atoms.vectors([queries[i] for i in held]), strict=True):
+        hs[i] = vec
     costs = state.costs.copy()
     added: list[tuple[Charge, float, float]] = []  # in order, with the charge after each
     after: list[int] = []

@@ -94,6 +94,9 @@ def test_atoms_reproduce_dense_vectors_and_are_coarsest(qs: list[LinearQuery]) -
                                            [range(c.n_cells) for c in SMALL.columns]).ravel(),
                                   p.atom_numerators(s)[atoms])
             assert is_constant(p, s)
+        # Located together (one search per column for queries over the same columns): bit for bit.
+        for s, v in zip(seen, p.vectors(seen), strict=True):
+            assert v.dtype == np.float64 and v.tobytes() == p.vector(s).tobytes()
         # Coarsest: atoms are exactly the classes of equal signatures.
         sig = np.stack([s.dense(SMALL).ravel() for s in seen], axis=1)
         n_classes = len(np.unique(sig, axis=0))

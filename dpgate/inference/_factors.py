@@ -139,6 +139,9 @@ class Root:
     def border(self, q: NDArray[np.float64], s: NDArray[np.float64]) -> None:
         """``S ← [[S, 0], [q, s]]`` for k new directions: q is k × r, s (k × k) lower triangular."""
         k, r = s.shape[0], self.size
+        if r == 0:  # S is s itself (a first block): nothing to fold
+            self._S0, self._X, self._Z = np.array(s, dtype=np.float64), np.zeros((k, 0)), np.zeros((k, 0))
+            return
         pad = np.zeros((k, self._X.shape[1]))
         self._X = np.concatenate([np.concatenate([self._X, pad]), np.concatenate([np.zeros((r, k)), np.eye(k)])],
                                  axis=1)
