@@ -319,9 +319,9 @@ class Cube:
         union_size = math.prod(len(b) for b in union_bps)
         n_terms, zero_based = 0, True
         for q in queries:
-            u = np.unique(np.asarray(q.numerators))
+            u = set(np.asarray(q.numerators).ravel().tolist())  # a few small weights: no sort
             n_terms += len(u) - 1
-            zero_based = zero_based and bool((u == 0).any())
+            zero_based = zero_based and 0 in u
             if n_terms > _MAX_BATCH_TERMS:  # decides hist_first on its own
                 break
         plans = None

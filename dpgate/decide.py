@@ -169,6 +169,12 @@ class Step:
     estimate: Estimate | None = field(default=None, repr=False)  # a history step's, from released values only
     same_as: int | None = None  # index of an equal query planned earlier in the statement
 
+    def measured(self, values: tuple[float, ...]) -> Step:
+        """This step with its fresh releases' values (``dataclasses.replace``, without its
+        per-call field inspection: a GROUP BY has a step per group)."""
+        return Step(self.query, self.kind, self.h, self.measurements, self.increase, values, self.order, self.alone,
+                    self.isolated, self.estimate, self.same_as)
+
 
 def plan(
     state: TableState, queries: Sequence[LinearQuery], accuracy: float, confidence: float, policy: str
@@ -320,14 +326,14 @@ def _charge_alone(
     charged in one pass (:meth:`CellCosts.add_disjoint`): a GROUP BY's groups are."""
     lattices: dict[tuple[float, int], float] = {}
     ms = []
-    for q, h in zip(queries, hs, strict=True):
+    linear = [q.linear_part for q in queries]
+    vectors = cast(list[np.ndarray], hs)  # alone outputs are held by the atoms
+    for q, h, c in zip(linear, vectors, state.charge_many(linear, vectors), strict=True):
         scale = _alone_scale(q, accuracy, confidence, policy)
         key = (scale, q.denominator)
         if key not in lattices:
             lattices[key] = lattice_for(scale, q.denominator)[0]
-        assert h is not None
-        linear = q.linear_part
-        ms.append(Measurement(linear, h, linear.sensitivity / scale, scale, lattices[key], state.charge(linear, h)))
+        ms.append(Measurement(q, h, q.sensitivity / scale, scale, lattices[key], c))
     out: list[tuple[int, Measurement, float]] = []
     start = 0
     while start < len(ms):  # runs of one (α, S)

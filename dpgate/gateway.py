@@ -593,7 +593,7 @@ class Gateway:
         # Committed (fsync'd): only now may anything derived from the values leave.
         self._history.applied(state, parts, *recorded)
         it = iter(values)
-        return [replace(s, values=tuple(next(it) for _ in s.measurements)) for s in steps], before
+        return [s.measured(tuple(next(it) for _ in s.measurements)) if s.measurements else s for s in steps], before
 
     def _record(
         self, tx: LedgerTransaction, state: TableState, parts: Sequence[Measurement], sql: str, kind: str,

@@ -326,6 +326,19 @@ class TableState:
             return self.charges([query])[0]
         return self.charge_from_atoms(h, query.sensitivity)
 
+    def charge_many(self, queries: Sequence[LinearQuery], hs: Sequence[np.ndarray]) -> list[Charge]:
+        """:meth:`charge` of each query (a statement's: one :meth:`charges` call for them)."""
+        out, held = [], []
+        for i, (q, h) in enumerate(zip(queries, hs, strict=True)):
+            if q.is_zero or _held_key(q) in self._cost_kind:
+                held.append(i)
+                out.append(_NO_CHARGE)  # filled below
+            else:
+                out.append(self.charge_from_atoms(h, q.sensitivity))
+        for i, c in zip(held, self.charges([queries[i] for i in held]), strict=True):
+            out[i] = c
+        return out
+
     def charge_from_atoms(self, h: np.ndarray, sensitivity: float) -> Charge:
         """What a query given by its weights ``h`` over the atoms (e.g. a restriction) is
         charged as: ``h`` on the cost atoms inside each atom (they refine the atoms), or

@@ -266,3 +266,15 @@ def test_decisions_ignore_released_values_and_leave_the_state_alone() -> None:
                 (m.query, m.alpha, m.scale, m.lattice) for m in sb.measurements
             ]
     assert not np.array_equal(states[0].blue.values, states[1].blue.values)
+
+
+def test_a_measured_step_is_the_step_with_its_values() -> None:
+    """``Step.measured`` (a GROUP BY's fast copy) keeps every other field, whatever fields Step has."""
+    import dataclasses
+
+    q = LinearQuery.from_grid(T, ["age"], [[0, 3]], np.array([1.0, 0.0]))
+    others = {f.name: object() for f in dataclasses.fields(decide.Step) if f.name not in ("query", "values")}
+    step = decide.Step(q, **others)  # type: ignore[arg-type]
+    got = step.measured((1.5, 2.5))
+    assert got.values == (1.5, 2.5)
+    assert all(getattr(got, f.name) is getattr(step, f.name) for f in dataclasses.fields(decide.Step) if f.name != "values")
