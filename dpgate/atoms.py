@@ -197,9 +197,11 @@ class AtomPartition(_Grid):
 
     def _refine(self, query: LinearQuery) -> np.ndarray | None:
         cols, bps = self._merged_grid(query)
-        bound = self._atoms_at_least(query, cols, bps)
-        if bound > self.max_atoms:  # refused from the old grid, before expanding onto the new one
-            raise self._over_limit(f"at least {bound}")
+        # Each atom splits into at most the query's number of weights: only then can it refuse.
+        if self._n * np.size(query.numerators) > self.max_atoms:
+            bound = self._atoms_at_least(query, cols, bps)
+            if bound > self.max_atoms:  # refused from the old grid, before expanding onto the new one
+                raise self._over_limit(f"at least {bound}")
         labels = self._expanded_labels(cols, bps) if cols != self._columns or bps != self._bps else self._labels
         # Each box's new atom is the pair (old atom, rank of the query's weight there); the
         # weights are ranked on the query's own (small) grid, then expanded.
