@@ -247,9 +247,8 @@ def plan(
         charged = state.atom_costs(costs) if batch and live and policy != "no_reuse" else None
         # A group no release ever touched is neither estimable nor restrictable: no row meets
         # its support (every release is charged where it touches, so uncharged atoms are untouched).
-        ests = {} if policy == "no_reuse" else {
-            i: blue.estimate(h) for i, h in live.items() if charged is None or charged[h != 0].any()
-        }
+        touched = list(live) if charged is None else _touching(live, charged)
+        ests = {} if policy == "no_reuse" else {i: blue.estimate(live[i]) for i in touched}
         asks = [i for i, est in ests.items() if batch and not est.estimable]
         # Decided here, on the costs before the block: its outputs are disjoint, so adding one's
         # charge leaves every other's cells (hence its restrictions) as they were.  Asked only of
@@ -397,10 +396,20 @@ def _disjoint(hs: Sequence[np.ndarray | None]) -> bool:
     live = [h for h in hs if h is not None]
     if not live:
         return True
+    if len(live) * live[0].size <= _BATCH_CELLS:
+        return bool((np.count_nonzero(np.array(live), axis=0) <= 1).all())
     touched = np.zeros(live[0].size, dtype=np.int64)
     for h in live:
         touched += h != 0
     return bool(touched.max() <= 1)
+
+
+def _touching(live: dict[int, np.ndarray], charged: np.ndarray) -> list[int]:
+    """The outputs (by index) whose vector meets an atom some release was charged on."""
+    if len(live) * charged.size <= _BATCH_CELLS:
+        hit = (np.array(list(live.values())) != 0) @ (charged != 0)
+        return [i for i, yes in zip(live, hit.tolist(), strict=True) if yes]
+    return [i for i, h in live.items() if charged[h != 0].any()]
 
 
 def _restrictable_many(blue: IncrementalBLUE, charged: np.ndarray, hs: Sequence[np.ndarray]) -> list[bool]:
