@@ -323,16 +323,16 @@ def _charge_alone(
     noting each charge in ``added`` and the charge after it in ``after``.  Returns
     ``(index, measurement, charge increase)`` per query.  Outputs of one ``(α, S)`` are
     charged in one pass (:meth:`CellCosts.add_disjoint`): a GROUP BY's groups are."""
-    lattices: dict[tuple[float, int], float] = {}
+    scales: dict[int, tuple[float, float]] = {}  # by denominator: the scale and its lattice
     ms = []
     linear = [q.linear_part for q in queries]
     vectors = cast(list[np.ndarray], hs)  # alone outputs are held by the atoms
     for q, h, c in zip(linear, vectors, state.charge_many(linear, vectors), strict=True):
-        scale = _alone_scale(q, accuracy, confidence, policy)
-        key = (scale, q.denominator)
-        if key not in lattices:
-            lattices[key] = lattice_for(scale, q.denominator)[0]
-        ms.append(Measurement(q, h, q.sensitivity / scale, scale, lattices[key], c))
+        if q.denominator not in scales:
+            scale = _alone_scale(q, accuracy, confidence, policy)
+            scales[q.denominator] = scale, lattice_for(scale, q.denominator)[0]
+        scale, lattice = scales[q.denominator]
+        ms.append(Measurement(q, h, q.sensitivity / scale, scale, lattice, c))
     out: list[tuple[int, Measurement, float]] = []
     start = 0
     while start < len(ms):  # runs of one (α, S)

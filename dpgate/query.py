@@ -173,6 +173,11 @@ class LinearQuery:
         return isinstance(other, LinearQuery) and self.key == other.key
 
     def __hash__(self) -> int:
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        """The key's hash, once per query (a statement's planning looks its queries up often)."""
         return hash(self.key)
 
     # -- numbers ---------------------------------------------------------------
