@@ -26,11 +26,13 @@ import os
 import secrets
 import stat
 from collections.abc import Sequence
+from json.encoder import encode_basestring_ascii
+from typing import Any
 
 from dpgate.errors import InvalidArgument, InvalidArgumentType, LedgerError
 
 __all__ = ["KEY_BYTES", "Anchor", "binding_mac", "create_key_files", "header_mac", "read_anchor", "read_key", "resolve_key",
-           "record_mac", "write_anchor"]
+           "record_mac", "chain_macs", "write_anchor"]
 
 KEY_BYTES = 32
 _KEY_HEADER = "dpgate-ledger-key 1"
@@ -168,8 +170,11 @@ def _fsync_dir(path: str) -> None:
             os.close(fd)
 
 
+_JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))  # what the MACs cover, built once
+
+
 def _mac(key: bytes, label: str, payload: object) -> str:
-    text = json.dumps([label, payload], ensure_ascii=True, separators=(",", ":"))
+    text = _JSON.encode([label, payload])
     return hmac.new(key, text.encode("ascii"), hashlib.sha256).hexdigest()
 
 
@@ -185,5 +190,50 @@ def header_mac(key: bytes, meta: dict[str, str]) -> str:
 
 def record_mac(key: bytes, previous: str, row: Sequence[object]) -> str:
     """The MAC of one record row (``_COLUMNS`` order, id first), chained to ``previous``."""
-    fields = [(v + 0.0).hex() if isinstance(v, float) else v for v in row]  # SQLite stores -0.0 as 0.0
-    return _mac(key, "record", [previous, fields])
+    return chain_macs(key, previous, [row])[0]
+
+
+def _generic_record_text(previous: str, row: Sequence[object]) -> str:
+    """What a record's MAC covers: ``_mac``'s text of ``["record", [previous, fields]]``, each float
+    field as its ``float.hex`` (``+ 0.0``: SQLite stores -0.0 as 0.0)."""
+    fields = [(v + 0.0).hex() if isinstance(v, float) else v for v in row]
+    return _JSON.encode(["record", [previous, fields]])
+
+
+#: The column types of a stored record row (STRICT SQLite columns, and PostgreSQL's).
+_ROW_TYPES = (int, str, str, str, str, float, float, float, float, str, float, float, int, str, str)
+
+
+def chain_macs(key: bytes, previous: str, rows: Sequence[Sequence[Any]]) -> list[str]:
+    """The MACs of consecutive record rows, each chained to the one before (the first to ``previous``).
+
+    The same MACs as :func:`record_mac` one row at a time, computed faster: a row of the stored
+    column types is written straight into ``_mac``'s JSON text (the same text, byte for byte, as
+    the tests check), reusing the runs of fields a statement's records share, and one keyed
+    SHA-256 state is copied per row.
+    """
+    base = hmac.new(key, digestmod=hashlib.sha256)
+    runs: dict[tuple[Any, ...], str] = {}  # the JSON of a run of fields (the types are fixed: no 1 == 1.0 clash)
+
+    def run(*fields: Any) -> str:
+        text = runs.get(fields)
+        if text is None:
+            text = runs[fields] = ",".join(
+                f'"{(v + 0.0).hex()}"' if type(v) is float else encode_basestring_ascii(v) if type(v) is str
+                else repr(v) for v in fields)  # fmt: skip
+        return text
+
+    out = []
+    for row in rows:
+        if tuple(map(type, row)) == _ROW_TYPES:
+            rid, kind, table, query, sql, alpha, sens, scale, lattice, noise, value, cost, secure, created, session = row
+            text = (f'["record",[{encode_basestring_ascii(previous)},[{rid},{run(kind, table)},'
+                    f'{encode_basestring_ascii(query)},{run(sql, alpha, sens, scale, lattice, noise)},'
+                    f'"{(value + 0.0).hex()}",{run(cost, secure, created, session)}]]]')
+        else:  # any other row (e.g. a bool flag): the general encoder
+            text = _generic_record_text(previous, row)
+        h = base.copy()
+        h.update(text.encode("ascii"))
+        previous = h.hexdigest()
+        out.append(previous)
+    return out
