@@ -137,10 +137,10 @@ def record_from_row(row: tuple[Any, ...]) -> LedgerRecord:
     STRICT columns guarantee the types, so the frozen instance's ``__dict__`` is
     filled directly: 3x faster than ``__init__`` when reading 10 000 records.
     """
-    values = dict(zip(FIELDS, row, strict=True))
-    values["secure"] = bool(values["secure"])
     rec = object.__new__(LedgerRecord)
-    object.__setattr__(rec, "__dict__", values)
+    values = rec.__dict__
+    values.update(zip(FIELDS, row, strict=True))
+    values["secure"] = bool(values["secure"])
     return rec
 
 
