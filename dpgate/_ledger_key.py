@@ -213,23 +213,27 @@ def chain_macs(key: bytes, previous: str, rows: Sequence[Sequence[Any]]) -> list
     SHA-256 state is copied per row.
     """
     base = hmac.new(key, digestmod=hashlib.sha256)
-    runs: dict[tuple[Any, ...], str] = {}  # the JSON of a run of fields (the types are fixed: no 1 == 1.0 clash)
-
-    def run(*fields: Any) -> str:
-        text = runs.get(fields)
-        if text is None:
-            text = runs[fields] = ",".join(
-                f'"{(v + 0.0).hex()}"' if type(v) is float else encode_basestring_ascii(v) if type(v) is str
-                else repr(v) for v in fields)  # fmt: skip
-        return text
-
+    q = encode_basestring_ascii
+    # The JSON of runs of fields, by their values (the types are fixed: no 1 == 1.0 clash; equal
+    # floats have equal ``(v + 0.0).hex()``, −0.0 and 0.0 included).
+    heads: dict[tuple[Any, ...], str] = {}
+    mids: dict[tuple[Any, ...], str] = {}
+    tails: dict[tuple[Any, ...], str] = {}
     out = []
     for row in rows:
         if tuple(map(type, row)) == _ROW_TYPES:
             rid, kind, table, query, sql, alpha, sens, scale, lattice, noise, value, cost, secure, created, session = row
-            text = (f'["record",[{encode_basestring_ascii(previous)},[{rid},{run(kind, table)},'
-                    f'{encode_basestring_ascii(query)},{run(sql, alpha, sens, scale, lattice, noise)},'
-                    f'"{(value + 0.0).hex()}",{run(cost, secure, created, session)}]]]')
+            head = heads.get(k1 := (kind, table))
+            if head is None:
+                head = heads[k1] = f"{q(kind)},{q(table)}"
+            mid = mids.get(k2 := (sql, alpha, sens, scale, lattice, noise))
+            if mid is None:
+                mid = mids[k2] = (f'{q(sql)},"{(alpha + 0.0).hex()}","{(sens + 0.0).hex()}","{(scale + 0.0).hex()}",'
+                                 f'"{(lattice + 0.0).hex()}",{q(noise)}')
+            tail = tails.get(k3 := (cost, secure, created, session))
+            if tail is None:
+                tail = tails[k3] = f'"{(cost + 0.0).hex()}",{secure},{q(created)},{q(session)}'
+            text = f'["record",[{q(previous)},[{rid},{head},{q(query)},{mid},"{(value + 0.0).hex()}",{tail}]]]'
         else:  # any other row (e.g. a bool flag): the general encoder
             text = _generic_record_text(previous, row)
         h = base.copy()
