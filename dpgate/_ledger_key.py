@@ -200,6 +200,8 @@ def _generic_record_text(previous: str, row: Sequence[object]) -> str:
     return _JSON.encode(["record", [previous, fields]])
 
 
+_BLOCK = hashlib.sha256().block_size
+_IPAD, _OPAD = bytes(x ^ 0x36 for x in range(256)), bytes(x ^ 0x5C for x in range(256))  # RFC 2104's pads
 #: The column types of a stored record row (STRICT SQLite columns, and PostgreSQL's).
 _ROW_TYPES = (int, str, str, str, str, float, float, float, float, str, float, float, int, str, str)
 
@@ -209,10 +211,12 @@ def chain_macs(key: bytes, previous: str, rows: Sequence[Sequence[Any]]) -> list
 
     The same MACs as :func:`record_mac` one row at a time, computed faster: a row of the stored
     column types is written straight into ``_mac``'s JSON text (the same text, byte for byte, as
-    the tests check), reusing the runs of fields a statement's records share, and one keyed
-    SHA-256 state is copied per row.
+    the tests check), reusing the runs of fields a statement's records share.
     """
-    base = hmac.new(key, digestmod=hashlib.sha256)
+    # HMAC-SHA256 (RFC 2104) as the hmac module computes it without OpenSSL: the padded key's
+    # inner and outer hash states, copied per row (half the time of copying OpenSSL's HMAC state).
+    k = (key if len(key) <= _BLOCK else hashlib.sha256(key).digest()).ljust(_BLOCK, b"\0")
+    inner, outer = hashlib.sha256(k.translate(_IPAD)), hashlib.sha256(k.translate(_OPAD))
     q = encode_basestring_ascii
     # The JSON of runs of fields, by their values (the types are fixed: no 1 == 1.0 clash; equal
     # floats have equal ``(v + 0.0).hex()``, −0.0 and 0.0 included).
@@ -236,8 +240,10 @@ def chain_macs(key: bytes, previous: str, rows: Sequence[Sequence[Any]]) -> list
             text = f'["record",[{q(previous)},[{rid},{head},{q(query)},{mid},"{(value + 0.0).hex()}",{tail}]]]'
         else:  # any other row (e.g. a bool flag): the general encoder
             text = _generic_record_text(previous, row)
-        h = base.copy()
+        h = inner.copy()
         h.update(text.encode("ascii"))
-        previous = h.hexdigest()
+        o = outer.copy()
+        o.update(h.digest())
+        previous = o.hexdigest()
         out.append(previous)
     return out
