@@ -177,6 +177,10 @@ class LedgerTransaction:
         self._check()
         if isinstance(since, bool) or not isinstance(since, numbers.Integral):
             raise InvalidRequirement(f"since must be an int record id, not {since!r}.")
+        if since >= self.head[0]:
+            # The head is the ledger's last record: the transaction verified the chain up to the end
+            # when it took the write lock, and since then only its own appends (in ``head``) were added.
+            return ()
         # Verified up to the transaction's start; the rest are this transaction's own appends.
         rows = self._conn.execute(
             f"SELECT {COLUMNS} FROM dpgate_records WHERE id > ? ORDER BY id", (int(since),)
