@@ -213,6 +213,8 @@ def chain_macs(key: bytes, previous: str, rows: Sequence[Sequence[Any]]) -> list
     column types is written straight into ``_mac``'s JSON text (the same text, byte for byte, as
     the tests check), reusing the runs of fields a statement's records share.
     """
+    if not rows:
+        return []
     # HMAC-SHA256 (RFC 2104) as the hmac module computes it without OpenSSL: the padded key's
     # inner and outer hash states, copied per row (half the time of copying OpenSSL's HMAC state).
     k = (key if len(key) <= _BLOCK else hashlib.sha256(key).digest()).ljust(_BLOCK, b"\0")
