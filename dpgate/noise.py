@@ -449,7 +449,7 @@ def _release_params(
     if not isinstance(source, NoiseSource):
         raise InvalidRequirement(f"source must be a NoiseSource, not {source!r}.")
     # Items with the same denominator, sensitivity and α (of the same types: True is refused
-    # where 1 is not) share the checks and the law; a NaN never equals itself, so it is checked.
+    # where 1 is not) share the checks and the law; only arguments that passed them are kept.
     laws: dict[tuple[Any, ...], tuple[int, int, float, float, float]] = {}
     out = []
     for true_numerator, denominator, sensitivity, alpha in items:

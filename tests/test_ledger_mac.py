@@ -96,3 +96,16 @@ def test_batched_records_equal_one_by_one_field_by_field_and_mac_by_mac(tmp_path
         stored[name] = [r[:-1] for r in rows]
     assert stored["one.db"] == stored["many.db"]
     assert [type(v) for v in stored["many.db"][7]] == [type(v) for v in stored["many.db"][0]]
+
+
+def test_a_querys_ledger_json_is_computed_once_and_not_pickled():
+    import pickle
+    from fractions import Fraction
+
+    from dpgate.query import LinearQuery
+
+    q = LinearQuery("t", ("x",), ((0, 4),), np.array([1, -2]), 3, Fraction(1, 2))
+    text = q.to_json()
+    assert q.to_json() is text and LinearQuery.from_json(text) == q
+    again = pickle.loads(pickle.dumps(q))
+    assert "_json" not in again.__dict__ and again.to_json() == text
