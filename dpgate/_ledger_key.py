@@ -26,11 +26,13 @@ import os
 import secrets
 import stat
 from collections.abc import Sequence
+from json.encoder import encode_basestring_ascii
+from typing import Any
 
 from dpgate.errors import InvalidArgument, InvalidArgumentType, LedgerError
 
 __all__ = ["KEY_BYTES", "Anchor", "binding_mac", "create_key_files", "header_mac", "read_anchor", "read_key", "resolve_key",
-           "record_mac", "write_anchor"]
+           "record_mac", "chain_macs", "write_anchor"]
 
 KEY_BYTES = 32
 _KEY_HEADER = "dpgate-ledger-key 1"
@@ -168,8 +170,11 @@ def _fsync_dir(path: str) -> None:
             os.close(fd)
 
 
+_JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))  # what the MACs cover, built once
+
+
 def _mac(key: bytes, label: str, payload: object) -> str:
-    text = json.dumps([label, payload], ensure_ascii=True, separators=(",", ":"))
+    text = _JSON.encode([label, payload])
     return hmac.new(key, text.encode("ascii"), hashlib.sha256).hexdigest()
 
 
@@ -185,5 +190,62 @@ def header_mac(key: bytes, meta: dict[str, str]) -> str:
 
 def record_mac(key: bytes, previous: str, row: Sequence[object]) -> str:
     """The MAC of one record row (``_COLUMNS`` order, id first), chained to ``previous``."""
-    fields = [(v + 0.0).hex() if isinstance(v, float) else v for v in row]  # SQLite stores -0.0 as 0.0
-    return _mac(key, "record", [previous, fields])
+    return chain_macs(key, previous, [row])[0]
+
+
+def _generic_record_text(previous: str, row: Sequence[object]) -> str:
+    """What a record's MAC covers: ``_mac``'s text of ``["record", [previous, fields]]``, each float
+    field as its ``float.hex`` (``+ 0.0``: SQLite stores -0.0 as 0.0)."""
+    fields = [(v + 0.0).hex() if isinstance(v, float) else v for v in row]
+    return _JSON.encode(["record", [previous, fields]])
+
+
+_BLOCK = hashlib.sha256().block_size
+_IPAD, _OPAD = bytes(x ^ 0x36 for x in range(256)), bytes(x ^ 0x5C for x in range(256))  # RFC 2104's pads
+#: The column types of a stored record row (STRICT SQLite columns, and PostgreSQL's).
+_ROW_TYPES = (int, str, str, str, str, float, float, float, float, str, float, float, int, str, str)
+
+
+def chain_macs(key: bytes, previous: str, rows: Sequence[Sequence[Any]]) -> list[str]:
+    """The MACs of consecutive record rows, each chained to the one before (the first to ``previous``).
+
+    The same MACs as :func:`record_mac` one row at a time, computed faster: a row of the stored
+    column types is written straight into ``_mac``'s JSON text (the same text, byte for byte, as
+    the tests check), reusing the runs of fields a statement's records share.
+    """
+    if not rows:
+        return []
+    # HMAC-SHA256 (RFC 2104) as the hmac module computes it without OpenSSL: the padded key's
+    # inner and outer hash states, copied per row (half the time of copying OpenSSL's HMAC state).
+    k = (key if len(key) <= _BLOCK else hashlib.sha256(key).digest()).ljust(_BLOCK, b"\0")
+    inner, outer = hashlib.sha256(k.translate(_IPAD)), hashlib.sha256(k.translate(_OPAD))
+    q = encode_basestring_ascii
+    # The JSON of runs of fields, by their values (the types are fixed: no 1 == 1.0 clash; equal
+    # floats have equal ``(v + 0.0).hex()``, −0.0 and 0.0 included).
+    heads: dict[tuple[Any, ...], str] = {}
+    mids: dict[tuple[Any, ...], str] = {}
+    tails: dict[tuple[Any, ...], str] = {}
+    out = []
+    for row in rows:
+        if tuple(map(type, row)) == _ROW_TYPES:
+            rid, kind, table, query, sql, alpha, sens, scale, lattice, noise, value, cost, secure, created, session = row
+            head = heads.get(k1 := (kind, table))
+            if head is None:
+                head = heads[k1] = f"{q(kind)},{q(table)}"
+            mid = mids.get(k2 := (sql, alpha, sens, scale, lattice, noise))
+            if mid is None:
+                mid = mids[k2] = (f'{q(sql)},"{(alpha + 0.0).hex()}","{(sens + 0.0).hex()}","{(scale + 0.0).hex()}",'
+                                 f'"{(lattice + 0.0).hex()}",{q(noise)}')
+            tail = tails.get(k3 := (cost, secure, created, session))
+            if tail is None:
+                tail = tails[k3] = f'"{(cost + 0.0).hex()}",{secure},{q(created)},{q(session)}'
+            text = f'["record",[{q(previous)},[{rid},{head},{q(query)},{mid},"{(value + 0.0).hex()}",{tail}]]]'
+        else:  # any other row (e.g. a bool flag): the general encoder
+            text = _generic_record_text(previous, row)
+        h = inner.copy()
+        h.update(text.encode("ascii"))
+        o = outer.copy()
+        o.update(h.digest())
+        previous = o.hexdigest()
+        out.append(previous)
+    return out

@@ -3,7 +3,7 @@
 Split from :mod:`dpgate.ledger` (whose module docstring states the guarantees): the
 on-disk schema of a SQLite ledger, :class:`LedgerRecord`, and
 :class:`LedgerTransaction`, which checks each appended record's fields and chains its
-MAC (:func:`dpgate._ledger_key.record_mac`) to the previous one;
+MAC (:func:`dpgate._ledger_key.chain_macs`) to the previous one;
 :func:`extend_chain` verifies the same chain when records are read.  Both classes
 are re-exported by :mod:`dpgate.ledger`, where they belong publicly.
 """
@@ -14,13 +14,14 @@ import dataclasses
 import hmac
 import math
 import numbers
+import operator
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from dpgate._ledger_key import Anchor, binding_mac, header_mac, record_mac
+from dpgate._ledger_key import Anchor, binding_mac, chain_macs, header_mac
 from dpgate._validate import finite, nonnegative_finite
 from dpgate.errors import DPGateInternalError, InvalidRequirement, LedgerError
 
@@ -136,10 +137,10 @@ def record_from_row(row: tuple[Any, ...]) -> LedgerRecord:
     STRICT columns guarantee the types, so the frozen instance's ``__dict__`` is
     filled directly: 3x faster than ``__init__`` when reading 10 000 records.
     """
-    values = dict(zip(FIELDS, row, strict=True))
-    values["secure"] = bool(values["secure"])
     rec = object.__new__(LedgerRecord)
-    object.__setattr__(rec, "__dict__", values)
+    values = rec.__dict__
+    values.update(zip(FIELDS, row, strict=True))
+    values["secure"] = bool(values["secure"])
     return rec
 
 
@@ -176,6 +177,10 @@ class LedgerTransaction:
         self._check()
         if isinstance(since, bool) or not isinstance(since, numbers.Integral):
             raise InvalidRequirement(f"since must be an int record id, not {since!r}.")
+        if since >= self.head[0]:
+            # The head is the ledger's last record: the transaction verified the chain up to the end
+            # when it took the write lock, and since then only its own appends (in ``head``) were added.
+            return ()
         # Verified up to the transaction's start; the rest are this transaction's own appends.
         rows = self._conn.execute(
             f"SELECT {COLUMNS} FROM dpgate_records WHERE id > ? ORDER BY id", (int(since),)
@@ -251,14 +256,16 @@ class LedgerTransaction:
         """
         self._check()
         led = self._ledger
-        rows = []
+        if led._key is None:
+            raise DPGateInternalError("a transaction was opened on a ledger without its key")
+        defaults = {"session": led.session, "created_at": now()}  # one time for the records committed together
         rid, head = self.head
+        rows = []
         for e in entries:
             rid += 1
-            row = self._row(rid, e)
-            assert led._key is not None  # checked by _row
-            head = record_mac(led._key, head, row)
-            rows.append((*row, head))
+            rows.append(self._row(rid, e, defaults))
+        macs = chain_macs(led._key, head, rows)
+        rows = [(*row, mac) for row, mac in zip(rows, macs, strict=True)]
         insert = f"INSERT INTO dpgate_records({COLUMNS}, mac) VALUES ({', '.join('?' * 16)})"
         hook = getattr(led._local, "on_append", None)
         if hook is None:
@@ -267,51 +274,60 @@ class LedgerTransaction:
             for row in rows:
                 self._conn.execute(insert, row)
                 hook(self._conn, row[0], row[11])
-        self.head = (rid, head)
+        if rows:
+            self.head = (rid, macs[-1])
         return [record_from_row(r[:-1]) for r in rows]
 
-    def _row(self, rid: int, entry: Mapping[str, Any]) -> tuple[Any, ...]:
-        """One checked record row in ``COLUMNS`` order, with id ``rid``, from :meth:`append`'s arguments."""
-        missing = [f for f in APPEND_FIELDS if f not in entry]
-        unknown = sorted(set(entry) - {*APPEND_FIELDS, "session", "created_at"})
-        if missing or unknown:
+    def _row(self, rid: int, entry: Mapping[str, Any], defaults: Mapping[str, str]) -> tuple[Any, ...]:
+        """One checked record row in ``COLUMNS`` order, with id ``rid``, from :meth:`append`'s arguments
+        (``defaults``: the session and time of those that give none)."""
+        keys = entry.keys()
+        if not _REQUIRED <= keys <= _ALLOWED:
+            missing = [f for f in APPEND_FIELDS if f not in entry]
+            unknown = sorted(set(entry) - _ALLOWED)
             raise InvalidRequirement(f"Ledger record fields: missing {missing}, unknown {unknown}.")
-        kind, table, query, sql, alpha, sensitivity, scale, lattice, noise, value, cost_after, secure = (
-            entry[f] for f in APPEND_FIELDS
-        )
+        kind, table, query, sql, alpha, sensitivity, scale, lattice, noise, value, cost_after, secure = _GET(entry)
         session, created_at = entry.get("session"), entry.get("created_at")
-        led = self._ledger
-        session = led.session if session is None else session
-        created_at = now() if created_at is None else created_at
-        texts = {"kind": kind, "table": table, "query": query, "sql": sql, "noise": noise,
-                 "session": session, "created_at": created_at}  # fmt: skip
-        for name, v in texts.items():
-            if not isinstance(v, str):
-                raise InvalidRequirement(f"Ledger field {name!r} must be a str, not {type(v).__name__}.")
+        session = defaults["session"] if session is None else session
+        created_at = defaults["created_at"] if created_at is None else created_at
+        texts = (kind, table, query, sql, noise, session, created_at)
+        if tuple(map(type, texts)) != _TEXT_TYPES:  # else checked here field by field
+            for name, v in zip(_TEXT_NAMES, texts, strict=True):
+                if not isinstance(v, str):
+                    raise InvalidRequirement(f"Ledger field {name!r} must be a str, not {type(v).__name__}.")
         if not kind:
             raise InvalidRequirement("Ledger field 'kind' must not be empty.")
-        reals: dict[str, float] = {}
-        for name, x in {"alpha": alpha, "sensitivity": sensitivity, "scale": scale, "lattice": lattice,
-                        "value": value, "cost_after": cost_after}.items():  # fmt: skip
-            check = finite if name == "value" else nonnegative_finite
-            reals[name] = check(x, f"Ledger field {name!r}", error=InvalidRequirement)
+        reals: tuple[Any, ...] = (alpha, sensitivity, scale, lattice, value, cost_after)
+        # Finite floats (≥ 0 but the value) pass as they are (a finite sum has finite terms);
+        # anything else is checked, and converted, field by field.
+        if not (tuple(map(type, reals)) == _REAL_TYPES and -math.inf < sum(reals) < math.inf
+                and min(alpha, sensitivity, scale, lattice, cost_after) >= 0.0):
+            reals = tuple(check(x, name, error=InvalidRequirement)
+                          for check, name, x in zip(_REAL_CHECKS, _REAL_NAMES, reals, strict=True))
         if not isinstance(secure, (bool, int)) or secure not in (0, 1):
             raise InvalidRequirement(f"Ledger field 'secure' must be a bool, not {secure!r}.")
-        if reals["cost_after"] > led.budget * (1 + BUDGET_TOLERANCE) + BUDGET_TOLERANCE:
+        led = self._ledger
+        if reals[5] > led.budget * (1 + BUDGET_TOLERANCE) + BUDGET_TOLERANCE:
             raise DPGateInternalError(
-                f"refusing to record a release with system cost {reals['cost_after']!r} "
-                f"above the ledger's budget {led.budget!r}"
+                f"refusing to record a release with system cost {reals[5]!r} above the ledger's budget {led.budget!r}"
             )
-        if led._key is None:
-            raise DPGateInternalError("a transaction was opened on a ledger without its key")
-        return (rid, kind, table, query, sql, reals["alpha"], reals["sensitivity"], reals["scale"],
-                reals["lattice"], noise, reals["value"], reals["cost_after"], int(bool(secure)),
-                created_at, session)  # fmt: skip
+        alpha, sensitivity, scale, lattice, value, cost_after = reals
+        return (rid, kind, table, query, sql, alpha, sensitivity, scale, lattice, noise, value, cost_after,
+                int(bool(secure)), created_at, session)  # fmt: skip
 
 
 #: :meth:`LedgerTransaction.append`'s required arguments, in ``COLUMNS`` order.
 APPEND_FIELDS = ("kind", "table", "query", "sql", "alpha", "sensitivity", "scale", "lattice", "noise", "value",
                   "cost_after", "secure")  # fmt: skip
+_REQUIRED = frozenset(APPEND_FIELDS)
+_ALLOWED = _REQUIRED | {"session", "created_at"}
+_GET = operator.itemgetter(*APPEND_FIELDS)
+_TEXT_NAMES = ("kind", "table", "query", "sql", "noise", "session", "created_at")
+_TEXT_TYPES = (str,) * len(_TEXT_NAMES)
+_REAL_TYPES = (float,) * 6
+#: The real fields in ``COLUMNS`` order, with their checks (only the value may be negative).
+_REAL_NAMES = tuple(f"Ledger field {n!r}" for n in ("alpha", "sensitivity", "scale", "lattice", "value", "cost_after"))
+_REAL_CHECKS = (nonnegative_finite,) * 4 + (finite, nonnegative_finite)
 
 
 def now() -> str:
@@ -333,10 +349,9 @@ def extend_chain(key: bytes, head: Anchor, rows: Sequence[tuple[Any, ...]], wher
         LedgerError: a record was deleted, inserted or modified.
     """
     count, mac = head
-    for row in rows:
-        if row[0] <= count:
-            continue
-        expected = record_mac(key, mac, row[:-1])
+    rows = [row for row in rows if row[0] > count]
+    for row, expected in zip(rows, chain_macs(key, mac, [row[:-1] for row in rows]), strict=True):
+        # ``expected`` chains to the computed MAC before it, which equals the stored one up to here.
         if row[0] != count + 1 or not hmac.compare_digest(row[-1], expected):
             raise LedgerError(
                 f"The ledger {where!r} fails its integrity check at record {count + 1}: a record "

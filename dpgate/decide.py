@@ -47,7 +47,7 @@ from dpgate.errors import InvalidRequirement
 from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, minimal_scale, single_release_scale
 from dpgate.noise import lattice_for
 from dpgate.query import LinearQuery
-from dpgate.result import Answer, Source
+from dpgate.result import Answer
 from dpgate.state import Charge, TableState, isolation_key
 
 __all__ = [
@@ -492,7 +492,7 @@ def answers(
     last_reader = readers[-1] if readers else -1
     replay = blue.copy() if any(steps[i].measurements for i in ordered[:last_reader + 1]) else blue
     out: list[Answer | None] = [None] * len(steps)
-    laws: dict[tuple[float, float], ErrorLaw] = {}  # a GROUP BY's alone groups share one (immutable) law
+    laws: dict[tuple[float, float], tuple[ErrorLaw, float]] = {}  # a GROUP BY's alone groups share one law
     for k, i in enumerate(ordered):
         s = steps[i]
         if k <= last_reader and s.isolated is None:
@@ -510,25 +510,24 @@ def answers(
 
 def _answer(
     blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str, secure: bool,
-    laws: dict[tuple[float, float], ErrorLaw],
+    laws: dict[tuple[float, float], tuple[ErrorLaw, float]],
 ) -> Answer:
+    """``step``'s answer; ``laws``: the error laws (and half-widths at ``confidence``) of the alone
+    releases answered so far, by scale and lattice (a GROUP BY's groups share one)."""
     q = step.query
-    off = float(q.offset)
-
-    def answer(value: float, low: float, high: float, source: Source, epsilon_spent: float,
-               posterior: Posterior | None = None, meets_requirement: bool = True) -> Answer:
-        return Answer(value, low, high, confidence, accuracy, source, epsilon_spent, posterior, meets_requirement,
-                      label=q.label, group=q.group, query=q, secure=secure, isolated=step.isolated is not None)
-
+    off = float(q.offset) if q.offset else 0.0
     if step.kind == "exact":
-        return answer(off, off, off, source="exact", epsilon_spent=0.0)
+        return Answer._of(off, off, off, confidence, accuracy, "exact", 0.0, None, True, q.label, q.group, q, secure,
+                          step.isolated is not None)
     if step.alone and step.kind == "fresh":
         # Its own release is the answer (the baseline's, or a query history says nothing about).
         (m,) = step.measurements
-        law = laws.get((m.scale, m.lattice))
-        if law is None:
-            law = laws[m.scale, m.lattice] = ErrorLaw([1.0], [m.scale], lattice=[m.lattice])
-        post = Posterior(step.values[0], law)
+        known = laws.get((m.scale, m.lattice))
+        if known is None:
+            law = ErrorLaw([1.0], [m.scale], lattice=[m.lattice])
+            known = laws[m.scale, m.lattice] = (law, law.halfwidth(confidence))
+        law, width = known
+        centre = step.values[0]
     else:
         if step.kind == "history" and step.estimate is not None:
             est: Estimate | None = step.estimate  # planned on exactly this history (same order)
@@ -539,15 +538,16 @@ def _answer(
                     blue.append(step.h, m.scale, v, lattice=m.lattice)
             est = blue.estimate(step.h) if step.h is not None else None
         if est is None or est.posterior is None:
-            return answer(math.nan, -math.inf, math.inf, source="unavailable", epsilon_spent=0.0,
-                          meets_requirement=False)
-        post = est.posterior
-    post = Posterior(post.mean() + off, post.law)
-    low, high = post.interval(confidence)
-    return answer(
-        float(post.mean()), float(low), float(high),
-        source="history" if step.kind in ("history", "unavailable") else "fresh",
-        epsilon_spent=step.increase, posterior=post, meets_requirement=meets((high - low) / 2, accuracy),
+            return Answer._of(math.nan, -math.inf, math.inf, confidence, accuracy, "unavailable", 0.0, None, False,
+                              q.label, q.group, q, secure, step.isolated is not None)
+        law, centre = est.posterior.law, est.posterior.mean()
+        width = law.halfwidth(confidence)
+    post = Posterior(centre + off, law)
+    low, high = post.center - width, post.center + width  # Posterior.interval(confidence)
+    return Answer._of(
+        float(post.center), float(low), float(high), confidence, accuracy,
+        "history" if step.kind in ("history", "unavailable") else "fresh", step.increase, post,
+        meets((high - low) / 2, accuracy), q.label, q.group, q, secure, step.isolated is not None,
     )
 
 

@@ -354,6 +354,8 @@ class NoisyRelease:
     secure: bool
 
     def __post_init__(self) -> None:
+        if math.isfinite(self.value) and math.isfinite(self.scale) and math.isfinite(self.lattice):
+            return
         for name in ("value", "scale", "lattice"):
             if not math.isfinite(getattr(self, name)):
                 raise DPGateInternalError(f"NoisyRelease.{name} is {getattr(self, name)!r}")
@@ -446,24 +448,38 @@ def _release_params(
     """Check :func:`release`'s arguments; ``(numerator, denominator, 2^k, t, b, γ)`` per item."""
     if not isinstance(source, NoiseSource):
         raise InvalidRequirement(f"source must be a NoiseSource, not {source!r}.")
-    return [_one_release_params(*item) for item in items]
+    # Items with the same denominator, sensitivity and α (of the same types: True is refused
+    # where 1 is not) share the checks and the law; only arguments that passed them are kept.
+    laws: dict[tuple[Any, ...], tuple[int, int, float, float, float]] = {}
+    out = []
+    for true_numerator, denominator, sensitivity, alpha in items:
+        if type(true_numerator) is not int:
+            true_numerator = _check_numerator(true_numerator)
+        key = (type(denominator), denominator, type(sensitivity), sensitivity, type(alpha), alpha)
+        law = laws.get(key)
+        if law is None:
+            law = laws[key] = _one_release_law(denominator, sensitivity, alpha)
+        out.append((true_numerator, *law))
+    return out
 
 
-def _one_release_params(
-    true_numerator: int, denominator: int, sensitivity: float, alpha: float
-) -> tuple[int, int, int, float, float, float]:
+def _check_numerator(true_numerator: int) -> int:
     if isinstance(true_numerator, bool):
         raise InvalidRequirement("true_numerator must be an int, not a bool.")
     try:
-        true_numerator = operator.index(true_numerator)
+        return operator.index(true_numerator)
     except TypeError:
         raise InvalidRequirement(
             f"true_numerator must be an exact integer, not {true_numerator!r}."
         ) from None
+
+
+def _one_release_law(denominator: int, sensitivity: float, alpha: float) -> tuple[int, int, float, float, float]:
+    """Check :func:`release`'s other arguments: ``(denominator, 2^k, t, b, γ)``."""
     denominator = _check_denominator(denominator)
     sensitivity = positive_finite(sensitivity, "sensitivity", error=InvalidRequirement)
     alpha = positive_finite(alpha, "alpha", error=InvalidRequirement)
-    return (true_numerator, denominator, *_release_law(denominator, sensitivity, alpha))
+    return (denominator, *_release_law(denominator, sensitivity, alpha))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -247,6 +247,11 @@ class LinearQuery:
     # -- serialisation ---------------------------------------------------------
     def to_json(self) -> str:
         """Canonical JSON (what the ledger stores)."""
+        return self._json
+
+    @functools.cached_property
+    def _json(self) -> str:
+        """:meth:`to_json`, computed once per query (a pure function of the frozen fields)."""
         return json.dumps(
             {
                 "table": self.table,

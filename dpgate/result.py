@@ -106,16 +106,26 @@ class Answer:
     components: tuple[Answer, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
-        low, high = self.low, self.high
-        q = self.query
-        if q is not None and self.source != "unavailable" and q.weight_sign:
-            off = float(q.offset)
-            if q.weight_sign > 0:  # the truth is ≥ offset: intersect with [offset, ∞)
-                low, high = max(low, off), max(high, off)
-            else:
-                low, high = min(low, off), min(high, off)
+        low, high = _clipped(self.low, self.high, self.query, self.source)
         for name, x in (("value", self.value), ("low", low), ("high", high)):
             object.__setattr__(self, name, _tidy(x))
+
+    @classmethod
+    def _of(
+        cls, value: float, low: float, high: float, confidence: float, accuracy: float, source: Source,
+        epsilon_spent: float, posterior: Posterior | None, meets_requirement: bool, label: str,
+        group: tuple[tuple[str, Any], ...], query: LinearQuery | None, secure: bool, isolated: bool,
+    ) -> Answer:
+        """``Answer(...)`` of these arguments (``components=()``), built faster for dpgate's own answers:
+        the same instance, field by field, without the frozen ``__init__``'s per-field ``setattr``."""
+        low, high = _clipped(low, high, query, source)
+        out = object.__new__(cls)
+        out.__dict__.update(
+            value=_tidy(value), low=_tidy(low), high=_tidy(high), confidence=confidence, accuracy=accuracy,
+            source=source, epsilon_spent=epsilon_spent, posterior=posterior, meets_requirement=meets_requirement,
+            label=label, group=group, query=query, secure=secure, isolated=isolated, components=(),
+        )
+        return out
 
     def rounded(self) -> Answer:
         """This answer with integers for an integer-valued query (integer weights and offset, e.g.
@@ -253,6 +263,16 @@ def _typed(col: pd.Series, keys: list[Any]) -> pd.Series:
     if present and all(isinstance(k, int) and not isinstance(k, bool) for k in present):
         return col.astype("Int64" if len(present) < len(keys) else "int64")
     return col.astype(object).where(col.notna(), None)  # a NULL key is None, not NaN
+
+
+def _clipped(low: float, high: float, q: LinearQuery | None, source: str) -> tuple[float, float]:
+    """The interval intersected with the half-line the truth lies in (module docstring)."""
+    if q is not None and source != "unavailable" and q.weight_sign:
+        off = float(q.offset) if q.offset else 0.0
+        if q.weight_sign > 0:  # the truth is ≥ offset: intersect with [offset, ∞)
+            return max(low, off), max(high, off)
+        return min(low, off), min(high, off)
+    return low, high
 
 
 def _tidy(x: Any) -> Any:

@@ -77,6 +77,22 @@ def test_append_many_is_append_in_order(tmp_path):
     assert stored[0] == stored[1] and len(stored[0]) == 6
 
 
+def test_transaction_records_see_other_writers_and_own_appends(tmp_path):
+    """``tx.records(since=…)`` at or past the transaction's head reads nothing, yet includes every
+    record another writer committed before the lock was taken, and this transaction's appends."""
+    path = tmp_path / "l.db"
+    with Ledger.open(path, fingerprint=FP, budget=1.0) as a, Ledger.open(path, fingerprint=FP, budget=1.0) as b:
+        with b.transaction() as tx:
+            assert tx.records() == () and tx.records(since=5) == ()
+        with a.transaction() as tx:
+            first = tx.append(**fields())
+        with b.transaction() as tx:
+            assert tx.records(since=0) == (first,) and tx.records(since=1) == ()
+            own = tx.append(**fields(cost_after=0.25))
+            assert tx.records(since=1) == (own,) and tx.records(since=2) == ()
+        assert a.records() == (first, own)
+
+
 def test_reopen_restores_records_exactly(tmp_path):
     path = tmp_path / "l.db"
     awkward = [0.1 + 0.2, 5e-324, 1e308, -0.0, 2.0**-60, 123456789.123456789]
