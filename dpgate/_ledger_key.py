@@ -200,8 +200,6 @@ def _generic_record_text(previous: str, row: Sequence[object]) -> str:
     return _JSON.encode(["record", [previous, fields]])
 
 
-_BLOCK = hashlib.sha256().block_size
-_IPAD, _OPAD = bytes(x ^ 0x36 for x in range(256)), bytes(x ^ 0x5C for x in range(256))  # RFC 2104's pads
 #: The column types of a stored record row (STRICT SQLite columns, and PostgreSQL's).
 _ROW_TYPES = (int, str, str, str, str, float, float, float, float, str, float, float, int, str, str)
 
@@ -215,10 +213,7 @@ def chain_macs(key: bytes, previous: str, rows: Sequence[Sequence[Any]]) -> list
     """
     if not rows:
         return []
-    # HMAC-SHA256 (RFC 2104) as the hmac module computes it without OpenSSL: the padded key's
-    # inner and outer hash states, copied per row (half the time of copying OpenSSL's HMAC state).
-    k = (key if len(key) <= _BLOCK else hashlib.sha256(key).digest()).ljust(_BLOCK, b"\0")
-    inner, outer = hashlib.sha256(k.translate(_IPAD)), hashlib.sha256(k.translate(_OPAD))
+    keyed = hmac.new(key, digestmod=hashlib.sha256)  # the keyed state, copied per row
     q = encode_basestring_ascii
     # The JSON of runs of fields, by their values (the types are fixed: no 1 == 1.0 clash; equal
     # floats have equal ``(v + 0.0).hex()``, −0.0 and 0.0 included).
@@ -242,10 +237,8 @@ def chain_macs(key: bytes, previous: str, rows: Sequence[Sequence[Any]]) -> list
             text = f'["record",[{q(previous)},[{rid},{head},{q(query)},{mid},"{(value + 0.0).hex()}",{tail}]]]'
         else:  # any other row (e.g. a bool flag): the general encoder
             text = _generic_record_text(previous, row)
-        h = inner.copy()
+        h = keyed.copy()
         h.update(text.encode("ascii"))
-        o = outer.copy()
-        o.update(h.digest())
-        previous = o.hexdigest()
+        previous = h.hexdigest()
         out.append(previous)
     return out
