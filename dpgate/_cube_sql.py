@@ -323,7 +323,7 @@ class BoundColumn:
                 # branch per value (about 5x faster per row).  LIST_POSITION compares exactly
                 # like ``=`` and returns the first match, as the CASE did; NULL when absent.
                 declared = exp.Array(expressions=[exp.Literal.string(v) for v in d.values])
-                pos = exp.func("list_position", declared, self.value(), dialect="duckdb")
+                pos = exp.Anonymous(this="LIST_POSITION", expressions=[declared, self.value()])
                 default = exp.Sub(this=exp.Coalesce(this=pos, expressions=[number(len(d.values) + 1)]), expression=number(1))
                 return exp.Case(ifs=ifs, default=default)
             # Numbers keep ``=`` against typed literals: a list would coerce its elements to one

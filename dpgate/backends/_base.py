@@ -65,14 +65,15 @@ def checked_select(select: exp.Expression, dialect: str) -> str:
 
     Every statement dpgate runs on data is a sqlglot ``SELECT`` built from the schema;
     anything else (a DML/DDL node, a ``SELECT … INTO``, a locking clause) is an
-    internal error and never reaches the engine.
+    internal error and never reaches the engine.  The tree is built for this one statement
+    (the cube copies every shared piece into it), so it is written out in place, not copied.
     """
     if not isinstance(select, exp.Select) or select.args.get("into") or select.args.get("locks"):
         raise DPGateInternalError(f"refusing to run a non-SELECT statement ({type(select).__name__}) on the data")
     for node in select.walk():
         if isinstance(node, (exp.DML, exp.DDL, exp.Command, exp.Into, exp.Lock)):
             raise DPGateInternalError(f"refusing to run a statement containing {type(node).__name__} on the data")
-    return select.sql(dialect=dialect)
+    return select.sql(dialect=dialect, copy=False)
 
 
 #: Engine failures whose cause can be named without quoting the engine's message.
