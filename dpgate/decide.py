@@ -318,8 +318,8 @@ def _charge_alone(
     indices: Sequence[int], accuracy: float, confidence: float, policy: str,
     added: list[tuple[Charge, float, float]], after: list[int],
 ) -> list[tuple[int, Measurement, float]]:
-    """Measure each of ``queries`` (disjoint outputs, none of which history says anything
-    about) alone at the single-release scale and charge them, in order, to ``costs``,
+    """Measure each of ``queries`` (disjoint outputs whose own release is their answer:
+    :func:`plan`'s "alone") at the single-release scale and charge them, in order, to ``costs``,
     noting each charge in ``added`` and the charge after it in ``after``.  Returns
     ``(index, measurement, charge increase)`` per query.  Outputs of one ``(α, S)`` are
     charged in one pass (:meth:`CellCosts.add_disjoint`): a GROUP BY's groups are."""
