@@ -306,8 +306,12 @@ class Cube:
         """``true_numerator`` of several queries, one scan per table (internal: never release)."""
         out: list[int | None] = [None] * len(queries)
         by_table: dict[str, list[int]] = {}
+        names: dict[str, str] = {}  # as written → declared, lower-cased
         for i, q in enumerate(queries):
-            by_table.setdefault(self.schema.table(q.table).name.lower(), []).append(i)
+            name = names.get(q.table)
+            if name is None:
+                name = names[q.table] = self.schema.table(q.table).name.lower()
+            by_table.setdefault(name, []).append(i)
         for tname, idxs in by_table.items():
             for i, v in zip(idxs, self._numerators_one_table(tname, [queries[i] for i in idxs]), strict=True):
                 out[i] = v

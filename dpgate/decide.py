@@ -334,24 +334,25 @@ def _charge_alone(
         scale, lattice = scales[q.denominator]
         ms.append(Measurement(q, h, q.sensitivity / scale, scale, lattice, c))
     out: list[tuple[int, Measurement, float]] = []
+    budgets = [(m.alpha, m.query.sensitivity) for m in ms]
     start = 0
     while start < len(ms):  # runs of one (α, S)
         end = start + 1
-        while end < len(ms) and (ms[end].alpha, ms[end].sensitivity) == (ms[start].alpha, ms[start].sensitivity):
+        while end < len(ms) and budgets[end] == budgets[start]:
             end += 1
         run = ms[start:end]
-        before = costs.charge_units
-        units = costs.add_disjoint([m.c for m in run], run[0].alpha, run[0].sensitivity)
+        before = to_epsilon(costs.charge_units)
+        units = costs.add_disjoint([m.c for m in run], *budgets[start])
         if units is None:
             units = []
             for m in run:
                 _add(costs, m)
                 units.append(costs.charge_units)
-        for i, m, u in zip(indices[start:end], run, units, strict=True):
-            added.append((m.c, m.alpha, m.sensitivity))
-            after.append(u)
-            out.append((i, m, to_epsilon(u) - to_epsilon(before)))
-            before = u
+        added.extend((m.c, *b) for m, b in zip(run, budgets[start:end], strict=True))
+        after.extend(units)
+        for i, m, charge in zip(indices[start:end], run, map(to_epsilon, units), strict=True):
+            out.append((i, m, charge - before))
+            before = charge
         start = end
     return out
 

@@ -381,9 +381,13 @@ def union_grid(table: Table, queries: Sequence[LinearQuery]) -> tuple[list[str],
     """The coarsest grid refining every query's grid: the columns they use, in declaration
     order, each with the union of their breakpoints (every query's start at 0)."""
     bps: dict[str, set[int]] = {}
+    names: dict[str, str] = {}  # as written → declared (a GROUP BY's groups repeat their columns)
     for q in queries:
         for c, bp in zip(q.columns, q.breakpoints, strict=True):
-            bps.setdefault(table.column(c).name, set()).update(bp)
+            name = names.get(c)
+            if name is None:
+                name = names[c] = table.column(c).name
+            bps.setdefault(name, set()).update(bp)
     cols = [c.name for c in table.columns if c.name in bps]
     return cols, [tuple(sorted(bps[c])) for c in cols]
 
