@@ -184,7 +184,11 @@ class CellCosts:
             return []
         sizes = np.array([a.size for a, _ in charges], dtype=np.intp)
         atoms = np.concatenate([a for a, _ in charges])
-        if self.units.dtype != np.int64 or np.unique(atoms).size != atoms.size:
+        if self.units.dtype != np.int64:
+            return None
+        marked = np.zeros(self.units.size, dtype=bool)  # O(cells + support): no sort
+        marked[atoms] = True
+        if np.count_nonzero(marked) != atoms.size:
             return None
         new = _plus(self.units[atoms], _nonzero_units(np.concatenate([w for _, w in charges]),
                                                       float(alpha), float(sensitivity)))

@@ -371,7 +371,8 @@ class TableState:
         found = self._members
         if found is None or found[0] != keys[0] or found[1] is not keys[1]:
             of = self.cost_atoms.atom_of(self.atoms)
-            order = np.argsort(of, kind="stable")
+            # Atom ids are small: as 16-bit keys numpy's stable sort is a radix sort, O(cost atoms).
+            order = np.argsort(of.astype(np.uint16) if self.atoms.n_atoms <= 2**16 else of, kind="stable")
             starts = np.searchsorted(of[order], np.arange(self.atoms.n_atoms + 1))
             found = self._members = (*keys, (of, order, starts))
         return found[2]
