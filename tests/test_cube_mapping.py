@@ -203,3 +203,25 @@ def test_huge_weights_are_summed_exactly(path: str) -> None:
         got = cube.true_numerators(qs)
     assert got == [ref_numerator(q, t, df) for q in qs]
     assert max(abs(v) for v in got) > 2**63  # beyond int64: Python ints throughout
+
+
+@pytest.mark.parametrize("values", [
+    ["", "a,b", "[x]", "it's", 'q"uote', "ünï", "tab\tx", "1"],
+    ["plain", "has\x1fus"],  # the first separator occurs: the next one is used
+    ["\x1f", "\x1e", "\x1d", "\x1c", "x"],  # every separator occurs: a list of literals
+])
+def test_declared_text_values_map_exactly_whatever_they_contain(values: list[str]) -> None:
+    """DuckDB maps a text categorical by its declared list (one split literal, or literals when
+    every separator occurs in a value): each row lands in its value's cell, others and NULL in theirs."""
+    raw = [*values, *values[:2], "undeclared", None, "A,B", ""]
+    df = pd.DataFrame({"c": pd.Series(raw, dtype="object")})
+    schema = Schema.load({"tables": {"t": {"columns": {
+        "c": {"type": "categorical", "values": values, "nullable": True}}}}})
+    expected = np.zeros(len(values) + 2, dtype=np.int64)  # declared cells, other, NULL
+    for v in raw:
+        expected[len(values) + 1 if v is None else values.index(v) if v in values else len(values)] += 1
+    with Cube(df, schema) as cube:
+        assert cube.histogram("t").tolist() == expected.tolist()
+        q = LinearQuery.from_grid(schema.table("t"), ["c"], [list(range(len(values) + 2))],
+                                  np.arange(1, len(values) + 3, dtype=float))
+        assert cube.true_numerators([q]) == [int(np.dot(np.arange(1, len(values) + 3), expected))]
