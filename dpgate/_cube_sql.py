@@ -480,8 +480,7 @@ def _declared_list(values: Sequence[str]) -> exp.Expression:
     literals when every separator occurs in some value."""
     for sep in _LIST_SEPARATORS if values else ():
         if not any(sep in v for v in values):
-            return exp.Anonymous(this="STRING_SPLIT", expressions=[exp.Literal.string(sep.join(values)),
-                                                                   exp.Literal.string(sep)])
+            return exp.Split(this=exp.Literal.string(sep.join(values)), expression=exp.Literal.string(sep))
     return exp.Array(expressions=[exp.Literal.string(v) for v in values])
 
 
