@@ -28,8 +28,9 @@ column's value:
   parses as a non-zero number, false otherwise.
 
 Engines: expressions are written for the backend's sqlglot dialect
-(``BoundColumn.dialect``).  DuckDB keeps its fast paths (``LIST_POSITION`` for text
-categories); other engines get a portable ``CASE``.  PostgreSQL has no ``TRY_CAST``:
+(``BoundColumn.dialect``).  In DuckDB a GROUP BY keys text categories by the text itself and maps the few
+distinct values to cells in numpy (``BoundColumn.cells_of_text``); other engines join
+them on a ``VALUES`` list or get a portable ``CASE``.  PostgreSQL has no ``TRY_CAST``:
 text is cast only where it matches a number (or boolean) spelling its ``CAST`` accepts,
 else it counts as NULL.  Text that engines parse differently (hex, ``'1_000'``) may land
 in different cells on different engines; typed columns map identically everywhere
@@ -318,16 +319,8 @@ class BoundColumn:
             return exp.Case(ifs=ifs, default=self._bin_search(0, len(d.edges) - 2))
         elif d.kind == "categorical":
             other = number(len(d.values))  # the out-of-domain cell, Column.other_cell
-            if self.tclass == "other" and self.dialect == "duckdb":
-                # Text: one lookup in the list of declared strings instead of a CASE with a
-                # branch per value (about 5x faster per row).  LIST_POSITION compares exactly
-                # like ``=`` and returns the first match, as the CASE did; NULL when absent.
-                pos = exp.Anonymous(this="LIST_POSITION", expressions=[_declared_list(d.values), self.value()])
-                default = exp.Sub(this=exp.Coalesce(this=pos, expressions=[number(len(d.values) + 1)]), expression=number(1))
-                return exp.Case(ifs=ifs, default=default)
-            # Numbers keep ``=`` against typed literals: a list would coerce its elements to one
-            # common type first, which could change which declared value a number equals.  Other
-            # engines get this portable CASE for text too (first match wins, as LIST_POSITION).
+            # ``=`` against typed literals, first match wins (text in DuckDB is keyed by its value
+            # instead: BoundColumn.text_keyed).
             for i, m in enumerate(self.matchers()):
                 if m is not None:
                     ifs.append(exp.If(this=exp.EQ(this=self.value(), expression=self._lit(m)), true=number(i)))
@@ -337,12 +330,36 @@ class BoundColumn:
             default = number(0)
         return exp.Case(ifs=ifs, default=default)
 
+    def text_keyed(self) -> bool:
+        """Whether :func:`grouped_counts` keys this column by its value as text, mapped to cells
+        in numpy (:meth:`cells_of_text`): text categoricals in DuckDB.  Grouping by the text is the
+        analyst's own ``GROUP BY col``; mapping the few distinct values to cells in the engine
+        cost DuckDB another operator (~0.5 ms on a 50-value column)."""
+        return self.decl.kind == "categorical" and self.tclass == "other" and self.dialect == "duckdb"
+
+    def cells_of_text(self, keys: np.ndarray) -> np.ndarray:
+        """The cells of :meth:`text_keyed` keys (the rows' :meth:`value`, NULL as None or masked):
+        a declared value's cell (exact string equality, as the CASE of :meth:`cell_index`), the other
+        cell for any other text, the NULL cell for NULL."""
+        other, null_cell = self.decl.other_cell, self.decl.null_cell
+        assert other is not None
+        values, masked = np.ma.getdata(keys), np.ma.getmaskarray(keys)
+        if values.size > _TEXT_LOOKUP_LOOP:  # many distinct undeclared texts: pandas' hash table
+            import pandas as pd
+
+            found = pd.Index(list(self.decl.values), dtype=object).get_indexer(values)
+            null = masked | pd.isna(values)
+            return np.where(null, null_cell, np.where(found < 0, other, found)).astype(np.int64)
+        cell = {v: i for i, v in enumerate(self.decl.values)}
+        return np.array([null_cell if m or v is None else cell.get(v, other)
+                         for v, m in zip(values.tolist(), masked.tolist(), strict=True)], dtype=np.int64)
+
     def looked_up(self) -> bool:
         """Whether :func:`grouped_counts` maps this column's values to cells with a join on a
         ``VALUES`` list of the declared values rather than with :meth:`cell_index`'s CASE:
         text categoricals outside DuckDB.  (Spark folds the two-step aggregation back into
         one and would evaluate a CASE with a branch per value on every row; a join on the
-        pre-aggregated values is as fast as the raw ``GROUP BY``.  DuckDB keeps LIST_POSITION.)"""
+        pre-aggregated values is as fast as the raw ``GROUP BY``.  DuckDB: :meth:`text_keyed`.)"""
         return self.decl.kind == "categorical" and self.tclass == "other" and self.dialect != "duckdb"
 
     def lookup_join(self, table: str, value: str, cell: str) -> tuple[exp.Expression, exp.Expression, exp.Expression]:
@@ -469,28 +486,16 @@ def set_condition(cols: list[BoundColumn], bps: Sequence[Sequence[int]], mask: n
     return disjunction(parts)
 
 
-#: Separators for :func:`_declared_list`, tried in order (ASCII's unit, record, group and file separators).
-_LIST_SEPARATORS = ("\x1f", "\x1e", "\x1d", "\x1c")
-
-
-def _declared_list(values: Sequence[str]) -> exp.Expression:
-    """DuckDB's list of the declared strings, in order: one literal split on a separator no
-    value contains (DuckDB folds it into the same constant list while planning, and parses
-    and binds one literal instead of one per value: ~0.3 ms on 50 values); the list of
-    literals when every separator occurs in some value."""
-    for sep in _LIST_SEPARATORS if values else ():
-        if not any(sep in v for v in values):
-            return exp.Split(this=exp.Literal.string(sep.join(values)), expression=exp.Literal.string(sep))
-    return exp.Array(expressions=[exp.Literal.string(v) for v in values])
-
-
+#: Largest number of distinct texts :meth:`BoundColumn.cells_of_text` maps in a Python loop.
+_TEXT_LOOKUP_LOOP = 4096
 def grouped_counts(
-    ref: exp.Table, cols: list[BoundColumn], keys: list[exp.Expression | None], where: exp.Expression | None
+    ref: exp.Table, cols: list[BoundColumn], keys: list[exp.Expression | None], where: exp.Expression | None,
+    direct: Sequence[bool] | None = None,
 ) -> exp.Select:
     """``SELECT k0, …, n``: row counts by the key expressions ``keys[i]`` (each a function of
     column ``cols[i]``'s raw value), over rows meeting ``where``; several rows may carry the
     same keys (sum them).  ``None`` is the cell index of a :meth:`BoundColumn.looked_up`
-    column, by a join.
+    column, by a join.  ``direct[i]``: group by ``keys[i]`` itself, never in two steps.
 
     Keys on columns with few distinct raw values (``BoundColumn.few_values``) are
     computed in two steps: an inner query counts rows per raw value — the same work as
@@ -504,7 +509,7 @@ def grouped_counts(
     # Builders with copy=False: the key expressions can be large (a binned column's
     # search tree) and are built for this statement only.
     count = exp.Count(this=exp.Star())
-    pre = [i for i, c in enumerate(cols) if c.few_values()]
+    pre = [i for i, c in enumerate(cols) if c.few_values() and not (direct and direct[i])]
     if any(k is None and i not in pre for i, k in enumerate(keys)):
         raise DPGateInternalError("a looked-up key needs a few-valued column")
     if not pre:

@@ -230,29 +230,37 @@ class Cube:
                     if len(used) == 1:
                         fixed[ax] = int(used[0])
         keys: list[tuple[int, exp.Expression | None]] = []
-        by_cell, bin_keys = [], []
+        by_cell, bin_keys, text_keys = [], [], []
         for ax, (c, bp) in enumerate(zip(cols, bps, strict=False)):
             if ax in fixed:
                 continue
             full = len(bp) == c.decl.n_cells
+            text = c.text_keyed()
             if full or len(bp) > _CASE_SLABS:
                 # Many bins of a few-valued integer column: a clamped value, binned in numpy,
                 # rather than a CASE search tree as large as the bins.
                 binned_int = c.decl.kind == "binned" and c.few_values() and len(c.decl.edges) > _CASE_SLABS
-                keys.append((ax, c.bin_key() if binned_int else None if c.looked_up() else c.cell_index()))
+                key = c.bin_key() if binned_int else c.value() if text else None if c.looked_up() else c.cell_index()
+                keys.append((ax, key))
                 bin_keys.append(binned_int)
+                text_keys.append(text)
                 by_cell.append(not full)
             else:
                 keys.append((ax, c.slab_index(bp)))
                 bin_keys.append(False)
+                text_keys.append(False)
                 by_cell.append(False)
-        res = self._execute(grouped_counts(ref, [cols[ax] for ax, _ in keys], [k for _, k in keys], where), numpy=True)
+        res = self._execute(grouped_counts(ref, [cols[ax] for ax, _ in keys], [k for _, k in keys], where,
+                                           direct=text_keys), numpy=True)
         counts = np.asarray(res["n"], dtype=np.int64)
         idx: list[Any] = [None] * len(shape)
         for ax, v in fixed.items():
             idx[ax] = np.full(counts.shape, v, dtype=np.int64)
         for i, ((ax, _), cell) in enumerate(zip(keys, by_cell, strict=False)):
-            k = np.asarray(res[f"k{i}"], dtype=np.int64)
+            if text_keys[i]:
+                k = cols[ax].cells_of_text(res[f"k{i}"])
+            else:
+                k = np.asarray(res[f"k{i}"], dtype=np.int64)
             if bin_keys[i]:
                 k = cols[ax].bins_of_key(k)
             if cell:

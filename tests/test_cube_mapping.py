@@ -165,11 +165,10 @@ def test_text_categorical_group_by_is_a_lookup_not_a_case_chain() -> None:
         cube._execute = spy  # type: ignore[method-assign]
         cube.true_numerators(group_by(t, "region"))
     (stmt,) = seen
-    sql = stmt.sql(dialect="duckdb")
-    assert "LIST_POSITION" in sql
-    assert len(list(stmt.find_all(exp.If))) <= 1  # only the NULL cell's branch
-    # Two levels: the rows are counted per raw value, then the few values are mapped.
-    assert any(isinstance(s, exp.Subquery) for s in stmt.find_all(exp.Subquery))
+    # One level, the analyst's own GROUP BY of the text: no branch per value, no second pass;
+    # the few distinct values are mapped to cells in numpy.
+    assert not list(stmt.find_all(exp.If)) and not list(stmt.find_all(exp.Subquery))
+    assert [g.sql() for g in stmt.args["group"].expressions] == ["1"]
 
 
 def test_binned_cells_use_a_binary_search() -> None:
@@ -207,12 +206,11 @@ def test_huge_weights_are_summed_exactly(path: str) -> None:
 
 @pytest.mark.parametrize("values", [
     ["", "a,b", "[x]", "it's", 'q"uote', "ünï", "tab\tx", "1"],
-    ["plain", "has\x1fus"],  # the first separator occurs: the next one is used
-    ["\x1f", "\x1e", "\x1d", "\x1c", "x"],  # every separator occurs: a list of literals
+    ["plain", "has\x1fus", " plain", "plain "],  # control characters, spaces kept
 ])
 def test_declared_text_values_map_exactly_whatever_they_contain(values: list[str]) -> None:
-    """DuckDB maps a text categorical by its declared list (one split literal, or literals when
-    every separator occurs in a value): each row lands in its value's cell, others and NULL in theirs."""
+    """A text categorical keyed by its value and mapped to cells in numpy: each row lands in its
+    declared value's cell (exact equality, whatever characters it holds), others and NULL in theirs."""
     raw = [*values, *values[:2], "undeclared", None, "A,B", ""]
     df = pd.DataFrame({"c": pd.Series(raw, dtype="object")})
     schema = Schema.load({"tables": {"t": {"columns": {
@@ -225,3 +223,13 @@ def test_declared_text_values_map_exactly_whatever_they_contain(values: list[str
         q = LinearQuery.from_grid(schema.table("t"), ["c"], [list(range(len(values) + 2))],
                                   np.arange(1, len(values) + 3, dtype=float))
         assert cube.true_numerators([q]) == [int(np.dot(np.arange(1, len(values) + 3), expected))]
+
+
+def test_many_distinct_undeclared_texts_map_to_the_other_cell() -> None:
+    """More distinct texts than the Python lookup takes (pandas' hash table maps them): exact too."""
+    raw = ["a", "a", "b", *[f"u{i}" for i in range(_cube_sql._TEXT_LOOKUP_LOOP + 10)], None, None]
+    df = pd.DataFrame({"c": pd.Series(raw, dtype="object")})
+    schema = Schema.load({"tables": {"t": {"columns": {
+        "c": {"type": "categorical", "values": ["a", "b"], "nullable": True}}}}})
+    with Cube(df, schema) as cube:
+        assert cube.histogram("t").tolist() == [2, 1, _cube_sql._TEXT_LOOKUP_LOOP + 10, 2]
