@@ -109,6 +109,7 @@ class CellCosts:
     @units.setter
     def units(self, value: np.ndarray) -> None:
         self._units = value
+        self._borrowed = False  # set by copy(): the array is another object's until first written
         self._floats: np.ndarray | None = None  # per_atom is derived lazily: planners read it often
         self._max: int | None = None  # so is max B (a max over Python ints is slow)
 
@@ -139,8 +140,9 @@ class CellCosts:
     def regrid(self, expand: Callable[[np.ndarray], np.ndarray]) -> None:
         """Atoms were refined: the new per-atom costs are ``expand(units)`` (each new atom
         takes the cost of the old one it is part of)."""
-        top = self._max
-        self.units = expand(self.units)
+        top, old, borrowed = self._max, self._units, self._borrowed
+        self.units = expand(old)
+        self._borrowed = borrowed and np.may_share_memory(self._units, old)  # still another's array
         self._max = top  # every old atom has a piece
 
     def increase_units(self, h: np.ndarray, alpha: float, sensitivity: float) -> int:
@@ -167,7 +169,7 @@ class CellCosts:
         if new.dtype != self.units.dtype:
             units = self.units.astype(new.dtype)
         else:
-            units = self.units if in_place else self.units.copy()
+            units = self.units if in_place and not self._borrowed else self.units.copy()
         units[atoms] = new
         top = self._max
         self.units = units
@@ -195,6 +197,8 @@ class CellCosts:
         if new.dtype != np.int64:
             return None
         top = self.charge_units // self.k
+        if self._borrowed:
+            self._units, self._borrowed = self._units.copy(), False
         self.units[atoms] = new
         live = sizes > 0
         tops = np.full(sizes.size, top, dtype=np.int64)
@@ -224,8 +228,10 @@ class CellCosts:
         return to_epsilon(self.k * top)
 
     def copy(self) -> CellCosts:
-        """An independent copy (for planning a statement before committing it)."""
+        """An independent copy (for planning a statement before committing it).  It shares this
+        one's array until its first in-place write (copy on write: a statement answered from
+        history copies nothing; the array can hold a cell per box of a 10⁶-box grid)."""
         out = CellCosts(0, self.k)
-        out.units = self.units.copy()  # Python ints are immutable: a shallow copy is independent too
-        out._max = self._max
+        out._units, out._floats, out._max = self._units, self._floats, self._max
+        out._borrowed = True  # Python ints are immutable: a shallow copy of the array is independent too
         return out

@@ -236,3 +236,20 @@ def test_add_disjoint_is_adding_one_by_one(n, groups, alpha, prior, k):
     if n > 1:
         assert meeting.add_disjoint([(np.array([0, 1]), np.ones(2)), (np.array([1]), np.ones(1))], 1.0, 1.0) is None
         assert meeting.units.tolist() == costs.units.tolist()
+
+
+def test_a_copy_shares_the_array_until_it_is_written() -> None:
+    """Copy on write: a planning copy reads the live costs without copying them, and its first
+    in-place write (sparse, disjoint or through a re-grid) leaves the original exactly as it was."""
+    live = CellCosts(6, 2)
+    live.add(np.array([1.0, 0, 2, 0, 1, 0]), 0.5, 2.0)
+    before = live.units.tolist()
+    for write in (lambda c: c.add_sparse(np.array([1, 3]), np.ones(2), 1.0, 1.0, in_place=True),
+                  lambda c: c.add_disjoint([(np.array([0]), np.ones(1)), (np.array([5]), np.ones(1))], 1.0, 1.0),
+                  lambda c: c.regrid(lambda u: u[[0, 0, 1, 2, 3, 4, 5]]) or c.add_sparse(
+                      np.array([0]), np.ones(1), 1.0, 1.0, in_place=True)):
+        trial = live.copy()
+        assert trial.units is live.units and trial.charge == live.charge  # nothing copied to read
+        write(trial)
+        assert live.units.tolist() == before and trial.units is not live.units
+        assert trial.charge_units > live.charge_units
