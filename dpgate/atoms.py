@@ -315,9 +315,7 @@ class AtomPartition(_Grid):
         for c, qbp in zip(query.columns, query.breakpoints, strict=True):
             ax = mine.get(c.lower())
             if ax is None or not grids[ax].issuperset(qbp):
-                raise DPGateInternalError(
-                    f"query grid on column {c!r} is not part of the atom partition; refine() it first"
-                )
+                raise _not_refined(c)
             idx.append(np.searchsorted(np.asarray(qbp), starts[ax], side="right") - 1)
         return np.asarray(query.numerators)[tuple(idx)].astype(np.int64)
 
@@ -366,7 +364,7 @@ class AtomPartition(_Grid):
             ax = mine.get(c)
             bps = [q.breakpoints[axis] for q in queries]
             if ax is None or not all(grids[ax].issuperset(bp) for bp in bps):
-                raise DPGateInternalError(f"query grid on column {c!r} is not part of the atom partition; refine() it first")
+                raise _not_refined(c)
             span = int(max(starts[ax].max(initial=0), max(bp[-1] for bp in bps))) + 1
             sizes = np.array([len(bp) for bp in bps])
             first = np.cumsum(sizes) - sizes
@@ -384,6 +382,10 @@ class AtomPartition(_Grid):
     def __repr__(self) -> str:
         grid = ", ".join(f"{c}:{len(b)}" for c, b in zip(self._columns, self._bps, strict=True)) or "none"
         return f"<AtomPartition {self.table.name} atoms={self._n} grid=[{grid}]>"
+
+
+def _not_refined(column: str) -> DPGateInternalError:
+    return DPGateInternalError(f"query grid on column {column!r} is not part of the atom partition; refine() it first")
 
 
 #: Largest (queries × atoms) array :meth:`AtomPartition.vectors` builds at once.

@@ -322,9 +322,7 @@ class TableState:
         """What a release of ``query`` (``h``: its inference vector) is charged as: by
         :meth:`charges` when it was refined into the cost atoms (a statement's query),
         else from its weights over the atoms (a query made from them, e.g. a restriction)."""
-        if query.is_zero or _held_key(query) in self._cost_kind:
-            return self.charges([query])[0]
-        return self.charge_from_atoms(h, query.sensitivity)
+        return self.charge_many([query], [h])[0]
 
     def charge_many(self, queries: Sequence[LinearQuery], hs: Sequence[np.ndarray]) -> list[Charge]:
         """:meth:`charge` of each query (a statement's: one :meth:`charges` call for them)."""
