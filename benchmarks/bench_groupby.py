@@ -29,6 +29,11 @@ nothing is refused for budget):
   ``SELECT COUNT(*) FROM t WHERE x2 < 500``: the second is answered, charged no
   more than on a fresh gateway.
 
+The single-shot latencies of ``ratios`` and ``history`` (a statement's first run in
+its process, as an analyst meets it) are noisy on a shared machine, so those two
+cases run in ``--processes`` separate interpreters (5) and report the median, with
+every process's figure beside it.
+
 Prints a PASS/FAIL table, writes ``benchmarks/results/groupby.json`` and
 ``groupby.md``.
 
@@ -275,6 +280,36 @@ CASES: dict[str, tuple[Callable[[int], None], float]] = {  # name: (function, ti
 
 
 # -- the parent side -------------------------------------------------------------------------
+#: Cases whose figures are single-shot latencies: run in several processes, medians reported.
+REPEATED = ("ratios", "history")
+
+
+def _run_repeated(name: str, reps: int, limit: float, processes: int) -> dict[str, Any]:
+    """:func:`_run_case` in ``processes`` interpreters, one after another: each latency is the
+    median over them (every one kept under ``<key>_runs``); other figures are the first's."""
+    runs = [_run_case(name, reps, limit) for _ in range(processes)]
+    out = dict(runs[0])
+    out["finished"] = all(r["finished"] for r in runs)
+    out["wall_s"] = sum(r["wall_s"] for r in runs)
+    out["processes"] = processes
+    for r in runs:
+        if "error" in r:
+            out.setdefault("error", r["error"])
+    for key, first in runs[0].items():
+        if key.endswith("_s") and key not in ("wall_s", "limit_s") and isinstance(first, float):
+            xs = [r[key] for r in runs if isinstance(r.get(key), float)]
+            out[key], out[key + "_runs"] = statistics.median(xs), xs
+        elif isinstance(first, dict) and "seconds" in first:  # one statement: {seconds, outcome, ...}
+            done = [r[key] for r in runs if isinstance(r.get(key), dict)]
+            refused = [d for d in done if d["outcome"] != "answered"]
+            out[key] = refused[0] if refused else {
+                **first, "seconds": statistics.median(d["seconds"] for d in done),
+                "seconds_runs": [d["seconds"] for d in done],
+                "sources": "+".join(sorted({s for d in done for s in d["sources"].split("+")})),
+            }
+    return out
+
+
 def _run_case(name: str, reps: int, limit: float) -> dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--case", name, "--reps", str(reps)]
     t0 = time.perf_counter()
@@ -313,7 +348,12 @@ def _verdicts(res: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, str]]
             rows.append((label, dnf(case), f"≤ {limit:g}×", "FAIL"))
             return
         r = c[key] / base
-        rows.append((label, f"{c[key] * 1e3:.0f} ms = {r:.1f}× ({c.get(key[:-2] + '_sources', '')})",
+        spread = ""
+        if key + "_runs" in c:  # each process's ratio to its own count, and their median
+            each = sorted(x / b for x, b in zip(c[key + "_runs"], c["count_fresh_s_runs"], strict=True))
+            r = statistics.median(each)
+            spread = f"; per process {each[0]:.1f}–{each[-1]:.1f}×"
+        rows.append((label, f"{c[key] * 1e3:.0f} ms = {r:.1f}× ({c.get(key[:-2] + '_sources', '')}{spread})",
                      f"≤ {limit:g}×", "PASS" if r <= limit else "FAIL"))
 
     base = res.get("ratios", {}).get("count_fresh_s")
@@ -346,8 +386,10 @@ def _verdicts(res: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, str]]
                              "FAIL"))
             elif base:
                 r = c["seconds"] / base
-                rows.append((label, f"{c['seconds'] * 1e3:.0f} ms = {r:.1f}× ({c['sources']})", f"≤ {limit:g}×",
-                             "PASS" if r <= limit else "FAIL"))
+                each = sorted(c.get("seconds_runs", [c["seconds"]]))
+                spread = f"; per process {each[0] * 1e3:.0f}–{each[-1] * 1e3:.0f} ms" if len(each) > 1 else ""
+                rows.append((label, f"{c['seconds'] * 1e3:.0f} ms = {r:.1f}× ({c['sources']}{spread})",
+                             f"≤ {limit:g}×", "PASS" if r <= limit else "FAIL"))
     for case, label, limit in (("age_race", "GROUP BY age, race (606 groups)", 1.0),
                                ("age_educ_race", "GROUP BY age, educ, race (9 696 groups)", 10.0)):
         if case not in res:
@@ -408,7 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=None,
                     help="time limit per case in s (default: per case, 60-420 s)")
     ap.add_argument("--only", default="", help="comma-separated cases: " + ",".join(CASES))
-    ap.add_argument("--quick", action="store_true", help="1 rep, 60 s per case (smoke run)")
+    ap.add_argument("--processes", type=int, default=5,
+                    help="interpreters the single-shot latency cases run in, for their median (5)")
+    ap.add_argument("--quick", action="store_true", help="1 rep, 1 process, 60 s per case (smoke run)")
     args = ap.parse_args(argv)
     if args.case:
         warnings.simplefilter("ignore")  # seeded noise warns; expected here
@@ -423,7 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         limit = args.timeout if args.timeout is not None else (60.0 if args.quick else CASES[name][1])
         print(f"[{name}] running (limit {limit:.0f} s) …", flush=True)
-        res[name] = _run_case(name, reps, limit)
+        processes = 1 if args.quick else args.processes
+        res[name] = _run_repeated(name, reps, limit, processes) if name in REPEATED else _run_case(name, reps, limit)
         print(f"[{name}] {'done' if res[name]['finished'] else 'DID NOT FINISH'} in {res[name]['wall_s']:.1f} s",
               flush=True)
     rows = _verdicts(res)
@@ -432,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     machine = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
                "loadavg_at_end": os.getloadavg(), "quick": args.quick, "reps": reps,
+               "processes": 1 if args.quick else args.processes,
                "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "groupby.json"), "w", encoding="utf-8") as f:
@@ -439,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
                    "verdicts": [dict(zip(("figure", "measured", "target", "verdict"), r, strict=True))
                                 for r in rows]}, f, indent=1)
     with open(os.path.join(RESULTS, "groupby.md"), "w", encoding="utf-8") as f:
-        f.write(f"PUMS GROUP BY latency vs issue 14's targets (reps {reps}; load average at the end "
+        f.write(f"PUMS GROUP BY latency vs issue 14's targets (reps {reps}; latencies: median over "
+                f"{machine['processes']} processes; load average at the end "
                 f"{machine['loadavg_at_end'][0]:.2f}).\n\n{table}\n")
     return 0
 
