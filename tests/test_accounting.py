@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from dpgate.accounting import UNITS_PER_EPSILON, CellCosts
+from dpgate.accounting import _DISJOINT_ATOMS, UNITS_PER_EPSILON, CellCosts
 from dpgate.inference import system_cost
 
 
@@ -236,6 +236,21 @@ def test_add_disjoint_is_adding_one_by_one(n, groups, alpha, prior, k):
     if n > 1:
         assert meeting.add_disjoint([(np.array([0, 1]), np.ones(2)), (np.array([1]), np.ones(1))], 1.0, 1.0) is None
         assert meeting.units.tolist() == costs.units.tolist()
+
+
+def test_add_disjoint_leaves_a_large_support_to_one_by_one() -> None:
+    """Charges over more atoms than one pass is worth (a GROUP BY over a 10⁶-atom cost grid)
+    are refused, adding nothing; the caller adds them one by one."""
+    n = _DISJOINT_ATOMS + 2
+    costs = CellCosts(n)
+    costs.add_sparse(np.array([0]), np.ones(1), 1.0, 1.0)
+    before = costs.units.copy()
+    half = n // 2
+    charges = [(np.arange(half), np.ones(half)), (np.arange(half, n), np.ones(n - half))]
+    assert costs.add_disjoint(charges, 0.5, 1.0) is None
+    assert np.array_equal(costs.units, before)
+    small = [(a[:2], w[:2]) for a, w in charges]
+    assert costs.add_disjoint(small, 0.5, 1.0) is not None
 
 
 def test_a_copy_shares_the_array_until_it_is_written() -> None:
