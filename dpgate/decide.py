@@ -45,6 +45,7 @@ import numpy as np
 from dpgate.accounting import CellCosts, to_epsilon
 from dpgate.errors import InvalidRequirement
 from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, minimal_scale, single_release_scale
+from dpgate.inference._blue import ESTIMABLE_RTOL
 from dpgate.noise import lattice_for
 from dpgate.query import LinearQuery
 from dpgate.result import Answer
@@ -248,7 +249,8 @@ def plan(
         # A group no release ever touched is neither estimable nor restrictable: no row meets
         # its support (every release is charged where it touches, so uncharged atoms are untouched).
         touched = list(live) if charged is None else _touching(live, charged)
-        ests = {} if policy == "no_reuse" else {i: blue.estimate(live[i]) for i in touched}
+        ests = {} if policy == "no_reuse" or not touched else dict(
+            zip(touched, blue.estimate_many(np.array([live[i] for i in touched])), strict=True))
         asks = [i for i, est in ests.items() if batch and not est.estimable]
         # Decided here, on the costs before the block: its outputs are disjoint, so adding one's
         # charge leaves every other's cells (hence its restrictions) as they were.  Asked only of
@@ -418,19 +420,30 @@ def _restrictable_many(blue: IncrementalBLUE, charged: np.ndarray, hs: Sequence[
     out its ``t`` most-charged atoms (strictly more charged than the rest; ``charged``:
     :meth:`TableState.atom_costs`) while history plus the kept part still determines the
     query.  Structure only: no scale is searched.  Every (h, t) pair is tested in one
-    :meth:`IncrementalBLUE.estimable_with_many` call."""
-    owner: list[int] = []
-    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    :meth:`IncrementalBLUE.estimable_with_many` call; when there are many (a GROUP BY's
+    groups), those that twin atoms rule out (:func:`_clash`) are not asked."""
+    candidates: list[tuple[int, np.ndarray]] = []  # (output, the atoms left out)
     for k, h in enumerate(hs):
         support = np.flatnonzero(h)
         order = support[np.argsort(-charged[support], kind="stable")]
-        for t in range(1, min(MAX_RESTRICTION, support.size - 1) + 1):
-            if charged[order[t - 1]] <= charged[order[t]]:
-                continue
-            h_keep = h.copy()
-            h_keep[order[:t]] = 0.0
-            owner.append(k)
-            pairs.append((h, h_keep))
+        candidates += [(k, order[:t]) for t in range(1, min(MAX_RESTRICTION, support.size - 1) + 1)
+                       if charged[order[t - 1]] > charged[order[t]]]
+    twins = blue.twin_classes() if len(candidates) >= _TWIN_PAIRS else None
+    clashes: dict[int, np.ndarray] = {}
+    owner: list[int] = []
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    for k, left_out in candidates:
+        h = hs[k]
+        if twins is not None:
+            clash = clashes.get(k)
+            if clash is None:
+                clash = clashes[k] = _clash(blue, twins, h)
+            if clash[left_out].any():
+                continue  # not estimable so (see _clash): no projection needed
+        h_keep = h.copy()
+        h_keep[left_out] = 0.0
+        owner.append(k)
+        pairs.append((h, h_keep))
     out = [False] * len(hs)
     if not pairs:
         return out
@@ -442,6 +455,29 @@ def _restrictable_many(blue: IncrementalBLUE, charged: np.ndarray, hs: Sequence[
         out[k] = out[k] or ok
     return out
 
+
+def _clash(blue: IncrementalBLUE, twins: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Which atoms of ``h``'s support a restriction of ``h`` may not leave out, by structure.
+
+    Every vector of the history's row space takes one value on twin atoms
+    (:meth:`IncrementalBLUE.twin_classes`).  Leave out atom i of the support, whose twin j
+    lies outside it: history plus the kept part ``h'`` spans only vectors ``u + c·h'`` with
+    ``h'_i = h'_j = 0``, equal on i and j, while ``h_i ≠ h_j = 0``; so h is not estimable,
+    its distance to that span being at least ``|h_i|·√(d_i d_j / (d_i + d_j)) ≥
+    |h_i|·√(min d / 2)`` (``d``: cells per atom).  Atoms where that bound is over 100 times
+    the estimability threshold — where :meth:`IncrementalBLUE.estimable_with` cannot but
+    agree — are marked.  (A GROUP BY over a column history never split: every group's atoms
+    have twins in the other groups.)"""
+    d = blue.cell_sizes
+    outside = np.zeros(int(twins.max(initial=0)) + 1, dtype=bool)
+    outside[twins[h == 0]] = True
+    bound = np.abs(h) * math.sqrt(float(d.min()) / 2)
+    return outside[twins] & (h != 0) & (bound > 100 * ESTIMABLE_RTOL * math.sqrt(float(np.dot(d * h, h))))
+
+
+#: From this many restriction candidates on, :func:`_restrictable_many` rules out by twin atoms
+#: first (finding the twins costs about as much as testing a dozen candidates).
+_TWIN_PAIRS = 32
 
 #: Largest (pairs × atoms) matrix :func:`_restrictable_many` builds at once.
 _BATCH_CELLS = 1 << 21

@@ -167,3 +167,96 @@ def test_a_rescaled_query_is_charged_its_own_weights() -> None:
             gw.query(sql, accuracy=1, confidence=0.9)
     H, alpha, sens, *_ = _dense(gw)
     assert gw.spent == pytest.approx(system_cost(H, alpha, sens).max, rel=1e-12)
+
+
+def _split_history(seed: int, na: int, nb: int, m: int, spoil: bool) -> tuple[IncrementalBLUE, np.ndarray]:
+    """A BLUE over ``na`` atoms, its history rows (some in an extended block), then each atom
+    split into ``nb`` pieces (a GROUP BY over a column history never split), and, if
+    ``spoil``, a row that tells some pieces apart.  Returns it and the pieces' column ``b``."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 4, (na, nb)).astype(float)
+    blue = IncrementalBLUE(sizes.sum(axis=1))
+    rows = rng.integers(-1, 3, (m, na)).astype(float)
+    if m > 1:
+        blue.extend(rows[: m // 2], np.ones(m // 2), np.zeros(m // 2))
+        rows = rows[m // 2:]
+    for r in rows:
+        blue.append(r, 1.0, 0.0)
+    blue.split(np.repeat(np.arange(na), nb), sizes.ravel())
+    if spoil:
+        blue.append((rng.random(na * nb) < 0.3).astype(float), 2.0, 0.0)
+    return blue, np.tile(np.arange(nb), na)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31), na=st.integers(1, 6), nb=st.integers(2, 4), m=st.integers(0, 6),
+       spoil=st.booleans())
+def test_twin_atoms_take_one_value_in_every_history_row(seed, na, nb, m, spoil):
+    """Atoms of one twin class have equal basis columns and equal history columns."""
+    blue, _ = _split_history(seed, na, nb, m, spoil)
+    twins = blue.twin_classes()
+    if twins is None:  # history spanned the atoms before the split: the information form
+        assert blue._info is not None
+        return
+    assert twins.shape == (blue.n_atoms,)
+    V, H = blue.basis(), blue.rows
+    for c in np.unique(twins):
+        members = np.flatnonzero(twins == c)
+        assert (V[:, members] == V[:, members[:1]]).all()
+        assert (H[:, members] == H[:, members[:1]]).all()
+    if not spoil and m:
+        assert len(np.unique(twins)) <= na  # the pieces of an atom are twins
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31), na=st.integers(1, 6), nb=st.integers(2, 4), m=st.integers(0, 6),
+       spoil=st.booleans())
+def test_estimate_many_is_estimate_row_by_row(seed, na, nb, m, spoil):
+    """Batched estimates (a GROUP BY's groups, and rows history determines) are the one-by-one
+    ones: the same estimability, value, weights and variance."""
+    many, b = _split_history(seed, na, nb, m, spoil)
+    one, _ = _split_history(seed, na, nb, m, spoil)  # its own memo: nothing shared
+    rng = np.random.default_rng(seed + 1)
+    groups = [(b == v).astype(float) for v in range(b.max() + 1)]
+    spanned = [one.rows[i] * 2 for i in range(min(2, one.n_rows))]
+    Q = np.array(groups + spanned + [rng.integers(-1, 2, one.n_atoms).astype(float), np.zeros(one.n_atoms)])
+    from dpgate.inference import _incremental
+
+    batch, _incremental._BATCH_ROWS = _incremental._BATCH_ROWS, 2  # the batched test, on these few rows
+    try:
+        got_all = many.estimate_many(Q)
+    finally:
+        _incremental._BATCH_ROWS = batch
+    for got, q in zip(got_all, Q, strict=True):
+        want = one.estimate(q)
+        assert got.estimable == want.estimable
+        if want.estimable:
+            assert got.value == want.value and got.variance == want.variance
+            assert np.array_equal(got.weights, want.weights)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31), na=st.integers(1, 6), nb=st.integers(2, 4), m=st.integers(0, 6),
+       spoil=st.booleans())
+def test_restrictions_refused_by_twins_are_refused_by_projection(seed, na, nb, m, spoil):
+    """The planner's structural refusal of restriction candidates (twin atoms outside a group)
+    refuses only what the projections refuse: the same answer as without it."""
+    from dpgate import decide
+
+    blue, b = _split_history(seed, na, nb, m, spoil)
+    rng = np.random.default_rng(seed + 2)
+    charged = rng.integers(0, 4, blue.n_atoms).astype(float)
+    hs = [(b == v).astype(float) * rng.integers(1, 3) for v in range(b.max() + 1)]
+    hs.append(np.where(rng.random(blue.n_atoms) < 0.5, 1.0, 0.0))
+    pairs, decide._TWIN_PAIRS = decide._TWIN_PAIRS, 1  # twins asked however few the candidates
+    try:
+        with_twins = decide._restrictable_many(blue, charged, hs)
+    finally:
+        decide._TWIN_PAIRS = pairs
+    real = IncrementalBLUE.twin_classes
+    try:
+        IncrementalBLUE.twin_classes = lambda self: None  # type: ignore[method-assign]
+        without = decide._restrictable_many(blue, charged, hs)
+    finally:
+        IncrementalBLUE.twin_classes = real  # type: ignore[method-assign]
+    assert with_twins == without

@@ -22,8 +22,8 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 
-__all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "Block", "covers_every_atom", "disjoint", "disjoint_block",
-           "general_block", "merged", "mixed_block", "project_blocks"]
+__all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "Block", "combined_classes", "covers_every_atom", "disjoint",
+           "disjoint_block", "equal_columns", "general_block", "merged", "mixed_block", "project_blocks"]
 
 EXTEND_RTOL = 1e-9
 """A row whose distance to the current row space is at most this fraction of its norm adds no direction."""
@@ -58,6 +58,10 @@ class Block:
             return np.bincount(self.cols, weights=x, minlength=self.rows.shape[1]).astype(np.float64)
         return np.asarray(x @ self._pieces)
 
+    def gather_sparse(self, X: sp.csr_matrix) -> sp.csr_matrix:
+        """:meth:`gather` of sparse rows, kept sparse."""
+        return X if self.cols is None else X @ self._pieces
+
     def spread(self, y: NDArray[np.float64]) -> NDArray[np.float64]:
         """y (over the block's columns) on the current atoms."""
         return y if self.cols is None else y[..., self.cols]
@@ -66,9 +70,48 @@ class Block:
         """The rows over the current atoms."""
         return self.spread(self.rows)
 
+    @cached_property
+    def column_classes(self) -> NDArray[np.intp]:
+        """For each of the block's own columns, a class id: equal ids, equal columns."""
+        return equal_columns(self.rows)
+
+    def classes(self) -> NDArray[np.intp]:
+        """:attr:`column_classes` of the current atoms."""
+        return self.column_classes if self.cols is None else self.column_classes[self.cols]
+
     def split(self, parent: NDArray[np.intp]) -> Block:
         """The block after new atom i became a piece of atom ``parent[i]``."""
-        return Block(self.rows, parent if self.cols is None else self.cols[parent])
+        out = Block(self.rows, parent if self.cols is None else self.cols[parent])
+        if "column_classes" in self.__dict__:  # the same rows: their classes carry over
+            out.__dict__["column_classes"] = self.__dict__["column_classes"]
+        return out
+
+
+def equal_columns(A: NDArray[np.float64]) -> NDArray[np.intp]:
+    """For each column of A, a class id (0, 1, …): columns of one class are equal.
+
+    Columns are first grouped by a weighted sum down each column — the same operations,
+    in the same order, for every column, so equal columns get bitwise equal sums — then
+    each is checked against its group's first; one that differs (a collision) gets a
+    class of its own.  Equal columns may so end in different classes, never unequal
+    ones in one."""
+    if A.shape[0] == 0:
+        return np.zeros(A.shape[1], dtype=np.intp)
+    weights = np.random.default_rng(0x5EED).random(size=(A.shape[0], 1)) + 0.5  # fixed: reproducible classes
+    sums = (A * weights).sum(axis=0)
+    found = np.unique(sums, return_index=True, return_inverse=True)
+    first, cls = np.asarray(found[1], dtype=np.intp), np.asarray(found[2], dtype=np.intp).reshape(-1)
+    apart = ~(A == A[:, first[cls]]).all(axis=0)
+    cls[apart] = first.size + np.arange(int(apart.sum()))
+    return cls
+
+
+def combined_classes(ids: list[NDArray[np.intp]]) -> NDArray[np.intp]:
+    """Class ids of the tuples ``(ids[0][j], ids[1][j], …)``: equal tuples, equal ids."""
+    out = ids[0]
+    for more in ids[1:]:
+        out = np.unique(out.astype(np.int64) * (int(more.max(initial=0)) + 1) + more, return_inverse=True)[1]
+    return out.reshape(-1).astype(np.intp)
 
 
 def merged(blocks: list[Block]) -> list[Block]:

@@ -60,6 +60,7 @@ from dpgate.errors import InvalidArgument
 from dpgate.inference._blocks import (
     EXTEND_RTOL,
     Block,
+    combined_classes,
     covers_every_atom,
     disjoint,
     disjoint_block,
@@ -108,6 +109,20 @@ def _grow(buf: NDArray[np.float64], rows: int, cols: int) -> NDArray[np.float64]
     new = np.zeros((max(rows, 2 * r0 if rows > r0 else r0), max(cols, 2 * c0 if cols > c0 else c0)))
     new[:r0, :c0] = buf
     return new
+
+
+#: From this many rows on, :meth:`IncrementalBLUE.estimate_many` finds the rows history cannot
+#: estimate together (below, one projection each is as fast).
+_BATCH_ROWS = 16
+
+
+def _second_pass(r: NDArray[np.float64], v: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Rows whose projection would take a second Gram–Schmidt pass (:meth:`IncrementalBLUE._project_now`)."""
+    return (EXTEND_RTOL * v < r) & (r < v / math.sqrt(2.0))
+
+
+#: Largest basis (rows × columns, summed over blocks) :meth:`IncrementalBLUE.twin_classes` compares.
+TWIN_CELLS = 1 << 21
 
 
 class IncrementalBLUE:
@@ -187,6 +202,21 @@ class IncrementalBLUE:
         if self._H is None:
             raise InvalidArgument("this BLUE was built with keep_rows=False: it does not keep its rows.")
         return readonly(self._H[: self._m])
+
+    def twin_classes(self) -> NDArray[np.intp] | None:
+        """For each atom, a class id: atoms of one class ("twins") have equal columns in the
+        basis, so every vector of the history's row space — every estimable query — takes
+        one value on them.  ``None`` in the information form, or when the basis holds more
+        than :data:`TWIN_CELLS` numbers (comparing its columns would cost more than it saves).
+        Each frozen block's classes are found once (blocks are never written)."""
+        if self._info is not None:
+            return None
+        blocks = self._vblocks()
+        if sum(B.rows.size for B in blocks) > TWIN_CELLS:
+            return None
+        if not blocks:
+            return np.zeros(self.n_atoms, dtype=np.intp)
+        return combined_classes([B.classes() for B in blocks])
 
     def basis(self) -> NDArray[np.float64]:
         """The D-orthonormal basis V of the row space, r × n (a new array)."""
@@ -639,6 +669,51 @@ class IncrementalBLUE:
         law = ErrorLaw(A, b, g, method, **law_options)
         return Estimate(value, readonly(A), law.variance, True, Posterior(value, law), b, g)
 
+    def estimate_many(self, Qs: ArrayLike) -> list[Estimate]:
+        """:meth:`estimate` (exact law) of each row of ``Qs`` (k × atoms): a GROUP BY's groups.
+
+        The rows' coefficients on the basis are found together, as sparse rows (groups
+        touch few atoms), one product per basis block; V being D-orthonormal, a row's
+        squared residual is ``‖q‖² − ‖c‖²``.  A row whose residual is over ``‖q‖/√2`` (with
+        a margin far above rounding) takes no second Gram–Schmidt pass in :meth:`estimate`
+        and is far above its estimability threshold: it is not estimable by
+        :meth:`estimate`'s own test and gets that answer without a projection of its own.
+        Every other row (all of them, when there are fewer than :data:`_BATCH_ROWS`) is :meth:`estimate` itself.
+
+        Raises:
+            InvalidArgument: On a wrong shape or non-finite rows.
+        """
+        Qm = finite_array(Qs, "Qs", ndim=2)
+        if Qm.shape[1] != self.n_atoms:
+            raise InvalidArgument(f"Qs must be k × {self.n_atoms}; got {Qm.shape}.")
+        sure = np.zeros(Qm.shape[0], dtype=bool)
+        if self._info is None and self._r < self.n_atoms and Qm.shape[0] >= _BATCH_ROWS:
+            i, j = np.nonzero(Qm)
+            dq = Qm[i, j] * self._d[j]
+            vn2 = np.bincount(i, weights=dq * Qm[i, j], minlength=Qm.shape[0])
+            X = sp.csr_matrix((dq, j, np.searchsorted(i, np.arange(Qm.shape[0] + 1))), shape=Qm.shape)
+            cn2 = np.zeros(Qm.shape[0])
+            for B in self._vblocks():
+                cn2 += np.square(np.asarray(B.gather_sparse(X) @ B.rows.T)).sum(axis=1)
+            sure = vn2 - cn2 > 0.5 * vn2 * (1 + 1e-6)
+        m = self._m
+        nan = readonly(np.full(m, np.nan))
+        none = Estimate(math.nan, nan, math.nan, False, None, readonly(self._b[:m]), readonly(self._g[:m]))
+        return [self._remembered(("estimate", Q.tobytes(), "exact", "[]"), lambda: none) if no else self.estimate(Q)
+                for Q, no in zip(Qm, sure.tolist(), strict=True)]
+
+    def _residuals(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The rows of X minus their D-orthogonal projections on the basis (one Gram–Schmidt pass)."""
+        res = X.copy()
+        d = self._d
+        for B in self._vblocks():
+            res -= B.spread((B.gather(X * d) @ B.rows.T) @ B.rows)
+        return res
+
+    def _dnorms(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The D-norm of each row of X."""
+        return np.sqrt(np.einsum("ij,ij->i", X * self._d, X))
+
     def estimable(self, Q: ArrayLike) -> bool:
         """Whether Q is estimable from the history: :attr:`Estimate.estimable` of
         :meth:`estimate`, by the same test, without the weights (one projection).
@@ -705,18 +780,8 @@ class IncrementalBLUE:
         if self._info is not None:
             return [self.estimable_with(q, h) for q, h in zip(Qm, Hm, strict=True)]
         d = self._d
-        blocks = self._vblocks()
-
-        def residual(X: NDArray[np.float64]) -> NDArray[np.float64]:
-            res = X.copy()
-            for B in blocks:
-                res -= B.spread((B.gather(X * d) @ B.rows.T) @ B.rows)
-            return res
-
-        def dnorms(X: NDArray[np.float64]) -> NDArray[np.float64]:
-            return np.sqrt(np.einsum("ij,ij->i", X * d, X))
-
-        RQ, RH = residual(Qm), residual(Hm)
+        dnorms = self._dnorms
+        RQ, RH = self._residuals(Qm), self._residuals(Hm)
         qn, hn, rq, rh = dnorms(Qm), dnorms(Hm), dnorms(RQ), dnorms(RH)
         extends = (hn > 0) & (rh > EXTEND_RTOL * hn)
         E = RH / np.where(extends, rh, 1.0)[:, None]
@@ -726,10 +791,7 @@ class IncrementalBLUE:
         def near(x: NDArray[np.float64], limit: NDArray[np.float64]) -> NDArray[np.bool_]:
             return (x >= limit / 100) & (x <= limit * 100)
 
-        def second_pass(r: NDArray[np.float64], v: NDArray[np.float64]) -> NDArray[np.bool_]:
-            return (EXTEND_RTOL * v < r) & (r < v / math.sqrt(2.0))
-
-        unsure = (second_pass(rq, qn) | second_pass(rh, hn) | near(rn, ESTIMABLE_RTOL * qn)
+        unsure = (_second_pass(rq, qn) | _second_pass(rh, hn) | near(rn, ESTIMABLE_RTOL * qn)
                   | near(rh, EXTEND_RTOL * hn))  # fmt: skip
         out = (rn <= ESTIMABLE_RTOL * qn).tolist()
         for k in np.flatnonzero(unsure).tolist():
