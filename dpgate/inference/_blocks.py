@@ -23,7 +23,8 @@ from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 
 __all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "Block", "combined_classes", "covers_every_atom", "disjoint",
-           "disjoint_block", "equal_columns", "general_block", "merged", "mixed_block", "project_blocks"]
+           "disjoint_block", "equal_columns", "general_block", "merged", "mixed_block", "project_blocks",
+           "sparse_coefficients", "sparse_rows"]
 
 EXTEND_RTOL = 1e-9
 """A row whose distance to the current row space is at most this fraction of its norm adds no direction."""
@@ -151,6 +152,24 @@ def disjoint(G: NDArray[np.float64]) -> bool:
     return bool(((G != 0).sum(axis=0) <= 1).all())
 
 
+def sparse_rows(G: NDArray[np.float64], weights: NDArray[np.float64]) -> tuple[sp.csr_matrix, ...]:
+    """``(X, i, j, v)``: the rows of ``G · diag(weights)`` as a sparse matrix (a GROUP BY's
+    groups touch few atoms), and G's non-zeros ``G[i, j] = v``, row by row."""
+    i, j = np.nonzero(G)
+    v = G[i, j]
+    return sp.csr_matrix((v * weights[j], j, np.searchsorted(i, np.arange(G.shape[0] + 1))), shape=G.shape), i, j, v
+
+
+def sparse_coefficients(blocks: list[Block], X: sp.csr_matrix, r: int) -> NDArray[np.float64]:
+    """``V Xᵀ`` (r × k) for sparse rows X (``G D`` gives the coefficients ``V D Gᵀ``)."""
+    P = np.zeros((r, X.shape[0]))
+    top = 0
+    for B in blocks:
+        P[top: top + B.size] = np.asarray(B.gather_sparse(X) @ B.rows.T).T
+        top += B.size
+    return P
+
+
 def _coefficients(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float64],
                   r: int) -> NDArray[np.float64]:
     """``P = V D Gᵀ`` (r × k), the rows' coefficients on the basis."""
@@ -181,7 +200,8 @@ def disjoint_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.fl
     ``L⁻¹R``.  The Gram matrix loses the digits a residual cancels, so every row must keep
     at least a thousandth of its norm outside the basis (else None: the general path).
     """
-    P = _coefficients(blocks, d, G, r)
+    X, i, j, v = sparse_rows(G, d)
+    P = sparse_coefficients(blocks, X, r)
     if not P.any():  # rows D-orthogonal to the basis too (e.g. a first GROUP BY): L is diagonal
         L, Linv = np.diag(norms), np.diag(1.0 / norms)
     else:
@@ -192,10 +212,8 @@ def disjoint_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.fl
         if not (np.diag(L) > 1e-3 * norms).all():
             return None
         Linv = solve_triangular(L, np.eye(L.shape[0]), lower=True)
-    on = G != 0
-    group = on.argmax(axis=0)
-    value = np.where(on.any(axis=0), G[group, np.arange(G.shape[1])], 0.0)
-    rows = Linv[:, group] * value  # L⁻¹G, one group per atom
+    rows = np.zeros((Linv.shape[0], G.shape[1]))
+    rows[:, j] = Linv[:, i] * v  # L⁻¹G: an atom is in one group at most
     if r:
         rows -= _combine(blocks, Linv @ P.T, G.shape[1])
     return P, np.asarray(L, dtype=np.float64), Linv, rows

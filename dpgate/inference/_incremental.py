@@ -68,6 +68,8 @@ from dpgate.inference._blocks import (
     merged,
     mixed_block,
     project_blocks,
+    sparse_coefficients,
+    sparse_rows,
 )
 from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
 from dpgate.inference._factors import Root, Rows
@@ -688,13 +690,9 @@ class IncrementalBLUE:
             raise InvalidArgument(f"Qs must be k × {self.n_atoms}; got {Qm.shape}.")
         sure = np.zeros(Qm.shape[0], dtype=bool)
         if self._info is None and self._r < self.n_atoms and Qm.shape[0] >= _BATCH_ROWS:
-            i, j = np.nonzero(Qm)
-            dq = Qm[i, j] * self._d[j]
-            vn2 = np.bincount(i, weights=dq * Qm[i, j], minlength=Qm.shape[0])
-            X = sp.csr_matrix((dq, j, np.searchsorted(i, np.arange(Qm.shape[0] + 1))), shape=Qm.shape)
-            cn2 = np.zeros(Qm.shape[0])
-            for B in self._vblocks():
-                cn2 += np.square(np.asarray(B.gather_sparse(X) @ B.rows.T)).sum(axis=1)
+            X, i, j, v = sparse_rows(Qm, self._d)  # the rows of Q D
+            vn2 = np.bincount(i, weights=v * v * self._d[j], minlength=Qm.shape[0])  # ‖q‖²_D
+            cn2 = np.square(sparse_coefficients(self._vblocks(), X, self._r)).sum(axis=0)
             sure = vn2 - cn2 > 0.5 * vn2 * (1 + 1e-6)
         m = self._m
         nan = readonly(np.full(m, np.nan))
