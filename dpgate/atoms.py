@@ -339,6 +339,9 @@ class AtomPartition(_Grid):
     def vectors(self, queries: Sequence[LinearQuery]) -> list[np.ndarray]:
         """:meth:`vector` of each query (a GROUP BY's groups): queries over the same columns
         are located on the atoms together, one search per column for all of them."""
+        split = _known_joint_split(self.table, queries) if len(queries) > 1 else None
+        if split is not None:
+            return list(self._by_split(queries, split))
         out: list[np.ndarray | None] = [None] * len(queries)
         by_columns: dict[tuple[str, ...], list[int]] = {}
         for i, q in enumerate(queries):
@@ -351,6 +354,22 @@ class AtomPartition(_Grid):
             for i, v in zip(idxs, self._located([queries[i] for i in idxs], cols), strict=True):
                 out[i] = v
         return cast(list[np.ndarray], out)
+
+    def _by_split(self, queries: Sequence[LinearQuery], split: LinearQuery) -> np.ndarray:
+        """The vectors of disjoint ``queries``, as rows, from their joint split's code on each
+        atom (:func:`joint_split`: code ``base + 1 + rank`` for each query's distinct non-zero
+        numerators, in order): one location for all of them.  Each query being constant on
+        the atoms, so is the split; the same numbers as :meth:`vector`."""
+        weights = []
+        for q in queries:
+            nums = np.asarray(q.numerators, dtype=np.int64).ravel()
+            weights.append(np.unique(nums[nums != 0]) / q.denominator)
+        table = np.zeros((len(queries), 1 + sum(w.size for w in weights)))
+        base = 0
+        for k, w in enumerate(weights):
+            table[k, base + 1: base + 1 + w.size] = w
+            base += w.size
+        return table[:, self.atom_numerators(split)]
 
     def _located(self, queries: Sequence[LinearQuery], cols: tuple[str, ...]) -> np.ndarray:
         """The vectors of queries over the columns ``cols``, as rows: each query's slab index on
@@ -568,6 +587,14 @@ def joint_split(table: Table, held: Sequence[LinearQuery]) -> tuple[LinearQuery 
             del _JOINT_SPLITS[next(iter(_JOINT_SPLITS))]
         _JOINT_SPLITS[key] = split
     return split
+
+
+def _known_joint_split(table: Table, queries: Sequence[LinearQuery]) -> LinearQuery | None:
+    """:func:`joint_split` of ``queries`` when it is remembered and covers all of them (a
+    statement's groups, split when they were held), else None; never computed here."""
+    with _JOINT_SPLITS_LOCK:
+        split, run = _JOINT_SPLITS.get((table, tuple(q.pattern for q in queries)), (None, 0))
+    return split if run == len(queries) else None
 
 
 def _compute_joint_split(table: Table, held: Sequence[LinearQuery]) -> tuple[LinearQuery | None, int]:

@@ -224,3 +224,35 @@ def test_boxes_by_cell_partition_the_grid_by_the_query_weights(qs: list[LinearQu
     nums, boxes = grid.boxes_by_cell(q)
     assert sorted(boxes.ravel().tolist()) == list(range(grid.n_atoms))
     np.testing.assert_array_equal(grid.atom_numerators(q)[boxes], np.repeat(nums[:, None], boxes.shape[1], axis=1))
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(queries(), max_size=3), st.sampled_from(["a", "b", "c"]), st.data(), st.booleans())
+def test_group_vectors_from_their_joint_split_are_the_vectors(
+    before: list[LinearQuery], column: str, data: st.DataObject, by_split: bool
+) -> None:
+    """A GROUP BY's groups, located through their joint split's codes (once it is known),
+    get each query's own vector bit for bit — whether the atoms were refined by the split
+    or group by group, after any history."""
+    from dpgate.atoms import joint_split
+
+    p = AtomPartition(SMALL)
+    for q in before:
+        p.refine(q)
+    n = SMALL.column(column).n_cells
+    owner = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))  # cell → group (some empty)
+    groups = []
+    for g in sorted(set(owner)):
+        w = np.array([data.draw(st.sampled_from([1, 2, -3])) if o == g else 0 for o in owner], dtype=float)
+        groups.append(LinearQuery.from_grid(SMALL, [column], [list(range(n))], w / data.draw(st.sampled_from([1, 3]))))
+    if len(groups) < 2:
+        return
+    split, run = joint_split(SMALL, groups)
+    assert split is not None and run == len(groups)
+    if by_split:
+        p.refine(split)
+    else:
+        for g in groups:
+            p.refine(g)
+    for g, v in zip(groups, p.vectors(groups), strict=True):
+        assert v.dtype == np.float64 and v.tobytes() == p.vector(g).tobytes()
