@@ -33,7 +33,7 @@ from typing import cast
 import numpy as np
 
 from dpgate.errors import DPGateInternalError, InvalidArgument, SchemaError, UnsupportedQuery
-from dpgate.query import LinearQuery, expand_grid
+from dpgate.query import LinearQuery, breakpoint_array, expand_grid
 from dpgate.schema import Table
 
 __all__ = ["AtomPartition", "BoxGrid", "joint_split"]
@@ -246,7 +246,7 @@ class AtomPartition(_Grid):
                                        query.breakpoints, qcols, qbps)).ravel()
         region_shape = tuple(len(old[c.lower()][1]) if c.lower() in old else 1 for c in qcols)
         coords = np.meshgrid(*[
-            np.searchsorted(np.asarray(old[c.lower()][1]), np.asarray(bp), side="right") - 1 if c.lower() in old
+            np.searchsorted(breakpoint_array(old[c.lower()][1]), breakpoint_array(bp), side="right") - 1 if c.lower() in old
             else np.zeros(len(bp), dtype=np.int64) for c, bp in zip(qcols, qbps, strict=True)
         ], indexing="ij")
         region = np.ravel_multi_index([x.ravel() for x in coords], region_shape) if qcols else np.zeros(1, np.int64)
@@ -294,7 +294,7 @@ class AtomPartition(_Grid):
             if c in old:
                 if old[c] == bp:
                     continue  # the same slabs: no copy
-                idx = np.searchsorted(np.asarray(old[c]), np.asarray(bp), side="right") - 1
+                idx = np.searchsorted(breakpoint_array(old[c]), breakpoint_array(bp), side="right") - 1
                 view = np.take(view, idx, axis=ax)
             else:
                 view = np.repeat(np.expand_dims(view, ax), len(bp), axis=ax)
@@ -328,7 +328,7 @@ class AtomPartition(_Grid):
         shape = tuple(len(b) for b in self._bps)
         coords = np.unravel_index(self._rep, shape) if shape else ()
         slabs = ({c.lower(): ax for ax, c in enumerate(self._columns)}, [frozenset(b) for b in self._bps],
-                 [np.asarray(b)[coords[ax]] for ax, b in enumerate(self._bps)])  # fmt: skip
+                 [breakpoint_array(b)[coords[ax]] for ax, b in enumerate(self._bps)])  # fmt: skip
         self._slab_cache = (self._rep, slabs)
         return slabs
 
@@ -441,6 +441,43 @@ class BoxGrid(_Grid):
     def version(self) -> tuple[object, ...]:
         """Equal for equal grids (what anything computed on the boxes depends on)."""
         return (self.table.name.lower(), self._columns, self._bps)
+
+    def nonzero_weights(self, query: LinearQuery) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(boxes, weights)``: the boxes where :meth:`vector` is non-zero, increasing, and
+        its values there, found from the query's own non-zero boxes in O(their size), not
+        O(the grid) — a tree node over a 4 096-box grid.  ``None`` when the query has more
+        than :data:`_JOINT_BOXES` non-zero boxes (or none of its columns)."""
+        self._check_table(query)
+        nums = np.asarray(query.numerators)
+        nonzero = np.argwhere(nums != 0)
+        if not query.columns or len(nonzero) > _JOINT_BOXES:
+            return None
+        shape = self.shape
+        axis = {c.lower(): ax for ax, c in enumerate(self._columns)}
+        spans = []  # per query column: its axis, and each of its slabs' first and end box there
+        for c, bp in zip(query.columns, query.breakpoints, strict=True):
+            ax = axis.get(c.lower())
+            if ax is None:
+                raise _not_refined(c)
+            grid, mine = breakpoint_array(self._bps[ax]), breakpoint_array(bp)
+            starts = np.searchsorted(grid, mine)
+            if (starts >= grid.size).any() or (grid[np.minimum(starts, grid.size - 1)] != mine).any():
+                raise _not_refined(c)
+            spans.append((ax, starts.tolist(), [*starts[1:].tolist(), grid.size]))
+        strides = [math.prod(shape[ax + 1:]) for ax in range(len(shape))]
+        boxes, weights = [], []
+        for idx in nonzero.tolist():
+            ranges = [range(n) for n in shape]
+            for (ax, starts, ends), i in zip(spans, idx, strict=True):
+                ranges[ax] = range(starts[i], ends[i])
+            flat = np.zeros(1, dtype=np.int64)
+            for ax, r in enumerate(ranges):  # row-major: increasing within the box
+                flat = (flat[:, None] + np.arange(r.start, r.stop, dtype=np.int64)[None, :] * strides[ax]).ravel()
+            boxes.append(flat)
+            weights.append(np.full(flat.size, nums[tuple(idx)], dtype=np.int64))
+        at = np.concatenate(boxes)
+        order = np.argsort(at, kind="stable")
+        return at[order], np.concatenate(weights)[order] / query.denominator  # as vector() divides
 
     @property
     def labels(self) -> np.ndarray:
@@ -647,7 +684,7 @@ def _joint_boxes(
     spans = []
     for c, bp in zip(q.columns, q.breakpoints, strict=True):
         ax = axis[c.lower()]
-        starts = np.searchsorted(np.asarray(grid[ax]), np.asarray(bp)).tolist()
+        starts = np.searchsorted(breakpoint_array(grid[ax]), breakpoint_array(bp)).tolist()
         spans.append((ax, starts, [*starts[1:], len(grid[ax])]))
     out = []
     for idx in nonzero.tolist():

@@ -22,6 +22,7 @@ import functools
 import hashlib
 import json
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
@@ -32,7 +33,7 @@ import numpy as np
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema import Table
 
-__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "expand_grid", "union_grid"]
+__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "breakpoint_array", "expand_grid", "union_grid"]
 
 #: Cached properties of a :class:`LinearQuery` that depend only on its grid and weights.
 _WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern")
@@ -392,6 +393,31 @@ def union_grid(table: Table, queries: Sequence[LinearQuery]) -> tuple[list[str],
     return cols, [tuple(sorted(bps[c])) for c in cols]
 
 
+#: Long breakpoint tuples already seen as arrays, by identity (grids keep their tuples, so a
+#: fine grid's 4 096 breakpoints are converted once, not on every query expanded onto it).
+_BREAKPOINT_ARRAYS: dict[int, tuple[tuple[int, ...], np.ndarray]] = {}
+_BREAKPOINT_ARRAYS_MAX = 64
+_BREAKPOINT_ARRAYS_LOCK = threading.Lock()
+
+
+def breakpoint_array(bp: Sequence[int]) -> np.ndarray:
+    """``bp`` as a read-only int64 array.  Tuples longer than 32 are memoised by identity
+    (the memo holds the tuple, so its id is not reused while it is there)."""
+    if not isinstance(bp, tuple) or len(bp) <= 32:
+        return np.asarray(bp, dtype=np.int64)
+    with _BREAKPOINT_ARRAYS_LOCK:
+        hit = _BREAKPOINT_ARRAYS.get(id(bp))
+    if hit is not None and hit[0] is bp:
+        return hit[1]
+    arr = np.asarray(bp, dtype=np.int64)
+    arr.setflags(write=False)
+    with _BREAKPOINT_ARRAYS_LOCK:
+        while len(_BREAKPOINT_ARRAYS) >= _BREAKPOINT_ARRAYS_MAX:
+            del _BREAKPOINT_ARRAYS[next(iter(_BREAKPOINT_ARRAYS))]
+        _BREAKPOINT_ARRAYS[id(bp)] = (bp, arr)
+    return arr
+
+
 def expand_grid(
     values: np.ndarray,
     columns: Sequence[str],
@@ -407,11 +433,13 @@ def expand_grid(
     for ax, (c, bp) in enumerate(zip(to_columns, to_breakpoints, strict=True)):
         if c.lower() in src:
             mine = src[c.lower()]
-            if len(mine) == len(bp) and tuple(mine) == tuple(bp):
+            if mine is bp or (len(mine) == len(bp) and tuple(mine) == tuple(bp)):
                 continue  # the same slabs: no copy
-            if not set(mine) <= set(bp):
+            fine, coarse = breakpoint_array(bp), breakpoint_array(mine)
+            at = np.searchsorted(fine, coarse)  # each of ours must be one of the finer grid's
+            if (at >= fine.size).any() or (fine[np.minimum(at, fine.size - 1)] != coarse).any():
                 raise DPGateInternalError(f"grid for {c} does not refine the query's breakpoints")
-            view = np.take(view, np.searchsorted(np.asarray(mine), np.asarray(bp), side="right") - 1, axis=ax)
+            view = np.take(view, np.searchsorted(coarse, fine, side="right") - 1, axis=ax)
         else:  # a broadcast axis for a column the values do not depend on
             view = np.expand_dims(view, ax)
     return np.broadcast_to(view, tuple(len(b) for b in to_breakpoints))

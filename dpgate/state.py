@@ -287,9 +287,12 @@ class TableState:
         for q in todo:
             key = _charge_key(q)
             if key not in memo:
-                v = self._dense_charge(q)
-                on = np.flatnonzero(v)
-                memo[key] = (on, v[on])
+                found = self.cost_atoms.nonzero_weights(q) if self._cost_kind[_held_key(q)] == "exact" else None
+                if found is None:
+                    v = self._dense_charge(q)
+                    on = np.flatnonzero(v)
+                    found = (on, v[on])
+                memo[key] = found
         return [_NO_CHARGE if q.is_zero else memo[_charge_key(q)] for q in queries]
 
     def _split_charges(self, split: LinearQuery, queries: Sequence[LinearQuery]) -> list[Charge]:

@@ -256,3 +256,25 @@ def test_group_vectors_from_their_joint_split_are_the_vectors(
             p.refine(g)
     for g, v in zip(groups, p.vectors(groups), strict=True):
         assert v.dtype == np.float64 and v.tobytes() == p.vector(g).tobytes()
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(queries(), min_size=1, max_size=5), st.integers(0, 4))
+def test_nonzero_weights_are_the_dense_vectors_nonzeros(qs: list[LinearQuery], pick: int) -> None:
+    """A query's charge located from its own non-zero boxes (a tree node on a fine cost grid)
+    is the dense vector's non-zeros, bit for bit, in increasing box order."""
+    grid = BoxGrid(SMALL)
+    for q in qs:
+        grid.refine(q)
+    q = qs[pick % len(qs)]
+    found = grid.nonzero_weights(q)
+    if not q.columns:
+        assert found is None
+        return
+    assert found is not None
+    v = grid.vector(q)
+    on = np.flatnonzero(v)
+    boxes, weights = found
+    assert boxes.dtype == np.int64 and weights.dtype == np.float64
+    np.testing.assert_array_equal(boxes, on)
+    assert weights.tobytes() == v[on].tobytes()
