@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpgate.accounting import CellCosts
-from dpgate.atoms import AtomPartition, BoxGrid, joint_split
+from dpgate.atoms import AtomPartition, BoxGrid, GridVersion, joint_split
 from dpgate.errors import UnsupportedQuery
 from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior
 from dpgate.query import LinearQuery
@@ -700,7 +700,7 @@ def _frozen(values: Sequence[float] | np.ndarray) -> np.ndarray:
 
 #: :meth:`TableState.charges` by :func:`_held_key`, per recent cost grid (a planning copy's
 #: charges hold for the live state once it is refined alike).
-_CHARGES: dict[tuple[object, ...], dict[tuple[object, ...], Charge]] = {}
+_CHARGES: dict[GridVersion, dict[tuple[object, ...], Charge]] = {}
 _CHARGES_MAX = 4
 
 

@@ -278,3 +278,23 @@ def test_nonzero_weights_are_the_dense_vectors_nonzeros(qs: list[LinearQuery], p
     assert boxes.dtype == np.int64 and weights.dtype == np.float64
     np.testing.assert_array_equal(boxes, on)
     assert weights.tobytes() == v[on].tobytes()
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(queries(), min_size=1, max_size=4), queries())
+def test_grid_versions_are_equal_exactly_for_equal_grids(qs: list[LinearQuery], extra: LinearQuery) -> None:
+    """A cost grid's version (a memo key, its hash computed once) is equal for grids refined
+    alike — separately built, copied or pickled — and differs once the breakpoints do."""
+    import pickle
+
+    one, two = BoxGrid(SMALL), BoxGrid(SMALL)
+    for q in qs:
+        one.refine(q)
+        two.refine(q)
+    assert one.version == two.version and hash(one.version) == hash(two.version)
+    assert pickle.loads(pickle.dumps(one)).version == one.version
+    same = one.version
+    moved = copy.copy(one)
+    moved.refine(extra)
+    assert one.version is same  # the original is untouched
+    assert (moved.version == same) == (moved.breakpoints == one.breakpoints)

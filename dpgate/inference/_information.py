@@ -39,7 +39,7 @@ import math
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
-from scipy.linalg import lapack, lu_factor, lu_solve
+from scipy.linalg import blas, lapack, lu_factor, lu_solve
 
 from dpgate._blas import every_blas_thread
 from dpgate.inference._blocks import EXTEND_RTOL
@@ -65,6 +65,25 @@ def _inverse_pd(F: NDArray[np.float64]) -> NDArray[np.float64] | None:
     inv += inv.T
     np.fill_diagonal(inv, diag)
     return np.asarray(inv, dtype=np.float64)
+
+
+#: Up to this many right-hand sides, :func:`_symmetric_times` reads one triangle per column.
+_SYMV_COLUMNS = 4
+
+
+def _symmetric_times(M: NDArray[np.float64], x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``M @ x`` for an exactly symmetric M (both triangles equal, as every M₀ here is),
+    reading one triangle (BLAS ``symv``): at n = 4 096 the product is bound by memory
+    traffic, which this halves.  Many right-hand sides go to the matrix product."""
+    Mf = M if M.flags.f_contiguous else M.T  # symv takes a column-major triangle without a copy
+    if not Mf.flags.f_contiguous or (x.ndim == 2 and x.shape[1] > _SYMV_COLUMNS):
+        return np.asarray(M @ x)
+    if x.ndim == 1:
+        return np.asarray(blas.dsymv(1.0, Mf, x, lower=1))
+    out = np.empty(x.shape)
+    for j in range(x.shape[1]):
+        out[:, j] = blas.dsymv(1.0, Mf, x[:, j], lower=1)
+    return out
 
 
 class Information:
@@ -132,7 +151,7 @@ class Information:
     def _lifted(self, q: NDArray[np.float64]) -> NDArray[np.float64]:
         """``(R M₀ Rᵀ + cs csᵀ) q`` for a vector or an n × k matrix."""
         z = np.zeros(q.shape)
-        z[self._pos] = self._M0 @ q[self._pos]
+        z[self._pos] = _symmetric_times(self._M0, q[self._pos])
         if self._cs.shape[1]:
             z += self._cs @ (self._cs.T @ q)
         return z
