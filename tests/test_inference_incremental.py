@@ -481,7 +481,7 @@ def test_blocks_after_far_noisier_releases_keep_the_square_root_accurate() -> No
             c, _ = state._project_now(Q)
             S, C = state._S, state._C
             z = S.times(S.t_times(c))
-            first = np.abs(c - C.t_times(C.times(z), state.rank)).max() / np.abs(c).max()
+            first = np.abs(c - C.times_and_gram(z, state.rank)[1]).max() / np.abs(c).max()
             assert first < 1e-5  # appending row by row: 1e-6 right after the noisy rows, then 1e-11
             assert_same(state, Q)
 
@@ -536,3 +536,26 @@ def test_remembered_results_never_outlive_a_change() -> None:
         assert st_.estimate(Q).value == pytest.approx(2.0)
         st_.split(np.repeat(np.arange(n), 2), np.full(2 * n, 0.5))
         assert not st_.estimate(np.eye(2 * n)[0]).estimable
+
+
+def test_one_pass_products_with_the_rows_are_the_products() -> None:
+    """``Rows.times_and_gram`` (C z and Cᵀ C z in one pass over cache-sized chunks of C) equals
+    the two products of the dense C, over frozen blocks of several widths and a tail."""
+    from dpgate.inference import _factors
+    from dpgate.inference._factors import Rows
+
+    rng = np.random.default_rng(7)
+    rows = Rows()
+    widths = [3, 5, 5, 9]
+    for w in widths:
+        rows.add(rng.normal(size=(int(rng.integers(1, 40)), w)))
+        rows = rows.copy() if w != widths[-1] else rows  # freeze all but the last into blocks
+    r = max(widths)
+    C, z = rows.dense(r), rng.normal(size=r)
+    chunk, _factors._CHUNK_BYTES = _factors._CHUNK_BYTES, 8 * 9 * 4  # chunks of a few rows
+    try:
+        Cz, gram = rows.times_and_gram(z, r)
+    finally:
+        _factors._CHUNK_BYTES = chunk
+    np.testing.assert_allclose(Cz, C @ z, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(gram, C.T @ (C @ z), rtol=1e-12, atol=1e-12)

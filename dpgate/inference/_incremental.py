@@ -368,8 +368,8 @@ class IncrementalBLUE:
         C, S = self._C, self._S
         scale = float(np.abs(rhs).max(initial=0.0))
         z = S.times(S.t_times(rhs))
-        Cz = C.times(z)
-        resid = rhs - C.t_times(Cz, r)
+        Cz, gram = C.times_and_gram(z, r)
+        resid = rhs - gram
         size = first = float(np.abs(resid).max(initial=0.0))
         for _ in range(6):
             if size <= _SOLVE_RTOL * scale:
@@ -380,8 +380,8 @@ class IncrementalBLUE:
                 Cz = C.times(z)
                 break
             z_new = z + dz
-            Cz_new = C.times(z_new)
-            r_new = rhs - C.t_times(Cz_new, r)
+            Cz_new, gram = C.times_and_gram(z_new, r)
+            r_new = rhs - gram
             s_new = float(np.abs(r_new).max(initial=0.0))
             if s_new >= size:  # the rounding floor: stop
                 break
