@@ -541,7 +541,7 @@ def test_remembered_results_never_outlive_a_change() -> None:
 def test_one_pass_products_with_the_rows_are_the_products() -> None:
     """``Rows.times_and_gram`` (C z and Cᵀ C z in one pass over cache-sized chunks of C) equals
     the two products of the dense C, over frozen blocks of several widths and a tail."""
-    from dpgate.inference import _factors
+    from dpgate.inference import _blocks
     from dpgate.inference._factors import Rows
 
     rng = np.random.default_rng(7)
@@ -552,10 +552,10 @@ def test_one_pass_products_with_the_rows_are_the_products() -> None:
         rows = rows.copy() if w != widths[-1] else rows  # freeze all but the last into blocks
     r = max(widths)
     C, z = rows.dense(r), rng.normal(size=r)
-    chunk, _factors._CHUNK_BYTES = _factors._CHUNK_BYTES, 8 * 9 * 4  # chunks of a few rows
+    chunk, _blocks.CHUNK_BYTES = _blocks.CHUNK_BYTES, 8 * 9 * 4  # chunks of a few rows
     try:
         Cz, gram = rows.times_and_gram(z, r)
     finally:
-        _factors._CHUNK_BYTES = chunk
+        _blocks.CHUNK_BYTES = chunk
     np.testing.assert_allclose(Cz, C @ z, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(gram, C.T @ (C @ z), rtol=1e-12, atol=1e-12)

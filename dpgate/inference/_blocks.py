@@ -24,7 +24,7 @@ from scipy.linalg import solve_triangular
 
 __all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "Block", "combined_classes", "covers_every_atom", "disjoint",
            "disjoint_block", "equal_columns", "general_block", "merged", "mixed_block", "project_blocks",
-           "sparse_coefficients", "sparse_rows"]
+           "sparse_coefficients", "sparse_rows", "times_and_back"]
 
 EXTEND_RTOL = 1e-9
 """A row whose distance to the current row space is at most this fraction of its norm adds no direction."""
@@ -126,15 +126,36 @@ def merged(blocks: list[Block]) -> list[Block]:
     return [Block(np.concatenate([B.dense() for B in blocks]))]
 
 
+#: Rows of a matrix read together by :func:`times_and_back` (about this many bytes: cache-sized).
+CHUNK_BYTES = 1 << 20
+
+
+def times_and_back(A: NDArray[np.float64], x: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """``(A x, (A x) A)`` in one pass over A: each cache-sized chunk of rows is read for both
+    products, so a large A (a long history's basis or coefficients) is read from memory once,
+    not twice — what bounds these products' time."""
+    step = max(1, CHUNK_BYTES // (8 * max(1, A.shape[1])))
+    if step >= A.shape[0]:
+        y = A @ x
+        return y, y @ A
+    y, back = np.empty(A.shape[0]), np.zeros(A.shape[1])
+    for top in range(0, A.shape[0], step):
+        chunk = A[top: top + step]
+        y[top: top + step] = chunk @ x
+        back += y[top: top + step] @ chunk
+    return y, back
+
+
 def project_blocks(
     blocks: list[Block], d: NDArray[np.float64], v: NDArray[np.float64]
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Coefficients of ``v`` on the rows of ``blocks`` (D-orthonormal) and the residual."""
     dv = d * v
-    cs = [B.rows @ B.gather(dv) for B in blocks]
-    res = v.copy()
-    for B, c in zip(blocks, cs, strict=True):
-        res -= B.spread(c @ B.rows)
+    cs, res = [], v.copy()
+    for B in blocks:
+        c, back = times_and_back(B.rows, B.gather(dv))
+        res -= B.spread(back)
+        cs.append(c)
     return np.concatenate(cs) if cs else np.zeros(0), res
 
 

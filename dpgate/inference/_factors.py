@@ -23,13 +23,12 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
+from dpgate.inference._blocks import times_and_back
+
 __all__ = ["MAX_RANK", "Root", "Rows"]
 
 #: Columns of X and Z before they are folded into S₀ (fewer for a small S: r/8).
 MAX_RANK = 32
-
-#: Rows of C read together by :meth:`Rows.times_and_gram` (about this many bytes: cache-sized).
-_CHUNK_BYTES = 1 << 20
 
 
 class Rows:
@@ -74,18 +73,14 @@ class Rows:
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def times_and_gram(self, z: NDArray[np.float64], r: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """``(C z, Cᵀ C z)`` (z has r entries) in one pass over C: each chunk of rows, small
-        enough to stay in cache, is read for both products.  C (10 000 × 4 000 after a long
-        history) is read from memory once, not twice: what bounds a solve's time."""
+        """``(C z, Cᵀ C z)`` (z has r entries) in one pass over C (:func:`times_and_back`):
+        C (10 000 × 4 000 after a long history) is read from memory once, not twice."""
         parts, out = [], np.zeros(r)
         for B in self._parts():
             w = min(B.shape[1], r)
-            step = max(1, _CHUNK_BYTES // (8 * max(1, B.shape[1])))
-            for top in range(0, B.shape[0], step):
-                chunk = B[top: top + step, :w]
-                y = chunk @ z[:w]
-                out[:w] += y @ chunk
-                parts.append(y)
+            y, back = times_and_back(B[:, :w], z[:w])
+            out[:w] += back
+            parts.append(y)
         return (np.concatenate(parts) if parts else np.zeros(0)), out
 
     def dense(self, r: int) -> NDArray[np.float64]:
