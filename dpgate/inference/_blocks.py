@@ -126,8 +126,10 @@ def merged(blocks: list[Block]) -> list[Block]:
     return [Block(np.concatenate([B.dense() for B in blocks]))]
 
 
-#: Rows of a matrix read together by :func:`times_and_back` (about this many bytes: cache-sized).
+#: Rows of a matrix read together by :func:`times_and_back` (about this many bytes: cache-sized),
+#: for matrices over :data:`WHOLE_BYTES` (smaller ones stay in cache between the two products).
 CHUNK_BYTES = 1 << 20
+WHOLE_BYTES = 1 << 24
 
 
 def times_and_back(A: NDArray[np.float64], x: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -135,7 +137,7 @@ def times_and_back(A: NDArray[np.float64], x: NDArray[np.float64]) -> tuple[NDAr
     products, so a large A (a long history's basis or coefficients) is read from memory once,
     not twice — what bounds these products' time."""
     step = max(1, CHUNK_BYTES // (8 * max(1, A.shape[1])))
-    if step >= A.shape[0]:
+    if step >= A.shape[0] or A.nbytes <= WHOLE_BYTES:  # small enough to be read twice from cache
         y = A @ x
         return y, y @ A
     y, back = np.empty(A.shape[0]), np.zeros(A.shape[1])
