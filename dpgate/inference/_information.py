@@ -49,6 +49,11 @@ __all__ = ["Information"]
 #: Pending low-rank terms before they are folded into the dense inverse (O(n² k)).
 MAX_PENDING = 48
 
+#: :meth:`Information.solve` stops refining at this residual, relative to the largest entry
+#: of the right-hand side (the basis form's criterion: the residual is the estimator's bias
+#: coefficient, so 1e-12 of a count's weights is far below any noise).
+_SOLVE_RTOL = 1e-12
+
 
 def _inverse_pd(F: NDArray[np.float64]) -> NDArray[np.float64] | None:
     """The inverse of a symmetric positive definite F (Cholesky, LAPACK potrf/potri), or None.
@@ -184,9 +189,9 @@ class Information:
     def solve(self, q: NDArray[np.float64]) -> NDArray[np.float64]:
         """``(F + ÑÑᵀ)⁻¹ q``, polished by iterative refinement against :meth:`operator`.
 
-        The dense inverse collects rounding from its folds; refinement stops at the
-        rounding floor.  If the first residual is large (1e-6 relative) the inverse is
-        rebuilt from the rows (O(n³), rare).
+        The dense inverse collects rounding from its folds; refinement stops within
+        :data:`_SOLVE_RTOL` or at the rounding floor.  If the first residual is large
+        (1e-6 relative) the inverse is rebuilt from the rows (O(n³), rare).
         """
         scale = float(np.abs(q).max(initial=0.0))
         if scale == 0.0:
@@ -195,7 +200,7 @@ class Information:
         resid = q - self.operator(z)
         size = first = float(np.abs(resid).max(initial=0.0))
         for _ in range(4):
-            if size <= 1e-14 * scale:
+            if size <= _SOLVE_RTOL * scale:
                 break
             z_new = z + self.apply(resid)
             r_new = q - self.operator(z_new)
