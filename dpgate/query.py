@@ -401,8 +401,8 @@ _BREAKPOINT_ARRAYS_LOCK = threading.Lock()
 
 
 def breakpoint_array(bp: Sequence[int]) -> np.ndarray:
-    """``bp`` as a read-only int64 array.  Tuples longer than 32 are memoised by identity
-    (the memo holds the tuple, so its id is not reused while it is there)."""
+    """``bp`` as an int64 array.  A tuple longer than 32 gets one shared read-only array,
+    memoised by identity (the memo holds the tuple, so its id is not reused meanwhile)."""
     if not isinstance(bp, tuple) or len(bp) <= 32:
         return np.asarray(bp, dtype=np.int64)
     with _BREAKPOINT_ARRAYS_LOCK:
