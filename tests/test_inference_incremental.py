@@ -551,12 +551,16 @@ def test_one_pass_products_with_the_rows_are_the_products() -> None:
         rows.add(rng.normal(size=(int(rng.integers(1, 40)), w)))
         rows = rows.copy() if w != widths[-1] else rows  # freeze all but the last into blocks
     r = max(widths)
-    C, z = rows.dense(r), rng.normal(size=r)
-    chunk, whole = _blocks.CHUNK_BYTES, _blocks.WHOLE_BYTES
-    _blocks.CHUNK_BYTES, _blocks.WHOLE_BYTES = 8 * 9 * 4, 0  # chunks of a few rows
-    try:
-        Cz, gram = rows.times_and_gram(z, r)
-    finally:
-        _blocks.CHUNK_BYTES, _blocks.WHOLE_BYTES = chunk, whole
-    np.testing.assert_allclose(Cz, C @ z, rtol=1e-13, atol=1e-13)
-    np.testing.assert_allclose(gram, C.T @ (C @ z), rtol=1e-12, atol=1e-12)
+    C = rows.dense(r)
+    for z in (rng.normal(size=r), rng.normal(size=(r, 3))):  # one right-hand side, or several
+        for chunked in (True, False):
+            chunk, whole = _blocks.CHUNK_BYTES, _blocks.WHOLE_BYTES
+            if chunked:
+                _blocks.CHUNK_BYTES, _blocks.WHOLE_BYTES = 8 * 9 * 4, 0  # chunks of a few rows
+            try:
+                Cz, gram = rows.times_and_gram(z, r)
+            finally:
+                _blocks.CHUNK_BYTES, _blocks.WHOLE_BYTES = chunk, whole
+            assert Cz.shape == (C @ z).shape and gram.shape == z.shape
+            np.testing.assert_allclose(Cz, C @ z, rtol=1e-13, atol=1e-13)
+            np.testing.assert_allclose(gram, C.T @ (C @ z), rtol=1e-12, atol=1e-12)

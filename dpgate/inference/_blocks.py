@@ -133,18 +133,18 @@ WHOLE_BYTES = 1 << 24
 
 
 def times_and_back(A: NDArray[np.float64], x: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """``(A x, (A x) A)`` in one pass over A: each cache-sized chunk of rows is read for both
-    products, so a large A (a long history's basis or coefficients) is read from memory once,
-    not twice — what bounds these products' time."""
-    step = max(1, CHUNK_BYTES // (8 * max(1, A.shape[1])))
-    if step >= A.shape[0] or A.nbytes <= WHOLE_BYTES:  # small enough to be read twice from cache
+    """``(A x, Aᵀ (A x))`` for a vector or a matrix x, in one pass over A: each cache-sized
+    chunk of rows is read for both products, so a large A (a long history's basis or
+    coefficients) is read from memory once, not twice — what bounds these products' time."""
+    if A.nbytes <= WHOLE_BYTES:  # small enough to be read twice from cache
         y = A @ x
-        return y, y @ A
-    y, back = np.empty(A.shape[0]), np.zeros(A.shape[1])
+        return y, (y.T @ A).T
+    step = max(1, CHUNK_BYTES // (8 * max(1, A.shape[1])))
+    y, back = np.empty((A.shape[0], *x.shape[1:])), np.zeros((A.shape[1], *x.shape[1:]))
     for top in range(0, A.shape[0], step):
         chunk = A[top: top + step]
         y[top: top + step] = chunk @ x
-        back += y[top: top + step] @ chunk
+        back += (y[top: top + step].T @ chunk).T
     return y, back
 
 

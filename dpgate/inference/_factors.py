@@ -73,15 +73,15 @@ class Rows:
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def times_and_gram(self, z: NDArray[np.float64], r: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """``(C z, Cᵀ C z)`` (z has r entries) in one pass over C (:func:`times_and_back`):
+        """``(C z, Cᵀ C z)`` (z: r entries, or r × k) in one pass over C (:func:`times_and_back`):
         C (10 000 × 4 000 after a long history) is read from memory once, not twice."""
-        parts, out = [], np.zeros(r)
+        parts, out = [], np.zeros((r, *z.shape[1:]))
         for B in self._parts():
             w = min(B.shape[1], r)
             y, back = times_and_back(B[:, :w], z[:w])
             out[:w] += back
             parts.append(y)
-        return (np.concatenate(parts) if parts else np.zeros(0)), out
+        return (np.concatenate(parts) if parts else np.zeros((0, *z.shape[1:]))), out
 
     def dense(self, r: int) -> NDArray[np.float64]:
         """C as one m × r array (a new array)."""

@@ -70,6 +70,7 @@ from dpgate.inference._blocks import (
     project_blocks,
     sparse_coefficients,
     sparse_rows,
+    times_and_back,
 )
 from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
 from dpgate.inference._factors import Root, Rows
@@ -303,10 +304,15 @@ class IncrementalBLUE:
         """``compute()``, remembered by ``key`` until this state changes (oldest forgotten first)."""
         found = self._memo.get(key)
         if found is None:
-            if len(self._memo) >= max(_MEMO, _MEMO_FLOATS // (self._m + self.n_atoms + 1)):
-                del self._memo[next(iter(self._memo))]
-            found = self._memo[key] = compute()
+            found = self._remember(key, compute())
         return cast(_T, found)
+
+    def _remember(self, key: tuple[object, ...], value: _T) -> _T:
+        """Remember ``value`` by ``key`` until this state changes (oldest forgotten first)."""
+        if len(self._memo) >= max(_MEMO, _MEMO_FLOATS // (self._m + self.n_atoms + 1)):
+            del self._memo[next(iter(self._memo))]
+        self._memo[key] = value
+        return value
 
     def _project(self, v: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """:meth:`_project_now`, remembered (read-only results)."""
@@ -697,8 +703,50 @@ class IncrementalBLUE:
         m = self._m
         nan = readonly(np.full(m, np.nan))
         none = Estimate(math.nan, nan, math.nan, False, None, readonly(self._b[:m]), readonly(self._g[:m]))
-        return [self._remembered(("estimate", Q.tobytes(), "exact", "[]"), lambda: none) if no else self.estimate(Q)
-                for Q, no in zip(Qm, sure.tolist(), strict=True)]
+        keys = [("estimate", Q.tobytes(), "exact", "[]") for Q in Qm]
+        todo = [k for k, (key, no) in enumerate(zip(keys, sure.tolist(), strict=True))
+                if not no and key not in self._memo]
+        if self._info is None and 0 < self._r and len(todo) >= _BATCH_ROWS:
+            for k, est in zip(todo, self._estimates_together(Qm[todo]), strict=True):
+                if est is not None:
+                    self._remember(keys[k], est)
+        return [self._remembered(key, lambda: none) if no else self.estimate(Q)
+                for Q, key, no in zip(Qm, keys, sure.tolist(), strict=True)]
+
+    def _estimates_together(self, Qm: NDArray[np.float64]) -> list[Estimate | None]:
+        """:meth:`estimate` (exact law) of the rows of Qm with their projections and solves as
+        matrix products — each basis block and C read once for all rows, not once per row:
+        the same numbers up to rounding.  A row whose projection would take a second
+        Gram–Schmidt pass or whose solve would need refinement gets None (left to
+        :meth:`estimate`), so every row given here passed :meth:`_project_now` and
+        :meth:`_solve_now` after their first pass; a row that is not estimable gets None too."""
+        d, m, r = self._d, self._m, self._r
+        coefs, res = [], Qm.copy()
+        for B in self._vblocks():
+            c, back = times_and_back(B.rows, B.gather(Qm * d).T)  # r_B × k, and its product back
+            res -= B.spread(back.T)
+            coefs.append(c)
+        cQ = np.concatenate(coefs).T  # k × r
+        qn = self._dnorms(Qm)
+        rn = np.zeros_like(qn) if r == d.size else self._dnorms(res)
+        ok = ~_second_pass(rn, qn) & (rn <= ESTIMABLE_RTOL * qn) & (qn > 0)
+        out: list[Estimate | None] = [None] * Qm.shape[0]
+        rows = np.flatnonzero(ok)
+        if not rows.size:
+            return out
+        rhs = cQ[rows].T  # r × k'
+        S = self._S
+        z = S.times(S.t_times(rhs))
+        Cz, gram = self._C.times_and_gram(z, r)
+        scale = np.abs(rhs).max(axis=0)
+        solved = np.abs(rhs - gram).max(axis=0) <= _SOLVE_RTOL * scale
+        b, g, y = readonly(self._b[:m]), readonly(self._g[:m]), self._y[:m]
+        for col in np.flatnonzero(solved).tolist():
+            A = Cz[:, col] / self._b[:m]
+            value = float(A @ y)
+            law = ErrorLaw(A, b, g, "exact")
+            out[int(rows[col])] = Estimate(value, readonly(A), law.variance, True, Posterior(value, law), b, g)
+        return out
 
     def _residuals(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
         """The rows of X minus their D-orthogonal projections on the basis (one Gram–Schmidt pass)."""
