@@ -146,3 +146,20 @@ def test_a_loaded_checkpoint_is_a_private_copy(pums, tmp_path) -> None:  # type:
     open(state, "wb").write(before[: len(before) // 2])
     got, covered = _probe(pums, path, key)
     assert covered == 0 and got == replayed
+
+
+def test_the_chunked_mac_covers_every_byte_and_the_length(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The checkpoint's MAC is computed per chunk in parallel: flipping a byte in any chunk
+    (first, boundary, last), truncating or extending the region changes it; another key too."""
+    monkeypatch.setattr(_checkpoint, "_MAC_CHUNK", 1000)
+    key = os.urandom(32)
+    data = bytes(os.urandom(5500))
+    mac = _checkpoint._region_mac(key, memoryview(data))
+    assert _checkpoint._region_mac(key, memoryview(data)) == mac
+    for at in (0, 999, 1000, 2500, 5499):
+        flipped = bytearray(data)
+        flipped[at] ^= 1
+        assert _checkpoint._region_mac(key, memoryview(bytes(flipped))) != mac
+    assert _checkpoint._region_mac(key, memoryview(data[:5000])) != mac
+    assert _checkpoint._region_mac(key, memoryview(data + bytes(1))) != mac
+    assert _checkpoint._region_mac(os.urandom(32), memoryview(data)) != mac
