@@ -22,6 +22,8 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 
+from dpgate._blas import threads_for
+
 __all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "Block", "combined_classes", "covers_every_atom", "disjoint",
            "disjoint_block", "equal_columns", "general_block", "merged", "mixed_block", "project_blocks",
            "sparse_coefficients", "sparse_rows", "times_and_back"]
@@ -128,7 +130,7 @@ def merged(blocks: list[Block]) -> list[Block]:
 
 #: Rows of a matrix read together by :func:`times_and_back` (about this many bytes: cache-sized),
 #: for matrices over :data:`WHOLE_BYTES` (smaller ones stay in cache between the two products).
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 22
 WHOLE_BYTES = 1 << 24
 
 
@@ -154,10 +156,11 @@ def project_blocks(
     """Coefficients of ``v`` on the rows of ``blocks`` (D-orthonormal) and the residual."""
     dv = d * v
     cs, res = [], v.copy()
-    for B in blocks:
-        c, back = times_and_back(B.rows, B.gather(dv))
-        res -= B.spread(back)
-        cs.append(c)
+    with threads_for(sum(B.rows.nbytes for B in blocks)):
+        for B in blocks:
+            c, back = times_and_back(B.rows, B.gather(dv))
+            res -= B.spread(back)
+            cs.append(c)
     return np.concatenate(cs) if cs else np.zeros(0), res
 
 

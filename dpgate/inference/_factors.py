@@ -23,6 +23,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
+from dpgate._blas import threads_for
 from dpgate.inference._blocks import times_and_back
 
 __all__ = ["MAX_RANK", "Root", "Rows"]
@@ -76,11 +77,13 @@ class Rows:
         """``(C z, Cᵀ C z)`` (z: r entries, or r × k) in one pass over C (:func:`times_and_back`):
         C (10 000 × 4 000 after a long history) is read from memory once, not twice."""
         parts, out = [], np.zeros((r, *z.shape[1:]))
-        for B in self._parts():
-            w = min(B.shape[1], r)
-            y, back = times_and_back(B[:, :w], z[:w])
-            out[:w] += back
-            parts.append(y)
+        blocks = self._parts()
+        with threads_for(sum(B.nbytes for B in blocks)):
+            for B in blocks:
+                w = min(B.shape[1], r)
+                y, back = times_and_back(B[:, :w], z[:w])
+                out[:w] += back
+                parts.append(y)
         return (np.concatenate(parts) if parts else np.zeros((0, *z.shape[1:]))), out
 
     def dense(self, r: int) -> NDArray[np.float64]:
@@ -117,17 +120,23 @@ class Root:
         """``S v`` (v: r entries, or r × k)."""
         w = v + self._X @ (self._Z.T @ v) if self._X.shape[1] else v.copy()
         r0 = self._S0.shape[0]
-        w[:r0] = self._S0 @ w[:r0]
+        with threads_for(self._S0.nbytes):  # S₀ is r × r: 128 MB at rank 4 000
+            w[:r0] = self._S0 @ w[:r0]
         return w
 
     def t_times(self, v: NDArray[np.float64]) -> NDArray[np.float64]:
         """``Sᵀ v`` (v: r entries, or r × k)."""
         r0 = self._S0.shape[0]
         w = v.copy()
-        w[:r0] = self._S0.T @ v[:r0]
+        with threads_for(self._S0.nbytes):
+            w[:r0] = self._S0.T @ v[:r0]
         if self._X.shape[1]:
             w += self._Z @ (self._X.T @ w)
         return w
+
+    def gram_times(self, v: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``S Sᵀ v`` (= M v; v: r entries, or r × k)."""
+        return self.times(self.t_times(v))
 
     def update(self, a: NDArray[np.float64], b: NDArray[np.float64]) -> None:
         """``S ← S (I + a bᵀ)``; a and b are r × k (or r-vectors)."""

@@ -55,6 +55,7 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import solve_triangular
 
+from dpgate._blas import threads_for
 from dpgate._validate import finite, finite_array, nonnegative_finite, positive_finite, readonly
 from dpgate.errors import InvalidArgument
 from dpgate.inference._blocks import (
@@ -329,7 +330,8 @@ class IncrementalBLUE:
         d = self._d
         if self._r == d.size:  # V spans every atom: the residual is zero (half the work skipped)
             dv = d * v
-            return np.concatenate([B.rows @ B.gather(dv) for B in blocks]), np.zeros(v.shape)
+            with threads_for(sum(B.rows.nbytes for B in blocks)):
+                return np.concatenate([B.rows @ B.gather(dv) for B in blocks]), np.zeros(v.shape)
         if len(blocks) == 1 and blocks[0].cols is None:
             V = blocks[0].rows
             c = V @ (d * v)
@@ -373,14 +375,14 @@ class IncrementalBLUE:
             return np.zeros(0), np.zeros(self._m)
         C, S = self._C, self._S
         scale = float(np.abs(rhs).max(initial=0.0))
-        z = S.times(S.t_times(rhs))
+        z = S.gram_times(rhs)
         Cz, gram = C.times_and_gram(z, r)
         resid = rhs - gram
         size = first = float(np.abs(resid).max(initial=0.0))
         for _ in range(6):
             if size <= _SOLVE_RTOL * scale:
                 break
-            dz = S.times(S.t_times(resid))
+            dz = S.gram_times(resid)
             if np.abs(dz).max(initial=0.0) <= 2e-15 * np.abs(z).max(initial=0.0):
                 z = z + dz  # the correction is below rounding: z is as good as it gets
                 Cz = C.times(z)
@@ -736,7 +738,7 @@ class IncrementalBLUE:
             return out
         rhs = cQ[rows].T  # r × k'
         S = self._S
-        z = S.times(S.t_times(rhs))
+        z = S.gram_times(rhs)
         Cz, gram = self._C.times_and_gram(z, r)
         scale = np.abs(rhs).max(axis=0)
         solved = np.abs(rhs - gram).max(axis=0) <= _SOLVE_RTOL * scale

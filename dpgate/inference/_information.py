@@ -41,7 +41,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from scipy.linalg import blas, lapack, lu_factor, lu_solve
 
-from dpgate._blas import every_blas_thread
+from dpgate._blas import every_blas_thread, threads_for
 from dpgate.inference._blocks import EXTEND_RTOL
 
 __all__ = ["Information"]
@@ -83,12 +83,13 @@ def _symmetric_times(M: NDArray[np.float64], x: NDArray[np.float64]) -> NDArray[
     Mf = M if M.flags.f_contiguous else M.T  # symv takes a column-major triangle without a copy
     if not Mf.flags.f_contiguous or (x.ndim == 2 and x.shape[1] > _SYMV_COLUMNS):
         return np.asarray(M @ x)
-    if x.ndim == 1:
-        return np.asarray(blas.dsymv(1.0, Mf, x, lower=1))
-    out = np.empty(x.shape)
-    for j in range(x.shape[1]):
-        out[:, j] = blas.dsymv(1.0, Mf, x[:, j], lower=1)
-    return out
+    with threads_for(M.nbytes):
+        if x.ndim == 1:
+            return np.asarray(blas.dsymv(1.0, Mf, x, lower=1))
+        out = np.empty(x.shape)
+        for j in range(x.shape[1]):
+            out[:, j] = blas.dsymv(1.0, Mf, x[:, j], lower=1)
+        return out
 
 
 class Information:
