@@ -201,9 +201,10 @@ def _coefficients(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.flo
     """``P = V D Gᵀ`` (r × k), the rows' coefficients on the basis."""
     P = np.zeros((r, G.shape[0]))
     top = 0
-    for B in blocks:
-        P[top: top + B.size] = B.rows @ B.gather(G * d).T
-        top += B.size
+    with threads_for(sum(B.rows.nbytes for B in blocks)):
+        for B in blocks:
+            P[top: top + B.size] = B.rows @ B.gather(G * d).T
+            top += B.size
     return P
 
 
@@ -211,9 +212,10 @@ def _combine(blocks: list[Block], W: NDArray[np.float64], n: int) -> NDArray[np.
     """``W V`` (k × n) for coefficients W (k × r) on the basis rows."""
     out = np.zeros((W.shape[0], n))
     top = 0
-    for B in blocks:
-        out += B.spread(W[:, top: top + B.size] @ B.rows)
-        top += B.size
+    with threads_for(sum(B.rows.nbytes for B in blocks)):
+        for B in blocks:
+            out += B.spread(W[:, top: top + B.size] @ B.rows)
+            top += B.size
     return out
 
 

@@ -180,7 +180,8 @@ class Root:
         X = np.zeros((total, p0 + k))
         Z = np.zeros((total, p0 + k))
         X[:size, :p0], Z[:size, :p0] = self._X, self._Z
-        A = self._S0.T @ P[:r0]
+        with threads_for(self._S0.nbytes):
+            A = self._S0.T @ P[:r0]
         cur, p, kn = size, p0, 0
         for i in range(k):
             w = np.concatenate([A[:, i], P[r0:, i], L[i, :kn]])  # diag(S₀, I)ᵀ c
@@ -207,8 +208,9 @@ class Root:
         r, r0 = self.size, self._S0.shape[0]
         if self._X.shape[1]:
             Y = self._X.copy()
-            Y[:r0] = self._S0 @ Y[:r0]
-            S = Y @ self._Z.T  # the new array, added to in place (no r × r identity or copy of S₀)
+            with threads_for(8 * r * r):  # two r × r × p products
+                Y[:r0] = self._S0 @ Y[:r0]
+                S = Y @ self._Z.T  # the new array, added to in place (no r × r identity or copy of S₀)
             S[:r0, :r0] += self._S0
         else:
             S = np.zeros((r, r))
