@@ -55,15 +55,27 @@ LARGE_PRODUCT_BYTES = 1 << 24
 
 @contextmanager
 def threads_for(nbytes: int) -> Iterator[None]:
-    """:func:`every_blas_thread` for memory-bound products reading more than
-    :data:`LARGE_PRODUCT_BYTES` (two cores fetch memory faster than one: a pass over the
+    """:func:`every_blas_thread` for products reading more than :data:`LARGE_PRODUCT_BYTES`
+    while the other cores are idle (two cores fetch memory faster than one: a pass over the
     10 000 × 4 000 coefficients of a long history, 32 → 21 ms; switching costs ~50 µs),
-    else the limit as it is."""
-    if nbytes > LARGE_PRODUCT_BYTES:
+    else the limit as it is.  On busy cores BLAS threads wait for each other (3× slower
+    measured beside two other processes on 2 cores), so the load average decides.  Two
+    threads may sum in another order than one: such products agree to ~1e-13 relative, not
+    bit for bit (far inside every tolerance the planner applies, ``decide.ACCURACY_RTOL``)."""
+    if nbytes > LARGE_PRODUCT_BYTES and _idle_cores():
         with every_blas_thread():
             yield
     else:
         yield
+
+
+def _idle_cores() -> bool:
+    """Whether the machine's one-minute load leaves the cores beside this one mostly idle."""
+    cores = os.cpu_count() or 1
+    try:
+        return cores > 1 and os.getloadavg()[0] <= cores - 0.5
+    except OSError:  # no load average (some platforms): stay on one thread
+        return False
 
 
 def single_threaded(method: Callable[_P, _R]) -> Callable[_P, _R]:
