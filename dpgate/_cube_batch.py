@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpgate.errors import DPGateInternalError
-from dpgate.query import LinearQuery
+from dpgate.query import LinearQuery, slab_starts
 
 __all__ = ["OneColumnBatch", "slab_bounds"]
 
@@ -67,9 +67,8 @@ def slab_bounds(q: LinearQuery, axis_of: dict[str, int], ubps: list[np.ndarray])
     out = [np.array([0, len(u)], dtype=np.int64) for u in ubps]
     for c, bp in zip(q.columns, q.breakpoints, strict=True):
         u = axis_of[c.lower()]
-        mine = np.asarray(bp, dtype=np.int64)
-        starts = np.searchsorted(ubps[u], mine)
-        if starts.max(initial=0) >= len(ubps[u]) or not np.array_equal(ubps[u][starts], mine):
+        starts = slab_starts(ubps[u], bp)
+        if starts is None:
             raise DPGateInternalError(f"the union grid for {c} does not refine a query's breakpoints")
         out[u] = np.append(starts, len(ubps[u]))
     return out

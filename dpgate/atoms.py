@@ -33,7 +33,7 @@ from typing import cast
 import numpy as np
 
 from dpgate.errors import DPGateInternalError, InvalidArgument, SchemaError, UnsupportedQuery
-from dpgate.query import LinearQuery, breakpoint_array, expand_grid
+from dpgate.query import LinearQuery, breakpoint_array, expand_grid, slab_starts
 from dpgate.schema import Table
 
 __all__ = ["AtomPartition", "BoxGrid", "joint_split"]
@@ -464,40 +464,26 @@ class BoxGrid(_Grid):
 
     def nonzero_weights(self, query: LinearQuery) -> tuple[np.ndarray, np.ndarray] | None:
         """``(boxes, weights)``: the boxes where :meth:`vector` is non-zero, increasing, and
-        its values there, found from the query's own non-zero boxes in O(their size), not
-        O(the grid) — a tree node over a 4 096-box grid.  ``None`` when the query has more
-        than :data:`_JOINT_BOXES` non-zero boxes (or none of its columns)."""
+        its values there, found from the query's own non-zero boxes (:func:`_joint_boxes`) in
+        O(their size), not O(the grid) — a tree node over a 4 096-box grid.  ``None`` when the
+        query has more than :data:`_JOINT_BOXES` non-zero boxes (or none of its columns)."""
         self._check_table(query)
-        nums = np.asarray(query.numerators)
-        nonzero = np.argwhere(nums != 0)
-        if not query.columns or len(nonzero) > _JOINT_BOXES:
+        found = _joint_boxes(query, self._columns, self._bps) if query.columns else None
+        if found is None:
             return None
         shape = self.shape
-        axis = {c.lower(): ax for ax, c in enumerate(self._columns)}
-        spans = []  # per query column: its axis, and each of its slabs' first and end box there
-        for c, bp in zip(query.columns, query.breakpoints, strict=True):
-            ax = axis.get(c.lower())
-            if ax is None:
-                raise _not_refined(c)
-            grid, mine = breakpoint_array(self._bps[ax]), breakpoint_array(bp)
-            starts = np.searchsorted(grid, mine)
-            if (starts >= grid.size).any() or (grid[np.minimum(starts, grid.size - 1)] != mine).any():
-                raise _not_refined(c)
-            spans.append((ax, starts.tolist(), [*starts[1:].tolist(), grid.size]))
         strides = [math.prod(shape[ax + 1:]) for ax in range(len(shape))]
-        boxes, weights = [], []
-        for idx in nonzero.tolist():
-            ranges = [range(n) for n in shape]
-            for (ax, starts, ends), i in zip(spans, idx, strict=True):
-                ranges[ax] = range(starts[i], ends[i])
+        boxes, numerators = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        for box, num in found:
             flat = np.zeros(1, dtype=np.int64)
-            for ax, r in enumerate(ranges):  # row-major: increasing within the box
+            for ax, (cut, n) in enumerate(zip(box, shape, strict=True)):  # row-major: increasing
+                r = range(n)[cut]
                 flat = (flat[:, None] + np.arange(r.start, r.stop, dtype=np.int64)[None, :] * strides[ax]).ravel()
             boxes.append(flat)
-            weights.append(np.full(flat.size, nums[tuple(idx)], dtype=np.int64))
+            numerators.append(np.full(flat.size, num, dtype=np.int64))
         at = np.concatenate(boxes)
         order = np.argsort(at, kind="stable")
-        return at[order], np.concatenate(weights)[order] / query.denominator  # as vector() divides
+        return at[order], np.concatenate(numerators)[order] / query.denominator  # as vector() divides
 
     @property
     def labels(self) -> np.ndarray:
@@ -695,7 +681,10 @@ def _joint_boxes(
     q: LinearQuery, cols: tuple[str, ...], grid: tuple[tuple[int, ...], ...]
 ) -> list[tuple[tuple[slice, ...], int]] | None:
     """``q``'s non-zero boxes of its own grid as ``(slices of the joint grid, numerator)``, or
-    ``None`` when it has more than :data:`_JOINT_BOXES` of them."""
+    ``None`` when it has more than :data:`_JOINT_BOXES` of them.
+
+    Raises:
+        DPGateInternalError: the joint grid does not refine the query's grid."""
     nums = np.asarray(q.numerators)
     nonzero = np.argwhere(nums != 0)
     if len(nonzero) > _JOINT_BOXES:
@@ -703,8 +692,13 @@ def _joint_boxes(
     axis = {c.lower(): ax for ax, c in enumerate(cols)}
     spans = []
     for c, bp in zip(q.columns, q.breakpoints, strict=True):
-        ax = axis[c.lower()]
-        starts = np.searchsorted(breakpoint_array(grid[ax]), breakpoint_array(bp)).tolist()
+        ax = axis.get(c.lower())
+        if ax is None:
+            raise _not_refined(c)
+        at = slab_starts(grid[ax], bp)
+        if at is None:
+            raise _not_refined(c)
+        starts = at.tolist()
         spans.append((ax, starts, [*starts[1:], len(grid[ax])]))
     out = []
     for idx in nonzero.tolist():

@@ -33,7 +33,7 @@ import numpy as np
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema import Table
 
-__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "breakpoint_array", "expand_grid", "union_grid"]
+__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "breakpoint_array", "expand_grid", "slab_starts", "union_grid"]
 
 #: Cached properties of a :class:`LinearQuery` that depend only on its grid and weights.
 _WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern")
@@ -400,7 +400,7 @@ _BREAKPOINT_ARRAYS_MAX = 64
 _BREAKPOINT_ARRAYS_LOCK = threading.Lock()
 
 
-def breakpoint_array(bp: Sequence[int]) -> np.ndarray:
+def breakpoint_array(bp: Sequence[int] | np.ndarray) -> np.ndarray:
     """``bp`` as an int64 array.  A tuple longer than 32 gets one shared read-only array,
     memoised by identity (the memo holds the tuple, so its id is not reused meanwhile)."""
     if not isinstance(bp, tuple) or len(bp) <= 32:
@@ -416,6 +416,16 @@ def breakpoint_array(bp: Sequence[int]) -> np.ndarray:
             del _BREAKPOINT_ARRAYS[next(iter(_BREAKPOINT_ARRAYS))]
         _BREAKPOINT_ARRAYS[id(bp)] = (bp, arr)
     return arr
+
+
+def slab_starts(fine: Sequence[int] | np.ndarray, coarse: Sequence[int] | np.ndarray) -> np.ndarray | None:
+    """Where each of ``coarse``'s breakpoints sits among ``fine``'s (so slab i of the coarse
+    grid is the fine slabs ``[at[i], at[i + 1])``), or ``None`` when ``fine`` does not refine it."""
+    f, c = breakpoint_array(fine), breakpoint_array(coarse)
+    at = np.searchsorted(f, c)
+    if (at >= f.size).any() or (f[np.minimum(at, f.size - 1)] != c).any():
+        return None
+    return at
 
 
 def expand_grid(
@@ -435,11 +445,10 @@ def expand_grid(
             mine = src[c.lower()]
             if mine is bp or (len(mine) == len(bp) and tuple(mine) == tuple(bp)):
                 continue  # the same slabs: no copy
-            fine, coarse = breakpoint_array(bp), breakpoint_array(mine)
-            at = np.searchsorted(fine, coarse)  # each of ours must be one of the finer grid's
-            if (at >= fine.size).any() or (fine[np.minimum(at, fine.size - 1)] != coarse).any():
+            if slab_starts(bp, mine) is None:
                 raise DPGateInternalError(f"grid for {c} does not refine the query's breakpoints")
-            view = np.take(view, np.searchsorted(coarse, fine, side="right") - 1, axis=ax)
+            view = np.take(view, np.searchsorted(breakpoint_array(mine), breakpoint_array(bp), side="right") - 1,
+                           axis=ax)
         else:  # a broadcast axis for a column the values do not depend on
             view = np.expand_dims(view, ax)
     return np.broadcast_to(view, tuple(len(b) for b in to_breakpoints))
