@@ -287,12 +287,7 @@ class TableState:
         for q in todo:
             key = _charge_key(q)
             if key not in memo:
-                found = self.cost_atoms.nonzero_weights(q) if self._cost_kind[_held_key(q)] == "exact" else None
-                if found is None:
-                    v = self._dense_charge(q)
-                    on = np.flatnonzero(v)
-                    found = (on, v[on])
-                memo[key] = found
+                memo[key] = self._charge_one(q)
         return [_NO_CHARGE if q.is_zero else memo[_charge_key(q)] for q in queries]
 
     def _split_charges(self, split: LinearQuery, queries: Sequence[LinearQuery]) -> list[Charge]:
@@ -312,14 +307,21 @@ class TableState:
             out.append((atoms, np.repeat(values / q.denominator, [len(g) for g in segments])))
         return out
 
-    def _dense_charge(self, query: LinearQuery) -> np.ndarray:
-        """:meth:`charges` of one query as a dense vector over the cost atoms."""
+    def _charge_one(self, query: LinearQuery) -> Charge:
+        """:meth:`charges` of one query: from its own few non-zero boxes when it is charged
+        exactly (:meth:`~dpgate.atoms.BoxGrid.nonzero_weights`), else as a dense vector."""
         kind = self._cost_kind[_held_key(query)]
         if kind == "exact":
-            return self.cost_atoms.vector(query)
-        if kind == "support":
-            return self.cost_atoms.vector(_support(self.table, query)) * query.sensitivity
-        return np.full(self.cost_atoms.n_atoms, query.sensitivity)
+            found = self.cost_atoms.nonzero_weights(query)
+            if found is not None:
+                return found
+            v = self.cost_atoms.vector(query)
+        elif kind == "support":
+            v = self.cost_atoms.vector(_support(self.table, query)) * query.sensitivity
+        else:
+            v = np.full(self.cost_atoms.n_atoms, query.sensitivity)
+        on = np.flatnonzero(v)
+        return on, v[on]
 
     def charge(self, query: LinearQuery, h: np.ndarray) -> Charge:
         """What a release of ``query`` (``h``: its inference vector) is charged as: by

@@ -153,15 +153,16 @@ def times_and_back(A: NDArray[np.float64], x: NDArray[np.float64]) -> tuple[NDAr
 def project_blocks(
     blocks: list[Block], d: NDArray[np.float64], v: NDArray[np.float64]
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Coefficients of ``v`` on the rows of ``blocks`` (D-orthonormal) and the residual."""
+    """Coefficients of ``v`` on the rows of ``blocks`` (D-orthonormal) and the residual; for
+    k rows ``v`` (k × n), the coefficients are k × r."""
     dv = d * v
     cs, res = [], v.copy()
     with threads_for(sum(B.rows.nbytes for B in blocks)):
         for B in blocks:
-            c, back = times_and_back(B.rows, B.gather(dv))
-            res -= B.spread(back)
+            c, back = times_and_back(B.rows, B.gather(dv).T)
+            res -= B.spread(back.T)
             cs.append(c)
-    return np.concatenate(cs) if cs else np.zeros(0), res
+    return (np.concatenate(cs).T if cs else np.zeros((*v.shape[:-1], 0))), res
 
 
 def covers_every_atom(G: sp.csr_matrix) -> bool:

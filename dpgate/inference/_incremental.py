@@ -71,7 +71,6 @@ from dpgate.inference._blocks import (
     project_blocks,
     sparse_coefficients,
     sparse_rows,
-    times_and_back,
 )
 from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
 from dpgate.inference._factors import Root, Rows
@@ -723,12 +722,7 @@ class IncrementalBLUE:
         :meth:`estimate`), so every row given here passed :meth:`_project_now` and
         :meth:`_solve_now` after their first pass; a row that is not estimable gets None too."""
         d, m, r = self._d, self._m, self._r
-        coefs, res = [], Qm.copy()
-        for B in self._vblocks():
-            c, back = times_and_back(B.rows, B.gather(Qm * d).T)  # r_B × k, and its product back
-            res -= B.spread(back.T)
-            coefs.append(c)
-        cQ = np.concatenate(coefs).T  # k × r
+        cQ, res = project_blocks(self._vblocks(), d, Qm)  # k × r, k × n
         qn = self._dnorms(Qm)
         rn = np.zeros_like(qn) if r == d.size else self._dnorms(res)
         ok = ~_second_pass(rn, qn) & (rn <= ESTIMABLE_RTOL * qn) & (qn > 0)
