@@ -23,7 +23,7 @@ the file is rewritten.
 Layout (format 4): magic, MAC, the lengths of the pickle and of its out-of-band buffers,
 the pickle (protocol 5), then each buffer (the large arrays: the inference state's basis,
 coefficients and square root) raw, 64-byte aligned.  Loading maps the file copy-on-write,
-MACs it in one pass and unpickles with the buffers as views of the mapping: hundreds of
+MACs it (chunks in parallel) and unpickles with the buffers as views of the mapping: hundreds of
 megabytes are neither copied nor parsed, and pages the gateway later writes to are
 copied privately (the file never changes).  In-memory ledgers and ledgers opened without their key get
 no checkpoint.  The file holds only public structure (query vectors, atoms) and

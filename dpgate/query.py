@@ -33,7 +33,8 @@ import numpy as np
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema import Table
 
-__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "breakpoint_array", "expand_grid", "slab_starts", "union_grid"]
+__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "breakpoint_array", "expand_grid", "slab_starts",
+           "union_grid"]
 
 #: Cached properties of a :class:`LinearQuery` that depend only on its grid and weights.
 _WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern")
