@@ -408,6 +408,88 @@ def test_information_form_folds_and_matches_the_basis_form() -> None:
             assert a.value == pytest.approx(b_.value, rel=1e-8, abs=1e-8)
 
 
+@st.composite
+def hierarchies(draw: st.DrawFn):  # type: ignore[no-untyped-def]
+    """Rows ``c·1_S`` of a hierarchy with its leaves over permuted atoms: every set of
+    several atoms split into 2–3 children down to single atoms, sets repeated or left
+    out (the leaves never), signs and scales drawn."""
+    n = draw(st.integers(1, 24))
+    sets: list[tuple[int, int]] = []
+
+    def split(lo: int, hi: int) -> None:
+        if hi - lo == 1 or draw(st.integers(0, 3)):
+            sets.extend([(lo, hi)] * (1 if hi - lo == 1 else draw(st.integers(0, 2))))
+        if hi - lo > 1:
+            cuts = sorted(set(draw(st.lists(st.integers(lo + 1, hi - 1), min_size=1, max_size=2))))
+            for a, b in zip([lo, *cuts], [*cuts, hi], strict=True):
+                split(a, b)
+
+    split(0, n)
+    perm = np.array(draw(st.permutations(range(n))))
+    G = np.zeros((len(sets), n))
+    for i, (lo, hi) in enumerate(sets):
+        G[i, perm[lo:hi]] = draw(st.sampled_from([-2.0, 0.3, 1.0, 1.7]))
+    order = np.array(draw(st.permutations(range(len(sets)))))
+    return G[order]
+
+
+@settings(max_examples=150, deadline=None)
+@given(hierarchies())
+def test_hierarchy_inverse_equals_the_dense_inverse(G: np.ndarray) -> None:
+    """The bottom-up inverse of a hierarchy's information equals the dense inverse, and is
+    exactly symmetric (the information form reads one triangle)."""
+    import scipy.sparse as sp
+
+    from dpgate.inference._information import _hierarchy_inverse
+
+    M = _hierarchy_inverse(sp.csr_matrix(G))
+    assert M is not None
+    ref = np.linalg.inv(G.T @ G)
+    np.testing.assert_allclose(M, ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
+    np.testing.assert_array_equal(M, M.T)
+
+
+@pytest.mark.parametrize("rows", [
+    [[1, 1, 0], [0, 1, 1], [1, 0, 0], [0, 1, 0], [0, 0, 1]],  # two sets cross
+    [[1, 2, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]],  # a row that is not a multiple of a set
+    [[1, 1, 1], [0, 1, 0], [0, 0, 1]],  # atom 0 has no set of its own
+])
+def test_hierarchy_inverse_declines_other_rows(rows: list[list[float]]) -> None:
+    """Rows that are no hierarchy with its leaves get None (the Cholesky inverse takes them)."""
+    import scipy.sparse as sp
+
+    from dpgate.inference._information import _hierarchy_inverse
+
+    assert _hierarchy_inverse(sp.csr_matrix(np.array(rows, dtype=float))) is None
+
+
+@pytest.mark.parametrize("spanning", [True, False])
+def test_sparse_rows_extend_like_dense_ones(spanning: bool) -> None:
+    """A block of rows given as a sparse matrix builds exactly the state the dense block
+    builds: into the information form (a tree), or chunk by chunk (rows that do not span)."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(11)
+    n = 64
+    if spanning:
+        H = np.concatenate([np.repeat(np.eye(n // w), w, axis=1) for w in (64, 32, 16, 8, 4, 2, 1)])
+    else:
+        H = np.zeros((600, n))
+        for i in range(600):
+            lo, hi = sorted(rng.integers(0, n - 1, 2))
+            H[i, lo: hi + 1] = 1.0
+    scales, values = rng.uniform(0.5, 3, H.shape[0]), rng.normal(size=H.shape[0]) * 20
+    dense, sparse = IncrementalBLUE(np.ones(n), keep_rows=False), IncrementalBLUE(np.ones(n))
+    dense.extend(H, scales, values)
+    sparse.extend(sp.csr_matrix(H), scales, values)
+    assert (dense._info is not None) == (sparse._info is not None) == spanning
+    np.testing.assert_array_equal(sparse.rows, H)
+    for Q in (np.ones(n), rng.integers(-1, 2, n).astype(float), H[3]):
+        a, b_ = dense.estimate(Q), sparse.estimate(Q)
+        assert a.estimable == b_.estimable
+        np.testing.assert_array_equal(a.weights, b_.weights)
+
+
 def test_pickled_state_estimates_alike_and_grows() -> None:
     """A checkpoint's copy of the state (spare capacity trimmed) estimates as the original and
     takes further appends, in both forms."""

@@ -463,8 +463,12 @@ class IncrementalBLUE:
         # next question) skips its Gram–Schmidt.
         self._memo = {("project", hv.tobytes()): (readonly(scale * c), readonly(scale * rho))}
 
-    def extend(self, rows: ArrayLike, scales: ArrayLike, values: ArrayLike, lattice: ArrayLike | None = None) -> None:
+    def extend(self, rows: ArrayLike | sp.csr_matrix, scales: ArrayLike, values: ArrayLike,
+               lattice: ArrayLike | None = None) -> None:
         """Append many released answers at once: the same state as :meth:`append` row by row.
+
+        ``rows`` may be a scipy sparse matrix (a tree's thousands of nodes over thousands
+        of atoms, few non-zeros each): it stays sparse into the information form.
 
         When every row adds a direction (a fresh GROUP BY's groups), the block is added
         with matrix products (block Gram–Schmidt, twice, then an LQ factorisation of the
@@ -477,7 +481,12 @@ class IncrementalBLUE:
         Raises:
             InvalidArgument: On a wrong shape or non-finite / non-positive numbers.
         """
-        H = finite_array(rows, "rows", ndim=2)
+        H: NDArray[np.float64] | sp.csr_matrix
+        if sp.issparse(rows):
+            H = sp.csr_matrix(rows, dtype=np.float64)
+            finite_array(H.data, "rows")
+        else:
+            H = finite_array(rows, "rows", ndim=2)
         k = H.shape[0]
         b = finite_array(scales, "scales", ndim=1, size=k)
         y = finite_array(values, "values", ndim=1, size=k)
@@ -494,6 +503,8 @@ class IncrementalBLUE:
             for i in range(0, k, _CHUNK):
                 self.extend(H[i: i + _CHUNK], b[i: i + _CHUNK], y[i: i + _CHUNK], g[i: i + _CHUNK])
             return
+        if not isinstance(H, np.ndarray):
+            H = H.toarray()
         if k < 2 or not self._extend_block(H, b, y, g):
             for i in range(k):
                 self.append(H[i], float(b[i]), float(y[i]), lattice=float(g[i]))
@@ -551,14 +562,14 @@ class IncrementalBLUE:
         self._fresh = False
         return True
 
-    def _store(self, H: NDArray[np.float64], b: NDArray[np.float64], y: NDArray[np.float64],
+    def _store(self, H: NDArray[np.float64] | sp.csr_matrix, b: NDArray[np.float64], y: NDArray[np.float64],
                g: NDArray[np.float64]) -> None:
         """Keep a block's rows (when asked), values, scales and lattice steps; m grows by its size."""
         m, k = self._m, H.shape[0]
         self._own()
         if self._H is not None:
             self._H = _grow(self._H, m + k, self.n_atoms)
-            self._H[m: m + k] = H
+            self._H[m: m + k] = H if isinstance(H, np.ndarray) else H.toarray()
         while m + k > self._y.size:
             for name in ("_y", "_b", "_g"):
                 old = getattr(self, name)
@@ -566,11 +577,12 @@ class IncrementalBLUE:
         self._y[m: m + k], self._b[m: m + k], self._g[m: m + k] = y, b, g
         self._m = m + k
 
-    def _span(self, H: NDArray[np.float64], b: NDArray[np.float64], y: NDArray[np.float64],
+    def _span(self, H: NDArray[np.float64] | sp.csr_matrix, b: NDArray[np.float64], y: NDArray[np.float64],
               g: NDArray[np.float64]) -> bool:
         """An empty history receives non-zero rows that span every atom (e.g. a hierarchical
-        tree with its leaves): the information form (``_information``) from the sparse rows,
-        one ``GᵀG`` and its Cholesky factorisation — instead of k rank-one updates.  If that
+        tree with its leaves): the information form (``_information``) from the sparse rows
+        and the inverse of ``GᵀG`` (bottom-up for a hierarchy, else by Cholesky) — instead
+        of k rank-one updates.  If that
         fails (rounding): the basis is the atoms themselves, ``V = diag(1/√d)``, so
         ``C = G √D`` and ``M = (CᵀC)⁻¹ = S Sᵀ`` with ``S = L⁻ᵀ``, ``CᵀC = L Lᵀ``.  False
         (nothing changed) when the rows do not span every atom that way.
@@ -599,7 +611,7 @@ class IncrementalBLUE:
         self._C.add(C.toarray())
         self._y, self._b, self._g = y.astype(float).copy(), b.astype(float).copy(), g.astype(float).copy()
         if self._H is not None:
-            self._H = np.array(H, dtype=float)
+            self._H = np.array(H, dtype=float) if isinstance(H, np.ndarray) else H.toarray()
         self._m, self._r, self._fresh = k, n, True
         return True
 

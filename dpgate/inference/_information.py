@@ -72,6 +72,82 @@ def _inverse_pd(F: NDArray[np.float64]) -> NDArray[np.float64] | None:
     return np.asarray(inv, dtype=np.float64)
 
 
+def _hierarchy_inverse(G: sp.csr_matrix) -> NDArray[np.float64] | None:
+    """``(GᵀG)⁻¹`` in O(n² + nnz) when G is a hierarchy with its leaves, else None.
+
+    That is: every row is a multiple of the indicator of an atom set, the sets are
+    laminar (two are nested or disjoint), and every set of several atoms is partitioned
+    by its largest proper subsets (so every atom has a singleton set).  Bottom-up, a
+    set's inverse is its children's block-diagonal inverse B, corrected for the set's
+    own rows ``w 1 1ᵀ`` by Sherman–Morrison, ``B − (w/(1 + w 1ᵀB1)) B1 (B1)ᵀ``: each
+    correction is a rank-one update of the set's block, in an atom order (depth first)
+    that makes every set contiguous.  A tree over 4 096 cells costs 2n² updates here
+    against the n³ of a Cholesky inverse.
+    """
+    m, n = G.shape
+    G = G.tocsr()
+    G.sum_duplicates()
+    G.eliminate_zeros()
+    first = G.indptr[:-1]
+    sizes = np.diff(G.indptr)
+    lead = G.data[np.minimum(first, max(G.nnz - 1, 0))]
+    if m == 0 or (sizes == 0).any() or not np.array_equal(G.data, np.repeat(lead, sizes)):
+        return None
+    # One set per distinct support (repeats add their weights), largest first.
+    supports: dict[bytes, int] = {}
+    members: list[NDArray[np.int32]] = []
+    weight: list[float] = []
+    for r in np.argsort(-sizes, kind="stable"):
+        idx = G.indices[G.indptr[r]: G.indptr[r + 1]]
+        key = np.sort(idx).tobytes()
+        s = supports.setdefault(key, len(members))
+        if s == len(members):
+            members.append(idx)
+            weight.append(0.0)
+        weight[s] += float(lead[r]) ** 2
+    # Laminar: a set's atoms all lie in the same smallest earlier set (its parent, or none).
+    label = np.full(n, -1)
+    parent = np.empty(len(members), dtype=np.int64)
+    for s, idx in enumerate(members):
+        below = label[idx]
+        if (below != below[0]).any():
+            return None
+        parent[s] = below[0]
+        label[idx] = s
+    size = np.array([idx.size for idx in members])
+    covered = np.bincount(parent + 1, weights=size, minlength=len(members) + 1)
+    if covered[0] != n or not np.array_equal(covered[1:][size > 1], size[size > 1]):
+        return None  # an atom outside every set, or a set its children do not partition
+    # Depth-first positions: a parent comes before its children (larger), which take
+    # consecutive slices of its own.
+    start = np.empty(len(members), dtype=np.int64)
+    free = np.zeros(len(members) + 1, dtype=np.int64)  # next free position in each set (0: the roots)
+    for s in range(len(members)):
+        p = parent[s] + 1
+        start[s] = free[p]
+        free[p] += size[s]
+        free[s + 1] = start[s]
+    pos = np.empty(n, dtype=np.int64)
+    singles = np.flatnonzero(size == 1)
+    pos[np.concatenate([members[s] for s in singles])] = start[singles]
+    M = np.zeros((n, n))
+    rowsum = np.zeros(n)  # M·1 on each finished set
+    M[start[singles], start[singles]] = rowsum[start[singles]] = 1.0 / np.asarray(weight)[singles]
+    for s in range(len(members) - 1, -1, -1):  # smallest first: children before parents
+        if size[s] == 1:
+            continue
+        lo, hi = start[s], start[s] + size[s]
+        x = rowsum[lo:hi]
+        total = float(x.sum())
+        c = weight[s] / (1.0 + weight[s] * total)
+        y = math.sqrt(c) * x  # y yᵀ is exactly symmetric
+        M[lo:hi, lo:hi] -= np.multiply.outer(y, y)
+        rowsum[lo:hi] = x * (1.0 - c * total)
+    if not np.array_equal(pos, np.arange(n)):
+        M = M[np.ix_(pos, pos)]
+    return M
+
+
 #: Up to this many right-hand sides, :func:`_symmetric_times` reads one triangle per column.
 _SYMV_COLUMNS = 4
 
@@ -119,11 +195,12 @@ class Information:
     @classmethod
     def build(cls, G: sp.csr_matrix, d: NDArray[np.float64]) -> Information | None:
         """The state of rows G (full column rank), or None if ``GᵀG`` is not positive definite."""
-        F = (G.T @ G).toarray()
-        M0 = _inverse_pd(F)
+        M0 = _hierarchy_inverse(G)
         if M0 is None:
-            return None
-        sigma = math.sqrt(float(np.mean(np.diag(F))))
+            M0 = _inverse_pd((G.T @ G).toarray())
+            if M0 is None:
+                return None
+        sigma = math.sqrt(float(np.mean(np.asarray(G.multiply(G).sum(axis=0)))))  # of diag(GᵀG)
         return cls(M0, G.tocsr(), d.copy(), sigma)
 
     # ------------------------------------------------------------------ plumbing
