@@ -249,8 +249,8 @@ def plan(
         # A group no release ever touched is neither estimable nor restrictable: no row meets
         # its support (every release is charged where it touches, so uncharged atoms are untouched).
         touched = list(live) if charged is None else _touching(live, charged)
-        ests = {} if policy == "no_reuse" or not touched else dict(
-            zip(touched, blue.estimate_many(np.array([live[i] for i in touched])), strict=True))
+        ests = {} if policy == "no_reuse" or not touched else dict(zip(touched, blue.estimate_many(
+            np.array([live[i] for i in touched]), [state.released_row(queries[i]) for i in touched]), strict=True))
         asks = [i for i, est in ests.items() if batch and not est.estimable]
         # Decided here, on the costs before the block: its outputs are disjoint, so adding one's
         # charge leaves every other's cells (hence its restrictions) as they were.  Asked only of

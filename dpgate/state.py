@@ -230,6 +230,9 @@ class TableState:
     #: In a planning copy made with isolation, the :func:`_held_key` of the queries it was refined for.
     _planned: tuple[tuple[object, ...], ...] | None = field(default=None, repr=False)
     _deferring: bool = field(default=False, repr=False)
+    #: By :func:`_charge_key` (equal keys, equal vectors), the row of ``blue`` a query the
+    #: atoms hold was last released as: a repeat's coordinates are that row's.
+    _row_of: dict[tuple[object, ...], int] = field(default_factory=dict, repr=False)
 
     @classmethod
     def new(cls, table: Table, max_atoms: int = DEFAULT_MAX_ATOMS) -> TableState:
@@ -525,6 +528,7 @@ class TableState:
             rows = _stacked([self.atoms.vector(it[1]) for it in held] if vectors is None else
                             [v for i, v in enumerate(vectors) if i not in outside])
             for rid, query, _, _, _, alpha, sensitivity in held:
+                self._row_of[_charge_key(query)] = len(self.queries)
                 self.queries.append(query)
                 self.record_ids.append(rid)
                 self.alphas.append(alpha)
@@ -592,7 +596,7 @@ class TableState:
         releases or locating them on the atoms a second time.  The lists and maps this copy
         shares with the state it was made from are copied first, so that state stays intact
         whatever happens here."""
-        self.queries, self.record_ids = list(self.queries), list(self.record_ids)
+        self.queries, self.record_ids, self._row_of = list(self.queries), list(self.record_ids), dict(self._row_of)
         self.alphas, self.sensitivities = list(self.alphas), list(self.sensitivities)
         self.isolated, self._known = dict(self.isolated), dict(self._known or {})
         self.costs = costs
@@ -602,7 +606,16 @@ class TableState:
     def __getstate__(self) -> dict[str, object]:
         """Pickled (checkpointed) without the map of cost atoms onto atoms and the planner's
         priced charges: derived, and as large as the cost grid."""
-        return {**self.__dict__, "_members": None, "_recorded": None}
+        return {**self.__dict__, "_members": None, "_recorded": None, "_row_of": None}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._row_of = {_charge_key(q): i for i, q in enumerate(self.queries)}
+
+    def released_row(self, query: LinearQuery) -> int | None:
+        """The row of ``blue`` that is exactly ``query``'s vector (a repeat of a release the
+        atoms hold), or None."""
+        return self._row_of.get(_charge_key(query))
 
     def view(self) -> TableView:
         """A frozen snapshot of this history (copies: later releases and refinements do not show)."""

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dpgate.errors import InvalidArgument
 from dpgate.inference import ErrorLaw, IncrementalBLUE, estimate, minimal_scale
 
 
@@ -295,6 +296,43 @@ def test_wide_scale_range_matches_batch() -> None:
             err = np.abs(inc.weights * state.scales - u_ref).max()
             assert err <= 1e-9 * np.abs(u_ref).max()
             assert inc.variance == pytest.approx(2 * u_ref @ u_ref, rel=1e-9)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories())
+def test_estimates_of_repeats_from_their_own_rows(case) -> None:  # type: ignore[no-untyped-def]
+    """A stored row estimated with its index (coordinates from C, no projection) equals the
+    dense batch BLUE of that row; a row index out of range is refused."""
+    state, _ = case
+    for i in range(state.n_rows):
+        Q = np.array(state.rows[i])
+        (est,) = state.copy().estimate_many(Q[None, :], [i])
+        ref = batch(state, Q)
+        assert est.estimable == ref.estimable
+        if ref.estimable:
+            scale = max(1.0, float(np.abs(ref.weights).max(initial=0.0)))
+            np.testing.assert_allclose(est.weights, ref.weights, rtol=1e-8, atol=1e-8 * scale)
+            assert est.variance == pytest.approx(ref.variance, rel=1e-8, abs=1e-12)
+    if state._info is None:
+        with pytest.raises(InvalidArgument, match="stored rows"):
+            state.estimate_many(np.ones((1, state.n_atoms)), [state.n_rows])
+
+
+def test_coefficient_rows_stay_in_few_blocks() -> None:
+    """Rows frozen by a copy after every statement are joined like a binary counter: after
+    300 one-row statements C is in at most log₂ 300 + 2 blocks, and reads the same."""
+    from dpgate.inference._factors import Rows
+
+    rng = np.random.default_rng(3)
+    C, expected = Rows(), []
+    for k in range(300):
+        row = rng.normal(size=(1, 1 + k // 10))
+        C.add(row)
+        expected.append(np.pad(row[0], (0, 30 - row.shape[1])))
+        C = C.copy()
+    assert len(C._blocks) <= math.log2(300) + 2
+    np.testing.assert_array_equal(C.dense(30), np.array(expected))
+    np.testing.assert_array_equal(C.row(123, 30), expected[123])
 
 
 # ---------------------------------------------------------------- information form

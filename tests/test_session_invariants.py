@@ -154,3 +154,22 @@ def test_refused_statement_leaves_no_trace() -> None:
         expected.source, expected.value, expected.low, expected.high, expected.epsilon_spent
     )
     assert gw.spent == fresh.spent
+
+
+def test_repeats_find_their_released_rows() -> None:
+    """Every query the atoms hold maps to a row of the BLUE with exactly its vector (a
+    repeat's coordinates are that row's), also in a state restored from a checkpoint."""
+    import pickle
+
+    pums, schema = load_pums()
+    gw = dpgate.Gateway(pums, schema, budget=100.0, seed=5)
+    list(_run(gw, SESSION))
+    state = gw._history.state("pums")
+    rows = state.rows()
+    assert len(state.queries) > 10
+    for i, q in enumerate(state.queries):
+        j = state.released_row(q)
+        assert j is not None and np.array_equal(rows[j], rows[i])
+    restored = pickle.loads(pickle.dumps(state))
+    assert restored._row_of == state._row_of
+    gw.close()

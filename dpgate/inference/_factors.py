@@ -46,6 +46,7 @@ class Rows:
         return {**self.__dict__, "_tail": self._tail[: self._t, : self._w].copy()}
 
     def copy(self) -> Rows:
+        self._blocks = _compacted(self._blocks)
         new = object.__new__(Rows)
         new._blocks = [*self._blocks, self._tail[: self._t]] if self._t else list(self._blocks)
         new._tail, new._t, new._w = np.zeros((16, 8)), 0, 0
@@ -86,6 +87,17 @@ class Rows:
                 parts.append(y)
         return (np.concatenate(parts) if parts else np.zeros((0, *z.shape[1:]))), out
 
+    def row(self, i: int, r: int) -> NDArray[np.float64]:
+        """Row i of C, r entries (a new array)."""
+        for B in self._parts():
+            if i < B.shape[0]:
+                out = np.zeros(r)
+                w = min(B.shape[1], r)
+                out[:w] = B[i, :w]
+                return out
+            i -= B.shape[0]
+        raise IndexError("row index out of range")
+
     def dense(self, r: int) -> NDArray[np.float64]:
         """C as one m × r array (a new array)."""
         parts = self._parts()
@@ -96,6 +108,32 @@ class Rows:
             out[top: top + B.shape[0], :w] = B[:, :w]
             top += B.shape[0]
         return out
+
+
+#: :func:`_compacted` joins frozen blocks of C up to this size: past it, a block's per-product
+#: overhead is small beside reading it, and zero-padding bigger blocks would cost reads.
+_JOINED_BYTES = 1 << 22
+
+
+def _compacted(blocks: list[NDArray[np.float64]]) -> list[NDArray[np.float64]]:
+    """``blocks`` with the last two joined (zero-padded to the wider) while the earlier one
+    has no more rows than the later and the joined block stays under :data:`_JOINED_BYTES`.
+
+    Every statement freezes its few rows into a block of their own; joining like a binary
+    counter keeps O(log m) small blocks (each row copied O(log m) times), not one per
+    statement — each product with C pays a fixed cost per block.  A new list: the arrays
+    are shared, never written."""
+    out = list(blocks)
+    while len(out) > 1:
+        a, b = out[-2], out[-1]
+        w = max(a.shape[1], b.shape[1])
+        if a.shape[0] > b.shape[0] or 8 * w * (a.shape[0] + b.shape[0]) > _JOINED_BYTES:
+            break
+        joined = np.zeros((a.shape[0] + b.shape[0], w))
+        joined[: a.shape[0], : a.shape[1]] = a
+        joined[a.shape[0]:, : b.shape[1]] = b
+        out[-2:] = [joined]
+    return out
 
 
 class Root:

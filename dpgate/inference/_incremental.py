@@ -47,7 +47,7 @@ refused if the sizes do not add up.)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -690,8 +690,12 @@ class IncrementalBLUE:
         law = ErrorLaw(A, b, g, method, **law_options)
         return Estimate(value, readonly(A), law.variance, True, Posterior(value, law), b, g)
 
-    def estimate_many(self, Qs: ArrayLike) -> list[Estimate]:
+    def estimate_many(self, Qs: ArrayLike, rows: Sequence[int | None] | None = None) -> list[Estimate]:
         """:meth:`estimate` (exact law) of each row of ``Qs`` (k × atoms): a GROUP BY's groups.
+
+        ``rows[k]``, when given and not None, is a stored row equal to ``Qs[k]`` (a repeat of
+        a release): its coordinates on the basis are that row's own (``b_i C_i``, residual
+        zero), so it takes no projection — the basis is the largest array a decision reads.
 
         The rows' coefficients on the basis are found together, as sparse rows (groups
         touch few atoms), one product per basis block; V being D-orthonormal, a row's
@@ -707,6 +711,13 @@ class IncrementalBLUE:
         Qm = finite_array(Qs, "Qs", ndim=2)
         if Qm.shape[1] != self.n_atoms:
             raise InvalidArgument(f"Qs must be k × {self.n_atoms}; got {Qm.shape}.")
+        if rows is not None and self._info is None:
+            for Q, i in zip(Qm, rows, strict=True):
+                if i is not None and not 0 <= i < self._m:
+                    raise InvalidArgument(f"row {i} is not one of the {self._m} stored rows.")
+                if i is not None and ("project", Q.tobytes()) not in self._memo:
+                    coords = float(self._b[i]) * self._C.row(i, self._r)
+                    self._remember(("project", Q.tobytes()), (readonly(coords), readonly(np.zeros(Q.size))))
         sure = np.zeros(Qm.shape[0], dtype=bool)
         if self._info is None and self._r < self.n_atoms and Qm.shape[0] >= _BATCH_ROWS:
             X, i, j, v = sparse_rows(Qm, self._d)  # the rows of Q D
