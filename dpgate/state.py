@@ -606,11 +606,19 @@ class TableState:
     def __getstate__(self) -> dict[str, object]:
         """Pickled (checkpointed) without the map of cost atoms onto atoms and the planner's
         priced charges: derived, and as large as the cost grid."""
-        return {**self.__dict__, "_members": None, "_recorded": None, "_row_of": None}
+        return {**self.__dict__, "_members": None, "_recorded": None}
+
+    def __copy__(self) -> TableState:
+        """A shallow copy that keeps the derived caches (:meth:`__getstate__` drops them for
+        a checkpoint; a planning copy reuses them: they are replaced, never written)."""
+        new = object.__new__(TableState)
+        new.__dict__.update(self.__dict__)
+        return new
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
-        self._row_of = {_charge_key(q): i for i, q in enumerate(self.queries)}
+        if "_row_of" not in state:  # a checkpoint written before the map existed
+            self._row_of = {_charge_key(q): i for i, q in enumerate(self.queries)}
 
     def released_row(self, query: LinearQuery) -> int | None:
         """The row of ``blue`` that is exactly ``query``'s vector (a repeat of a release the
