@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
@@ -59,8 +60,8 @@ def threads_for(nbytes: int) -> Iterator[None]:
     while the other cores are idle (two cores fetch memory faster than one: a pass over the
     10 000 × 4 000 coefficients of a long history, 32 → 21 ms; switching costs ~50 µs),
     else the limit as it is.  On busy cores BLAS threads wait for each other (3× slower
-    measured beside two other processes on 2 cores), so the load average decides.  Two
-    threads may sum in another order than one: such products agree to ~1e-13 relative, not
+    measured beside two other processes on 2 cores), so their CPU use decides
+    (:func:`_idle_cores`).  Two threads may sum in another order than one: such products agree to ~1e-13 relative, not
     bit for bit (far inside every tolerance the planner applies, ``decide.ACCURACY_RTOL``)."""
     if nbytes > LARGE_PRODUCT_BYTES and _idle_cores():
         with every_blas_thread():
@@ -69,13 +70,57 @@ def threads_for(nbytes: int) -> Iterator[None]:
         yield
 
 
+#: How long one reading of the machine's CPU use decides :func:`_idle_cores` (seconds).
+_SAMPLE_SECONDS = 1.0
+_sample: tuple[float, float, float, bool] | None = None  # (time, busy core-seconds, own CPU seconds, idle)
+
+
 def _idle_cores() -> bool:
-    """Whether the machine's one-minute load leaves the cores beside this one mostly idle."""
+    """Whether the other processes leave the cores beside this one mostly idle: over the
+    last second or so, at most ``cores − 1.5`` cores busy with anything but this process.
+
+    Measured from the kernel's CPU counters (``/proc/stat``) minus this process's own CPU
+    time: the load average also counts tasks that use no CPU (a VM's kernel threads kept it
+    at 1.0 on an idle 2-core machine), and this process's own work.  Elsewhere, the
+    one-minute load average decides (this process included)."""
+    global _sample
     cores = os.cpu_count() or 1
-    try:
-        return cores > 1 and os.getloadavg()[0] <= cores - 0.5
-    except OSError:  # no load average (some platforms): stay on one thread
+    if cores < 2:
         return False
+    now = time.monotonic()
+    last = _sample
+    if last is not None and now - last[0] < _SAMPLE_SECONDS:
+        return last[3]
+    busy, own = _busy_seconds(), sum(os.times()[:2])
+    if busy is not None and last is not None:
+        idle = others_busy(busy - last[1], own - last[2], now - last[0]) <= cores - 1.5
+    else:
+        try:
+            idle = os.getloadavg()[0] <= cores - 0.5
+        except OSError:  # neither counters nor a load average: stay on one thread
+            idle = False
+    _sample = (now, busy if busy is not None else 0.0, own, idle)
+    return idle
+
+
+def others_busy(busy: float, own: float, seconds: float) -> float:
+    """Cores kept busy on average by other processes: ``busy`` core-seconds of the whole
+    machine, ``own`` of this process, over ``seconds``."""
+    return max(0.0, busy - own) / seconds if seconds > 0 else 0.0
+
+
+def _busy_seconds() -> float | None:
+    """Core-seconds the machine has spent busy since boot (``/proc/stat``), or None."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 5 or fields[0] != b"cpu":
+        return None
+    ticks = [int(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    busy = sum(ticks) - ticks[3] - ticks[4]
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 def single_threaded(method: Callable[_P, _R]) -> Callable[_P, _R]:
