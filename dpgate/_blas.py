@@ -61,8 +61,9 @@ def threads_for(nbytes: int) -> Iterator[None]:
     10 000 × 4 000 coefficients of a long history, 32 → 21 ms; switching costs ~50 µs),
     else the limit as it is.  On busy cores BLAS threads wait for each other (3× slower
     measured beside two other processes on 2 cores), so their CPU use decides
-    (:func:`_idle_cores`).  Two threads may sum in another order than one: such products agree to ~1e-13 relative, not
-    bit for bit (far inside every tolerance the planner applies, ``decide.ACCURACY_RTOL``)."""
+    (:func:`_idle_cores`).  Two threads may sum in another order than one: such products
+    agree to ~1e-13 relative, not bit for bit (far inside every tolerance the planner
+    applies, ``decide.ACCURACY_RTOL``)."""
     if nbytes > LARGE_PRODUCT_BYTES and _idle_cores():
         with every_blas_thread():
             yield

@@ -9,7 +9,9 @@ per solve.  Here the state is instead:
   O(nnz);
 * a dense ``M₀ = (F₀ + R₀)⁻¹`` for the rows and atoms at the last fold, reached from
   the current atoms by a lifting (below), and a few pending low-rank terms
-  ``± u uᵀ`` folded in by Woodbury's identity, so a solve costs O(n²);
+  ``± u uᵀ`` folded in by Woodbury's identity, so a solve costs O(n²).  The first
+  M₀ is built bottom-up when the rows are a hierarchy with its leaves (O(n²),
+  :func:`_hierarchy_inverse`), else by Cholesky (O(n³));
 * a regulariser ``Ñ`` (n × f, sparse) whose range complements the range of F
   (``f = n − rank``): ``(F + ÑÑᵀ)⁻¹`` is then a generalised inverse of F (if
   ``F y + ÑÑᵀy = F a`` then ``ÑÑᵀy = 0`` by the direct sum, so ``F y = F a``), and for
@@ -85,13 +87,14 @@ def _hierarchy_inverse(G: sp.csr_matrix) -> NDArray[np.float64] | None:
     against the n³ of a Cholesky inverse.
     """
     m, n = G.shape
-    G = G.tocsr()
+    G = sp.csr_matrix(G, copy=True)
     G.sum_duplicates()
     G.eliminate_zeros()
-    first = G.indptr[:-1]
     sizes = np.diff(G.indptr)
-    lead = G.data[np.minimum(first, max(G.nnz - 1, 0))]
-    if m == 0 or (sizes == 0).any() or not np.array_equal(G.data, np.repeat(lead, sizes)):
+    if m == 0 or (sizes == 0).any():
+        return None
+    lead = G.data[G.indptr[:-1]]  # each row's first value: all of its values, for a set
+    if not np.array_equal(G.data, np.repeat(lead, sizes)):
         return None
     # One set per distinct support (repeats add their weights), largest first.
     supports: dict[bytes, int] = {}
