@@ -13,6 +13,8 @@ first (``V[:, cols] (d v) = V (Σ_pieces d v)``), so a split costs O(n), not O(r
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -26,7 +28,7 @@ from dpgate._blas import threads_for
 
 __all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "Block", "combined_classes", "covers_every_atom", "disjoint",
            "disjoint_block", "equal_columns", "general_block", "merged", "mixed_block", "project_blocks",
-           "sparse_coefficients", "sparse_rows", "times_and_back"]
+           "sparse_coefficients", "sparse_rows", "threads_for_blocks", "times_and_back"]
 
 EXTEND_RTOL = 1e-9
 """A row whose distance to the current row space is at most this fraction of its norm adds no direction."""
@@ -150,6 +152,11 @@ def times_and_back(A: NDArray[np.float64], x: NDArray[np.float64]) -> tuple[NDAr
     return y, back
 
 
+def threads_for_blocks(blocks: list[Block]) -> contextlib.AbstractContextManager[None]:
+    """:func:`~dpgate._blas.threads_for` the products that read every block's rows."""
+    return threads_for(sum(B.rows.nbytes for B in blocks))
+
+
 def project_blocks(
     blocks: list[Block], d: NDArray[np.float64], v: NDArray[np.float64]
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -157,7 +164,7 @@ def project_blocks(
     k rows ``v`` (k × n), the coefficients are k × r."""
     dv = d * v
     cs, res = [], v.copy()
-    with threads_for(sum(B.rows.nbytes for B in blocks)):
+    with threads_for_blocks(blocks):
         for B in blocks:
             c, back = times_and_back(B.rows, B.gather(dv).T)
             res -= B.spread(back.T)
@@ -202,7 +209,7 @@ def _coefficients(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.flo
     """``P = V D Gᵀ`` (r × k), the rows' coefficients on the basis."""
     P = np.zeros((r, G.shape[0]))
     top = 0
-    with threads_for(sum(B.rows.nbytes for B in blocks)):
+    with threads_for_blocks(blocks):
         for B in blocks:
             P[top: top + B.size] = B.rows @ B.gather(G * d).T
             top += B.size
@@ -213,7 +220,7 @@ def _combine(blocks: list[Block], W: NDArray[np.float64], n: int) -> NDArray[np.
     """``W V`` (k × n) for coefficients W (k × r) on the basis rows."""
     out = np.zeros((W.shape[0], n))
     top = 0
-    with threads_for(sum(B.rows.nbytes for B in blocks)):
+    with threads_for_blocks(blocks):
         for B in blocks:
             out += B.spread(W[:, top: top + B.size] @ B.rows)
             top += B.size

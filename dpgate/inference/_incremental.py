@@ -55,7 +55,6 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import solve_triangular
 
-from dpgate._blas import threads_for
 from dpgate._validate import finite, finite_array, nonnegative_finite, positive_finite, readonly
 from dpgate.errors import InvalidArgument
 from dpgate.inference._blocks import (
@@ -71,6 +70,7 @@ from dpgate.inference._blocks import (
     project_blocks,
     sparse_coefficients,
     sparse_rows,
+    threads_for_blocks,
 )
 from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
 from dpgate.inference._factors import Root, Rows
@@ -329,7 +329,7 @@ class IncrementalBLUE:
         d = self._d
         if self._r == d.size:  # V spans every atom: the residual is zero (half the work skipped)
             dv = d * v
-            with threads_for(sum(B.rows.nbytes for B in blocks)):
+            with threads_for_blocks(blocks):
                 return np.concatenate([B.rows @ B.gather(dv) for B in blocks]), np.zeros(v.shape)
         if len(blocks) == 1 and blocks[0].cols is None:
             V = blocks[0].rows

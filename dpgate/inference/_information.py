@@ -101,9 +101,8 @@ def _hierarchy_inverse(G: sp.csr_matrix) -> NDArray[np.float64] | None:
     members: list[NDArray[np.int32]] = []
     weight: list[float] = []
     for r in np.argsort(-sizes, kind="stable"):
-        idx = G.indices[G.indptr[r]: G.indptr[r + 1]]
-        key = np.sort(idx).tobytes()
-        s = supports.setdefault(key, len(members))
+        idx = G.indices[G.indptr[r]: G.indptr[r + 1]]  # sorted: sum_duplicates canonicalised G
+        s = supports.setdefault(idx.tobytes(), len(members))
         if s == len(members):
             members.append(idx)
             weight.append(0.0)
