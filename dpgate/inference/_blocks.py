@@ -14,7 +14,6 @@ first (``V[:, cols] (d v) = V (Σ_pieces d v)``), so a split costs O(n), not O(r
 from __future__ import annotations
 
 import contextlib
-
 import math
 from dataclasses import dataclass
 from functools import cached_property
