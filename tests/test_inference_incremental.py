@@ -318,6 +318,26 @@ def test_estimates_of_repeats_from_their_own_rows(case) -> None:  # type: ignore
             state.estimate_many(np.ones((1, state.n_atoms)), [state.n_rows])
 
 
+def test_group_of_repeats_from_their_own_rows() -> None:
+    """Many stored rows estimated together with their indices (the batched path, coordinates
+    from C) equal the dense batch BLUE of each row."""
+    rng = np.random.default_rng(12)
+    n, m = 30, 24
+    state = IncrementalBLUE(rng.integers(1, 4, n).astype(float))
+    for _ in range(m):
+        lo, hi = sorted(rng.integers(0, n, 2))
+        h = np.zeros(n)
+        h[lo: hi + 1] = 1.0
+        state.append(h, float(rng.choice([0.5, 2.0])), float(rng.normal() * 10))
+    assert 0 < state.rank < n
+    rows = np.array(state.rows)
+    for est, Q in zip(state.copy().estimate_many(rows, list(range(m))), rows, strict=True):
+        ref = batch(state, Q)
+        assert est.estimable and ref.estimable
+        np.testing.assert_allclose(est.weights, ref.weights, rtol=1e-8, atol=1e-8 * max(1.0, np.abs(ref.weights).max()))
+        assert est.variance == pytest.approx(ref.variance, rel=1e-8, abs=1e-12)
+
+
 def test_coefficient_rows_stay_in_few_blocks() -> None:
     """Rows frozen by a copy after every statement are joined like a binary counter: after
     300 one-row statements C is in at most log₂ 300 + 2 blocks, and reads the same."""

@@ -713,11 +713,14 @@ class IncrementalBLUE:
             raise InvalidArgument(f"Qs must be k × {self.n_atoms}; got {Qm.shape}.")
         if rows is not None and self._info is None:
             for Q, i in zip(Qm, rows, strict=True):
-                if i is not None and not 0 <= i < self._m:
+                if i is None:
+                    continue
+                if not 0 <= i < self._m:
                     raise InvalidArgument(f"row {i} is not one of the {self._m} stored rows.")
-                if i is not None and ("project", Q.tobytes()) not in self._memo:
-                    coords = float(self._b[i]) * self._C.row(i, self._r)
-                    self._remember(("project", Q.tobytes()), (readonly(coords), readonly(np.zeros(Q.size))))
+                key = ("project", Q.tobytes())
+                if key not in self._memo:  # what _project finds, without reading the basis
+                    self._remember(key, (readonly(float(self._b[i]) * self._C.row(i, self._r)),
+                                         readonly(np.zeros(Q.size))))
         sure = np.zeros(Qm.shape[0], dtype=bool)
         if self._info is None and self._r < self.n_atoms and Qm.shape[0] >= _BATCH_ROWS:
             X, i, j, v = sparse_rows(Qm, self._d)  # the rows of Q D
@@ -739,15 +742,25 @@ class IncrementalBLUE:
 
     def _estimates_together(self, Qm: NDArray[np.float64]) -> list[Estimate | None]:
         """:meth:`estimate` (exact law) of the rows of Qm with their projections and solves as
-        matrix products — each basis block and C read once for all rows, not once per row:
+        matrix products — each basis block and C read once for all rows, not once per row
+        (and the basis not at all for rows whose coordinates are remembered or known):
         the same numbers up to rounding.  A row whose projection would take a second
         Gram–Schmidt pass or whose solve would need refinement gets None (left to
         :meth:`estimate`), so every row given here passed :meth:`_project_now` and
         :meth:`_solve_now` after their first pass; a row that is not estimable gets None too."""
         d, m, r = self._d, self._m, self._r
-        cQ, res = project_blocks(self._vblocks(), d, Qm)  # k × r, k × n
+        # Coordinates already found (or known: a repeat's own row) are reused; the rest projected.
+        known = [self._memo.get(("project", Q.tobytes())) for Q in Qm]
+        new = [k for k, found in enumerate(known) if found is None]
+        cQ, rn = np.zeros((Qm.shape[0], r)), np.zeros(Qm.shape[0])
+        if new:
+            cQ[new], res = project_blocks(self._vblocks(), d, Qm[new])  # k × r, k × n
+            if r < d.size:
+                rn[new] = self._dnorms(res)
+        for k, found in enumerate(known):
+            if found is not None:
+                cQ[k], rn[k] = found[0], self._dnorm(found[1])
         qn = self._dnorms(Qm)
-        rn = np.zeros_like(qn) if r == d.size else self._dnorms(res)
         ok = ~_second_pass(rn, qn) & (rn <= ESTIMABLE_RTOL * qn) & (qn > 0)
         out: list[Estimate | None] = [None] * Qm.shape[0]
         rows = np.flatnonzero(ok)
