@@ -11,9 +11,10 @@ against the ledger, which stays the only source of truth:
   unpickled, so only a process holding the key can have written it.  It is a two-level
   HMAC: one per 32 MiB chunk (its position and the total length bound in), computed in
   parallel threads, and one over those — a 475 MB file is MAC'd on every core;
-* it names the number of records it covers and a digest of exactly those records,
-  which must equal the digest of the ledger's first records (read and MAC-verified
-  by the ledger's chain check), so it can only stand for this ledger's history;
+* it names the number of records it covers and the chained MAC of the last of them,
+  which must equal the MAC this process verified for that record in the ledger's
+  chain check (a MAC that commits to every field of every record up to it), so it
+  can only stand for this ledger's history;
 * format, dpgate version, the schema's tables and ``max_atoms`` must match
   (the replay depends on them).
 
@@ -45,7 +46,7 @@ from typing import Any
 
 from dpgate.ledger import Ledger, LedgerRecord
 
-__all__ = ["load", "path_for", "records_digest", "save"]
+__all__ = ["load", "path_for", "save"]
 
 #: Bumped whenever the pickled inference state changes shape (an older file is then replayed).
 _MAGIC = b"dpgate-checkpoint 4\n"
@@ -63,15 +64,6 @@ def path_for(ledger: Ledger) -> str | None:
 def _key(ledger: Ledger) -> bytes | None:
     key = getattr(ledger, "_key", None)  # the ledger's secret: the checkpoint is keyed like its records
     return key if isinstance(key, bytes) else None
-
-
-def records_digest(records: Sequence[LedgerRecord]) -> str:
-    """A digest of ``records`` (every field, in order)."""
-    h = hashlib.sha256()
-    for r in records:
-        h.update(repr(r).encode())
-        h.update(b"\n")
-    return h.hexdigest()
 
 
 def _mac_key(key: bytes) -> bytes:
@@ -114,11 +106,11 @@ def _pad(offset: int) -> bytes:
 
 def save(ledger: Ledger, header: dict[str, Any], records: Sequence[LedgerRecord], state: Any) -> None:
     """Write ``state`` as the checkpoint of ``ledger``'s first ``len(records)`` records (best effort, atomic)."""
-    path, key = path_for(ledger), _key(ledger)
-    if path is None or key is None:
+    path, key, head = path_for(ledger), _key(ledger), ledger.chain_mac(len(records))
+    if path is None or key is None or head is None:
         return
     buffers: list[pickle.PickleBuffer] = []
-    body = pickle.dumps(({**header, "count": len(records), "digest": records_digest(records)}, state),
+    body = pickle.dumps(({**header, "count": len(records), "head": head}, state),
                         protocol=5, buffer_callback=buffers.append)
     raws = [b.raw() for b in buffers]
     pieces: list[bytes | memoryview] = [_COUNT.pack(len(body), len(raws)),
@@ -182,6 +174,6 @@ def load(ledger: Ledger, header: dict[str, Any], records: Sequence[LedgerRecord]
     count = stored.get("count")
     if (not isinstance(count, int) or not 0 < count <= len(records)
             or any(stored.get(k) != v for k, v in header.items())
-            or stored.get("digest") != records_digest(records[:count])):
+            or stored.get("head") is None or stored.get("head") != ledger.chain_mac(count)):
         return None
     return count, state

@@ -37,6 +37,7 @@ Data Release and Query Estimation" (Emory TR-2011-005, 2011).
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import math
 import sys
@@ -93,6 +94,20 @@ _R = TypeVar("_R", bound=Result)
 _BUDGET_SLACK = 1e-12
 #: Default ``Gateway(max_outputs=...)``: a two-column GROUP BY of a few thousand keys.
 DEFAULT_MAX_OUTPUTS = 4096
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a ledger's history is loaded: tens of thousands
+    of new objects (records, queries) would otherwise set off full collections that walk them
+    all, a third of re-opening 10 000 releases.  Restored as it was, even on an exception."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _outside_dpgate() -> int:
@@ -224,16 +239,17 @@ class Gateway:
         # A digest of the private data: the ledger stores only a keyed MAC of it, never the value.
         self._fingerprinted: tuple[Schema, str] | None = (self.schema, self.schema.fingerprint())
         fingerprint = hashlib.sha256(f"{self._cube.fingerprint()}|{self._fingerprinted[1]}".encode()).hexdigest()
-        self._ledger = ledger if isinstance(ledger, Ledger) else Ledger.open(
-            ledger, fingerprint=fingerprint, budget=float(budget), key=ledger_key, new=new_ledger
-        )
-        self._owns_ledger = not isinstance(ledger, Ledger)
-        self._noise = noise_source(seed)
-        self._history = LedgerHistory(self.schema, self._ledger, max_atoms)
-        self._ispe_releases: list[WarmStart] = []  # this object's ISPE warm starts, for method="mmse"
-        self._lock = threading.RLock()
-        with one_blas_thread():
-            self._history.open()
+        with _collector_paused():
+            self._ledger = ledger if isinstance(ledger, Ledger) else Ledger.open(
+                ledger, fingerprint=fingerprint, budget=float(budget), key=ledger_key, new=new_ledger
+            )
+            self._owns_ledger = not isinstance(ledger, Ledger)
+            self._noise = noise_source(seed)
+            self._history = LedgerHistory(self.schema, self._ledger, max_atoms)
+            self._ispe_releases: list[WarmStart] = []  # this object's ISPE warm starts, for method="mmse"
+            self._lock = threading.RLock()
+            with one_blas_thread():
+                self._history.open()
 
     # -- public properties -------------------------------------------------------
     @property

@@ -124,6 +124,10 @@ class Ledger(SqliteStore):
         self._key_path = None if path is None else path + ".key"
         self._head: Anchor = (0, "")  # the verified chain head (count, MAC); header MAC at 0
         self._head_guard = threading.Lock()
+        # Records 1, 2, … as this process verified them, and their MACs (with the key only): a
+        # record never changes once committed, so later reads fetch only the records after them.
+        self._known: list[LedgerRecord] = []
+        self._known_macs: list[str] = []
 
     # -- opening -------------------------------------------------------------
 
@@ -350,25 +354,40 @@ class Ledger(SqliteStore):
                 f"The ledger file {where!r} was deleted or replaced while this process was using it; "
                 f"nothing more is answered from it. {NEW_LEDGER_HINT}"
             )
+        if self._key is None:  # audit without the key: nothing to verify against
+            rows = conn.execute(f"SELECT {COLUMNS} FROM dpgate_records WHERE id > ? ORDER BY id",
+                                (int(since),)).fetchall()
+            return tuple(record_from_row(r) for r in rows)
         with self._head_guard:
-            count, mac = self._head
+            (count, mac), known = self._head, len(self._known)
         rows = conn.execute(
-            f"SELECT {COLUMNS}, mac FROM dpgate_records WHERE id > ? ORDER BY id", (min(int(since), count),)
+            f"SELECT {COLUMNS}, mac FROM dpgate_records WHERE id > ? ORDER BY id", (min(int(since), known),)
         ).fetchall()
-        if self._key is not None:
-            head = conn.execute("SELECT mac FROM dpgate_records WHERE id = ?", (count,)).fetchone()
-            if count > 0 and (head is None or head[0] != mac):
-                raise LedgerError(
-                    f"The ledger {where!r} lost or changed records that this process had already "
-                    f"verified (it was truncated, rolled back or edited). {NEW_LEDGER_HINT}"
-                )
-            count, mac = extend_chain(self._key, (count, mac), rows, where)
-            with self._head_guard:
-                if count > self._head[0]:
-                    self._head = (count, mac)
-            if check_anchor and self._anchor_path is not None:
-                self._check_anchor(conn, where, count)
-        return tuple(record_from_row(r[:-1]) for r in rows if r[0] > since)
+        head = conn.execute("SELECT mac FROM dpgate_records WHERE id = ?", (count,)).fetchone()
+        if count > 0 and (head is None or head[0] != mac):
+            raise LedgerError(
+                f"The ledger {where!r} lost or changed records that this process had already "
+                f"verified (it was truncated, rolled back or edited). {NEW_LEDGER_HINT}"
+            )
+        count, mac = extend_chain(self._key, (count, mac), rows, where)
+        with self._head_guard:
+            if count > self._head[0]:
+                self._head = (count, mac)
+            # Rows beyond the known ones (ids are consecutive): verified just now, or this process's
+            # own commits up to the head (as before, only the head record is re-checked for those).
+            fresh = [r for r in rows if r[0] > len(self._known)]
+            self._known.extend(record_from_row(r[:-1]) for r in fresh)
+            self._known_macs.extend(r[-1] for r in fresh)
+            found = tuple(self._known[max(int(since), 0):count]) if since < count else ()
+        if check_anchor:
+            self._check_anchor(conn, where, count)
+        return found
+
+    def chain_mac(self, count: int) -> str | None:
+        """The MAC of record ``count`` as this process verified it (it commits to records 1 … ``count``
+        under the ledger's key), or ``None`` when this process has not read that far."""
+        with self._head_guard:
+            return self._known_macs[count - 1] if 0 < count <= len(self._known_macs) else None
 
     def _check_anchor(self, conn: sqlite3.Connection, where: str, count: int) -> None:
         if self._anchor_path is None:  # in memory: nothing outlives the process

@@ -169,6 +169,25 @@ def test_editing_a_record_or_the_budget_is_detected(tmp_path: Path) -> None:
         Ledger.open(copy, fingerprint=FP, budget=2.0)
 
 
+def test_records_edited_under_an_open_ledger_are_never_read_back(tmp_path: Path) -> None:
+    """A record is read and verified once per process: an edit made afterwards (the head left
+    alone) is never returned, while the next process's open finds it."""
+    path = tmp_path / "l.db"
+    with Ledger.open(path, fingerprint=FP, budget=1.0) as led:
+        spend(led, 3)
+        before = led.records()
+        assert [r.alpha for r in before] == [0.125] * 3
+        with sqlite3.connect(path) as c:
+            c.execute("DROP TRIGGER dpgate_records_no_update")
+            c.execute("UPDATE dpgate_records SET alpha = 0.0 WHERE id = 1")
+        assert led.records() == before and led.records(since=1) == before[1:]
+        spend(led, 1)  # the chain goes on from the verified head
+        assert led.records()[:3] == before and len(led.records()) == 4
+        assert led.chain_mac(4) is not None and led.chain_mac(5) is None
+    with pytest.raises(LedgerError, match="integrity check"):
+        Ledger.open(path, fingerprint=FP, budget=1.0)
+
+
 def test_restoring_an_older_copy_is_detected(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     with Ledger.open(path, fingerprint=FP, budget=1.0) as led:
