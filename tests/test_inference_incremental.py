@@ -596,6 +596,44 @@ def test_mixed_block_equals_appends() -> None:
         assert_same_states(seq, block, (*ranges(4), np.ones(n), rng.integers(-2, 3, n).astype(float)))
 
 
+def test_a_block_of_several_panels_equals_appends() -> None:
+    """A block longer than several panels of the square root's delayed updates, with rows that
+    add directions and rows that do not in every panel, enters as appending row by row does."""
+    from dpgate.inference._factors import _PANEL
+
+    rng = np.random.default_rng(8)
+    n = 120
+    sizes = rng.integers(1, 5, n).astype(float)
+    seq, block = IncrementalBLUE(sizes), IncrementalBLUE(sizes)
+
+    def ranges(k: int) -> np.ndarray:
+        H = np.zeros((k, n))
+        for i in range(k):
+            lo, hi = sorted(rng.integers(0, n, 2))
+            H[i, lo: hi + 1] = 1.0
+        return H
+
+    first = ranges(40)
+    H = np.concatenate([ranges(3 * _PANEL), first[rng.integers(0, 40, _PANEL)]])[rng.permutation(4 * _PANEL)]
+    first_values = rng.normal(size=len(first))
+    for same in (seq, block):
+        same.extend(first, np.full(len(first), 2.0), first_values)
+    scales, values = rng.uniform(0.5, 3, len(H)), rng.normal(size=len(H)) * 10
+    for h, b, y in zip(H, scales, values, strict=True):
+        seq.append(h, float(b), float(y))
+    r, rows_in, root = block.rank, [], block._S
+    append_rows = root.append_rows
+    root.append_rows = lambda P, L, adds: (rows_in.append(adds.copy()), append_rows(P, L, adds))[1]
+    assert block._extend_block(H, scales, values, np.zeros(len(H)))
+    (adds,) = rows_in  # one update of the square root, the rows delayed in panels
+    per_panel = adds.reshape(4, _PANEL).sum(axis=1)
+    assert block.rank == seq.rank == r + adds.sum() and (per_panel > 0).all() and (per_panel < _PANEL).all()
+    # The square root itself, not only the estimates (a solve's refinement would hide its errors).
+    S_seq, S_block = seq._S.copy().dense(), block._S.copy().dense()
+    np.testing.assert_allclose(S_block, S_seq, rtol=0, atol=1e-10 * np.abs(S_seq).max())
+    assert_same_states(seq, block, (*ranges(6), np.ones(n), rng.integers(-2, 3, n).astype(float)))
+
+
 def test_blocks_after_far_noisier_releases_keep_the_square_root_accurate() -> None:
     """Releases 30 000 times noisier than later blocks (an analyst's ±1e7 question beside ±300
     ones) make the square root shrink by orders of magnitude.  Blocks update it row by row

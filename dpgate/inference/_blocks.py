@@ -286,13 +286,19 @@ def mixed_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float
     n, k = G.shape[1], G.shape[0]
     if r == n:  # the basis spans every atom: no residual, no new direction (one product, not four)
         return _coefficients(blocks, d, G, r), np.zeros((k, 0)), np.zeros((0, n)), np.zeros(k, dtype=bool)
-    P = np.zeros((r, k))
-    R = G.copy()
-    for _ in range(2):
-        c = _coefficients(blocks, d, R, r)
-        if r:
-            R -= _combine(blocks, c.T, n)
-        P += c
+    P = _coefficients(blocks, d, G, r)
+    R = G - _combine(blocks, P.T, n) if r else G.copy()
+    # The second pass only where the first cancelled ("twice is enough"; Parlett's criterion:
+    # less than 1/√2 of the row left) but left enough to add a direction.  Elsewhere it changes
+    # P and R by rounding only: a row with most of itself left is orthogonal to the basis to
+    # working precision, and one with at most EXTEND_RTOL left adds nothing (a projection only
+    # shrinks it).  Near full rank, that is almost every row: half the work of a long history.
+    left = np.sqrt(np.einsum("ij,ij,j->i", R, R, d))
+    again = np.flatnonzero((left > EXTEND_RTOL * norms) & (left < norms / math.sqrt(2.0)))
+    if r and again.size:
+        c = _coefficients(blocks, d, R[again], r)
+        R[again] -= _combine(blocks, c.T, n)
+        P[:, again] += c
     E = np.zeros((k, n))
     L = np.zeros((k, k))
     adds = np.zeros(k, dtype=bool)

@@ -30,6 +30,8 @@ __all__ = ["MAX_RANK", "Root", "Rows"]
 
 #: Columns of X and Z before they are folded into S₀ (fewer for a small S: r/8).
 MAX_RANK = 32
+#: Rows per panel of :meth:`Root.append_rows`' delayed updates.
+_PANEL = 32
 
 
 class Rows:
@@ -209,8 +211,14 @@ class Root:
         ``S ← [[S, 0], [−φᵀ/ρ, 1/ρ]]`` — the same sequence of updates, so the same numerics
         (a square root shrunk by orders of magnitude stays accurate: one factorisation of the
         whole block's update did not, when earlier releases were far noisier than the block).
-        ``S₀ᵀP`` is one product for the block; each row then costs O(r p) on the low-rank
-        factors, and the block is folded once at the end.
+
+        The updates are delayed in panels of :data:`_PANEL` rows, as blocked LU delays its
+        trailing updates: at a panel's start the columns of X and Z so far ("old") are applied
+        to its rows at once (matrix products), and inside it a row's φ and new column read
+        only the panel's own columns — each new column of X is kept as ``Xl + X_old U`` and
+        ``U`` (old × panel) multiplied out at the panel's end.  A row then costs O(r · panel),
+        not O(r · p) matrix-vector reads of every column of the block; the algebra is
+        unchanged.  S₀ᵀP is one product for the block, and the block is folded once at the end.
         """
         r, k = P.shape
         size, r0, p0 = self.size, self._S0.shape[0], self._X.shape[1]
@@ -218,25 +226,49 @@ class Root:
         X = np.zeros((total, p0 + k))
         Z = np.zeros((total, p0 + k))
         X[:size, :p0], Z[:size, :p0] = self._X, self._Z
+        # w⁰ = diag(S₀, I)ᵀ c for every row: on the directions before the block, then on those
+        # earlier rows of the block added (not the row's own), zero beyond.
+        W = np.zeros((total, k))
         with threads_for(self._S0.nbytes):
-            A = self._S0.T @ P[:r0]
+            W[:r0] = self._S0.T @ P[:r0]
+        W[r0:size] = P[r0:]
+        own = np.flatnonzero(adds)
+        Lx = np.array(L, dtype=np.float64)
+        Lx[own, np.arange(own.size)] = 0.0
+        W[size:] = Lx.T
         cur, p, kn = size, p0, 0
-        for i in range(k):
-            w = np.concatenate([A[:, i], P[r0:, i], L[i, :kn]])  # diag(S₀, I)ᵀ c
-            if p:
-                w += Z[:cur, :p] @ (X[:cur, :p].T @ w)  # φ = Sᵀc
-            if adds[i]:
-                rho = L[i, kn]
-                X[cur, p] = 1.0
-                Z[:cur, p] = -w / rho
-                Z[cur, p] = 1.0 / rho - 1.0
-                cur, kn = cur + 1, kn + 1
-            else:
-                beta = 1.0 + float(w @ w)
-                a = -w / (beta + math.sqrt(beta))
-                X[:cur, p] = a + X[:cur, :p] @ (Z[:cur, :p].T @ a) if p else a
-                Z[:cur, p] = w
-            p += 1
+        for start in range(0, k, _PANEL):
+            b, q = min(_PANEL, k - start), p  # q: the old columns, final from here on
+            W0 = W[:, start: start + b]
+            H = X[:, :q].T @ W0  # X_oldᵀ w⁰
+            Wt = W0 + Z[:, :q] @ H  # φ without the panel's own columns
+            K = Z[:, :q].T @ Wt  # Z_oldᵀ of that
+            U = np.zeros((q, b))  # the panel's columns of X are Xl + X_old U
+            Zo = np.zeros((q, b))  # Z_oldᵀ Z_panel
+            for j in range(b):
+                i = start + j
+                Xl, Zl = X[:cur, q:p], Z[:cur, q:p]
+                v = Xl.T @ W0[:cur, j] + U[:, :j].T @ H[:, j]  # X_panelᵀ w⁰
+                phi = Wt[:cur, j] + Zl @ v  # φ = Sᵀc
+                zo_phi = K[:, j] + Zo[:, :j] @ v  # Z_oldᵀ φ
+                if adds[i]:
+                    rho = L[i, kn]
+                    X[cur, p] = 1.0
+                    Z[:cur, p] = -phi / rho
+                    Z[cur, p] = 1.0 / rho - 1.0
+                    Zo[:, j] = -zo_phi / rho  # Z_old is zero on the new direction
+                    cur, kn = cur + 1, kn + 1
+                else:
+                    beta = 1.0 + float(phi @ phi)
+                    c = -1.0 / (beta + math.sqrt(beta))  # a = c φ
+                    zl_a = c * (Zl.T @ phi)
+                    X[:cur, p] = c * phi + Xl @ zl_a
+                    U[:, j] = c * zo_phi + U[:, :j] @ zl_a
+                    Z[:cur, p] = phi
+                    Zo[:, j] = zo_phi
+                p += 1
+            if q:
+                X[:, q:p] += X[:, :q] @ U
         self._X, self._Z = X[:, :p], Z[:, :p]
         if p > min(MAX_RANK, self.size // 8):
             self.fold()
