@@ -171,9 +171,9 @@ def load(ledger: Ledger, header: dict[str, Any], records: Sequence[LedgerRecord]
         stored, state = pickle.loads(body, buffers=buffers)  # noqa: S301 - authenticated above
     except Exception:  # noqa: BLE001 - a checkpoint from another dpgate build: replay instead
         return None
-    count = stored.get("count")
+    count, head = stored.get("count"), stored.get("head")
     if (not isinstance(count, int) or not 0 < count <= len(records)
             or any(stored.get(k) != v for k, v in header.items())
-            or stored.get("head") is None or stored.get("head") != ledger.chain_mac(count)):
+            or head is None or head != ledger.chain_mac(count)):
         return None
     return count, state
