@@ -345,6 +345,7 @@ class Ledger(SqliteStore):
         record must still be there unchanged (no truncation or rollback under a
         running process), and the file must be the one opened (not deleted or
         replaced).  With ``check_anchor``, the ledger must also reach the anchor.
+        Records this process read before are returned as it verified them, not read again.
         """
         if isinstance(since, bool) or not isinstance(since, numbers.Integral):
             raise InvalidRequirement(f"since must be an int record id, not {since!r}.")
