@@ -596,6 +596,15 @@ def test_mixed_block_equals_appends() -> None:
         assert_same_states(seq, block, (*ranges(4), np.ones(n), rng.integers(-2, 3, n).astype(float)))
 
 
+def random_ranges(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
+    """k random ranges ``[lo, hi]`` over n atoms, as rows."""
+    H = np.zeros((k, n))
+    for i in range(k):
+        lo, hi = sorted(rng.integers(0, n, 2))
+        H[i, lo: hi + 1] = 1.0
+    return H
+
+
 def test_a_block_of_several_panels_equals_appends() -> None:
     """A block longer than several panels of the square root's delayed updates, with rows that
     add directions and rows that do not in every panel, enters as appending row by row does."""
@@ -606,15 +615,8 @@ def test_a_block_of_several_panels_equals_appends() -> None:
     sizes = rng.integers(1, 5, n).astype(float)
     seq, block = IncrementalBLUE(sizes), IncrementalBLUE(sizes)
 
-    def ranges(k: int) -> np.ndarray:
-        H = np.zeros((k, n))
-        for i in range(k):
-            lo, hi = sorted(rng.integers(0, n, 2))
-            H[i, lo: hi + 1] = 1.0
-        return H
-
-    first = ranges(40)
-    H = np.concatenate([ranges(3 * _PANEL), first[rng.integers(0, 40, _PANEL)]])[rng.permutation(4 * _PANEL)]
+    first = random_ranges(rng, n, 40)
+    H = np.concatenate([random_ranges(rng, n, 3 * _PANEL), first[rng.integers(0, 40, _PANEL)]])[rng.permutation(4 * _PANEL)]
     first_values = rng.normal(size=len(first))
     for same in (seq, block):
         same.extend(first, np.full(len(first), 2.0), first_values)
@@ -631,7 +633,7 @@ def test_a_block_of_several_panels_equals_appends() -> None:
     # The square root itself, not only the estimates (a solve's refinement would hide its errors).
     S_seq, S_block = seq._S.copy().dense(), block._S.copy().dense()
     np.testing.assert_allclose(S_block, S_seq, rtol=0, atol=1e-10 * np.abs(S_seq).max())
-    assert_same_states(seq, block, (*ranges(6), np.ones(n), rng.integers(-2, 3, n).astype(float)))
+    assert_same_states(seq, block, (*random_ranges(rng, n, 6), np.ones(n), rng.integers(-2, 3, n).astype(float)))
 
 
 def test_blocks_after_far_noisier_releases_keep_the_square_root_accurate() -> None:
@@ -644,18 +646,11 @@ def test_blocks_after_far_noisier_releases_keep_the_square_root_accurate() -> No
     n = 120
     state = IncrementalBLUE(np.ones(n))
 
-    def ranges(k: int) -> np.ndarray:
-        H = np.zeros((k, n))
-        for i in range(k):
-            lo, hi = sorted(rng.integers(0, n, 2))
-            H[i, lo: hi + 1] = 1.0
-        return H
-
-    state.extend(ranges(40), np.full(40, 100.0), np.zeros(40))
-    state.extend(ranges(10), np.full(10, 3e6), np.zeros(10))
+    state.extend(random_ranges(rng, n, 40), np.full(40, 100.0), np.zeros(40))
+    state.extend(random_ranges(rng, n, 10), np.full(10, 3e6), np.zeros(10))
     for _ in range(3):
-        state.extend(ranges(80), np.full(80, 100.0), np.zeros(80))
-        for Q in ranges(3):
+        state.extend(random_ranges(rng, n, 80), np.full(80, 100.0), np.zeros(80))
+        for Q in random_ranges(rng, n, 3):
             c, _ = state._project_now(Q)
             S, C = state._S, state._C
             z = S.times(S.t_times(c))

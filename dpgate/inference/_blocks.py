@@ -27,7 +27,7 @@ from dpgate._blas import threads_for
 
 __all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "Block", "combined_classes", "covers_every_atom", "disjoint",
            "disjoint_block", "equal_columns", "general_block", "merged", "mixed_block", "project_blocks",
-           "sparse_coefficients", "sparse_rows", "threads_for_blocks", "times_and_back"]
+           "second_pass", "sparse_coefficients", "sparse_rows", "threads_for_blocks", "times_and_back"]
 
 EXTEND_RTOL = 1e-9
 """A row whose distance to the current row space is at most this fraction of its norm adds no direction."""
@@ -149,6 +149,13 @@ def times_and_back(A: NDArray[np.float64], x: NDArray[np.float64]) -> tuple[NDAr
         y[top: top + step] = chunk @ x
         back += (y[top: top + step].T @ chunk).T
     return y, back
+
+
+def second_pass(r: NDArray[np.float64], v: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Rows left with residual norms ``r`` by a first Gram–Schmidt pass (of norms ``v``) that
+    take a second: the pass cancelled ("twice is enough"; Parlett's criterion: less than
+    1/√2 left) and left more than :data:`EXTEND_RTOL` (a row with at most that adds nothing)."""
+    return (EXTEND_RTOL * v < r) & (r < v / math.sqrt(2.0))
 
 
 def threads_for_blocks(blocks: list[Block]) -> contextlib.AbstractContextManager[None]:
@@ -288,13 +295,11 @@ def mixed_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float
         return _coefficients(blocks, d, G, r), np.zeros((k, 0)), np.zeros((0, n)), np.zeros(k, dtype=bool)
     P = _coefficients(blocks, d, G, r)
     R = G - _combine(blocks, P.T, n) if r else G.copy()
-    # The second pass only where the first cancelled ("twice is enough"; Parlett's criterion:
-    # less than 1/√2 of the row left) but left enough to add a direction.  Elsewhere it changes
-    # P and R by rounding only: a row with most of itself left is orthogonal to the basis to
-    # working precision, and one with at most EXTEND_RTOL left adds nothing (a projection only
-    # shrinks it).  Near full rank, that is almost every row: half the work of a long history.
-    left = np.sqrt(np.einsum("ij,ij,j->i", R, R, d))
-    again = np.flatnonzero((left > EXTEND_RTOL * norms) & (left < norms / math.sqrt(2.0)))
+    # The second pass only where it can matter (second_pass).  Elsewhere it changes P and R
+    # by rounding only: a row with most of itself left is orthogonal to the basis to working
+    # precision, and one with at most EXTEND_RTOL left adds nothing (a projection only shrinks
+    # it).  Near full rank, that is almost every row: half the work of a long history.
+    again = np.flatnonzero(second_pass(np.sqrt(np.einsum("ij,ij,j->i", R, R, d)), norms))
     if r and again.size:
         c = _coefficients(blocks, d, R[again], r)
         R[again] -= _combine(blocks, c.T, n)

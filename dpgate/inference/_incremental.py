@@ -68,6 +68,7 @@ from dpgate.inference._blocks import (
     merged,
     mixed_block,
     project_blocks,
+    second_pass,
     sparse_coefficients,
     sparse_rows,
     threads_for_blocks,
@@ -117,11 +118,6 @@ def _grow(buf: NDArray[np.float64], rows: int, cols: int) -> NDArray[np.float64]
 #: From this many rows on, :meth:`IncrementalBLUE.estimate_many` finds the rows history cannot
 #: estimate together (below, one projection each is as fast).
 _BATCH_ROWS = 16
-
-
-def _second_pass(r: NDArray[np.float64], v: NDArray[np.float64]) -> NDArray[np.bool_]:
-    """Rows whose projection would take a second Gram–Schmidt pass (:meth:`IncrementalBLUE._project_now`)."""
-    return (EXTEND_RTOL * v < r) & (r < v / math.sqrt(2.0))
 
 
 #: Largest basis (rows × columns, summed over blocks) :meth:`IncrementalBLUE.twin_classes` compares.
@@ -761,7 +757,7 @@ class IncrementalBLUE:
             if found is not None:
                 cQ[k], rn[k] = found[0], self._dnorm(found[1])
         qn = self._dnorms(Qm)
-        ok = ~_second_pass(rn, qn) & (rn <= ESTIMABLE_RTOL * qn) & (qn > 0)
+        ok = ~second_pass(rn, qn) & (rn <= ESTIMABLE_RTOL * qn) & (qn > 0)
         out: list[Estimate | None] = [None] * Qm.shape[0]
         rows = np.flatnonzero(ok)
         if not rows.size:
@@ -869,7 +865,7 @@ class IncrementalBLUE:
         def near(x: NDArray[np.float64], limit: NDArray[np.float64]) -> NDArray[np.bool_]:
             return (x >= limit / 100) & (x <= limit * 100)
 
-        unsure = (_second_pass(rq, qn) | _second_pass(rh, hn) | near(rn, ESTIMABLE_RTOL * qn)
+        unsure = (second_pass(rq, qn) | second_pass(rh, hn) | near(rn, ESTIMABLE_RTOL * qn)
                   | near(rh, EXTEND_RTOL * hn))  # fmt: skip
         out = (rn <= ESTIMABLE_RTOL * qn).tolist()
         for k in np.flatnonzero(unsure).tolist():
