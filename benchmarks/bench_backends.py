@@ -16,7 +16,7 @@ Then per engine, interleaved (the order rotated each round), medians over ``--re
 repetitions, per query:
 
 * **raw**: the hand-written count on that engine (the DuckDB text transpiled by sqlglot);
-* **cube**: :meth:`dpgate.cube.Cube.true_numerators` (SQL generation included);
+* **cube**: :meth:`dpgate.release.cube.Cube.true_numerators` (SQL generation included);
 * **gateway**: a fresh answer end to end, ``Gateway.query`` with ``policy="no_reuse"``
   (every answer measured afresh; planning, noise and the in-memory ledger included) —
   the figure the ≤ 1.3× target is about.  One gateway per engine serves every query (its
@@ -52,7 +52,7 @@ import duckdb
 import sqlglot
 
 import dpgate
-from dpgate.cube import Cube
+from dpgate.release.cube import Cube
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]

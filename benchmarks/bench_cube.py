@@ -3,7 +3,7 @@
 Builds a 10-million-row PUMS-like table in a temporary DuckDB file, then in one run
 measures, as medians over several interleaved repetitions:
 
-* a 5-predicate ``COUNT(*)`` through :meth:`dpgate.cube.Cube.true_numerator` (SQL
+* a 5-predicate ``COUNT(*)`` through :meth:`dpgate.release.cube.Cube.true_numerator` (SQL
   generation included) versus the equivalent hand-written ``SELECT COUNT(*) … WHERE …``
   run directly on the same DuckDB connection — the ratio (target ≤ 1.2×);
 * the same for a negated conjunction, a weighted sum over income slabs, and a
@@ -35,10 +35,10 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from dpgate.atoms import AtomPartition
-from dpgate.cube import Cube
+from dpgate.compile.query import LinearQuery
 from dpgate.datasets import schema_of
-from dpgate.query import LinearQuery
+from dpgate.plan.atoms import AtomPartition
+from dpgate.release.cube import Cube
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "cube.json"

@@ -36,7 +36,7 @@ WORKLOAD = r'''
 import json, math, time, warnings
 import numpy as np
 warnings.simplefilter("ignore")
-from dpgate.noise import lattice_for
+from dpgate.release.noise import lattice_for
 from dpgate.inference import ErrorLaw, IncrementalBLUE, minimal_scale
 import dpgate.inference as inf
 out = {}

@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 import dpgate  # noqa: E402
 import dpgate.datasets  # noqa: E402
-from dpgate.cube import Cube  # noqa: E402
+from dpgate.release.cube import Cube  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 

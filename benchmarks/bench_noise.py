@@ -2,9 +2,9 @@
 
 Prints a summary and writes ``benchmarks/results/noise.json``:
 
-* samples/s of :class:`~dpgate.noise.SecureNoise` and
-  :class:`~dpgate.noise.SeededNoise` (one draw per call, and batched), and the
-  latency of one :func:`~dpgate.noise.release`;
+* samples/s of :class:`~dpgate.release.noise.SecureNoise` and
+  :class:`~dpgate.release.noise.SeededNoise` (one draw per call, and batched), and the
+  latency of one :func:`~dpgate.release.noise.release`;
 * the cost of the first OpenDP import (fresh interpreter);
 * ledger ``transaction() + append + commit`` latency, p50/p95, file-backed
   (WAL, ``synchronous=FULL``: one fsync per commit) versus in-memory, and the
@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dpgate.ledger import Ledger
-from dpgate.noise import SecureNoise, SeededNoise, release
+from dpgate.ledger.core import Ledger
+from dpgate.release.noise import SecureNoise, SeededNoise, release
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "noise.json"
@@ -67,7 +67,7 @@ def bench_noise(n: int) -> dict:
 
 def bench_import() -> dict:
     code = (
-        "import time; t=time.perf_counter(); import dpgate.noise as n; t1=time.perf_counter();"
+        "import time; t=time.perf_counter(); import dpgate.release.noise as n; t1=time.perf_counter();"
         "n.SecureNoise().discrete_laplace(3.0); t2=time.perf_counter();"
         "print(t1-t, t2-t1)"
     )
@@ -125,7 +125,7 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     imp = results["import"]
-    print(f"import dpgate.noise {imp['import_dpgate_noise_s'] * 1e3:.0f} ms; "
+    print(f"import dpgate.release.noise {imp['import_dpgate_noise_s'] * 1e3:.0f} ms; "
           f"first secure draw (imports OpenDP) {imp['first_secure_draw_incl_opendp_import_s'] * 1e3:.0f} ms")  # fmt: skip
     for name, r in results["noise"].items():
         for t, s in r["samples"].items():

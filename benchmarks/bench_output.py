@@ -37,10 +37,10 @@ import pandas as pd
 
 import dpgate
 import dpgate.gateway as gateway_module
+from dpgate.answer.result import Result
 from dpgate.errors import Warning as DPGateWarning
-from dpgate.ledger import Ledger
-from dpgate.noise import SecureNoise, SeededNoise, release_many
-from dpgate.result import Result
+from dpgate.ledger.core import Ledger
+from dpgate.release.noise import SecureNoise, SeededNoise, release_many
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "output.json"

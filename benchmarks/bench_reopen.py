@@ -21,7 +21,7 @@ graph is far from connected), so these are the from-history decisions there.  Pr
 are answered fresh add their release to the history (a few dozen on top of the count).  Build time per release is reported over the whole build and over the last
 batch before each count.  Then the gateway is closed (which checkpoints its inference
 state to ``<ledger>.state``) and re-opened twice in this one run: from the checkpoint
-(verified against the ledger's records, see ``dpgate._checkpoint``) and with the
+(verified against the ledger's records, see ``dpgate.ledger._checkpoint``) and with the
 checkpoint removed (every record replayed).  Targets (issue 14): decision from history p50
 ≤ 5 ms at 1 000 releases and ≤ 50 ms at 10 000; ≤ 5 ms per release at 10 000; re-opening
 a ledger of 10 000 releases ≤ 1 s.
@@ -47,8 +47,8 @@ import warnings
 import numpy as np
 
 import dpgate
+from dpgate.compile.query import LinearQuery
 from dpgate.datasets import load_histogram
-from dpgate.query import LinearQuery
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")

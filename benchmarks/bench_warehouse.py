@@ -13,7 +13,7 @@ re-declare ``income`` in bins of 13 (``w317``: 316 bins + NULL = 317 keys) and o
 In one run, interleaved, medians over ``--repeat`` repetitions, per query:
 
 * **raw**: the hand-written DuckDB statement;
-* **cube**: :meth:`dpgate.cube.Cube.true_numerators` on the compiled statement's linear
+* **cube**: :meth:`dpgate.release.cube.Cube.true_numerators` on the compiled statement's linear
   queries (SQL generation included) — what the gateway adds to the data access;
 * **sql**: the statements the cube generates, run alone as text (``--baseline-sql FILE``
   also times the statements another dpgate version generated, recorded with
@@ -54,8 +54,8 @@ import pandas as pd
 from sqlglot import exp
 
 import dpgate
-from dpgate.cube import Cube
 from dpgate.datasets import _file
+from dpgate.release.cube import Cube
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "warehouse.json"

@@ -48,8 +48,8 @@ import pandas as pd  # noqa: E402
 
 import dpgate  # noqa: E402
 from dpgate import _demo, datasets  # noqa: E402
-from dpgate.query import LinearQuery  # noqa: E402
-from dpgate.warmstart import mmse_values  # noqa: E402
+from dpgate.compile.query import LinearQuery  # noqa: E402
+from dpgate.warmstart.design import mmse_values  # noqa: E402
 
 INCOME_BINS = [0, 10000, 20000, 30000, 40000, 50000, 60000, 80000, 100000, 150000, 500001]
 BIG = 1e12  # an accuracy history always meets: returns the BLUE with its true interval

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dpgate import accessor as _accessor  # noqa: F401  (registers DataFrame.dp)
 from dpgate import dbapi, inference
+from dpgate.answer.result import Answer, Result
 from dpgate.compile import compile_sql
+from dpgate.compile.query import LinearQuery
 from dpgate.dbapi import (
     BINARY,
     DATETIME,
@@ -52,12 +54,10 @@ from dpgate.errors import (
     UnsupportedQuery,
     Warning,
 )
-from dpgate.explain import Explanation
 from dpgate.gateway import POLICIES, Gateway
-from dpgate.ledger import Ledger
-from dpgate.query import LinearQuery
-from dpgate.result import Answer, Result
-from dpgate.schema import Column, Schema, Table
+from dpgate.ledger.core import Ledger
+from dpgate.plan.explain import Explanation
+from dpgate.schema.domains import Column, Schema, Table
 
 __version__ = "0.1.0"
 

@@ -83,12 +83,12 @@ import numpy as np
 import pandas as pd
 
 from dpgate._rowhash import Encoding, content_fingerprint, encode_all, encodings_of, hashed
-from dpgate.decide import Policy
+from dpgate.answer.result import Result
 from dpgate.errors import ProgrammingError, SchemaError
 from dpgate.gateway import Gateway
-from dpgate.ledger import Ledger
-from dpgate.result import Result
-from dpgate.schema import Schema
+from dpgate.ledger.core import Ledger
+from dpgate.plan.decide import Policy
+from dpgate.schema.domains import Schema
 
 __all__ = ["DPAccessor", "content_fingerprint"]
 

@@ -177,7 +177,7 @@ def query(schema_path: str, data: str, budget: float, ledger: str | None, accura
           explain: bool, sql: str) -> None:
     """Answer one SQL counting query within ±--accuracy and print the released table."""
     from dpgate.gateway import Gateway
-    from dpgate.schema import Schema
+    from dpgate.schema.domains import Schema
 
     schema = Schema.load(schema_path)
     source = _open_data(data, schema)
@@ -234,7 +234,7 @@ def shell(schema_path: str, data: str, budget: float, ledger: str | None, accura
           confidence: float | None, policy: Policy, intervals: bool, history_file: str) -> None:
     """An interactive SQL shell over a DB-API connection (type \\help)."""
     import dpgate
-    from dpgate.schema import Schema
+    from dpgate.schema.domains import Schema
 
     schema = Schema.load(schema_path)
     source = _open_data(data, schema)
@@ -364,7 +364,7 @@ _HISTORY_COLUMNS = ["id", "created_at", "table", "sql", "alpha", "sensitivity", 
 
 def _read_ledger(path: str) -> tuple[dict[str, str], Any]:
     """A ledger's metadata and records, opened without its data (audit)."""
-    from dpgate.ledger import Ledger
+    from dpgate.ledger.core import Ledger
 
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no ledger at {path!r}.")
@@ -437,8 +437,8 @@ def synthesize(schema_path: str, data: str, ledger: str, table: str | None, rows
     are missing values and a categorical's out-of-domain cell is the literal "<other>".
     """
     from dpgate.gateway import Gateway
-    from dpgate.ledger import Ledger
-    from dpgate.schema import Schema
+    from dpgate.ledger.core import Ledger
+    from dpgate.schema.domains import Schema
 
     ext = os.path.splitext(out)[1].lower()
     if ext not in (".parquet", ".csv"):

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from dpgate.errors import DPGateInternalError, InvalidArgument
-from dpgate.schema import Schema
+from dpgate.schema.domains import Schema
 
 __all__ = ["list_datasets", "load", "load_pums", "load_histogram", "connect_duckdb", "schema_of"]
 

@@ -2,9 +2,9 @@
 
 (Over 500 lines on purpose: it is one class, the public API, and a third of it
 is docstrings — each method that releases states its privacy guarantee.
-Planning and answering live in ``dpgate.decide``, a table's history in
-``dpgate.state``, keeping it in step with the ledger in ``dpgate._history``, the
-requirement rules in ``dpgate.requirement``.)
+Planning and answering live in ``dpgate.plan.decide``, a table's history in
+``dpgate.plan.state``, keeping it in step with the ledger in ``dpgate.ledger._history``, the
+requirement rules in ``dpgate.plan.requirement``.)
 
 Pipeline of one ``Gateway.query`` call::
 
@@ -13,9 +13,9 @@ Pipeline of one ``Gateway.query`` call::
            record, commit] ─▶ BLUE over all history ─▶ Result
 
 Privacy guarantee.  Neighbouring relation: add/remove one row (one row per
-individual, or ``max_rows_per_individual`` rows, see ``dpgate.accounting``).
+individual, or ``max_rows_per_individual`` rows, see ``dpgate.plan.accounting``).
 Each fresh measurement of a linear query ``q`` (sensitivity ``S = max|q|``) adds
-two-sided geometric noise on the lattice ``γ`` (``dpgate.noise``) of scale
+two-sided geometric noise on the lattice ``γ`` (``dpgate.release.noise``) of scale
 ``b = S/α``, which is ``α``-DP for ``q`` and costs cell ``j`` ``(α/S)|q_j|``
 (Xiao & Xiong, "Bayesian Inference under Differential Privacy", 2012,
 Theorem 5.5).  Everything else — answers from history, intervals,
@@ -24,8 +24,8 @@ probabilities — is post-processing of released values and costs nothing.  The
 queries and requirements, never on the data, so the BLUE's error law given the
 design is exact and the stated intervals cover at their nominal rate.
 
-Extensions (``dpgate.model``, ``dpgate.warmstart``) read a table's history only
-through :meth:`Gateway.locked_view`, a frozen :class:`~dpgate.state.TableView`,
+Extensions (``dpgate.model``, ``dpgate.warmstart.design``) read a table's history only
+through :meth:`Gateway.locked_view`, a frozen :class:`~dpgate.plan.state.TableView`,
 and release only through :meth:`Gateway.release_measurements`; they never touch
 the gateway's private state.  Model-based answers follow Chen, Zhou &
 Bhowmick, "Integrating Historical Noisy Answers for Improving Data Utility
@@ -52,13 +52,11 @@ import numpy as np
 
 from dpgate import _progress
 from dpgate._blas import one_blas_thread, single_threaded
-from dpgate._history import LedgerHistory
 from dpgate._validate import positive_finite
-from dpgate.accounting import CellCosts, to_epsilon
+from dpgate.answer.combine import assemble, measured_queries, output_parts, plan_confidence
+from dpgate.answer.result import Result
 from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
-from dpgate.cube import Cube
-from dpgate.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
-from dpgate.derived import assemble, measured_queries, output_parts, plan_confidence
+from dpgate.compile.query import LinearQuery
 from dpgate.errors import (
     BudgetExhausted,
     Error,
@@ -70,21 +68,23 @@ from dpgate.errors import (
     UnsupportedQuery,
 )
 from dpgate.errors import Warning as DPGateWarning
-from dpgate.explain import Explanation, Quote, quote, zero_valued
 from dpgate.inference import IncrementalBLUE
-from dpgate.ledger import Ledger, LedgerRecord, LedgerTransaction
-from dpgate.noise import noise_source, release_many
-from dpgate.query import LinearQuery
-from dpgate.requirement import Requirement, hinted, resolve_confidence, resolve_requirement
-from dpgate.result import Result
-from dpgate.schema import Schema
-from dpgate.state import DEFAULT_MAX_ATOMS, TableState, TableView, isolation_key
+from dpgate.ledger._history import LedgerHistory
+from dpgate.ledger.core import Ledger, LedgerRecord, LedgerTransaction
+from dpgate.plan.accounting import CellCosts, to_epsilon
+from dpgate.plan.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
+from dpgate.plan.explain import Explanation, Quote, quote, zero_valued
+from dpgate.plan.requirement import Requirement, hinted, resolve_confidence, resolve_requirement
+from dpgate.plan.state import DEFAULT_MAX_ATOMS, TableState, TableView, isolation_key
+from dpgate.release.cube import Cube
+from dpgate.release.noise import noise_source, release_many
+from dpgate.schema.domains import Schema
 
 if TYPE_CHECKING:  # the extensions import this module; only the type checker needs them here
     import pandas as pd
 
     from dpgate.model import ModelResult
-    from dpgate.warmstart import WarmStart
+    from dpgate.warmstart.design import WarmStart
 
 __all__ = ["DEFAULT_MAX_OUTPUTS", "Gateway", "POLICIES"]
 
@@ -176,8 +176,8 @@ class Gateway:
         budget: total privacy budget ε of the system (per-cell accounting).
         ledger: ``None`` (history in memory), a path (durable SQLite ledger shared by
             processes), a ``postgresql://`` URL (a ledger shared by gateways on several
-            hosts; needs ``ledger_key``, see ``dpgate._ledger_store_pg``) or an open
-            ``dpgate.ledger.Ledger``.
+            hosts; needs ``ledger_key``, see ``dpgate.ledger._postgres``) or an open
+            ``dpgate.ledger.core.Ledger``.
         policy: ``"minimal"`` (default), ``"paper"`` or ``"no_reuse"`` (see ``POLICIES``).
         seed: reproducible, **insecure** noise for tests and benchmarks; recorded as such
             in the ledger, flagged ``Answer.secure=False`` on every answer of a table with a
@@ -186,7 +186,7 @@ class Gateway:
         dialect: sqlglot dialect of incoming SQL.
         ledger_key: the ledger's secret key (bytes, or a key file path); default
             ``<ledger>.key``, created with the ledger, owner-only.  The ledger stores
-            only a keyed MAC binding it to the data (``dpgate.ledger``).
+            only a keyed MAC binding it to the data (``dpgate.ledger.core``).
         new_ledger: start a new ledger at ``ledger`` although its anchor shows that a
             previous one there was deleted (a fresh budget on the same data: only
             when you mean it).
@@ -278,7 +278,7 @@ class Gateway:
         weight vector as JSON."""
         import pandas as pd
 
-        from dpgate._describe import describe
+        from dpgate.ledger._describe import describe
 
         recs = self._ledger.records()
         cols = ["id", "kind", "table", "sql", "alpha", "sensitivity", "scale", "lattice",
@@ -340,7 +340,7 @@ class Gateway:
                 model-based answers instead (no accuracy needed, nothing spent).
             accuracy: half-width of the requested interval (> 0), in the answer's units (not
                 ε, which is the budget); for AVG / VAR / STDDEV, of each component in rows
-                (``dpgate.derived``).
+                (``dpgate.answer.combine``).
             confidence: 1−δ, in (0, 1); default 0.95.
             params: PEP 249 parameters bound into placeholders.
             allow_partial: when the budget cannot pay, return history's best estimates
@@ -404,7 +404,7 @@ class Gateway:
         requirement and the *design* of history (which queries were released at which
         noise scales), all public or post-processing of released answers: the half-width
         of an estimator is a quantile of its error law, which depends on the design
-        alone, never on a noise value or a row (see ``dpgate.explain``).
+        alone, never on a noise value or a row (see ``dpgate.plan.explain``).
 
         ``method`` (default: the statement's ``/*+ dpgate method=… */`` hint, else
         ``"exact"``): a model-based method quotes its free estimates (``source="model"``).
@@ -472,7 +472,7 @@ class Gateway:
         """Close the data source and the ledger (if the gateway opened it).
 
         A file ledger's inference state is first checkpointed (``<ledger>.state``) so
-        that the next gateway on it need not replay its records (see ``dpgate._checkpoint``).
+        that the next gateway on it need not replay its records (see ``dpgate.ledger._checkpoint``).
         """
         if not self._ledger.closed and self._history.last_id > self._history.checkpointed:
             # Best effort: a ledger that can no longer be read (deleted, tampered) gets none.
@@ -488,7 +488,7 @@ class Gateway:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- the seam for extensions (dpgate.model, dpgate.warmstart) ------------------------
+    # -- the seam for extensions (dpgate.model, dpgate.warmstart.design) ------------------------
     def compile(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> CompiledStatement:
         """Compile one SELECT against this gateway's schema and dialect (reads no data, spends nothing).
 
@@ -571,7 +571,7 @@ class Gateway:
 
     def _plan(self, stmt: CompiledStatement, accuracy: float, confidence: float, policy: str) -> tuple[TableState, list[Step]]:
         """Plan ``stmt`` on a refined copy of its table's state (nothing of a refused statement
-        stays in the live state).  AVG / VAR / STDDEV plan their components (``dpgate.derived``)."""
+        stays in the live state).  AVG / VAR / STDDEV plan their components (``dpgate.answer.combine``)."""
         queries = measured_queries(stmt)
         state = self._history.state(stmt.table).refined(queries, isolate=True)
         return state, plan(state, queries, accuracy, plan_confidence(stmt, confidence), policy)
@@ -645,11 +645,11 @@ class Gateway:
         Privacy guarantee:
 
         * Neighbouring relation: add/remove one row (one row per individual, or
-          ``max_rows_per_individual`` rows, see ``dpgate.accounting``).
+          ``max_rows_per_individual`` rows, see ``dpgate.plan.accounting``).
         * Sensitivity: ``S = max|q|`` of each query's weights (its linear part; the
           offset is public).
         * Noise law and scale: two-sided geometric (discrete Laplace) noise on the
-          query's lattice ``γ`` with scale ``b = S/α`` (``dpgate.noise.release``), so
+          query's lattice ``γ`` with scale ``b = S/α`` (``dpgate.release.noise.release``), so
           each release is ``α``-DP for its query.
         * Cost charged: cell ``j`` is charged ``(α/S)|q_j|`` per release, and the
           system cost rises to ``k · max_j B_j`` (Xiao & Xiong (2012), Theorem 5.5).
@@ -707,15 +707,15 @@ class Gateway:
         ``branching``, ``split="even"|"geometric"``, ``ratio``) or ``"ispe"`` (Xiao, Xiong & Yuan (2011);
         options ``alpha1_fraction``, ``iterations``, ``mask_size``, ``sigma``, ``xi``,
         ``connectivity``).  Every cell's cost rises by exactly ε (Xiao & Xiong (2012), Theorem 5.5), released
-        through :meth:`release_measurements`; see ``dpgate.warmstart`` for the privacy
-        proof and what intervals mean afterwards.  Returns a ``dpgate.warmstart.WarmStart``.
+        through :meth:`release_measurements`; see ``dpgate.warmstart.design`` for the privacy
+        proof and what intervals mean afterwards.  Returns a ``dpgate.warmstart.design.WarmStart``.
 
         Raises:
             InvalidRequirement: bad strategy, ε or option (nothing read, nothing spent).
             InvalidArgument: a malformed ISPE smoothing or connectivity option (nothing read, nothing spent).
             BudgetExhausted: ``k·ε`` exceeds what remains (nothing read, nothing spent).
         """
-        from dpgate import warmstart
+        from dpgate.warmstart import design as warmstart
 
         if strategy not in warmstart.STRATEGIES:
             raise InvalidRequirement(f"strategy must be one of {list(warmstart.STRATEGIES)}, got {strategy!r}.")
@@ -773,7 +773,7 @@ class Gateway:
             method: ``"pca"`` (kernel-PCA with cross-validated shrinkage ``a``),
                 ``"maxent"`` (maximum-entropy Gibbs model) or ``"mmse"`` (the MMSE with
                 neighbourhood reference of Xiao, Xiong & Yuan (2011), §4, over an ISPE warm start; see
-                ``dpgate.warmstart.mmse_estimate``).  SQL clients choose it with the
+                ``dpgate.warmstart.design.mmse_estimate``).  SQL clients choose it with the
                 hint ``/*+ dpgate method=mmse */`` or ``SET dpgate.method = mmse``.
             confidence: sets the width of the *heuristic* band below.
             **options: ``prior`` (``"auto"``: 1-D marginals fitted to released 1-D queries,
@@ -800,7 +800,7 @@ class Gateway:
             raise InvalidRequirement(f"method must be one of {', '.join(map(repr, MODEL_METHODS))}, got {method!r}.")
         _refuse_derived(self.compile(sql, params), "model-based estimates")
         if method == "mmse":
-            from dpgate.warmstart import mmse_estimate
+            from dpgate.warmstart.design import mmse_estimate
 
             release = options.pop("release", None) or self._ispe_release_for(sql, params)
             return self._flag_security(

@@ -61,7 +61,7 @@ def history_matrix(history, table):
     union of domain cells on which every released query is constant, so the
     maximum over boxes of the per-cell cost equals the maximum over cells.
     """
-    from dpgate.query import LinearQuery
+    from dpgate.compile.query import LinearQuery
 
     rows = history[history["table"].str.lower() == table.name.lower()]
     queries = [LinearQuery.from_json(s) for s in rows["query"]]

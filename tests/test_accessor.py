@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import dpgate.accessor as accessor
+from dpgate.answer.result import Result
 from dpgate.errors import BudgetExhausted, LedgerError, ProgrammingError, SchemaError
-from dpgate.result import Result
 
 BOUNDS = {"age": (0, 100), "educ": (1, 16), "income": (0, 500000)}
 CATEGORIES = {"sex": ["0", "1"], "race": ["1", "2", "3", "4", "5", "6"]}

@@ -1,4 +1,4 @@
-"""Per-cell accounting (dpgate.accounting): B_j = Σ_i (α_i/S_i)|H_ij| and the charge k·max_j B_j.
+"""Per-cell accounting (dpgate.plan.accounting): B_j = Σ_i (α_i/S_i)|H_ij| and the charge k·max_j B_j.
 
 Checked against a brute-force loop over releases and cells, and against
 dpgate.inference.system_cost, on random histories.
@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from dpgate.accounting import _DISJOINT_ATOMS, UNITS_PER_EPSILON, CellCosts
 from dpgate.inference import system_cost
+from dpgate.plan.accounting import _DISJOINT_ATOMS, UNITS_PER_EPSILON, CellCosts
 
 
 def brute_force(H: np.ndarray, alpha: np.ndarray, S: np.ndarray) -> list[float]:

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpgate.atoms import AtomPartition, BoxGrid
+from dpgate.compile.query import LinearQuery
 from dpgate.errors import UnsupportedQuery
-from dpgate.query import LinearQuery
-from dpgate.schema import Schema
+from dpgate.plan.atoms import AtomPartition, BoxGrid
+from dpgate.schema.domains import Schema
 
 SMALL = Schema.from_dict(
     {
@@ -234,7 +234,7 @@ def test_group_vectors_from_their_joint_split_are_the_vectors(
     """A GROUP BY's groups, located through their joint split's codes (once it is known),
     get each query's own vector bit for bit — whether the atoms were refined by the split
     or group by group, after any history."""
-    from dpgate.atoms import joint_split
+    from dpgate.plan.atoms import joint_split
 
     p = AtomPartition(SMALL)
     for q in before:

@@ -17,9 +17,9 @@ from sqlglot import exp, parse_one
 
 import dpgate
 from dpgate.backends import PostgresBackend, SparkBackend, open_backend
-from dpgate.cube import Cube
 from dpgate.datasets import load_pums
 from dpgate.errors import DPGateInternalError, OperationalError
+from dpgate.release.cube import Cube
 
 DB = "dpgate_test"
 SPARK_TYPES = "age int, sex string, educ smallint, race int, income int, married boolean, pid int"

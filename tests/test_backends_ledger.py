@@ -20,7 +20,7 @@ from _gateway_worker import independent_spent
 
 import dpgate
 from dpgate.errors import LedgerError
-from dpgate.ledger import Ledger
+from dpgate.ledger.core import Ledger
 
 TESTS = Path(__file__).parent
 

@@ -9,8 +9,8 @@ import warnings
 import pytest
 
 import dpgate
-from dpgate import _checkpoint
 from dpgate.datasets import load_pums
+from dpgate.ledger import _checkpoint
 
 STATEMENTS = (
     ("SELECT sex, COUNT(*) FROM pums GROUP BY sex", 15.0),

@@ -29,7 +29,7 @@ from dpgate.errors import (
     QuerySyntaxError,
     UnsupportedQuery,
 )
-from dpgate.schema import Schema
+from dpgate.schema.domains import Schema
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compile"
 SCHEMA = Schema.load(str(FIXTURES / "schema.yaml"))

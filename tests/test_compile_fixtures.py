@@ -21,9 +21,9 @@ import pytest
 
 import dpgate.errors as errors
 from dpgate.compile import CompiledStatement, compile_statement
+from dpgate.compile.query import LinearQuery
 from dpgate.errors import ProgrammingError
-from dpgate.query import LinearQuery
-from dpgate.schema import Column, Schema, Table
+from dpgate.schema.domains import Column, Schema, Table
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compile"
 SCHEMA = Schema.load(str(FIXTURES / "schema.yaml"))

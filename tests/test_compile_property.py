@@ -7,7 +7,7 @@ random supported queries generated as SQL text together with an independent
 evaluator.  The independent side implements the schema's row → value rules
 (floor + clamp, clamp into the first / last bin, ``other``, NULL) and SQL's
 three-valued logic with pandas' nullable dtypes (Kleene ``& | ~``) — it shares
-no code with the compiler.  The histogram comes from :class:`dpgate.cube.Cube`
+no code with the compiler.  The histogram comes from :class:`dpgate.release.cube.Cube`
 and is cross-checked against a numpy histogram of the independent mapping.
 """
 
@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpgate.compile import compile_statement
-from dpgate.cube import Cube
-from dpgate.schema import Schema
+from dpgate.release.cube import Cube
+from dpgate.schema.domains import Schema
 
 NA = pd.NA
 OTHER = object()  # the independent side's "other" marker

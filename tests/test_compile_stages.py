@@ -43,7 +43,7 @@ from dpgate.errors import (
     SchemaError,
     UnsupportedQuery,
 )
-from dpgate.schema import OTHER_LABEL, Schema
+from dpgate.schema.domains import OTHER_LABEL, Schema
 
 SCHEMA = Schema.load({"tables": {"t": {"columns": {
     "age": {"type": "integer", "min": 0, "max": 9},

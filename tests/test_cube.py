@@ -17,10 +17,10 @@ import pytest
 from sqlglot import exp
 
 from dpgate.backends import _duckdb as _duckdb_backend
-from dpgate.cube import Cube
+from dpgate.compile.query import LinearQuery
 from dpgate.errors import OperationalError, SchemaError
-from dpgate.query import LinearQuery
-from dpgate.schema import Schema
+from dpgate.release.cube import Cube
+from dpgate.schema.domains import Schema
 
 SCHEMA = Schema.from_dict(
     {
@@ -384,7 +384,7 @@ def test_concurrent_use_is_serialised() -> None:
     ],
 )
 def test_every_strategy_is_exact(monkeypatch: pytest.MonkeyPatch, knobs: dict[str, int]) -> None:
-    import dpgate.cube as cube_mod
+    import dpgate.release.cube as cube_mod
 
     for k, v in knobs.items():
         monkeypatch.setattr(cube_mod, k, v)

@@ -16,11 +16,11 @@ import pytest
 from sqlglot import exp
 from test_cube import ref_cells, ref_histogram
 
-from dpgate import _cube_sql
-from dpgate.cube import Cube
+from dpgate.compile.query import LinearQuery
 from dpgate.datasets import load_pums
-from dpgate.query import LinearQuery
-from dpgate.schema import Schema
+from dpgate.release import _cube_sql
+from dpgate.release.cube import Cube
+from dpgate.schema.domains import Schema
 
 REGIONS = [f"r{i:02d}" for i in range(50)]
 

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from dpgate import datasets
-from dpgate.cube import Cube
-from dpgate.query import LinearQuery
+from dpgate.compile.query import LinearQuery
+from dpgate.release.cube import Cube
 
 
 def test_list() -> None:

@@ -15,6 +15,7 @@ import pytest
 
 import dpgate.datasets
 import dpgate.dbapi as dbapi
+from dpgate.answer.result import Answer, Result
 from dpgate.errors import (
     BudgetExhausted,
     InterfaceError,
@@ -27,7 +28,6 @@ from dpgate.errors import (
     UnsupportedQuery,
 )
 from dpgate.gateway import Gateway
-from dpgate.result import Answer, Result
 
 PUMS, PUMS_SCHEMA = dpgate.datasets.load_pums()
 COUNT_SEX = "SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex"

@@ -1,4 +1,4 @@
-"""Stage "decide" (:mod:`dpgate.decide`): answer from history or plan the cheapest fresh measurement.
+"""Stage "decide" (:mod:`dpgate.plan.decide`): answer from history or plan the cheapest fresh measurement.
 
 The method is Xiao & Xiong, "Bayesian Inference under Differential Privacy"
 (2012): a query whose BLUE from history already meets the requirement is free
@@ -23,13 +23,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpgate import decide
 from dpgate.compile import compile_sql
+from dpgate.compile.query import LinearQuery
 from dpgate.errors import InvalidRequirement
-from dpgate.noise import lattice_for
-from dpgate.query import LinearQuery
-from dpgate.schema import Schema
-from dpgate.state import TableState
+from dpgate.plan import decide as decide
+from dpgate.plan.state import TableState
+from dpgate.release.noise import lattice_for
+from dpgate.schema.domains import Schema
 
 
 def schema(rows_per_individual: int = 1) -> Schema:

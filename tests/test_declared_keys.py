@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 import dpgate
 from dpgate import dbapi
+from dpgate.answer.result import Answer
 from dpgate.compile import compile_sql, compile_statement
+from dpgate.compile.query import LinearQuery
 from dpgate.datasets import load_pums
 from dpgate.errors import QuerySyntaxError, SchemaError, UnsupportedQuery
-from dpgate.query import LinearQuery
-from dpgate.result import Answer
 
 PUMS, SCHEMA = load_pums()
 NULL_PUMS, NULL_SCHEMA = load_pums(null=True)

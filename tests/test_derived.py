@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpgate
+from dpgate.answer.combine import mean_range, variance_range
 from dpgate.compile.derived import has_derived
-from dpgate.derived import mean_range, variance_range
 
 
 @pytest.fixture(scope="module")

@@ -61,7 +61,7 @@ def test_quote_equals_the_charge_and_costs_nothing(gw):
             assert q.source == a.source
             if a.components:  # a derived output: its interval depends on the released values
                 assert math.isnan(q.halfwidth) and "SUM(x − " in q.note
-            else:  # the certified half-width, before the answer's interval is cut at 0 (dpgate.result)
+            else:  # the certified half-width, before the answer's interval is cut at 0 (dpgate.answer.result)
                 lo, hi = a.posterior.interval(a.confidence)
                 assert q.halfwidth == pytest.approx((hi - lo) / 2, rel=1e-9)
         assert quote.remaining <= gw.remaining + 1e-12
@@ -81,7 +81,7 @@ def test_quote_over_budget_and_refusals(gw):
     assert model.free and model.quotes[0].source == "model"
     assert gw.spent == 0 and gw.history.empty
     df = e.to_pandas()
-    assert list(df.columns) == list(dpgate.explain.COLUMNS) and "<table" in e._repr_html_()
+    assert list(df.columns) == list(dpgate.plan.explain.COLUMNS) and "<table" in e._repr_html_()
 
 
 def test_explain_select_on_the_dbapi():
@@ -91,7 +91,7 @@ def test_explain_select_on_the_dbapi():
         conn = dpgate.connect(df, schema=schema, budget=5.0, accuracy=10, seed=2)
         cur = conn.cursor()
         cur.execute("/*+ dpgate accuracy=20 */ EXPLAIN SELECT sex, COUNT(*) FROM pums GROUP BY sex")
-        assert [d[0] for d in cur.description] == list(dpgate.explain.COLUMNS)
+        assert [d[0] for d in cur.description] == list(dpgate.plan.explain.COLUMNS)
         rows = cur.fetchall()
         assert conn.spent == 0 and conn.history.empty
         quoted = sum(r[3] for r in rows)

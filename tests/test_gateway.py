@@ -24,7 +24,7 @@ from _gateway_worker import independent_spent
 
 import dpgate
 
-PAPER_EXTRA = 1.0 / 1024  # dpgate.decide.paper_scale: lattice margin added to ln(1/δ)
+PAPER_EXTRA = 1.0 / 1024  # dpgate.plan.decide.paper_scale: lattice margin added to ln(1/δ)
 
 
 # --------------------------------------------------------------------------- helpers

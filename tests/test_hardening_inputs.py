@@ -23,8 +23,8 @@ from dpgate.compile import compile_sql
 from dpgate.compile.statement import MAX_NESTING_DEPTH, MAX_OPERATORS, MAX_SQL_LENGTH
 from dpgate.datasets import load_pums
 from dpgate.errors import QueryTooComplex
-from dpgate.requirement import MIN_CONFIDENCE
-from dpgate.schema import Schema
+from dpgate.plan.requirement import MIN_CONFIDENCE
+from dpgate.schema.domains import Schema
 
 COUNT = "SELECT COUNT(*) FROM pums"
 
@@ -169,7 +169,7 @@ def test_integer_bounds_must_not_be_booleans(key):
     with pytest.raises(dpgate.SchemaError, match=key):
         _schema({"c": spec})
     with pytest.raises(dpgate.SchemaError, match=key):
-        dpgate.schema.Column("c", "integer", **{"min": 0, "max": 10, key: True})
+        dpgate.schema.domains.Column("c", "integer", **{"min": 0, "max": 10, key: True})
 
 
 def test_rows_must_not_be_a_boolean():
@@ -202,7 +202,7 @@ def test_a_yaml_alias_bomb_gives_a_short_message_quickly():
 
 
 def test_too_many_declared_values_are_refused_with_the_limit():
-    from dpgate.schema import MAX_DECLARED_VALUES
+    from dpgate.schema.domains import MAX_DECLARED_VALUES
 
     values = [str(i) for i in range(MAX_DECLARED_VALUES + 1)]
     with pytest.raises(dpgate.SchemaError, match=f"limit of {MAX_DECLARED_VALUES}") as info:

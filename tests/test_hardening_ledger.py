@@ -21,11 +21,11 @@ import pandas as pd
 import pytest
 
 import dpgate
-from dpgate.cube import Cube
 from dpgate.datasets import load_pums
 from dpgate.errors import InvalidArgument, LedgerError
-from dpgate.ledger import Ledger
-from dpgate.noise import NoiseSource, SeededNoise, lattice_for, release
+from dpgate.ledger.core import Ledger
+from dpgate.release.cube import Cube
+from dpgate.release.noise import NoiseSource, SeededNoise, lattice_for, release
 
 FP = "sha256:data+schema"
 SQL = "SELECT COUNT(*) FROM pums WHERE age < 30"

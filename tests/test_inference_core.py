@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpgate
+from dpgate.compile.query import LinearQuery
 from dpgate.inference import IncrementalBLUE, estimate, system_cost
-from dpgate.query import LinearQuery
 
 SCHEMA = {"tables": {"t": {"columns": {"a": {"type": "integer", "min": 0, "max": 5},
                                        "b": {"type": "categorical", "values": ["x", "y", "z"]}}}}}
@@ -246,7 +246,7 @@ def test_estimate_many_is_estimate_row_by_row(seed, na, nb, m, spoil):
 def test_restrictions_refused_by_twins_are_refused_by_projection(seed, na, nb, m, spoil):
     """The planner's structural refusal of restriction candidates (twin atoms outside a group)
     refuses only what the projections refuse: the same answer as without it."""
-    from dpgate import decide
+    from dpgate.plan import decide as decide
 
     blue, b = _split_history(seed, na, nb, m, spoil)
     rng = np.random.default_rng(seed + 2)

@@ -7,7 +7,7 @@ from fractions import Fraction
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from dpgate.noise import LATTICE_FACTOR, MAX_LATTICE_EXPONENT, lattice_for
+from dpgate.release.noise import LATTICE_FACTOR, MAX_LATTICE_EXPONENT, lattice_for
 
 
 def _reference(scale: float, denominator: int) -> tuple[float, int]:

@@ -13,7 +13,7 @@ from scipy.optimize import brentq
 from dpgate.inference import ErrorLaw, IncrementalBLUE, halfwidths, minimal_scale, single_release_scale
 from dpgate.inference._gilpelaez import ABS_CDF_ERROR, LaplaceSum, chernoff_halfwidth
 from dpgate.inference._quantile import _memo_quantile, sum_quantile
-from dpgate.noise import lattice_for
+from dpgate.release.noise import lattice_for
 
 LEVELS = (0.5, 0.9, 0.95, 0.99, 0.999)
 

@@ -1,4 +1,4 @@
-"""Tests of dpgate.ledger: durability, binding, rollback, and locking across threads and processes."""
+"""Tests of dpgate.ledger.core: durability, binding, rollback, and locking across threads and processes."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dpgate import ledger as ledger_module
 from dpgate.errors import DPGateInternalError, InvalidRequirement, LedgerError
-from dpgate.ledger import FORMAT_VERSION, Ledger, LedgerRecord
+from dpgate.ledger import core as ledger_module
+from dpgate.ledger.core import FORMAT_VERSION, Ledger, LedgerRecord
 
 REPO = Path(__file__).resolve().parents[1]
 FP = "sha256:data+schema"
@@ -394,7 +394,7 @@ def test_processes_never_overspend(tmp_path):
 HOLDER_CHILD = textwrap.dedent(
     """
     import sys, time
-    from dpgate.ledger import Ledger
+    from dpgate.ledger.core import Ledger
     led = Ledger.open(sys.argv[1], fingerprint=sys.argv[2], budget=1.0)
     with led.transaction():
         print("locked", flush=True)

@@ -13,8 +13,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpgate._ledger_key import chain_macs, record_mac
-from dpgate.ledger import Ledger
+from dpgate.ledger._key import chain_macs, record_mac
+from dpgate.ledger.core import Ledger
 
 FP = "sha256:data+schema"
 
@@ -102,7 +102,7 @@ def test_a_querys_ledger_json_is_computed_once_and_not_pickled():
     import pickle
     from fractions import Fraction
 
-    from dpgate.query import LinearQuery
+    from dpgate.compile.query import LinearQuery
 
     q = LinearQuery("t", ("x",), ((0, 4),), np.array([1, -2]), 3, Fraction(1, 2))
     text = q.to_json()

@@ -17,10 +17,10 @@ import pytest
 
 import dpgate
 import dpgate.datasets
-from dpgate.cube import Cube
 from dpgate.model import gibbs
 from dpgate.model import maxent as ME
-from dpgate.schema import OTHER_LABEL
+from dpgate.release.cube import Cube
+from dpgate.schema.domains import OTHER_LABEL
 
 SCALE = 10.0
 

@@ -1,4 +1,4 @@
-"""Tests of dpgate.noise: the law of the noise, the lattice, the coupling, the sources.
+"""Tests of dpgate.release.noise: the law of the noise, the lattice, the coupling, the sources.
 
 The secure source is unseeded by design, so its statistical tests use a
 significance level of 1e-4: a correct sampler fails one of them about once in
@@ -21,9 +21,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from dpgate import noise
 from dpgate.errors import InvalidRequirement
-from dpgate.noise import (
+from dpgate.release import noise as noise
+from dpgate.release.noise import (
     NoiseSource,
     NoisyRelease,
     SecureNoise,
@@ -188,7 +188,7 @@ def test_secure_path_does_not_touch_numpy_rngs_from_a_fresh_import():
         for name in ("default_rng", "Generator", "RandomState", "PCG64", "SeedSequence",
                      "random", "rand", "randint", "exponential", "geometric", "laplace", "seed"):
             setattr(np.random, name, forbid)
-        from dpgate.noise import noise_source, release
+        from dpgate.release.noise import noise_source, release
         src = noise_source(None)
         zs = [src.discrete_laplace(5.0) for _ in range(20)] + src.discrete_laplace_many(5.0, 20)
         release(1, 1, 1.0, 1.0, src); src.discrete_laplace(1e19)

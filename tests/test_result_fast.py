@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpgate
-from dpgate.decide import meets
-from dpgate.query import LinearQuery
-from dpgate.result import Answer
+from dpgate.answer.result import Answer
+from dpgate.compile.query import LinearQuery
+from dpgate.plan.decide import meets
 
 
 def same(a: Answer, b: Answer) -> bool:

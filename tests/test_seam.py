@@ -1,7 +1,7 @@
 """The seam between the gateway and its extensions, and the one requirement resolver.
 
 * ``Gateway.locked_view`` gives a frozen snapshot of a table's history
-  (:class:`dpgate.state.TableView`): later releases and refinements do not show
+  (:class:`dpgate.plan.state.TableView`): later releases and refinements do not show
   in it, its arrays are read-only, and it agrees with the ledger and the BLUE.
 * No module of the package reads a gateway's private attributes.
 * ``resolve_requirement`` keeps each caller's precedence (``Gateway.query``:
@@ -21,8 +21,8 @@ import dpgate
 import dpgate.datasets
 from dpgate import dbapi
 from dpgate.errors import InvalidRequirement, ProgrammingError
-from dpgate.requirement import Requirement, hinted, resolve_accuracy, resolve_confidence, resolve_requirement
-from dpgate.state import TableView
+from dpgate.plan.requirement import Requirement, hinted, resolve_accuracy, resolve_confidence, resolve_requirement
+from dpgate.plan.state import TableView
 
 PACKAGE = pathlib.Path(dpgate.__file__).parent
 

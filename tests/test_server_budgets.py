@@ -12,7 +12,7 @@ import psycopg  # the test extra: a missing client fails, never skips
 import pytest
 from _dpserve import dsn, spawn_server, thread_server, users_file
 
-from dpgate.server._provenance import statement_hash
+from dpgate.ledger._provenance import statement_hash
 
 
 def _ledger(path: Path) -> tuple[float, dict[str, float], list[tuple[int, float]], set[str]]:

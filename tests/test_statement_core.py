@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpgate
-from dpgate import decide
 from dpgate.compile import compile_sql
+from dpgate.compile.query import LinearQuery
 from dpgate.inference import ErrorLaw
-from dpgate.query import LinearQuery
-from dpgate.schema import Schema
-from dpgate.state import MAX_ATOM_WEIGHTS, TableState, isolation_key
+from dpgate.plan import decide as decide
+from dpgate.plan.state import MAX_ATOM_WEIGHTS, TableState, isolation_key
+from dpgate.schema.domains import Schema
 
 warnings.filterwarnings("ignore", category=dpgate.Warning)
 
@@ -249,7 +249,7 @@ def _box_query(draw: st.DrawFn) -> LinearQuery:
 def test_joint_split_by_boxes_equals_the_grid_pass(qs: list[LinearQuery]) -> None:
     """The joint split of a statement's leading disjoint queries, built box by box, is the one
     a pass over the whole joint grid per query gives (same codes, same leading run)."""
-    from dpgate import atoms
+    from dpgate.plan import atoms as atoms
 
     qs = [q for q in qs if not q.is_zero]
     split, run = atoms._compute_joint_split(_GRID, qs)
@@ -312,7 +312,7 @@ def test_max_outputs_refuses_a_huge_group_by_before_any_work(pums) -> None:
 def test_repeats_estimate_in_closed_form_what_their_blue_estimates(rows, factor) -> None:
     """An isolated query's repeats are estimated in closed form (one unknown); that must be the
     BLUE over them: same value, weights, variance and certified half-width."""
-    from dpgate.state import Repeats
+    from dpgate.plan.state import Repeats
 
     repeats = Repeats()
     for row in rows:

@@ -16,10 +16,11 @@ import pandas as pd
 import pytest
 
 import dpgate
-from dpgate import datasets, warmstart
-from dpgate._ispe import gaussian_mask, grow_regions, is_connected, neighbour_offsets, smooth
+from dpgate import datasets
+from dpgate.compile.query import LinearQuery
 from dpgate.errors import BudgetExhausted, InvalidRequirement, SchemaError, UnsupportedQuery
-from dpgate.query import LinearQuery
+from dpgate.warmstart import design as warmstart
+from dpgate.warmstart._ispe import gaussian_mask, grow_regions, is_connected, neighbour_offsets, smooth
 
 
 # -- fixtures ------------------------------------------------------------------------------
@@ -371,7 +372,7 @@ def test_mmse_is_model_based_free_and_flagged(net64):
 
 def test_mmse_whole_region_combines_both_phases():
     """For a query equal to one region, MMSE uses y_R and Σ y_cells: a known answer."""
-    from dpgate._ispe import mmse_part
+    from dpgate.warmstart._ispe import mmse_part
 
     y = np.array([10.0, 12.0, 14.0])
     mean, std = mmse_part(y, 36.0, np.ones(3, bool), np.ones(3, bool), b1=1.0, b2=1.0)

@@ -20,11 +20,11 @@ from dpgate import datasets
 from dpgate._demo._optional import require
 from dpgate._demo.metrics import QueryRecord, summarize
 from dpgate._demo.workload import Setting, Workload, WorkloadQuery, generate
+from dpgate.answer.result import Result
 from dpgate.compile import compile_sql
 from dpgate.errors import BudgetExhausted, DPGateInternalError
 from dpgate.gateway import Gateway, Policy
-from dpgate.result import Result
-from dpgate.schema import Schema
+from dpgate.schema.domains import Schema
 
 __all__ = ["QueryGateway", "SYSTEMS", "release_tree", "run", "noise_seed", "load_histogram", "run_systems"]
 

@@ -1,7 +1,7 @@
 """Data backends: the engines that count rows per cell for the cube.
 
 **Internal: never release.**  A backend runs the SELECT statements that
-:mod:`dpgate.cube` generates with sqlglot builders from the public schema —
+:mod:`dpgate.release.cube` generates with sqlglot builders from the public schema —
 never the analyst's SQL text — and returns their (exact, private) results to
 the cube only.  The decision, inference and noise all stay on the gateway: the
 only things that cross the wire are per-cell counts.
@@ -15,7 +15,7 @@ A backend is anything with this small interface (:class:`Backend`):
   rows (or its columns as numpy arrays);
 * ``row_hash(columns)`` — an expression hashing a row's declared columns to a 64-bit
   integer on the engine, for the ledger binding's fingerprint (see :meth:`Cube.fingerprint
-  <dpgate.cube.Cube.fingerprint>`);
+  <dpgate.release.cube.Cube.fingerprint>`);
 * ``close()``.
 
 :func:`open_backend` chooses one from what ``Gateway(data=…)`` / ``connect(…)`` receive:

@@ -1,4 +1,4 @@
-"""Compile SQL counting queries to :class:`~dpgate.query.LinearQuery` objects.
+"""Compile SQL counting queries to :class:`~dpgate.compile.query.LinearQuery` objects.
 
 The package's modules are the compiler's stages: :mod:`~dpgate.compile.statement`
 (tokens, hints, SET, parameters, parse), :mod:`~dpgate.compile.stages` (the
@@ -36,7 +36,7 @@ case-insensitive, quoted or not) whose output columns are
 * ``AVG``, ``VAR``/``VAR_SAMP``/``VARIANCE``, ``VAR_POP``, ``STDDEV``/``STDDEV_SAMP``,
   ``STDDEV_POP`` of a cell expression as whole output columns (with FILTER too):
   compiled into their ``COUNT``/``SUM``/``SUM(x*x)`` components
-  (:mod:`dpgate.compile.derived`; answered by :mod:`dpgate.derived`).
+  (:mod:`dpgate.compile.derived`; answered by :mod:`dpgate.answer.combine`).
 
 ``WHERE`` / ``FILTER`` conditions may use ``= <> != < <= > >=`` (constants on
 either side), ``BETWEEN``, ``IN (…)``, ``NOT``, ``AND``, ``OR``, ``IS [NOT] NULL``,
@@ -67,7 +67,7 @@ method, allow_partial) is returned as hints.  ``SET dpgate.accuracy = 25``,
 Semantics of cells, NULL, ``other`` and clamping
 ================================================
 
-Queries are evaluated on a row's *cell* (see :mod:`dpgate.schema`), i.e. on its
+Queries are evaluated on a row's *cell* (see :mod:`dpgate.schema.domains`), i.e. on its
 value after the schema's mapping: integer values are floored and clamped to
 ``[min, max]``; binned values are clamped into the first / last bin; categorical
 values outside the declared list are ``other``; a boolean is true when non-zero.
@@ -130,6 +130,7 @@ from sqlglot.errors import SqlglotError
 
 from dpgate.compile.derived import compile_derived, has_derived
 from dpgate.compile.post import PostProcess
+from dpgate.compile.query import LinearQuery
 from dpgate.compile.stages import MAX_GROUPS, STAGES, CompiledStatement, Output, compile_tree
 from dpgate.compile.statement import (
     HINT_KEYS,
@@ -157,8 +158,7 @@ from dpgate.errors import (
     UnsupportedQuery,
     map_exceptions,
 )
-from dpgate.query import LinearQuery
-from dpgate.schema import Schema
+from dpgate.schema.domains import Schema
 
 __all__ = [
     "compile_sql",

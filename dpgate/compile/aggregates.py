@@ -18,9 +18,9 @@ from sqlglot import exp
 
 from dpgate.compile.cells import NULL, NUM, Val, constant, walk
 from dpgate.compile.evaluate import Evaluator
+from dpgate.compile.query import LinearQuery
 from dpgate.errors import UnsupportedQuery
-from dpgate.query import LinearQuery
-from dpgate.schema import Column, Table
+from dpgate.schema.domains import Column, Table
 
 __all__ = [
     "Aggregate", "DERIVED_KINDS", "Derivation", "derived_kind", "SelectItem", "linear",

@@ -23,7 +23,7 @@ from sqlglot import exp
 
 from dpgate._validate import FALSE_WORDS, TRUE_WORDS
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
-from dpgate.schema import Column
+from dpgate.schema.domains import Column
 
 __all__ = [
     "NUM", "BOOL", "CAT", "BIN", "STR", "NULL", "CMP", "FLIP", "OPS", "Val",

@@ -10,7 +10,7 @@ linear SELECT with the ordinary stages, centres the sums on the middle ``c`` of
 smaller sensitivity), and records in
 :attr:`CompiledStatement.derived` how every output is put back together.  The
 gateway answers the components like any other linear query (history reused,
-minimal budget) and :mod:`dpgate.derived` turns their intervals into an honest
+minimal budget) and :mod:`dpgate.answer.combine` turns their intervals into an honest
 interval for the derived quantity.
 
 Accepted: ``AVG``/``MEAN``, ``VAR``/``VARIANCE``/``VAR_SAMP``, ``VAR_POP``,
@@ -32,14 +32,14 @@ from sqlglot import exp
 from dpgate.compile.aggregates import DERIVED_KINDS, Derivation, derived_kind, unparen
 from dpgate.compile.cells import walk
 from dpgate.compile.post import build as build_post
+from dpgate.compile.query import LinearQuery, union_grid
 from dpgate.compile.stages import STAGES, Compilation, CompiledStatement, named_outputs
 from dpgate.errors import UnsupportedQuery
-from dpgate.query import LinearQuery, union_grid
-from dpgate.schema import Schema, Table
+from dpgate.schema.domains import Schema, Table
 
 __all__ = ["compile_derived", "has_derived"]
 
-# Component suffixes, in the order dpgate.derived reads them.
+# Component suffixes, in the order dpgate.answer.combine reads them.
 _PARTS = {"avg": ("n", "s"), "var_samp": ("n", "s", "q"), "var_pop": ("n", "s", "q"),
           "stddev_samp": ("n", "s", "q"), "stddev_pop": ("n", "s", "q")}
 _PREFIX = "__dpgate_part"

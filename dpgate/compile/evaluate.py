@@ -53,9 +53,9 @@ from dpgate.compile.cells import (
     column_of,
 )
 from dpgate.compile.nodes import handler_for
+from dpgate.compile.query import MAX_GRID_BOXES
 from dpgate.errors import DPGateInternalError, SchemaError, UnsupportedQuery
-from dpgate.query import MAX_GRID_BOXES
-from dpgate.schema import Column, Table
+from dpgate.schema.domains import Column, Table
 
 __all__ = ["Evaluator"]
 

@@ -17,7 +17,7 @@ from typing import Any, cast
 from sqlglot import exp
 
 from dpgate.errors import ProgrammingError, SchemaError, UnsupportedQuery
-from dpgate.schema import Table
+from dpgate.schema.domains import Table
 
 __all__ = ["PostProcess", "build", "ROW_ID", "RELEASED"]
 

@@ -17,7 +17,7 @@ first one found.
 6. :func:`post_process` — HAVING / ORDER BY / LIMIT / OFFSET on the released rows.
 7. :func:`bind_where` — the WHERE condition, evaluated on single-column cells.
 8. :func:`prepare_cells` — aggregate arguments and FILTERs on cells, unit slabs for group columns.
-9. :func:`weigh` — one :class:`~dpgate.query.LinearQuery` per (group key, aggregate output).
+9. :func:`weigh` — one :class:`~dpgate.compile.query.LinearQuery` per (group key, aggregate output).
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from dpgate.compile.cells import walk
 from dpgate.compile.evaluate import Evaluator
 from dpgate.compile.post import PostProcess
 from dpgate.compile.post import build as build_post
+from dpgate.compile.query import LinearQuery
 from dpgate.errors import DPGateInternalError, SchemaError, UnsupportedQuery
-from dpgate.query import LinearQuery
-from dpgate.schema import Column, Schema, Table
+from dpgate.schema.domains import Column, Schema, Table
 
 __all__ = [
     "MAX_GROUPS",

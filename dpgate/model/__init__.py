@@ -20,7 +20,7 @@ structure and the public schema (including its optional public row count), so
 they are post-processing: **ε spent = 0**, the ledger is untouched.
 
 Honesty: these answers are *biased* by design and carry **no guaranteed
-interval**.  Each :class:`~dpgate.result.Answer` has ``source="model"``,
+interval**.  Each :class:`~dpgate.answer.result.Answer` has ``source="model"``,
 ``epsilon_spent=0``, ``meets_requirement=False``, ``posterior=None``, and
 ``low/high = value ∓ z·RMSE_cv`` where ``RMSE_cv`` is the cross-validated RMSE of
 the method on held-out *past* queries (Theorem 4) and ``z`` the normal quantile of
@@ -55,18 +55,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpgate._validate import probability
+from dpgate.answer.result import Answer, Result
 from dpgate.errors import InvalidRequirement, NotEstimable
 from dpgate.model import maxent as _maxent
 from dpgate.model import pca as _pca
-from dpgate.model._history import History, atom_mass, check_marginals, fit_marginals, history_of
+from dpgate.model._released import History, atom_mass, check_marginals, fit_marginals, history_of
 from dpgate.model.gibbs import GibbsFit
-from dpgate.result import Answer, Result
 
 if TYPE_CHECKING:  # dpgate.gateway imports this package; the type checker alone needs the class
     import pandas as pd
 
+    from dpgate.compile.query import LinearQuery
     from dpgate.gateway import Gateway
-    from dpgate.query import LinearQuery
 
 __all__ = ["ModelResult", "estimate", "synthesize", "METHODS"]
 
@@ -79,7 +79,7 @@ _CACHE: weakref.WeakKeyDictionary[Gateway, dict[Any, _Fitted]] = weakref.WeakKey
 
 @dataclass(frozen=True)
 class ModelResult(Result):
-    """A :class:`~dpgate.result.Result` of model-based answers, with the fit's diagnostics.
+    """A :class:`~dpgate.answer.result.Result` of model-based answers, with the fit's diagnostics.
 
     Attributes:
         model: ``method``, ``m`` (answers used), ``rank``/``atoms``, ``a`` or ``alpha``,

@@ -22,7 +22,7 @@ binned         a value drawn uniformly inside the half-open bin — an integer
                when the column declares integer ``min``/``max`` (``Int64``),
                else a float (``float64``)
 categorical    the category string; the out-of-domain cell gives the literal
-               ``"<other>"`` (:data:`dpgate.schema.OTHER_LABEL`, only when the
+               ``"<other>"`` (:data:`dpgate.schema.domains.OTHER_LABEL`, only when the
                column declares ``other: true``), which is not a declared value,
                so it maps back to the ``other`` cell (object dtype)
 boolean        ``False`` / ``True`` (dtype ``boolean``)
@@ -32,7 +32,7 @@ NULL cell      a missing value (``pd.NA`` / ``None`` / ``NaN``; only when the
 
 Rows are drawn from the model *conditioned on declared values*: a column emits NULL
 only when it declares ``nullable: true``, and ``"<other>"`` only when it declares
-``other: true`` (the values ``GROUP BY`` emits, :meth:`dpgate.schema.Column.group_cells`).
+``other: true`` (the values ``GROUP BY`` emits, :meth:`dpgate.schema.domains.Column.group_cells`).
 Exact fit: the box probabilities are multiplied by the declared share of each box and
 cells are drawn among declared cells only; stochastic fit: rows with an undeclared
 cell are redrawn.
@@ -51,8 +51,8 @@ from typing import Any
 import numpy as np
 
 from dpgate.errors import DPGateInternalError, NotEstimable
-from dpgate.model._history import History, box_mass
-from dpgate.schema import OTHER_LABEL, Column, Table
+from dpgate.model._released import History, box_mass
+from dpgate.schema.domains import OTHER_LABEL, Column, Table
 
 __all__ = ["sample_frame"]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from dpgate.query import LinearQuery
-from dpgate.schema import Table
+from dpgate.compile.query import LinearQuery
+from dpgate.schema.domains import Table
 
 __all__ = ["GibbsFit", "fit_sgd", "kkt_violation", "SGD_CHAINS", "SGD_TOL"]
 

@@ -56,7 +56,7 @@ import numpy as np
 
 from dpgate._validate import real
 from dpgate.errors import InvalidRequirement, NotEstimable
-from dpgate.model._history import History, atom_mass, fit_marginals
+from dpgate.model._released import History, atom_mass, fit_marginals
 from dpgate.model.gibbs import MC_DRAWS, SGD_MAX_ITER, GibbsFit, fit_sgd, kkt_violation
 
 __all__ = ["MaxEntFit", "GibbsFit", "fit", "fit_sgd", "fit_with_cv", "ALPHA_GRID", "MAX_ATOMS", "SOLVERS"]

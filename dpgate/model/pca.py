@@ -9,7 +9,7 @@ on queries history does not pin down); their accuracy is summarised by a
 cross-validated RMSE, which is an *average over queries like the past ones*, not
 a guarantee for any single query.
 
-Method (notation of the paper, on atoms — see :mod:`dpgate.model._history`):
+Method (notation of the paper, on atoms — see :mod:`dpgate.model._released`):
 
 * kernel ``K_ij = ⟨q_i, q_j⟩ = Σ_atoms mass · q_i · q_j`` (Eq. 18), ``O(m² n_atoms)``;
 * universal query (§3.1).  When the table declares a public row count ``N``, the

@@ -34,7 +34,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpgate.errors import UnsupportedQuery
-from dpgate.schema import Column, Schema, Table
+from dpgate.schema.domains import Column, Schema, Table
 from dpgate.server._protocol import Field
 from dpgate.server._values import BOOL, CHAR, INT2, INT4, JSON, NAME, OID, TEXT, TYPE_SIZES, VARCHAR
 

@@ -43,11 +43,11 @@ def serve(data: str, schema_path: str, ledger: str, budget: float, users_path: s
     """
     from dpgate.cli import _open_data
     from dpgate.gateway import Gateway
-    from dpgate.schema import Schema
+    from dpgate.schema.domains import Schema
     from dpgate.server.server import Server
     from dpgate.server.users import load_users
 
-    if "://" in ledger:  # provenance rows share the release's SQLite transaction (dpgate.server._provenance)
+    if "://" in ledger:  # provenance rows share the release's SQLite transaction (dpgate.ledger._provenance)
         raise click.BadParameter("dpgate serve keeps its ledger in a SQLite file; give a file path, not a URL.",
                                  param_hint="--ledger")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,

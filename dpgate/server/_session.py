@@ -51,9 +51,10 @@ from sqlglot import exp
 from dpgate import errors
 from dpgate.compile import CompiledStatement, compile_statement
 from dpgate.dbapi import Connection, connect
-from dpgate.explain import COLUMNS, strip_explain
 from dpgate.gateway import Gateway
-from dpgate.server import _catalog, _provenance
+from dpgate.ledger import _provenance
+from dpgate.plan.explain import COLUMNS, strip_explain
+from dpgate.server import _catalog
 from dpgate.server._protocol import Field
 from dpgate.server._values import BOOL, FLOAT8, INT8, TEXT, TYPE_SIZES, oid_of_dbapi
 from dpgate.server.users import Analyst
@@ -345,7 +346,7 @@ class Session:
         return oids, statement_fields(stmt, self.gateway, bool(self.conn.settings["intervals"]))
 
 
-#: The columns of ``EXPLAIN SELECT …`` (:data:`dpgate.explain.COLUMNS`): the quote's numbers are float8.
+#: The columns of ``EXPLAIN SELECT …`` (:data:`dpgate.plan.explain.COLUMNS`): the quote's numbers are float8.
 EXPLAIN_FIELDS = tuple(_field(n, FLOAT8 if n in ("epsilon", "halfwidth", "confidence", "remaining") else TEXT)
                        for n in COLUMNS)
 

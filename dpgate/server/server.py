@@ -26,8 +26,8 @@ from typing import Any
 
 from dpgate.errors import InvalidArgument
 from dpgate.gateway import Gateway
+from dpgate.ledger import _provenance
 from dpgate.server import _protocol as pq
-from dpgate.server import _provenance
 from dpgate.server._catalog import SERVER_VERSION
 from dpgate.server._scram import MECHANISM, ScramError, ServerExchange
 from dpgate.server._session import LOG, Outcome, Session, SqlError
@@ -49,8 +49,8 @@ def is_loopback(host: str) -> bool:
 
 def _require_sqlite_ledger(gateway: Gateway) -> None:
     """The per-analyst provenance rows commit in the release's own SQLite transaction
-    (:mod:`dpgate.server._provenance`): a PostgreSQL ledger cannot hold them."""
-    from dpgate._ledger_store_pg import PostgresLedger
+    (:mod:`dpgate.ledger._provenance`): a PostgreSQL ledger cannot hold them."""
+    from dpgate.ledger._postgres import PostgresLedger
 
     if isinstance(gateway.ledger, PostgresLedger):
         raise InvalidArgument(

@@ -1,0 +1,9 @@
+"""What a statement returns.
+
+- :mod:`~dpgate.answer.result` — the immutable ``Answer`` and ``Result`` values;
+- :mod:`~dpgate.answer.combine` — AVG, VAR and STDDEV answers from the answers of their linear components.
+"""
+
+from dpgate.answer.result import Answer, Result
+
+__all__ = ["Answer", "Result"]

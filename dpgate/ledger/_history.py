@@ -1,0 +1,157 @@
+"""A gateway's released history, kept in step with its ledger.
+
+The ledger is the truth: every release is a record there before its value leaves.
+:class:`LedgerHistory` holds one :class:`~dpgate.plan.state.TableState` per table and
+brings it up to date with records it has not applied (other processes' releases,
+or a re-opened ledger), from the ledger's verified checkpoint when there is one
+(``dpgate.ledger._checkpoint``).  A statement this gateway recorded itself is applied by
+installing its planning copy (:meth:`LedgerHistory.applied`), which holds exactly
+what applying its records would give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dpgate.compile.query import LinearQuery
+from dpgate.ledger import _checkpoint
+from dpgate.plan.state import TableState
+from dpgate.schema.domains import Schema
+
+if TYPE_CHECKING:
+    from dpgate.ledger.core import Ledger, LedgerRecord
+    from dpgate.plan.accounting import CellCosts
+    from dpgate.plan.decide import Measurement
+
+__all__ = ["LedgerHistory"]
+
+#: A gateway that replays at least this many ledger records on opening checkpoints its state
+#: (``dpgate.ledger._checkpoint``); closing it checkpoints whatever it added.
+CHECKPOINT_AFTER = 64
+#: Layout of the checkpointed inference state (a checkpoint of another layout is replayed).
+STATE_LAYOUT = 3
+
+
+class LedgerHistory:
+    """The per-table states of one gateway and the last ledger record they include.
+
+    Not thread-safe: the gateway calls it under its lock.
+
+    Args:
+        schema: the declared tables.
+        ledger: the ledger the states follow.
+        max_atoms: each table's limit on inference atoms (``Gateway(max_atoms=...)``).
+    """
+
+    def __init__(self, schema: Schema, ledger: Ledger, max_atoms: int) -> None:
+        self.schema, self.ledger, self.max_atoms = schema, ledger, max_atoms
+        self.tables: dict[str, TableState] = {}
+        #: Tables (lower-cased) with at least one release from seeded noise (replaced on change).
+        self.insecure: frozenset[str] = frozenset()
+        #: The id of the last record the states include.
+        self.last_id = 0
+        #: Records covered by the ledger's checkpoint file.
+        self.checkpointed = 0
+
+    def state(self, table: str) -> TableState:
+        """``table``'s state (an empty history the first time)."""
+        t = self.schema.table(table)
+        key = t.name.lower()
+        if key not in self.tables:
+            self.tables[key] = TableState.new(t, self.max_atoms)
+        return self.tables[key]
+
+    def spent(self) -> float:
+        """The system cost of the states: Σ over tables of ``k · max_j B_j``."""
+        return float(sum(s.costs.charge for s in self.tables.values()))
+
+    def secure(self, table: str) -> bool:
+        """Whether every release of ``table`` so far used secure noise (``Answer.secure``)."""
+        return self.schema.table(table).name.lower() not in self.insecure
+
+    def sync(self, records: Sequence[LedgerRecord] | None = None, known: Mapping[str, LinearQuery] | None = None) -> None:
+        """Apply ledger records not applied yet (default: read them from the ledger).
+        ``known``: queries by their ledger JSON (this gateway's own releases: no re-parsing)."""
+        if records is None:
+            records = self.ledger.records(since=self.last_id)
+        records = [r for r in records if r.id > self.last_id]
+        known = known or {}
+        queries = [q if (q := known.get(r.query)) is not None else LinearQuery.from_json(r.query) for r in records]
+        for run in _statements(records, queries):
+            self._apply([rec for rec, _ in run], [q for _, q in run])
+
+    def open(self) -> None:
+        """Apply the ledger's records, starting from its verified checkpoint when there is one."""
+        if _checkpoint.path_for(self.ledger) is None:
+            self.sync()
+            return
+        records = self.ledger.records()  # chain-verified by the ledger
+        found = _checkpoint.load(self.ledger, self._header(), records)
+        if found is not None:
+            count, (tables, insecure) = found
+            self.tables, self.insecure, self.last_id = tables, insecure, records[count - 1].id
+            self.checkpointed = count
+        self.sync(records)
+        if len(records) - self.checkpointed >= CHECKPOINT_AFTER:
+            self.save_checkpoint(records)
+
+    def save_checkpoint(self, records: Sequence[LedgerRecord]) -> None:
+        """Checkpoint the states after ``records`` (all the ledger's records, all applied)."""
+        if records and records[-1].id == self.last_id and len(records) > self.checkpointed:
+            _checkpoint.save(self.ledger, self._header(), records, (self.tables, self.insecure))
+            self.checkpointed = len(records)
+
+    def _header(self) -> dict[str, Any]:
+        """What a checkpoint must match besides the records (the replay depends on these)."""
+        from dpgate import __version__  # the package imports this module first
+
+        return {"version": __version__, "schema": self.schema.fingerprint(), "max_atoms": self.max_atoms,
+                "state": STATE_LAYOUT}
+
+    def _apply(self, recs: Sequence[LedgerRecord], queries: Sequence[LinearQuery]) -> None:
+        """Apply one statement's records (:meth:`TableState.record_many`: one batched update)."""
+        self._note_security(recs)
+        self.state(recs[0].table).record_many(
+            [(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity) for r, q in zip(recs, queries, strict=True)]
+        )
+        self.last_id = recs[-1].id
+
+    def applied(self, state: TableState, parts: Sequence[Measurement], records: Sequence[LedgerRecord],
+                costs: CellCosts) -> None:
+        """After a statement's ``records`` committed: bring the states past them.  When
+        ``state``, its planning copy, was refined for exactly the released queries, it *is*
+        the table's state after them (:meth:`TableState.record_planned`: nothing refined or
+        priced twice); otherwise they are applied like any other record."""
+        if records and records[0].id == self.last_id + 1 and state.planned_for([m.query for m in parts]):
+            self._note_security(records)
+            state.record_planned(
+                [(r.id, m.query, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
+                 for r, m in zip(records, parts, strict=True)], costs, [m.h for m in parts])
+            self.tables[state.table.name.lower()] = state
+            self.last_id = records[-1].id
+            return  # others' later records are synced before the next use (no ledger read here)
+        # The measured queries (offset 0, no label or group) are exactly what ``from_json`` gives back.
+        self.sync(known={r.query: m.query for r, m in zip(records, parts, strict=True)})
+
+    def _note_security(self, recs: Sequence[LedgerRecord]) -> None:
+        if not all(r.secure for r in recs):
+            self.insecure = self.insecure | {self.schema.table(recs[0].table).name.lower()}
+
+
+def _statements(
+    records: Sequence[LedgerRecord], queries: Sequence[LinearQuery]
+) -> Iterator[list[tuple[LedgerRecord, LinearQuery]]]:
+    """The records as the statements that appended them: runs of one table, session, kind
+    and SQL text, cut where a query repeats (a statement measures each query once)."""
+    run: list[tuple[LedgerRecord, LinearQuery]] = []
+    seen: set[LinearQuery] = set()
+    for rec, q in zip(records, queries, strict=True):
+        if run and (q in seen or (rec.table, rec.session, rec.kind, rec.sql) != (
+                run[-1][0].table, run[-1][0].session, run[-1][0].kind, run[-1][0].sql)):
+            yield run
+            run, seen = [], set()
+        run.append((rec, q))
+        seen.add(q)
+    if run:
+        yield run

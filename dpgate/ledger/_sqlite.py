@@ -1,0 +1,222 @@
+"""The ledger's SQLite storage: connections, write locks and transactions (internal).
+
+Split from :mod:`dpgate.ledger.core` (whose module docstring states the guarantees).
+:class:`SqliteStore` is the base of :class:`~dpgate.ledger.core.Ledger`: one connection
+per thread (re-opened after ``fork``), a WAL journal with ``synchronous=FULL``, and :meth:`SqliteStore._write_locked`, the writers' critical
+section — the process lock (:mod:`dpgate.ledger._lock`), ``BEGIN IMMEDIATE``, commit
+on success and rollback on any error.  The storage hooks (``_SCHEMA``, ``_prepare``,
+``_connect``, ``_begin``, ``_process_lock``, ``_read_meta``) are what
+:mod:`dpgate.ledger._postgres` overrides to keep the same ledger in PostgreSQL.
+
+Storage choice — SQLite (stdlib ``sqlite3``) rather than DuckDB:
+
+* **Cross-process writers.**  ``BEGIN IMMEDIATE`` takes SQLite's write lock
+  up front, so a spend decision (read history → check budget → append) made by
+  one process is serialised against every other process and thread using the
+  same file; the loser waits (busy timeout, 60 s by default).  DuckDB allows a
+  single read-write process per database file, so several gateway processes
+  could not share one ledger at all.
+* **Durability.**  WAL journal with ``synchronous=FULL`` fsyncs the WAL at every
+  commit, so a committed release survives a process crash *and* a power loss.
+  WAL also lets readers (:meth:`dpgate.ledger.core.Ledger.records`) proceed while a writer holds the
+  lock, and they see only committed records.
+* **Stdlib, tiny, append-heavy.**  The ledger is a few thousand small rows
+  written one at a time — an OLTP load, not DuckDB's analytical one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from dpgate.errors import LedgerError, map_exceptions
+from dpgate.ledger._lock import MemoryLock, PathLock, lock_for
+from dpgate.ledger._records import SCHEMA
+
+__all__ = ["SqliteStore", "file_id"]
+
+
+class SqliteStore:
+    """Where a :class:`~dpgate.ledger.core.Ledger` keeps its records: a SQLite file, or a private
+    in-memory database (``path=None``: one connection, guarded by a re-entrant lock).
+
+    Attributes:
+        path: absolute path of the SQLite file, or ``None`` for in-memory.
+    """
+
+    #: The DDL of a new ledger (SQLite; the PostgreSQL store has its own).
+    _SCHEMA: tuple[str, ...] = SCHEMA
+
+    def __init__(self, path: str | None, timeout: float) -> None:
+        self.path = path
+        self._timeout = timeout
+        self._file_id: tuple[int, int] | None = None
+        self._closed = False
+        self._local = threading.local()
+        self._conns: list[tuple[int, sqlite3.Connection]] = []
+        self._conns_guard = threading.Lock()
+        self._pid = os.getpid()
+        self._mem_lock = MemoryLock()  # in-memory: one connection, guarded
+        self._mem_conn: sqlite3.Connection | None = None
+
+    def _prepare(self, conn: sqlite3.Connection, where: str) -> None:
+        """A ledger file: WAL journal, and the file's identity (to notice its replacement)."""
+        if self.path is None:
+            return
+        mode = self._retry(lambda: conn.execute("PRAGMA journal_mode").fetchone()[0])
+        if str(mode).lower() != "wal":  # switching needs the lock; once set, it persists
+            mode = self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+        if str(mode).lower() != "wal":
+            raise LedgerError(
+                f"The ledger {where!r} cannot use SQLite's WAL mode (got {mode!r}); "
+                "put it on a local file system."
+            )
+        self._file_id = file_id(self.path)
+
+    @staticmethod
+    def _read_meta(conn: sqlite3.Connection, where: str) -> dict[str, str] | None:
+        """The stored metadata, or ``None`` if this is an empty database (a new ledger)."""
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not names:
+            return None
+        if "dpgate_meta" not in names or "dpgate_records" not in names:
+            raise LedgerError(
+                f"{where!r} is an SQLite database but not a dpgate ledger "
+                f"(it has tables {sorted(names)}); choose another ledger path."
+            )
+        return dict(conn.execute("SELECT key, value FROM dpgate_meta").fetchall())
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise LedgerError(f"The ledger {self.path or '(in memory)'!r} is closed.")
+        pid = os.getpid()
+        if self.path is None:
+            if self._pid != pid:  # forked: keep the (copied, private) database, renew the lock
+                self._pid = pid
+                self._mem_lock = MemoryLock()
+            if self._mem_conn is None:
+                self._mem_conn = self._connect(":memory:")
+            return self._mem_conn
+        cached = getattr(self._local, "conn", None)
+        if cached is not None and cached[0] == pid:
+            return cached[1]
+        conn = self._connect(self.path)
+        self._local.conn = (pid, conn)
+        return conn
+
+    def _connect(self, target: str) -> sqlite3.Connection:
+        with map_exceptions({sqlite3.DatabaseError: LedgerError}, f"Cannot open the ledger {target!r}: {{exc}}."):
+            conn = sqlite3.connect(
+                target, timeout=self._timeout, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA synchronous=FULL")
+        with self._conns_guard:
+            self._conns.append((os.getpid(), conn))
+        return conn
+
+    def _retry(self, fn: Any) -> Any:
+        """Run ``fn`` retrying SQLITE_BUSY/LOCKED until the timeout (beyond the busy handler)."""
+        deadline = time.monotonic() + self._timeout
+        delay = 0.001
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                msg = str(exc).lower()
+                if ("locked" not in msg and "busy" not in msg) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+
+    def _process_lock(self) -> PathLock | MemoryLock:
+        if self.path is None:
+            self._connection()  # re-creates the lock after fork
+            return self._mem_lock
+        return lock_for(self.path)
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        """Start a write transaction holding the store's write lock (SQLite: ``BEGIN IMMEDIATE``)."""
+        conn.execute("BEGIN IMMEDIATE")
+
+    @contextlib.contextmanager
+    def _write_locked(self, conn: sqlite3.Connection, committed: Callable[[], None] | None = None) -> Iterator[None]:
+        """Hold the in-process lock and SQLite's write lock; commit on success, then call
+        ``committed()`` still under the lock (it advances the anchor)."""
+        if getattr(self._local, "in_transaction", False):
+            raise LedgerError(
+                "A ledger transaction is already open in this thread; transactions do not nest."
+            )
+        lock = self._process_lock()
+        if not lock.acquire(timeout=self._timeout):
+            raise LedgerError(
+                f"Timed out after {self._timeout:g} s waiting for the ledger lock "
+                f"({self.path or 'in memory'}); another thread or process holds it."
+            )
+        self._local.in_transaction = True
+        try:
+            with map_exceptions(
+                {sqlite3.OperationalError: LedgerError},
+                f"Could not lock the ledger {self.path!r} within {self._timeout:g} s: {{exc}}.",
+            ):
+                self._retry(lambda: self._begin(conn))
+            try:
+                yield
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            with map_exceptions(
+                {sqlite3.Error: LedgerError},
+                f"Committing to the ledger {self.path or '(in memory)'!r} failed ({{exc}}); "
+                "nothing from this transaction was recorded.",
+            ):
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error:
+                    # Roll back before the error leaves (and before the lock is
+                    # released), so no half-committed state outlives this block.
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+            if committed is not None:
+                committed()
+        finally:
+            self._local.in_transaction = False
+            lock.release()
+
+    def _read_failed(self, exc: BaseException) -> str:
+        return (
+            f"Reading the ledger {self.path!r} failed ({exc}), even after waiting "
+            f"{self._timeout:g} s for other writers; retry, or raise the ledger timeout."
+        )
+
+    def close(self) -> None:
+        """Close every connection this ledger opened in this process (idempotent)."""
+        self._closed = True
+        pid = os.getpid()
+        with self._conns_guard:
+            conns, self._conns = self._conns, []
+        for owner, conn in conns:
+            if owner == pid:  # never touch a connection inherited across fork
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+        self._mem_conn = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+
+def file_id(path: str) -> tuple[int, int] | None:
+    """The identity (device, inode) of the file at ``path``, or ``None`` if there is none."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino

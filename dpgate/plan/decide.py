@@ -1,0 +1,768 @@
+"""Stage "decide": answer from history, or pick the cheapest fresh measurement.
+
+Pure planning on copies of a table's state — no data, no I/O.  The method is
+Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012).  For each
+compiled query ``Q`` (a vector ``h`` over atoms), given the analyst's
+requirement (resolved once, by :func:`dpgate.plan.requirement.resolve_requirement`):
+
+1. if the BLUE of ``Q`` from history has a certified (1−δ) half-width ≤ ε,
+   answer from history (cost 0);
+2. otherwise choose a fresh measurement.  Policy ``"paper"`` measures ``Q``
+   itself at α = S·ln(1/δ)/ε (Xiao & Xiong (2012), Theorem 5.3).  Policy ``"minimal"``
+   prices several *candidate* measurements, each at the largest noise scale for
+   which the BLUE of ``Q`` over history plus that measurement meets the
+   requirement, and takes the one that raises the system cost
+   ``k·max_j B_j`` (Xiao & Xiong (2012), Theorem 5.5) least:
+
+   * ``Q`` itself (never at more than the paper's α);
+   * ``Q`` restricted to its atoms minus the ``t`` most-charged ones
+     (t = 1, 2, 3), when history already determines the part left out — the
+     "only measure what history does not pin down" move, which spares the cells
+     that bound the system cost;
+   * the atoms of ``Q``'s support measured separately (disjoint counts, so each
+     cell pays once), when ``Q`` touches few atoms; these make every later query
+     on the same atoms estimable.
+
+   Ties in the increase go to the more reusable candidate (atoms, then ``Q``,
+   then restrictions).
+
+Why coverage still holds: which candidate is chosen, and at which scale,
+depends only on the query vectors, scales and requirements — never on released
+values or data — so given the design the BLUE's error is exactly a weighted sum
+of the independent noises, whose law the interval is computed from.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal, cast
+
+import numpy as np
+
+from dpgate.answer.result import Answer
+from dpgate.compile.query import LinearQuery
+from dpgate.errors import InvalidRequirement
+from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, minimal_scale, single_release_scale
+from dpgate.inference._blue import ESTIMABLE_RTOL
+from dpgate.plan.accounting import CellCosts, to_epsilon
+from dpgate.plan.state import Charge, TableState, isolation_key
+from dpgate.release.noise import lattice_for
+
+__all__ = [
+    "Measurement",
+    "Step",
+    "plan",
+    "answers",
+    "measurement",
+    "meets",
+    "paper_scale",
+    "POLICIES",
+    "Policy",
+    "check_policy",
+]
+
+#: ``minimal``: cheapest candidate measurement meeting the requirement (default);
+#: ``paper``: Xiao & Xiong (2012)'s α = S·ln(1/δ)/ε whenever history falls short;
+#: ``no_reuse``: baseline that ignores history and answers every query fresh at the paper's α.
+POLICIES: tuple[str, ...] = ("minimal", "paper", "no_reuse")
+#: The policy names as a type.
+Policy = Literal["minimal", "paper", "no_reuse"]
+
+
+def check_policy(policy: object) -> Policy:
+    """``policy`` if it names a policy.
+
+    Raises:
+        InvalidRequirement: it does not.
+    """
+    if policy not in POLICIES:
+        raise InvalidRequirement(f"policy must be one of {list(POLICIES)}, got {policy!r}.")
+    return cast(Policy, policy)
+
+#: Support sizes (in atoms) up to which separate atom counts are a candidate.
+MAX_ATOM_CANDIDATE = 16
+#: How many of the most-charged atoms a restricted candidate may leave out.
+MAX_RESTRICTION = 3
+# Two cost increases closer than this are a tie.
+_TIE = 1e-12
+# Tie ranks of the candidates (lower wins a tie): separate atom counts, Q itself, restrictions.
+_ATOMS, _SELF, _RESTRICTED = 0, 1, 2
+#: Relative slack when comparing a certified half-width with the requested accuracy
+#: (floating-point noise in the quantile search, never more).
+ACCURACY_RTOL = 1e-9
+
+
+def meets(halfwidth: float, accuracy: float) -> bool:
+    """Whether a certified half-width satisfies the requested accuracy."""
+    return halfwidth <= accuracy * (1.0 + ACCURACY_RTOL)
+
+
+#: Smallest noise scale a release is planned at.  An accuracy so fine that it needs a
+#: smaller scale (e.g. 1e-300) costs at least ``S·2^40 ≈ 1.1e12·S`` here, which any real
+#: budget refuses with ``BudgetExhausted``; without the floor the scale rounds to 0.
+MIN_SCALE = 2.0**-40
+#: Largest noise scale a release is planned at.  A coarser accuracy (e.g. 1e17) is met
+#: by this scale for ``S·2^-40`` of budget; beyond it the lattice ratio ``exp(−γ/b)``
+#: rounds to 1 and no interval could be certified.
+MAX_SCALE = 2.0**40
+
+
+def paper_scale(accuracy: float, confidence: float) -> float:
+    """Xiao & Xiong (2012)'s Theorem 5.3 scale ``ε/ln(1/δ)`` for dpgate's discrete noise.
+
+    One Laplace release of scale ``b`` is within ``b·ln(1/δ)`` of the truth with
+    probability ``1−δ``; the lattice noise adds at most ``γ ≤ b/1024`` (the
+    coupling in ``dpgate.release.noise``), so ``b = ε/(ln(1/δ) + 1/1024)`` makes one fresh
+    answer alone certifiably meet ``±ε`` (α is 0.1 % above the paper's at δ = 0.05).
+    """
+    return accuracy / (math.log(1.0 / (1.0 - confidence)) + 1.0 / 1024)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One noisy count to take: ``query`` (linear part, offset 0) at ``alpha``.
+
+    ``h`` is its vector for the inference (over the atoms, or its factor over its exact
+    repeats' one-atom history when the atoms do not hold it); ``c`` is what it is charged
+    as: the cost atoms it touches and its weight on each (:meth:`TableState.charge`).
+    """
+
+    query: LinearQuery
+    h: np.ndarray = field(repr=False)
+    alpha: float
+    scale: float
+    lattice: float
+    c: Charge = field(repr=False)
+
+    @property
+    def sensitivity(self) -> float:
+        """``S = max|q|`` of the measured query."""
+        return self.query.sensitivity
+
+
+@dataclass(frozen=True)
+class Step:
+    """The plan for one compiled query.
+
+    ``order`` is the step's place in the plan (the statement's outputs are planned
+    aggregate column by aggregate column); ``alone`` marks a fresh step whose answer is
+    its own measurement only (see :func:`plan`); ``isolated`` is, for a query the atoms
+    could not hold, the history of its exact repeats it is estimated from (``h`` is then
+    its factor over that one-atom history).  ``same_as`` marks a query equal to an earlier
+    one of the statement (e.g. the SUM that AVG and STDDEV of one column share): it is
+    answered by that query's answer and measures nothing.
+    """
+
+    query: LinearQuery
+    kind: Literal["exact", "history", "fresh", "unavailable"]
+    h: np.ndarray | None = field(default=None, repr=False)
+    measurements: tuple[Measurement, ...] = ()
+    increase: float = 0.0
+    values: tuple[float, ...] = ()  # the fresh releases, once measured
+    order: int = 0
+    alone: bool = False
+    #: Set for a query outside the atoms: the history of its exact repeats that a fresh release
+    #: is appended to (empty when it is alone, or answered from ``estimate``).
+    isolated: IncrementalBLUE | None = field(default=None, repr=False)
+    estimate: Estimate | None = field(default=None, repr=False)  # a history step's, from released values only
+    same_as: int | None = None  # index of an equal query planned earlier in the statement
+
+    def measured(self, values: tuple[float, ...]) -> Step:
+        """This step with its fresh releases' values (``dataclasses.replace``, without its
+        per-call field inspection: a GROUP BY has a step per group)."""
+        return Step(self.query, self.kind, self.h, self.measurements, self.increase, values, self.order, self.alone,
+                    self.isolated, self.estimate, self.same_as)
+
+
+def plan(
+    state: TableState, queries: Sequence[LinearQuery], accuracy: float, confidence: float, policy: str
+) -> list[Step]:
+    """Decide every query of a statement; ``state`` is not modified.
+
+    The outputs are planned one aggregate column at a time (a column's outputs are
+    the groups of a GROUP BY: disjoint queries).  Within a column:
+
+    * an output that history already pins down is answered from it (free);
+    * an output history says nothing about — not estimable, and no part of it that
+      a cheaper measurement could leave out is pinned down either — is measured
+      whole ("alone") at the one scale a single release needs: the best estimator
+      of such a query from history plus its own measurement *is* that measurement
+      (history gets zero weight), so its answer is the release itself.  All such
+      groups share one scale, found once;
+    * every other output gets the full candidate search, in order, seeing every
+      measurement planned before it (the column's alone measurements included).
+
+    A column of one output (no GROUP BY) always gets the full search.  Everything
+    here depends only on the queries, the scales and the requirement, never on
+    released values or data, so the plan is exact before any value exists.
+    """
+    held = [i for i, q in enumerate(queries) if not q.is_zero and i not in state.outside]
+    hs: list[np.ndarray | None] = [None] * len(queries)
+    for i, vec in zip(held, state.atoms.vectors([queries[i] for i in held]), strict=True):
+        hs[i] = vec
+    costs = state.costs.copy()
+    added: list[tuple[Charge, float, float]] = []  # in order, with the charge after each
+    after: list[int] = []
+
+    def add(m: Measurement) -> None:
+        _add(costs, m)
+        added.append((m.c, m.alpha, m.sensitivity))
+        after.append(costs.charge_units)
+
+    blue = state.blue
+    own_blue = False  # plan copies the state's BLUE only when it appends to it
+    steps: list[Step | None] = [None] * len(queries)
+    order = 0
+
+    def place(i: int, step: Step) -> None:
+        nonlocal order
+        steps[i] = replace(step, order=order)
+        order += 1
+
+    # A block's alone outputs, placed after its history steps, which were decided without them.
+    alone: list[tuple[int, Measurement, float]] = []
+    pending: list[int] = []  # alone outputs not charged yet: charged together, in order
+
+    def flush() -> None:
+        alone.extend(_charge_alone(state, costs, [queries[i] for i in pending], [hs[i] for i in pending],
+                                   pending, accuracy, confidence, policy, added, after))
+        pending.clear()
+
+    columns = _columns(queries)
+    planned: dict[LinearQuery, int] = {}  # queries of earlier columns (equality ignores label and group)
+    for n_block, block in enumerate(columns):
+        repeats = [i for i in block if queries[i] in planned]
+        for i in repeats:
+            first = steps[planned[queries[i]]]
+            assert first is not None
+            place(i, Step(queries[i], first.kind, first.h, same_as=planned[queries[i]]))
+        block = [i for i in block if queries[i] not in planned]
+        batch = len(block) > 1 and _disjoint([hs[i] for i in block])
+        later: list[int] = []
+        alone.clear()
+        # ``blue`` does not change before the block's later steps: estimate every output first.
+        live = {i: h for i in block if (h := hs[i]) is not None and not queries[i].is_zero}
+        charged = state.atom_costs(costs) if batch and live and policy != "no_reuse" else None
+        # A group no release ever touched is neither estimable nor restrictable: no row meets
+        # its support (every release is charged where it touches, so uncharged atoms are untouched).
+        touched = list(live) if charged is None else _touching(live, charged)
+        ests = {} if policy == "no_reuse" or not touched else dict(zip(touched, blue.estimate_many(
+            np.array([live[i] for i in touched]), [state.released_row(queries[i]) for i in touched]), strict=True))
+        asks = [i for i, est in ests.items() if batch and not est.estimable]
+        # Decided here, on the costs before the block: its outputs are disjoint, so adding one's
+        # charge leaves every other's cells (hence its restrictions) as they were.  Asked only of
+        # outputs history does not determine (a repeat asks none).
+        restrictable = dict(zip(asks, _restrictable_many(blue, charged if charged is not None else np.zeros(0),
+                                                         [live[i] for i in asks]), strict=True))
+        for i in block:
+            q, h = queries[i], hs[i]
+            if q.is_zero:
+                place(i, Step(q, "exact"))
+                continue
+            if h is None:  # outside the atoms
+                step = _isolated(state, q, accuracy, confidence, policy)
+                if step.measurements:
+                    flush()  # charged in the order of the outputs
+                    (m,) = step.measurements
+                    before = costs.charge
+                    add(m)
+                    step = replace(step, increase=costs.charge - before)
+                place(i, step)
+                continue
+            est = ests.get(i)
+            if est is not None and meets(est.halfwidth(confidence), accuracy):  # inf when not estimable
+                # Reusable by answers() only while no planned release (valued 0 here) is in ``blue``.
+                place(i, Step(q, "history", h, estimate=None if own_blue else est))
+            elif est is None or (batch and not est.estimable and not restrictable[i]):  # None: untouched, or no_reuse
+                pending.append(i)
+            else:
+                later.append(i)
+        flush()
+        for i, m, increase in alone:
+            steps[i] = Step(queries[i], "fresh", m.h, (m,), increase, order=order, alone=True)
+            order += 1
+        if alone and (later or n_block < len(columns) - 1):
+            # Everything planned after them sees them (answers() replays the same order).
+            if not own_blue:
+                blue, own_blue = blue.copy(), True
+            ms = [m for _, m, _ in alone]  # weights do not depend on the values (0 here)
+            blue.extend(np.array([m.h for m in ms]), [m.scale for m in ms], np.zeros(len(ms)), [m.lattice for m in ms])
+        for k, i in enumerate(later):
+            q, h = queries[i], hs[i]
+            assert h is not None
+            if not own_blue:
+                blue, own_blue = blue.copy(), True
+            candidates = _candidates(state, blue, costs, q, h, accuracy, confidence, policy)
+            _, rank, parts = min(candidates, key=lambda c: (c[0], c[1]))
+            # Q itself, which history does not determine: next to its own release history gets
+            # zero weight, so the BLUE is that release alone and its law is known in closed form.
+            # The step is still answered by the replayed estimate (not ``alone``): the same
+            # computation a later repeat of Q is answered by from history, so both give one value.
+            by_itself = rank == _SELF and not blue.estimable(h)
+            followed = k < len(later) - 1 or n_block < len(columns) - 1
+            blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy, alone=by_itself,
+                                    followed=followed)
+            before = costs.charge
+            for m in parts:
+                add(m)
+            place(i, Step(q, "fresh", h, tuple(parts), costs.charge - before))
+        for i in block:
+            planned.setdefault(queries[i], i)
+    state.remember_recorded_charges(added, after, costs)  # what recording them in this order charges
+    return [s for s in steps if s is not None]
+
+
+def _charge_alone(
+    state: TableState, costs: CellCosts, queries: Sequence[LinearQuery], hs: Sequence[np.ndarray | None],
+    indices: Sequence[int], accuracy: float, confidence: float, policy: str,
+    added: list[tuple[Charge, float, float]], after: list[int],
+) -> list[tuple[int, Measurement, float]]:
+    """Measure each of ``queries`` (disjoint outputs whose own release is their answer:
+    :func:`plan`'s "alone") at the single-release scale and charge them, in order, to ``costs``,
+    noting each charge in ``added`` and the charge after it in ``after``.  Returns
+    ``(index, measurement, charge increase)`` per query.  Outputs of one ``(α, S)`` are
+    charged in one pass (:meth:`CellCosts.add_disjoint`): a GROUP BY's groups are."""
+    scales: dict[int, tuple[float, float]] = {}  # by denominator: the scale and its lattice
+    ms = []
+    linear = [q.linear_part for q in queries]
+    vectors = cast(list[np.ndarray], hs)  # alone outputs are held by the atoms
+    for q, h, c in zip(linear, vectors, state.charge_many(linear, vectors), strict=True):
+        if q.denominator not in scales:
+            scale = _alone_scale(q, accuracy, confidence, policy)
+            scales[q.denominator] = scale, lattice_for(scale, q.denominator)[0]
+        scale, lattice = scales[q.denominator]
+        ms.append(Measurement(q, h, q.sensitivity / scale, scale, lattice, c))
+    out: list[tuple[int, Measurement, float]] = []
+    budgets = [(m.alpha, m.query.sensitivity) for m in ms]
+    start = 0
+    while start < len(ms):  # runs of one (α, S)
+        end = start + 1
+        while end < len(ms) and budgets[end] == budgets[start]:
+            end += 1
+        run = ms[start:end]
+        before = to_epsilon(costs.charge_units)
+        units = costs.add_disjoint([m.c for m in run], *budgets[start])
+        if units is None:
+            units = []
+            for m in run:
+                _add(costs, m)
+                units.append(costs.charge_units)
+        added.extend((m.c, *b) for m, b in zip(run, budgets[start:end], strict=True))
+        after.extend(units)
+        for i, m, charge in zip(indices[start:end], run, map(to_epsilon, units), strict=True):
+            out.append((i, m, charge - before))
+            before = charge
+        start = end
+    return out
+
+
+def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: float, policy: str) -> Step:
+    """The plan for a query the atoms do not hold: from its exact repeats, else measured
+    on its own at the smallest budget that, with those repeats, meets the requirement."""
+    key, factor = isolation_key(q)
+    repeats = state.isolated.get(key)
+    if repeats is None:  # never released: its own release is its answer (at the single-release scale)
+        scale = _alone_scale(q, accuracy, confidence, "minimal" if policy == "minimal" else "paper")
+        m = measurement(state, q, scale, h=np.array([factor]))
+        return Step(q, "fresh", m.h, (m,), alone=True, isolated=_EMPTY_HISTORY)
+    h = np.array([factor])
+    est = repeats.estimate(factor) if policy != "no_reuse" else None
+    if est is not None and meets(est.halfwidth(confidence), accuracy):
+        return Step(q, "history", h, isolated=_EMPTY_HISTORY, estimate=est)  # answered by ``est``
+    iso = repeats.blue().copy()
+    scale = _alone_scale(q, accuracy, confidence, "paper")
+    if policy == "minimal":
+        if est is not None and est.estimable:
+            found = minimal_scale(iso, h, h, accuracy, confidence, lattice=_lattice_step(q.denominator),
+                                  max_scale=MAX_SCALE)
+            scale = max(scale, found if found is not None else scale)
+        else:
+            scale = _alone_scale(q, accuracy, confidence, policy)
+    m = measurement(state, q, scale, h=h)
+    alone = est is None or not est.estimable  # its own release is the answer
+    return Step(q, "fresh", h, (m,), alone=alone, isolated=iso)
+
+
+def _columns(queries: Sequence[LinearQuery]) -> list[list[int]]:
+    """Indices of the statement's queries, one list per aggregate column (by label), in order."""
+    by_label: dict[str, list[int]] = {}
+    for i, q in enumerate(queries):
+        by_label.setdefault(q.label, []).append(i)
+    return list(by_label.values())
+
+
+def _disjoint(hs: Sequence[np.ndarray | None]) -> bool:
+    """Whether the vectors have pairwise disjoint supports over the atoms."""
+    live = [h for h in hs if h is not None]
+    if not live:
+        return True
+    if len(live) * live[0].size <= _BATCH_CELLS:
+        return bool((np.count_nonzero(np.array(live), axis=0) <= 1).all())
+    touched = np.zeros(live[0].size, dtype=np.int64)
+    for h in live:
+        touched += h != 0
+    return bool(touched.max() <= 1)
+
+
+def _touching(live: dict[int, np.ndarray], charged: np.ndarray) -> list[int]:
+    """The outputs (by index) whose vector meets an atom some release was charged on."""
+    if len(live) * charged.size <= _BATCH_CELLS:
+        hit = (np.array(list(live.values())) != 0) @ (charged != 0)
+        return [i for i, yes in zip(live, hit.tolist(), strict=True) if yes]
+    return [i for i, h in live.items() if charged[h != 0].any()]
+
+
+def _restrictable_many(blue: IncrementalBLUE, charged: np.ndarray, hs: Sequence[np.ndarray]) -> list[bool]:
+    """Whether a restriction candidate of :func:`_candidates` exists for each ``h``: leaving
+    out its ``t`` most-charged atoms (strictly more charged than the rest; ``charged``:
+    :meth:`TableState.atom_costs`) while history plus the kept part still determines the
+    query.  Structure only: no scale is searched.  Every (h, t) pair is tested in one
+    :meth:`IncrementalBLUE.estimable_with_many` call; when there are many (a GROUP BY's
+    groups), those that twin atoms rule out (:func:`_clash`) are not asked."""
+    candidates: list[tuple[int, np.ndarray]] = []  # (output, the atoms left out)
+    for k, h in enumerate(hs):
+        support = np.flatnonzero(h)
+        order = support[np.argsort(-charged[support], kind="stable")]
+        candidates += [(k, order[:t]) for t in range(1, min(MAX_RESTRICTION, support.size - 1) + 1)
+                       if charged[order[t - 1]] > charged[order[t]]]
+    twins = blue.twin_classes() if len(candidates) >= _TWIN_PAIRS else None
+    clashes: dict[int, np.ndarray] = {}
+    owner: list[int] = []
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    for k, left_out in candidates:
+        h = hs[k]
+        if twins is not None:
+            clash = clashes.get(k)
+            if clash is None:
+                clash = clashes[k] = _clash(blue, twins, h)
+            if clash[left_out].any():
+                continue  # not estimable so (see _clash): no projection needed
+        h_keep = h.copy()
+        h_keep[left_out] = 0.0
+        owner.append(k)
+        pairs.append((h, h_keep))
+    out = [False] * len(hs)
+    if not pairs:
+        return out
+    if len(pairs) * blue.n_atoms <= _BATCH_CELLS:
+        found = blue.estimable_with_many(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]))
+    else:
+        found = [blue.estimable_with(h, h_keep) for h, h_keep in pairs]
+    for k, ok in zip(owner, found, strict=True):
+        out[k] = out[k] or ok
+    return out
+
+
+def _clash(blue: IncrementalBLUE, twins: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Which atoms of ``h``'s support a restriction of ``h`` may not leave out, by structure.
+
+    Every vector of the history's row space takes one value on twin atoms
+    (:meth:`IncrementalBLUE.twin_classes`).  Leave out atom i of the support, whose twin j
+    lies outside it: history plus the kept part ``h'`` spans only vectors ``u + c·h'`` with
+    ``h'_i = h'_j = 0``, equal on i and j, while ``h_i ≠ h_j = 0``; so h is not estimable,
+    its distance to that span being at least ``|h_i|·√(d_i d_j / (d_i + d_j)) ≥
+    |h_i|·√(min d / 2)`` (``d``: cells per atom).  Atoms where that bound is over 100 times
+    the estimability threshold — where :meth:`IncrementalBLUE.estimable_with` cannot but
+    agree — are marked.  (A GROUP BY over a column history never split: every group's atoms
+    have twins in the other groups.)"""
+    d = blue.cell_sizes
+    outside = np.zeros(int(twins.max(initial=0)) + 1, dtype=bool)
+    outside[twins[h == 0]] = True
+    bound = np.abs(h) * math.sqrt(float(d.min()) / 2)
+    return outside[twins] & (h != 0) & (bound > 100 * ESTIMABLE_RTOL * math.sqrt(float(np.dot(d * h, h))))
+
+
+#: From this many restriction candidates on, :func:`_restrictable_many` rules out by twin atoms
+#: first (finding the twins costs about as much as testing a dozen candidates).
+_TWIN_PAIRS = 32
+
+#: Largest (pairs × atoms) matrix :func:`_restrictable_many` builds at once.
+_BATCH_CELLS = 1 << 21
+
+
+def _alone_scale(q: LinearQuery, accuracy: float, confidence: float, policy: str) -> float:
+    """The scale of a measurement that is its own answer: the paper's, or for ``minimal``
+    the largest at which one release on ``q``'s lattice certifies the requirement."""
+    paper = min(max(paper_scale(accuracy, confidence), MIN_SCALE), MAX_SCALE)
+    found = _single_release_scale(accuracy, confidence, q.denominator) if policy == "minimal" else None
+    return paper if found is None else max(paper, found)
+
+
+@functools.lru_cache(maxsize=256)
+def _single_release_scale(accuracy: float, confidence: float, denominator: int) -> float | None:
+    """Largest scale at which one discrete-Laplace release alone meets ±accuracy at confidence
+    (``None`` for an accuracy so fine that no usable scale does: the paper's, floored at
+    :data:`MIN_SCALE`, is then charged — and refused by any real budget)."""
+    return single_release_scale(accuracy, confidence, lattice=_lattice_step(denominator), max_scale=MAX_SCALE)
+
+
+_ONE = np.ones(1)
+#: The history of an isolated query never released: read only (answers copy before appending).
+_EMPTY_HISTORY = IncrementalBLUE(_ONE)
+
+
+def answers(
+    blue: IncrementalBLUE, steps: Sequence[Step], accuracy: float, confidence: float, policy: str,
+    *, secure: bool,
+) -> tuple[Answer, ...]:
+    """Answer each step with the estimator its decision was verified on.
+
+    ``secure`` is every answer's ``Answer.secure``: whether all releases of the
+    table so far (this statement's included) used secure noise.
+
+    ``blue`` is the state before this statement's releases; replaying the
+    measurements in plan order (``Step.order``) means each query is estimated from
+    exactly the history its plan saw (earlier releases plus its own), so a fresh
+    answer's certified half-width is the one the plan checked.  (Adding the
+    statement's later releases would lower the variance but can widen the certified
+    interval by a lattice step.)  An ``alone`` step is its own release.  Which
+    estimator is used depends only on the design, so coverage is unaffected.
+    """
+    ordered = sorted(range(len(steps)), key=lambda i: steps[i].order)
+    # The last step that reads the replayed history: nothing after it needs appending.
+    readers = [k for k, i in enumerate(ordered)
+               if not steps[i].alone and steps[i].kind != "exact" and steps[i].isolated is None
+               and steps[i].same_as is None]
+    last_reader = readers[-1] if readers else -1
+    replay = blue.copy() if any(steps[i].measurements for i in ordered[:last_reader + 1]) else blue
+    out: list[Answer | None] = [None] * len(steps)
+    laws: dict[tuple[float, float], tuple[ErrorLaw, float]] = {}  # a GROUP BY's alone groups share one law
+    for k, i in enumerate(ordered):
+        s = steps[i]
+        if k <= last_reader and s.isolated is None:
+            # An unpaid ("unavailable") step keeps its planned measurements but has no values.
+            for m, v in zip(s.measurements, s.values, strict=False):
+                replay.append(m.h, m.scale, v, lattice=m.lattice)
+        if s.same_as is not None:  # planned earlier in the statement, so answered already
+            first = out[s.same_as]
+            assert first is not None
+            out[i] = replace(first, label=s.query.label, group=s.query.group, query=s.query, epsilon_spent=0.0)
+            continue
+        out[i] = _answer(replay, s, accuracy, confidence, policy, secure, laws)
+    return tuple(a for a in out if a is not None)
+
+
+def _answer(
+    blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str, secure: bool,
+    laws: dict[tuple[float, float], tuple[ErrorLaw, float]],
+) -> Answer:
+    """``step``'s answer; ``laws``: the error laws (and half-widths at ``confidence``) of the alone
+    releases answered so far, by scale and lattice (a GROUP BY's groups share one)."""
+    q = step.query
+    off = float(q.offset) if q.offset else 0.0
+    if step.kind == "exact":
+        return Answer._of(off, off, off, confidence, accuracy, "exact", 0.0, None, True, q.label, q.group, q, secure,
+                          step.isolated is not None)
+    if step.alone and step.kind == "fresh":
+        # Its own release is the answer (the baseline's, or a query history says nothing about).
+        (m,) = step.measurements
+        known = laws.get((m.scale, m.lattice))
+        if known is None:
+            law = ErrorLaw([1.0], [m.scale], lattice=[m.lattice])
+            known = laws[m.scale, m.lattice] = (law, law.halfwidth(confidence))
+        law, width = known
+        centre = step.values[0]
+    else:
+        if step.kind == "history" and step.estimate is not None:
+            est: Estimate | None = step.estimate  # planned on exactly this history (same order)
+        else:
+            if step.isolated is not None and step.h is not None:  # from its exact repeats and its own release
+                blue = step.isolated.copy()
+                for m, v in zip(step.measurements, step.values, strict=False):
+                    blue.append(step.h, m.scale, v, lattice=m.lattice)
+            est = blue.estimate(step.h) if step.h is not None else None
+        if est is None or est.posterior is None:
+            return Answer._of(math.nan, -math.inf, math.inf, confidence, accuracy, "unavailable", 0.0, None, False,
+                              q.label, q.group, q, secure, step.isolated is not None)
+        law, centre = est.posterior.law, est.posterior.mean()
+        width = law.halfwidth(confidence)
+    post = Posterior(centre + off, law)
+    low, high = post.center - width, post.center + width  # Posterior.interval(confidence)
+    return Answer._of(
+        float(post.center), float(low), float(high), confidence, accuracy,
+        "history" if step.kind in ("history", "unavailable") else "fresh", step.increase, post,
+        meets((high - low) / 2, accuracy), q.label, q.group, q, secure, step.isolated is not None,
+    )
+
+
+def measurement(state: TableState, query: LinearQuery, scale: float, *, h: np.ndarray | None = None) -> Measurement:
+    """The measurement of ``query``'s linear part (offset 0) at noise scale ``scale`` on its lattice.
+
+    ``h``: its inference vector when known (over the atoms, or its factor when they do
+    not hold it); else its vector over the atoms, which must hold it.  Its cost vector
+    comes from the cost atoms (a statement's queries are refined into them; a query made
+    from the atoms, e.g. a restriction, is constant on them since they refine the atoms).
+    """
+    query = query.linear_part
+    if h is None:
+        h = state.atoms.vector(query)
+    c = state.charge(query, h)
+    return Measurement(query, h, query.sensitivity / scale, scale, lattice_for(scale, query.denominator)[0], c)
+
+
+def _verified(
+    state: TableState,
+    blue: IncrementalBLUE,
+    h: np.ndarray,
+    parts: list[Measurement],
+    accuracy: float,
+    confidence: float,
+    policy: str,
+    *,
+    alone: bool = False,
+    followed: bool = True,
+) -> tuple[IncrementalBLUE, list[Measurement]]:
+    """Append ``parts`` to a copy of ``blue`` and check the exact estimator that will be
+    reported; if its certified half-width misses the target (the scale searches use
+    the same law, but a term can change between the continuous and the exact discrete
+    treatment), shrink the scales slightly until it does.  Returns the new state.
+
+    ``alone``: the estimator is the one release in ``parts`` by itself, whose law is known
+    without the state; ``blue`` is then appended to only when a later step of the plan
+    (``followed``) reads it."""
+    for _ in range(16):
+        if alone:
+            (m,) = parts
+            halfwidth = ErrorLaw([1.0], [m.scale], lattice=[m.lattice]).halfwidth(confidence)
+        else:
+            trial = blue.copy()
+            for m in parts:
+                trial.append(m.h, m.scale, 0.0, lattice=m.lattice)  # weights do not depend on the value
+            halfwidth = trial.estimate(h).halfwidth(confidence)
+        if policy == "no_reuse" or meets(halfwidth, accuracy):
+            break
+        parts = [measurement(state, m.query, m.scale * (1 - 2.0**-9)) for m in parts]
+    if alone:
+        trial = blue
+        if followed:
+            (m,) = parts
+            trial.append(m.h, m.scale, 0.0, lattice=m.lattice)
+    return trial, parts
+
+
+def _add(costs: CellCosts, m: Measurement) -> None:
+    """Charge ``m`` to the planner's own copy of the costs."""
+    costs.add_sparse(*m.c, m.alpha, m.sensitivity, in_place=True)
+
+
+def _price(costs: CellCosts, parts: Sequence[Measurement]) -> float:
+    """The charge increase ``parts`` would cause (the costs are unchanged)."""
+    return costs.charge_with([(*m.c, m.alpha, m.sensitivity) for m in parts]) - costs.charge
+
+
+def _candidates(
+    state: TableState,
+    blue: IncrementalBLUE,
+    costs: CellCosts,
+    q: LinearQuery,
+    h: np.ndarray,
+    accuracy: float,
+    confidence: float,
+    policy: str,
+) -> list[tuple[float, int, list[Measurement]]]:
+    """``(cost increase, tie rank, measurements)`` for every viable candidate."""
+    paper = min(max(paper_scale(accuracy, confidence), MIN_SCALE), MAX_SCALE)
+    scale = paper
+    if policy == "minimal":
+        if blue.estimate(h).estimable:
+            found = minimal_scale(blue, h, h, accuracy, confidence, lattice=_lattice_step(q.denominator),
+                                  max_scale=MAX_SCALE)
+        else:  # next to a measurement of Q itself, history gets zero weight: one release's scale
+            found = _single_release_scale(accuracy, confidence, q.denominator)
+        if found is not None:
+            scale = max(scale, found)
+    parts = [measurement(state, q, scale)]
+    out = [(_price(costs, parts), _SELF, parts)]
+    if policy != "minimal":
+        return out
+    support = np.flatnonzero(h)
+    # Restrictions: leave out the most-charged atoms when history pins them down.
+    charged = state.atom_costs(costs)
+    order = support[np.argsort(-charged[support], kind="stable")]
+    ts = [t for t in range(1, min(MAX_RESTRICTION, support.size - 1) + 1)
+          if charged[order[t - 1]] > charged[order[t]]]  # leaving out an atom no more charged cannot help
+    # Restrictions history certainly cannot complete at any scale have no scale (minimal_scale
+    # would find that after projecting each): ruled out from Q's residual alone.
+    possible = blue.restrictions_possible(h, [order[:t] for t in ts])
+    for t, ok in zip(ts, possible, strict=True):
+        if not ok:
+            continue
+        keep = np.zeros(h.size, dtype=bool)
+        keep[order[t:]] = True
+        h_keep = np.where(keep, h, 0.0)
+        part_q = state.atom_query(q, keep)
+        b = minimal_scale(blue, h, h_keep, accuracy, confidence,
+                          lattice=_lattice_step(part_q.denominator), max_scale=MAX_SCALE)
+        if b is not None and math.isfinite(b):
+            parts = [measurement(state, part_q, b)]
+            out.append((_price(costs, parts), _RESTRICTED, parts))
+    # Separate atom counts: disjoint, so every cell pays once.
+    if 2 <= support.size <= MAX_ATOM_CANDIDATE:
+        atom_qs = []
+        for j in support:
+            keep = np.zeros(h.size, dtype=bool)
+            keep[j] = True
+            atom_qs.append(state.atom_query(_unit(state, q), keep))
+        b = _common_scale(state, blue, h, atom_qs, accuracy, confidence, paper)
+        if b is not None:
+            parts = [measurement(state, aq, b) for aq in atom_qs]
+            out.append((_price(costs, parts), _ATOMS, parts))
+    # Round increases so that ties are ties.
+    return [(round(c / _TIE) * _TIE, r, p) for c, r, p in out]
+
+
+def _lattice_step(denominator: int) -> Callable[[float], float]:
+    """The lattice step γ of a release at scale ``b`` of a query with this denominator."""
+    return lambda b: lattice_for(b, denominator)[0]
+
+
+def _unit(state: TableState, q: LinearQuery) -> LinearQuery:
+    """A query of weight 1 on every box of the atom grid (so restrictions give atom indicators)."""
+    shape = tuple(len(b) for b in state.atoms.breakpoints)
+    return LinearQuery.from_grid(state.table, state.atoms.columns, state.atoms.breakpoints, np.ones(shape))
+
+
+def _common_scale(
+    state: TableState,
+    blue: IncrementalBLUE,
+    h: np.ndarray,
+    atom_qs: Sequence[LinearQuery],
+    accuracy: float,
+    confidence: float,
+    start: float,
+) -> float | None:
+    """Largest common scale b at which separate atom counts let the BLUE of ``h`` meet the target."""
+    rows = [state.atoms.vector(aq) for aq in atom_qs]
+
+    def enough(b: float) -> bool:
+        trial = blue.copy()
+        for r in rows:
+            trial.append(r, b, 0.0, lattice=lattice_for(b, 1)[0])
+        est = trial.estimate(h)
+        return meets(est.halfwidth(confidence), accuracy)
+
+    lo = hi = start
+    if enough(start):
+        for _ in range(30):
+            if hi >= MAX_SCALE:
+                return MAX_SCALE
+            hi = min(hi * 2.0, MAX_SCALE)
+            if not enough(hi):
+                break
+            lo = hi
+        else:
+            return hi
+    else:
+        for _ in range(60):
+            lo /= 2.0
+            if enough(lo):
+                break
+        else:
+            return None
+    for _ in range(12):  # ~1.7e-4 relative precision in log space
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if enough(mid) else (lo, mid)
+    return lo

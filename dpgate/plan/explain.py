@@ -1,0 +1,213 @@
+"""A price before paying: what a query would do, per output, without doing it.
+
+:meth:`dpgate.Gateway.explain` plans a statement exactly as :meth:`~dpgate.Gateway.query`
+would — on a copy of the table's state, through the same planner
+(:func:`dpgate.plan.decide.plan`) — and reports per output whether it would be answered
+from history, the ε it would charge, the half-width its interval would have, and
+the budget left after it.  Nothing is read or recorded.
+
+Why it is free: the plan depends only on the query vectors, the requirement and
+the *design* of history (which queries were released, at which noise scales),
+all public or post-processing of released answers — never on data or on noise
+values.  A certified half-width is a quantile of the estimator's error law,
+which depends on the design alone; so the quote reveals nothing that the
+analyst could not compute from the public ledger, and it is exactly what the
+next identical query then charges (unless someone releases in between).
+
+SQL: ``EXPLAIN SELECT …`` on the DB-API (and so the shell) returns the quote as
+rows; the command line has ``dpgate query --explain``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from dpgate.answer.combine import component_confidence, output_parts
+from dpgate.answer.result import Answer
+from dpgate.compile import CompiledStatement
+from dpgate.errors import UnsupportedQuery
+from dpgate.plan.decide import Step
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["Quote", "Explanation", "quote", "zero_valued", "strip_explain", "COLUMNS"]
+
+#: The columns of :meth:`Explanation.to_pandas` and of ``EXPLAIN`` rows.
+COLUMNS = ("output", "group", "source", "epsilon", "halfwidth", "confidence", "remaining", "note")
+
+
+@dataclass(frozen=True)
+class Quote:
+    """What one output of a statement would do.
+
+    Attributes:
+        output: the output column's name.
+        group: its GROUP BY key as ``((column, key), …)``.
+        source: ``"history"`` (free), ``"fresh"`` (a new measurement), ``"exact"`` (a
+            public constant) or ``"model"`` (a free model-based estimate).
+        epsilon: the increase of the system privacy cost it would cause.
+        halfwidth: the half-width its interval would have at ``confidence`` (NaN for
+            AVG / VAR / STDDEV: their interval depends on the released components,
+            see ``note``; and for model estimates).
+        confidence: the confidence the half-width is stated at.
+        remaining: the budget left after this output and every output before it.
+        note: for a derived output, its components' half-widths.
+    """
+
+    output: str
+    group: tuple[tuple[str, Any], ...]
+    source: str
+    epsilon: float
+    halfwidth: float
+    confidence: float
+    remaining: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The quote of a whole statement: one :class:`Quote` per (group, output).
+
+    Attributes:
+        quotes: per output, in the order ``Result.answers`` would have.
+        epsilon: the total ε the statement would charge (``Result.epsilon_spent``).
+        spent, budget: the gateway's cost so far and its total budget.
+        statement: the compiled statement.
+    """
+
+    quotes: tuple[Quote, ...]
+    epsilon: float
+    spent: float
+    budget: float
+    statement: CompiledStatement = field(repr=False)
+
+    @property
+    def remaining(self) -> float:
+        """The budget left after the statement (negative: it would be refused)."""
+        return self.budget - self.spent - self.epsilon
+
+    @property
+    def affordable(self) -> bool:
+        """Whether the budget can pay for the statement (else ``query`` raises ``BudgetExhausted``)."""
+        return self.remaining >= -1e-12
+
+    @property
+    def free(self) -> bool:
+        """Whether the statement would spend nothing."""
+        return self.epsilon == 0.0
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        """The quotes as tuples in :data:`COLUMNS` order (the group as ``col=key, …`` text)."""
+        return [(q.output, _group_text(q.group), q.source, q.epsilon, q.halfwidth, q.confidence, q.remaining, q.note)
+                for q in self.quotes]
+
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per output, columns :data:`COLUMNS`."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows(), columns=list(COLUMNS))
+
+    def __repr__(self) -> str:
+        verdict = "free" if self.free else f"ε = {self.epsilon:.6g}"
+        pay = "" if self.affordable else " — over budget, would be refused"
+        return (f"<dpgate.Explanation {len(self.quotes)} outputs, {verdict}; "
+                f"{max(self.remaining, 0.0):.6g} of {self.budget:g} would remain{pay}>")
+
+    def _repr_html_(self) -> str:
+        return f"<p>{_html_escape(repr(self))}</p>" + self.to_pandas().to_html(index=False)
+
+
+def _html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+def _group_text(group: tuple[tuple[str, Any], ...]) -> str:
+    return ", ".join(f"{c}={'NULL' if k is None else k}" for c, k in group)
+
+
+def quote(
+    stmt: CompiledStatement,
+    steps: Sequence[Step],
+    answers_at: Callable[[float], Sequence[Answer]],
+    confidence: float,
+    spent: float,
+    budget: float,
+) -> Explanation:
+    """The quote of a planned statement.
+
+    ``answers_at(c)`` answers the planned steps at confidence ``c`` with every planned
+    release valued 0: an interval's width depends on the design only, never on the
+    values, so these widths are the ones the query will carry.
+    """
+    quotes = []
+    left = budget - spent
+    at = functools.cache(answers_at)  # one replay per confidence level
+
+    for name, d, _, idx in output_parts(stmt):
+        parts = [steps[i] for i in idx]
+        eps = float(sum(s.increase for s in parts))
+        left -= eps
+        kinds = {s.kind for s in parts}
+        source = "fresh" if "fresh" in kinds else "history" if "history" in kinds else "exact"
+        group = stmt.queries[idx[0]].group
+        if d.kind == "linear":
+            quotes.append(Quote(name, group, source, eps, _certified(at(confidence)[idx[0]]), confidence, left))
+            continue
+        c = component_confidence(d, confidence)
+        x = f"x − {d.centre}" if d.centre > 0 else f"x + {-d.centre}" if d.centre else "x"
+        comps = []
+        for label, i in zip(("COUNT(x)", f"SUM({x})", f"SUM(({x})²)"), idx, strict=False):
+            q = stmt.queries[i]
+            comps.append(f"{label} ±{_certified(at(c)[i]) * (q.sensitivity or 1.0):.6g}")
+        note = f"{d.kind.upper()} from {', '.join(comps)} at {c:.4g}; its interval depends on their values"
+        quotes.append(Quote(name, group, source, eps, math.nan, confidence, left, note))
+    return Explanation(tuple(quotes), float(sum(s.increase for s in steps)), spent, budget, stmt)
+
+
+def _certified(a: Answer) -> float:
+    """The certified half-width of an answer: its posterior's, before the released interval is cut
+    at the least possible value (with every release valued 0, that cut would halve a count's width)."""
+    if a.posterior is None:
+        return a.halfwidth
+    lo, hi = a.posterior.interval(a.confidence)
+    return (hi - lo) / 2 if math.isfinite(hi - lo) else math.inf
+
+
+def zero_valued(steps: Sequence[Step]) -> list[Step]:
+    """The planned steps with every planned release valued 0 (for widths only)."""
+    return [replace(s, values=tuple(0.0 for _ in s.measurements)) for s in steps]
+
+
+_EXPLAIN = re.compile(r"\A((?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*)EXPLAIN\b(\s+ANALY[SZ]E\b)?", re.IGNORECASE | re.DOTALL)
+
+
+def strip_explain(sql: str) -> str | None:
+    """``sql`` without a leading ``EXPLAIN`` keyword (comments and hints kept), or None if it has none.
+
+    >>> strip_explain("/*+ dpgate accuracy=5 */ EXPLAIN SELECT COUNT(*) FROM t")
+    '/*+ dpgate accuracy=5 */  SELECT COUNT(*) FROM t'
+    >>> strip_explain("-- why\\nexplain SELECT 1")
+    '-- why\\n SELECT 1'
+    >>> strip_explain("SELECT 1") is None
+    True
+
+    Raises:
+        UnsupportedQuery: ``EXPLAIN ANALYZE`` (it would run the query; plain EXPLAIN is the free quote).
+    """
+    if not isinstance(sql, str):
+        return None
+    m = _EXPLAIN.match(sql)
+    if m is None:
+        return None
+    if m.group(2):
+        raise UnsupportedQuery("EXPLAIN ANALYZE would run the query; use EXPLAIN SELECT … for the free quote.")
+    rest = sql[m.end():]
+    return m.group(1) + (rest if rest[:1].isspace() else " " + rest)  # a "--" comment keeps its newline
