@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dpgate import accessor as _accessor  # noqa: F401  (registers DataFrame.dp)
 from dpgate import dbapi, inference
+from dpgate._version import __version__ as __version__
 from dpgate.answer.result import Answer, Result
 from dpgate.compile import compile_sql
 from dpgate.compile.query import LinearQuery
@@ -58,8 +59,6 @@ from dpgate.gateway import POLICIES, Gateway
 from dpgate.ledger.core import Ledger
 from dpgate.plan.explain import Explanation
 from dpgate.schema.domains import Column, Schema, Table
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Answer",

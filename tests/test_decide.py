@@ -26,7 +26,7 @@ import pytest
 from dpgate.compile import compile_sql
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import InvalidRequirement
-from dpgate.plan import decide as decide
+from dpgate.plan import decide
 from dpgate.plan.state import TableState
 from dpgate.release.noise import lattice_for
 from dpgate.schema.domains import Schema

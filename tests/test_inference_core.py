@@ -246,7 +246,7 @@ def test_estimate_many_is_estimate_row_by_row(seed, na, nb, m, spoil):
 def test_restrictions_refused_by_twins_are_refused_by_projection(seed, na, nb, m, spoil):
     """The planner's structural refusal of restriction candidates (twin atoms outside a group)
     refuses only what the projections refuse: the same answer as without it."""
-    from dpgate.plan import decide as decide
+    from dpgate.plan import decide
 
     blue, b = _split_history(seed, na, nb, m, spoil)
     rng = np.random.default_rng(seed + 2)

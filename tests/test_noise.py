@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from dpgate.errors import InvalidRequirement
-from dpgate.release import noise as noise
+from dpgate.release import noise
 from dpgate.release.noise import (
     NoiseSource,
     NoisyRelease,

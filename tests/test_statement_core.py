@@ -16,7 +16,7 @@ import dpgate
 from dpgate.compile import compile_sql
 from dpgate.compile.query import LinearQuery
 from dpgate.inference import ErrorLaw
-from dpgate.plan import decide as decide
+from dpgate.plan import decide
 from dpgate.plan.state import MAX_ATOM_WEIGHTS, TableState, isolation_key
 from dpgate.schema.domains import Schema
 
@@ -249,10 +249,10 @@ def _box_query(draw: st.DrawFn) -> LinearQuery:
 def test_joint_split_by_boxes_equals_the_grid_pass(qs: list[LinearQuery]) -> None:
     """The joint split of a statement's leading disjoint queries, built box by box, is the one
     a pass over the whole joint grid per query gives (same codes, same leading run)."""
-    from dpgate.plan import atoms as atoms
+    from dpgate.plan import _joint
 
     qs = [q for q in qs if not q.is_zero]
-    split, run = atoms._compute_joint_split(_GRID, qs)
+    split, run = _joint._compute_joint_split(_GRID, qs)
     cols = tuple(c.name for c in _GRID.columns if any(c.name in q.columns for q in qs))
     grid = tuple(tuple(sorted({b for q in qs for c, bp in zip(q.columns, q.breakpoints, strict=True)
                                if c == name for b in bp})) for name in cols)

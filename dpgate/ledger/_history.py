@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from dpgate._version import __version__
 from dpgate.compile.query import LinearQuery
 from dpgate.ledger import _checkpoint
 from dpgate.plan.state import TableState
@@ -104,8 +105,6 @@ class LedgerHistory:
 
     def _header(self) -> dict[str, Any]:
         """What a checkpoint must match besides the records (the replay depends on these)."""
-        from dpgate import __version__  # the package imports this module first
-
         return {"version": __version__, "schema": self.schema.fingerprint(), "max_atoms": self.max_atoms,
                 "state": STATE_LAYOUT}
 
