@@ -9,7 +9,7 @@ budget that does.  Every answer carries an honest interval.
 from __future__ import annotations
 
 from dpgate import accessor as _accessor  # noqa: F401  (registers DataFrame.dp)
-from dpgate import dbapi, inference
+from dpgate import dbapi, errors, inference
 from dpgate._version import __version__ as __version__
 from dpgate.answer.result import Answer, Result
 from dpgate.compile import compile_sql
@@ -32,29 +32,7 @@ from dpgate.dbapi import (
     paramstyle,
     threadsafety,
 )
-from dpgate.errors import (
-    BudgetExhausted,
-    DatabaseError,
-    DataError,
-    DPGateInternalError,
-    Error,
-    IntegrityError,
-    InterfaceError,
-    InternalError,
-    InvalidArgument,
-    InvalidArgumentType,
-    InvalidRequirement,
-    LedgerError,
-    NotEstimable,
-    NotSupportedError,
-    OperationalError,
-    ProgrammingError,
-    QuerySyntaxError,
-    QueryTooComplex,
-    SchemaError,
-    UnsupportedQuery,
-    Warning,
-)
+from dpgate.errors import *  # noqa: F403  (the exception classes: errors.__all__)
 from dpgate.gateway import POLICIES, Gateway
 from dpgate.ledger.core import Ledger
 from dpgate.plan.explain import Explanation
@@ -64,7 +42,6 @@ __all__ = [
     "Answer",
     "BINARY",
     "Binary",
-    "BudgetExhausted",
     "Column",
     "DATETIME",
     "Date",
@@ -77,33 +54,13 @@ __all__ = [
     "TimeFromTicks",
     "Timestamp",
     "TimestampFromTicks",
-    "DataError",
-    "DatabaseError",
-    "DPGateInternalError",
-    "Error",
     "Gateway",
-    "IntegrityError",
-    "InterfaceError",
-    "InternalError",
-    "InvalidArgument",
-    "InvalidArgumentType",
-    "InvalidRequirement",
     "Ledger",
-    "LedgerError",
     "LinearQuery",
-    "NotEstimable",
-    "NotSupportedError",
-    "OperationalError",
     "POLICIES",
-    "ProgrammingError",
-    "QuerySyntaxError",
-    "QueryTooComplex",
     "Result",
     "Schema",
-    "SchemaError",
     "Table",
-    "UnsupportedQuery",
-    "Warning",
     "apilevel",
     "compile_sql",
     "connect",
@@ -112,3 +69,4 @@ __all__ = [
     "paramstyle",
     "threadsafety",
 ]
+__all__ += errors.__all__  # the exception classes, listed once in dpgate.errors

@@ -38,6 +38,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 
+# The one list of dpgate's exception classes: ``dpgate`` and ``dpgate.dbapi`` (PEP 249 wants them
+# on the driver module) re-export exactly these with ``from dpgate.errors import *`` and extend
+# their own ``__all__`` with it.  ``map_exceptions`` is for dpgate's own modules, so not listed.
 __all__ = [
     "Warning",
     "Error",
@@ -60,7 +63,6 @@ __all__ = [
     "InvalidRequirement",
     "NotEstimable",
     "DPGateInternalError",
-    "map_exceptions",
 ]
 
 _builtin_warning = Warning

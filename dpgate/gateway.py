@@ -72,6 +72,7 @@ from dpgate.inference import IncrementalBLUE
 from dpgate.ledger._history import LedgerHistory
 from dpgate.ledger.core import Ledger, LedgerRecord, LedgerTransaction
 from dpgate.plan.accounting import CellCosts, to_epsilon
+from dpgate.plan.budget import exhausted, fits
 from dpgate.plan.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
 from dpgate.plan.explain import Explanation, Quote, quote, zero_valued
 from dpgate.plan.requirement import Requirement, hinted, resolve_confidence, resolve_requirement
@@ -90,8 +91,6 @@ __all__ = ["DEFAULT_MAX_OUTPUTS", "Gateway", "POLICIES"]
 
 _R = TypeVar("_R", bound=Result)
 
-# Budget comparisons allow this much floating-point slack (never more).
-_BUDGET_SLACK = 1e-12
 #: Default ``Gateway(max_outputs=...)``: a two-column GROUP BY of a few thousand keys.
 DEFAULT_MAX_OUTPUTS = 4096
 
@@ -600,7 +599,7 @@ class Gateway:
             before = state.blue.copy()  # the live state's appends below must not reach it
             needed = float(sum(s.increase for s in steps))
             spent = self._history.spent()
-            if spent + needed > self.budget + _BUDGET_SLACK:
+            if not fits(spent, needed, self.budget):
                 if allow_partial:
                     return [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps], before
                 raise self._refusal(state, steps, needed, spent, accuracy, confidence)
@@ -686,13 +685,8 @@ class Gateway:
                 charges = _recorded_charges(state, parts)
                 start, after, _ = charges
                 needed, spent = to_epsilon(after[-1] if after else start) - to_epsilon(start), self._history.spent()
-                if spent + needed > self.budget + _BUDGET_SLACK:
-                    remaining = max(0.0, self.budget - spent)
-                    raise BudgetExhausted(
-                        f"These releases need ε = {needed:.4g}; {remaining:.4g} of {self.budget:g} remains.",
-                        needed=needed,
-                        remaining=remaining,
-                    )
+                if not fits(spent, needed, self.budget):
+                    raise exhausted(needed, spent, self.budget, what=f"Releasing these {len(parts)} measurements")
                 values, recorded = self._record(tx, state, parts, label, kind, spent, charges)
             self._history.applied(state, parts, *recorded)
         return values
@@ -749,14 +743,8 @@ class Gateway:
             )
         elif single is not None:
             hint = " History alone does not determine this query."
-        remaining = max(0.0, self.budget - spent)
-        return BudgetExhausted(
-            f"This query needs ε = {needed:.4g} to reach ±{accuracy:g} at {confidence:.0%}; "
-            f"{remaining:.4g} of {self.budget:g} remains.{hint}",
-            needed=needed,
-            remaining=remaining,
-            estimate=single,
-        )
+        return exhausted(needed, spent, self.budget, what="This query",
+                         purpose=f" to reach ±{accuracy:g} at {confidence:.0%}", hint=hint, estimate=single)
 
     # -- model-based answers (Chen, Zhou & Bhowmick (2016); dpgate.model) -------------
     @single_threaded

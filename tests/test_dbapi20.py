@@ -90,7 +90,7 @@ def test_exceptions():
 
 
 def test_every_dpgate_exception_class_is_exported():
-    """dbapi's export list is written out for linters; it must not drift from dpgate.errors."""
+    """PEP 249 wants the exception classes on the driver module: dbapi exports all of dpgate.errors'."""
     import dpgate.errors
 
     classes = {n for n in dpgate.errors.__all__ if isinstance(getattr(dpgate.errors, n), type)}

@@ -62,6 +62,17 @@ def test_the_package_exports_the_tree() -> None:
         assert getattr(dpgate, cls.__name__) is cls
 
 
+def test_errors_all_is_the_one_list_of_the_exception_classes() -> None:
+    """``errors.__all__`` lists every exception class of the module and nothing else;
+    ``dpgate`` and ``dpgate.dbapi`` extend their ``__all__`` with it."""
+    defined = {name for name, value in vars(errors).items()
+               if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == errors.__name__}
+    assert sorted(errors.__all__) == sorted(defined) and len(CLASSES) == len(errors.__all__)
+    for module in (dpgate, dpgate.dbapi):
+        assert set(errors.__all__) <= set(module.__all__)
+        assert all(getattr(module, name) is getattr(errors, name) for name in errors.__all__)
+
+
 def test_scipy_style_arguments_errors_are_builtin_errors_too() -> None:
     assert issubclass(InvalidArgument, ValueError)
     assert issubclass(InvalidArgumentType, ValueError) and issubclass(InvalidArgumentType, TypeError)

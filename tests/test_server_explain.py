@@ -137,7 +137,8 @@ def test_analyst_cap_refusal_reads_no_data(tmp_path: Path) -> None:
             with pytest.raises(psycopg.errors.ConfigurationLimitExceeded) as err:
                 carol.execute(SQL.format("%s"), [30])
             msg = str(err.value)
-            assert "'carol' has ε = 0 left of their cap 0" in msg and "quoted at ε = 0.1198" in msg
+            assert "This statement needs ε = 0.1198 (EXPLAIN quotes it)" in msg
+            assert "'carol' has ε = 0 left of their cap 0" in msg
             assert "nothing was read" in msg and spy.calls == 0
         with psycopg.connect(dsn(s.port, "bob"), autocommit=True) as bob:
             bob.execute(SQL.format(30)).fetchone()  # 0.12 of bob's 0.2
@@ -157,7 +158,7 @@ def test_record_time_hook_stays_authoritative(tmp_path: Path, monkeypatch: pytes
         spy = DataSpy(s.gateway)
         with pytest.raises(psycopg.errors.ConfigurationLimitExceeded) as err:
             carol.execute(SQL.format(30))
-        assert "answering needs more" in str(err.value)
+        assert "Answering this statement needs ε = " in (msg := str(err.value)) and "more for its next release" in msg
         assert spy.calls > 0  # without the pre-check the data was read, though nothing was released
     assert _records(tmp_path) == 0
 

@@ -130,6 +130,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from dpgate import errors
 from dpgate.dbapi._connection import Connection
 from dpgate.dbapi._cursor import Cursor
 from dpgate.dbapi._rows import (
@@ -146,29 +147,8 @@ from dpgate.dbapi._rows import (
     Timestamp,
     TimestampFromTicks,
 )
-from dpgate.errors import (
-    BudgetExhausted,
-    DatabaseError,
-    DataError,
-    DPGateInternalError,
-    Error,
-    IntegrityError,
-    InterfaceError,
-    InternalError,
-    InvalidArgument,
-    InvalidArgumentType,
-    InvalidRequirement,
-    LedgerError,
-    NotEstimable,
-    NotSupportedError,
-    OperationalError,
-    ProgrammingError,
-    QuerySyntaxError,
-    QueryTooComplex,
-    SchemaError,
-    UnsupportedQuery,
-    Warning,
-)
+from dpgate.errors import *  # noqa: F403  (PEP 249: the exception classes, errors.__all__)
+from dpgate.errors import InterfaceError, InvalidRequirement
 from dpgate.gateway import DEFAULT_MAX_OUTPUTS, Gateway
 from dpgate.plan.decide import check_policy
 from dpgate.plan.requirement import resolve_accuracy, resolve_confidence
@@ -193,30 +173,9 @@ __all__ = [
     "NUMBER",
     "DATETIME",
     "ROWID",
-    # PEP 249: the exception classes are module attributes (every class of dpgate.errors;
-    # tests/test_dbapi20.py checks that none is missing).
-    "Warning",
-    "Error",
-    "InterfaceError",
-    "DatabaseError",
-    "DataError",
-    "OperationalError",
-    "IntegrityError",
-    "InternalError",
-    "ProgrammingError",
-    "NotSupportedError",
-    "InvalidArgument",
-    "InvalidArgumentType",
-    "SchemaError",
-    "UnsupportedQuery",
-    "QuerySyntaxError",
-    "QueryTooComplex",
-    "BudgetExhausted",
-    "LedgerError",
-    "InvalidRequirement",
-    "NotEstimable",
-    "DPGateInternalError",
 ]
+# PEP 249: the exception classes are module attributes (all of dpgate.errors', listed there once).
+__all__ += errors.__all__
 
 #: PEP 249: the DB-API level supported.
 apilevel = "2.0"

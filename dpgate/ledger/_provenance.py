@@ -35,13 +35,11 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from dpgate.errors import BudgetExhausted
 from dpgate.ledger.core import Ledger
+from dpgate.plan.budget import exhausted, fits
 
-__all__ = ["ensure_table", "charging", "over_cap", "SLACK", "record_delivery", "analyst_spent", "analyst_history",
-           "statement_hash"]
+__all__ = ["ensure_table", "charging", "record_delivery", "analyst_spent", "analyst_history", "statement_hash"]
 
-SLACK = 1e-12  # float tolerance of the cap comparisons
 _DDL = (
     """CREATE TABLE IF NOT EXISTS dpgate_provenance (
         id         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -99,23 +97,14 @@ def charging(ledger: Ledger, analyst: str, cap: float, statement: str) -> Iterat
                                (record_id,)).fetchone()
             prev, spent = (row[0] if row else 0.0), float(conn.execute(_SPENT, (analyst,)).fetchone()[0])
         delta = max(0.0, cost_after - prev)
-        if spent + delta > cap + SLACK:
-            raise over_cap(analyst, cap, spent, delta, f"answering needs more (at least {delta:.4g})")
+        if not fits(spent, delta, cap):
+            raise exhausted(delta, spent, cap, what="Answering this statement", purpose=" more for its next release",
+                            analyst=analyst, hint=" Nothing was spent.")
         conn.execute(_INSERT, (analyst, "charge", record_id, delta, statement, "fresh", _now()))
         last.update(conn=conn, id=record_id, cost=cost_after, spent=spent + delta)
 
     with ledger.on_append(hook):
         yield
-
-
-def over_cap(analyst: str, cap: float, spent: float, needed: float, why: str) -> BudgetExhausted:
-    """The refusal of a statement that would take ``analyst``'s charges above their ``cap``."""
-    left = max(0.0, cap - spent)
-    return BudgetExhausted(
-        f"analyst {analyst!r} has ε = {left:.4g} left of their cap {cap:g}, and {why}; ask for a lower "
-        "accuracy, or for queries history already answers (free), or ask the operator to raise your cap. "
-        "Nothing was spent.", needed=needed, remaining=left,
-    )
 
 
 def record_delivery(ledger: Ledger, analyst: str, statement: str, source: str, epsilon: float) -> None:

@@ -31,6 +31,7 @@ from dpgate.answer.combine import component_confidence, output_parts
 from dpgate.answer.result import Answer
 from dpgate.compile import CompiledStatement
 from dpgate.errors import UnsupportedQuery
+from dpgate.plan.budget import fits
 from dpgate.plan.decide import Step
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class Explanation:
     @property
     def affordable(self) -> bool:
         """Whether the budget can pay for the statement (else ``query`` raises ``BudgetExhausted``)."""
-        return self.remaining >= -1e-12
+        return fits(self.spent, self.epsilon, self.budget)
 
     @property
     def free(self) -> bool:

@@ -1,6 +1,6 @@
 """Bulk arithmetic of the cube's query batches on a union-grid histogram.
 
-**Internal.**  Split from :mod:`dpgate.release.cube` (which runs the statements); pure
+**Internal** (used by :mod:`dpgate.release.cube`, which runs the statements): pure
 numpy on public query grids and on exact counts the cube has already read, so
 nothing here touches the data source.  Every result is an exact integer.
 """

@@ -4,7 +4,7 @@ Why one module of about 570 lines: every SQL expression dpgate generates against
 built here, in one place, so that a reviewer of invariant 1 (only generated SQL reaches the
 engine) reads one file.
 
-**Internal.**  Split from :mod:`dpgate.release.cube`, which holds the data source, runs
+**Internal.**  :mod:`dpgate.release.cube` holds the data source, runs
 the statements and does the arithmetic on counts; this module only builds
 expressions (from the public schema and the catalog's column types) and never
 reads data.

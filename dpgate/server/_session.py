@@ -53,6 +53,7 @@ from dpgate.compile import CompiledStatement, compile_statement
 from dpgate.dbapi import Connection, connect
 from dpgate.gateway import Gateway
 from dpgate.ledger import _provenance
+from dpgate.plan.budget import exhausted, fits, remaining
 from dpgate.plan.explain import COLUMNS, strip_explain
 from dpgate.server import _catalog
 from dpgate.server._protocol import Field
@@ -243,7 +244,7 @@ class Session:
         gw, a = self.gateway, self.analyst
         mine = _provenance.analyst_spent(gw.ledger, a.name)
         names = ("analyst", "analyst_budget", "analyst_spent", "analyst_remaining", "budget", "spent", "remaining")
-        row = (a.name, a.budget, mine, max(0.0, a.budget - mine), gw.budget, gw.spent, gw.remaining)
+        row = (a.name, a.budget, mine, remaining(mine, a.budget), gw.budget, gw.spent, gw.remaining)
         return Outcome(tuple(_field(n, TEXT if i == 0 else FLOAT8) for i, n in enumerate(names)), (row,), "SHOW")
 
     def _query(self, sql: str, params: Sequence[Any]) -> Outcome:
@@ -299,10 +300,9 @@ class Session:
             if len(self.free) >= _FREE_MEMO:
                 self.free.clear()
             self.free.add(key)
-        elif quote.affordable and spent + quote.epsilon > a.budget + _provenance.SLACK:
-            raise _provenance.over_cap(a.name, a.budget, spent, quote.epsilon,
-                                       f"this statement is quoted at ε = {quote.epsilon:.4g} (EXPLAIN shows it); "
-                                       "nothing was read")
+        elif quote.affordable and not fits(spent, quote.epsilon, a.budget):
+            raise exhausted(quote.epsilon, spent, a.budget, what="This statement", purpose=" (EXPLAIN quotes it)",
+                            analyst=a.name, hint=" Nothing was spent and nothing was read.")
 
     def _log(self, sql: str, params: Any, kind: str, source: str, eps: float, digest: str | None = None) -> None:
         LOG.info("analyst=%s statement=%s kind=%s source=%s epsilon=%.6g", self.analyst.name,

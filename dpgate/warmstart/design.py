@@ -121,6 +121,7 @@ from dpgate._validate import positive_finite, probability
 from dpgate.answer.result import Answer, Result
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import BudgetExhausted, InvalidRequirement, SchemaError, UnsupportedQuery
+from dpgate.plan.budget import exhausted, fits
 from dpgate.schema.domains import Table
 from dpgate.warmstart import _ispe
 
@@ -139,7 +140,6 @@ _OPTIONS: dict[str, dict[str, Any]] = {
     "hierarchical": {"branching": 2, "split": "even", "ratio": 2.0},
     "ispe": {"alpha1_fraction": 0.5, "iterations": 5, "mask_size": 3, "sigma": 0.5, "xi": None, "connectivity": 1.0},
 }
-_SLACK = 1e-12
 
 
 @dataclass(frozen=True, eq=False)
@@ -247,13 +247,8 @@ def _options(strategy: str, given: dict[str, Any]) -> dict[str, Any]:
 def _check_budget(gw: Gateway, t: Table, epsilon: float, strategy: str) -> None:
     needed = t.max_rows_per_individual * epsilon
     spent = gw.spent
-    if spent + needed > gw.budget + _SLACK:
-        remaining = max(0.0, gw.budget - spent)
-        raise BudgetExhausted(
-            f"This {strategy} warm start needs ε = {needed:.4g}; {remaining:.4g} of {gw.budget:g} remains.",
-            needed=needed,
-            remaining=remaining,
-        )
+    if not fits(spent, needed, gw.budget):
+        raise exhausted(needed, spent, gw.budget, what=f"This {strategy} warm start")
 
 
 def _release(gw: Gateway, t: Table, ms: list[tuple[LinearQuery, float]], label: str) -> list[float]:
