@@ -536,9 +536,6 @@ class Gateway:
             UnsupportedQuery, SchemaError: the SQL is refused.
             ProgrammingError: a ``SET dpgate.*`` statement (those configure DB-API sessions).
         """
-        # Compiling depends only on the text, the parameters, the schema and the dialect, and a
-        # compiled statement is immutable: repeats (a GROUP BY answered from history) reuse it.
-        # (Single dict operations: safe across threads without the lock.)
         stmt = self.compile_any(sql, params)
         if not isinstance(stmt, CompiledStatement):
             raise ProgrammingError(
@@ -552,6 +549,9 @@ class Gateway:
     ) -> CompiledStatement | SetOption:
         """:meth:`compile`, also of ``SET dpgate.*`` (a :class:`~dpgate.compile.SetOption`): what a
         DB-API connection compiles, once per statement, before it routes it."""
+        # Compiling depends only on the text, the parameters, the schema and the dialect, and a
+        # compiled statement is immutable: repeats (a GROUP BY answered from history) reuse it.
+        # (Single dict operations: safe across threads without the lock.)
         # Kept for the process (gateways on equal schemas, e.g. one per DB-API connection, share them).
         text_key = _compile_key(sql, params, self.dialect)
         key = None if text_key is None else (self._schema_fingerprint(), text_key)

@@ -35,7 +35,9 @@ class Connection:
 
     Create with :func:`connect`.  Beyond PEP 249 it offers :meth:`execute`
     (sqlite3-style shortcut), :attr:`gateway`, :attr:`settings`, and the budget
-    views :attr:`budget`, :attr:`spent`, :attr:`remaining` and :attr:`history`.
+    views :attr:`budget`, :attr:`spent`, :attr:`remaining` and :attr:`history`; and, for
+    front ends such as ``dpgate serve``, :meth:`prepare`, :meth:`quote` and :meth:`run` (a
+    statement compiled once, quoted, then run).
     The PEP 249 exception classes are attributes (``con.Error``, ``con.OperationalError`` …).
     """
 
