@@ -55,7 +55,7 @@ from dpgate._blas import one_blas_thread, single_threaded
 from dpgate._validate import positive_finite
 from dpgate.answer.combine import assemble, measured_queries, output_parts, plan_confidence
 from dpgate.answer.result import Result
-from dpgate.compile import MODEL_METHODS, CompiledStatement, compile_statement
+from dpgate.compile import MODEL_METHODS, CompiledStatement, SetOption, compile_statement
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import (
     BudgetExhausted,
@@ -358,12 +358,35 @@ class Gateway:
             BudgetExhausted: the answer would overspend (nothing read, nothing spent).
         """
         stmt = self._compile_checked(sql, params)
-        if not stmt.queries:  # only declared group keys: public, so free
-            return Result((), stmt, 0.0)
         method = stmt.hints.get("method", "exact")  # validated and lower-cased by the compiler
-        if method != "exact":  # a hint asked for a free, model-based estimate instead
+        if stmt.queries and method != "exact":  # a hint asked for a free, model-based estimate instead
             confidence = resolve_confidence({"confidence": confidence}, hinted(stmt.hints))
             return self.estimate(sql, method, confidence=confidence, params=params)
+        return self.run(stmt, accuracy, confidence, allow_partial=allow_partial, policy=policy, round=round)
+
+    @single_threaded
+    def run(
+        self,
+        statement: CompiledStatement,
+        accuracy: float | None = None,
+        confidence: float | None = None,
+        *,
+        allow_partial: bool = False,
+        policy: Policy | None = None,
+        round: bool = False,  # noqa: A002 - as query's
+    ) -> Result:
+        """:meth:`query` of a statement compiled already (by :meth:`compile`): exact answers only.
+
+        For the package's SQL front ends (``dpgate.dbapi``, hence ``dpgate serve``), which
+        compile each statement once to read its hints and route it, then hand the compiled
+        value here instead of its text.  The privacy guarantee, requirement rules and
+        errors are :meth:`query`'s; the statement's ``method`` hint is not read here (the
+        caller routes model-based statements to :meth:`estimate`, as :meth:`query` does).
+        """
+        stmt = self._checked(statement)
+        if not stmt.queries:  # only declared group keys: public, so free
+            return Result((), stmt, 0.0)
+        sql = stmt.sql  # recorded with each release: the text as given, placeholders unbound
         req = _requirement(stmt, accuracy, confidence, allow_partial)
         accuracy, confidence, allow_partial = req.accuracy, req.confidence, req.allow_partial
         policy = check_policy(policy or self.policy)
@@ -411,7 +434,24 @@ class Gateway:
         Raises:
             UnsupportedQuery, SchemaError, InvalidRequirement: as :meth:`query` (nothing spent).
         """
-        stmt = self._compile_checked(sql, params)
+        return self.quote(self._compile_checked(sql, params), accuracy, confidence, policy=policy, method=method)
+
+    @single_threaded
+    def quote(
+        self,
+        statement: CompiledStatement,
+        accuracy: float | None = None,
+        confidence: float | None = None,
+        *,
+        policy: Policy | None = None,
+        method: str | None = None,
+    ) -> Explanation:
+        """:meth:`explain` of a statement compiled already (by :meth:`compile`): free, as :meth:`explain`.
+
+        For the package's SQL front ends, which quote the very statement they then hand to
+        :meth:`run` (the server's per-analyst cap check), compiling it once.
+        """
+        stmt = self._checked(statement)
         method = method or stmt.hints.get("method", "exact")
         with self._lock:
             self._history.sync()
@@ -495,6 +535,19 @@ class Gateway:
             UnsupportedQuery, SchemaError: the SQL is refused.
             ProgrammingError: a ``SET dpgate.*`` statement (those configure DB-API sessions).
         """
+        stmt = self.compile_any(sql, params)
+        if not isinstance(stmt, CompiledStatement):
+            raise ProgrammingError(
+                "SET dpgate.* statements configure a DB-API connection; pass accuracy= and "
+                "confidence= to Gateway.query instead."
+            )
+        return stmt
+
+    def compile_any(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+    ) -> CompiledStatement | SetOption:
+        """:meth:`compile`, also of ``SET dpgate.*`` (a :class:`~dpgate.compile.SetOption`): what a
+        DB-API connection compiles, once per statement, before it routes it."""
         # Compiling depends only on the text, the parameters, the schema and the dialect, and a
         # compiled statement is immutable: repeats (a GROUP BY answered from history) reuse it.
         # (Single dict operations: safe across threads without the lock.)
@@ -509,11 +562,6 @@ class Gateway:
             if len(_COMPILED) >= _COMPILED_KEPT:
                 _COMPILED.clear()
             _COMPILED[key] = stmt
-        if not isinstance(stmt, CompiledStatement):
-            raise ProgrammingError(
-                "SET dpgate.* statements configure a DB-API connection; pass accuracy= and "
-                "confidence= to Gateway.query instead."
-            )
         return stmt
 
     def _schema_fingerprint(self) -> str:
@@ -547,7 +595,10 @@ class Gateway:
     # -- internals -------------------------------------------------------------------
     def _compile_checked(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> CompiledStatement:
         """:meth:`compile`, refusing statements with more outputs than ``max_outputs``."""
-        stmt = self.compile(sql, params)
+        return self._checked(self.compile(sql, params))
+
+    def _checked(self, stmt: CompiledStatement) -> CompiledStatement:
+        """``stmt``, refused if it has more outputs than ``max_outputs``."""
         if len(stmt.queries) > self.max_outputs:
             raise QueryTooComplex(
                 f"this statement has {len(stmt.queries)} outputs (groups × aggregates), more than this gateway's "

@@ -101,13 +101,13 @@ def test_explain_from_every_client_is_typed_and_free(tmp_path: Path) -> None:
 
 def test_quote_is_the_charge_then_history_is_free(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     quotes: list[str] = []
-    inner = dbapi.Connection.explain
+    inner = dbapi.Connection.quote
 
-    def counted(self, operation, parameters=None):
-        quotes.append(operation)
-        return inner(self, operation, parameters)
+    def counted(self, statement):
+        quotes.append(statement.operation)
+        return inner(self, statement)
 
-    monkeypatch.setattr(dbapi.Connection, "explain", counted)
+    monkeypatch.setattr(dbapi.Connection, "quote", counted)
     with thread_server(tmp_path, caps={"alice": 0.5, "bob": 2.0}) as s, \
             psycopg.connect(dsn(s.port), autocommit=True) as con:
         quoted = con.execute("EXPLAIN " + SQL.format(40)).fetchone()
@@ -152,7 +152,7 @@ def test_analyst_cap_refusal_reads_no_data(tmp_path: Path) -> None:
 
 def test_record_time_hook_stays_authoritative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A stale quote (another release in between) is caught when the release is recorded."""
-    monkeypatch.setattr(_session.Session, "_check_cap", lambda self, sql, params: None)
+    monkeypatch.setattr(_session.Session, "_check_cap", lambda self, sql, params, statement: None)
     with thread_server(tmp_path, caps={"alice": 0.5, "bob": 0.5, "carol": 0.0}) as s, \
             psycopg.connect(dsn(s.port, "carol"), autocommit=True) as carol:
         spy = DataSpy(s.gateway)

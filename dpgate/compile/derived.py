@@ -34,6 +34,7 @@ from dpgate.compile.cells import walk
 from dpgate.compile.post import build as build_post
 from dpgate.compile.query import LinearQuery, union_grid
 from dpgate.compile.stages import STAGES, Compilation, CompiledStatement, named_outputs
+from dpgate.compile.statement import Hints
 from dpgate.errors import UnsupportedQuery
 from dpgate.schema.domains import Schema, Table
 
@@ -121,7 +122,7 @@ def compile_derived(
         group_keys=c.group_keys,
         outputs=tuple(outputs),
         postprocess=postprocess,
-        hints=dict(hints or {}),
+        hints=Hints(hints),
         sql=sql,
         derived=derived,
     )

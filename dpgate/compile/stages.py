@@ -46,6 +46,7 @@ from dpgate.compile.evaluate import Evaluator
 from dpgate.compile.post import PostProcess
 from dpgate.compile.post import build as build_post
 from dpgate.compile.query import LinearQuery
+from dpgate.compile.statement import Hints
 from dpgate.errors import DPGateInternalError, SchemaError, UnsupportedQuery
 from dpgate.schema.domains import Column, Schema, Table
 
@@ -124,7 +125,7 @@ class CompiledStatement:
     group_keys: tuple[tuple[Any, ...], ...]
     outputs: tuple[Output, ...]
     postprocess: PostProcess = field(default_factory=PostProcess)
-    hints: dict[str, str] = field(default_factory=dict)
+    hints: Mapping[str, str] = field(default_factory=Hints)
     sql: str = ""
     derived: tuple[Derivation, ...] = ()
 
@@ -215,7 +216,7 @@ def compile_tree(
         group_keys=c.group_keys,
         outputs=c.outputs,
         postprocess=c.postprocess,
-        hints=dict(hints or {}),
+        hints=Hints(hints),
         sql=sql,
     )
 

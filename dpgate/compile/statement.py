@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numbers
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -34,7 +34,7 @@ from dpgate.errors import (
 )
 
 __all__ = [
-    "SetOption", "HINT_KEYS", "METHOD_VALUES", "MODEL_METHODS", "SET_OPTIONS",
+    "Hints", "SetOption", "HINT_KEYS", "METHOD_VALUES", "MODEL_METHODS", "SET_OPTIONS",
     "MAX_SQL_LENGTH", "MAX_TOKENS", "MAX_NESTING_DEPTH", "MAX_OPERATORS",
     "bind", "check_length", "check_complexity", "dialect_of", "hints", "literal", "parse", "placeholders",
     "set_option", "split_check", "tokenize",
@@ -221,6 +221,32 @@ def parse(sql: str, dialect: Dialect) -> exp.Expr:
 
 # -- hints ---------------------------------------------------------------------------------
 _HINT_PAIR = re.compile(r"""\s*,?\s*([A-Za-z_][A-Za-z_0-9]*)\s*=\s*("[^"]*"|'[^']*'|[^\s,]+)""")
+
+
+class Hints(Mapping[str, str]):
+    """A statement's hints, read-only: a compiled statement is a frozen value that gateways
+    cache and share (``Gateway.compile``), so no holder may change another's hints.
+    Equal to the dict of the same items; pickles like one."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, str] | None = None) -> None:
+        self._items: dict[str, str] = dict(items or {})
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return repr(self._items)
+
+    def __reduce__(self) -> tuple[type[Hints], tuple[dict[str, str]]]:
+        return Hints, (self._items,)
 
 
 def hints(tokens: list[Token], sql: str = "") -> dict[str, str]:

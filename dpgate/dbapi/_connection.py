@@ -5,15 +5,16 @@ leaves open)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any
 
 from dpgate import errors
 from dpgate.answer.result import Result
-from dpgate.compile import CompiledStatement, SetOption, compile_statement
+from dpgate.compile import CompiledStatement, SetOption
 from dpgate.dbapi._cursor import Cursor
-from dpgate.dbapi._rows import NO_ROWS, ResultSet, explain_set, result_set
+from dpgate.dbapi._rows import NO_ROWS, Prepared, ResultSet, explain_set, result_set
 from dpgate.errors import (
     DPGateInternalError,
     Error,
@@ -34,7 +35,9 @@ class Connection:
 
     Create with :func:`connect`.  Beyond PEP 249 it offers :meth:`execute`
     (sqlite3-style shortcut), :attr:`gateway`, :attr:`settings`, and the budget
-    views :attr:`budget`, :attr:`spent`, :attr:`remaining` and :attr:`history`.
+    views :attr:`budget`, :attr:`spent`, :attr:`remaining` and :attr:`history`; and, for
+    front ends such as ``dpgate serve``, :meth:`prepare`, :meth:`quote` and :meth:`run` (a
+    statement compiled once, quoted, then run).
     The PEP 249 exception classes are attributes (``con.Error``, ``con.OperationalError`` …).
     """
 
@@ -99,7 +102,28 @@ class Connection:
         """The quote of ``operation`` (what ``EXPLAIN`` returns as rows), under this connection's
         ``SET dpgate.*`` settings and the statement's hints; free: reads no data, spends nothing."""
         self._check_open()
-        return self._quote(operation, _params(parameters))
+        params = _params(parameters)
+        return self._quote(self._gateway.compile_any(operation, params))
+
+    def prepare(self, operation: str, parameters: Any = None) -> Prepared:
+        """``operation`` compiled once, for :meth:`quote` and :meth:`run` (``dpgate serve`` quotes a
+        statement for the analyst's cap, then runs the same compiled value).  Reads no data."""
+        self._check_open()
+        params = _params(parameters)
+        with _every_failure_a_dpgate_error():
+            return self._prepare(operation, params)
+
+    def quote(self, statement: Prepared) -> Explanation:
+        """:meth:`explain` of a prepared statement (of its SELECT, for ``EXPLAIN SELECT …``): free."""
+        self._check_open()
+        return self._quote(statement.compiled)
+
+    def run(self, statement: Prepared) -> ResultSet:
+        """Run a prepared statement, as :meth:`Cursor.execute` runs its text: the result set
+        (whose ``description`` is None after a SET).  Spends budget as ``execute`` does."""
+        self._check_open()
+        with _every_failure_a_dpgate_error():
+            return self._answer(statement)
 
     @property
     def closed(self) -> bool:
@@ -148,44 +172,60 @@ class Connection:
             raise InterfaceError("this dpgate connection is closed.")
 
     def _run(self, operation: str, parameters: Any) -> ResultSet:
-        """Compile one statement; apply a SET, or answer a SELECT through the gateway."""
+        """Compile one statement (once); apply a SET, or answer a SELECT through the gateway."""
         self._check_open()
         params = _params(parameters)
-        gw = self._gateway
-        try:
-            inner = strip_explain(operation)
-            if inner is not None:
-                return explain_set(self._quote(inner, params))
-            stmt = compile_statement(operation, gw.schema, dialect=gw.dialect, params=params)
-            if isinstance(stmt, SetOption):
-                with self._lock:
-                    self._settings[stmt.name] = stmt.value
-                return NO_ROWS
-            settings = dict(self._settings)
-            if not stmt.queries:  # SELECT k … GROUP BY k: the declared keys, free and unrecorded
-                return result_set(Result((), stmt, 0.0), bool(settings["intervals"]), gw.schema)
-            method, req = _resolved(stmt, settings)
-            if isinstance(req, float):  # a free, model-based estimate (Gateway.estimate): no accuracy needed
-                result = gw.estimate(operation, method, confidence=req, params=params)
-                return result_set(result, bool(settings["intervals"]), gw.schema)
-            result = gw.query(operation, req.accuracy, req.confidence, params=params, allow_partial=req.allow_partial,
-                              round=bool(settings["round"]))
-            return result_set(result, bool(settings["intervals"]), gw.schema)
-        except Error:
-            raise
-        except Exception as exc:  # the DB-API contract: every failure is a dpgate.Error
-            raise DPGateInternalError(f"unexpected {type(exc).__name__} while running a statement: {exc}") from exc
+        with _every_failure_a_dpgate_error():
+            return self._answer(self._prepare(operation, params))
 
-    def _quote(self, operation: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Explanation:
-        """The quote of a statement under this connection's settings and its hints (:meth:`Gateway.explain`)."""
+    def _prepare(self, operation: str, params: Sequence[Any] | Mapping[str, Any] | None) -> Prepared:
+        """Compile ``operation`` (its SELECT, after an ``EXPLAIN``) — through the gateway's
+        compile cache, so a repeated statement is not compiled again."""
+        inner = strip_explain(operation)
+        text = operation if inner is None else inner
+        return Prepared(operation, params, self._gateway.compile_any(text, params), inner is not None)
+
+    def _answer(self, statement: Prepared) -> ResultSet:
+        """Apply a SET, or answer a SELECT through the gateway (its quote's rows for EXPLAIN)."""
         gw = self._gateway
-        stmt = compile_statement(operation, gw.schema, dialect=gw.dialect, params=params)
+        stmt = statement.compiled
+        if statement.explain:
+            return explain_set(self._quote(stmt))
+        if isinstance(stmt, SetOption):
+            with self._lock:
+                self._settings[stmt.name] = stmt.value
+            return NO_ROWS
+        settings = dict(self._settings)
+        if not stmt.queries:  # SELECT k … GROUP BY k: the declared keys, free and unrecorded
+            return result_set(Result((), stmt, 0.0), bool(settings["intervals"]), gw.schema)
+        method, req = _resolved(stmt, settings)
+        if isinstance(req, float):  # a free, model-based estimate (Gateway.estimate): no accuracy needed
+            result = gw.estimate(statement.operation, method, confidence=req, params=statement.params)
+            return result_set(result, bool(settings["intervals"]), gw.schema)
+        result = gw.run(stmt, req.accuracy, req.confidence, allow_partial=req.allow_partial,
+                        round=bool(settings["round"]))
+        return result_set(result, bool(settings["intervals"]), gw.schema)
+
+    def _quote(self, stmt: CompiledStatement | SetOption) -> Explanation:
+        """The quote of a compiled statement under this connection's settings and its hints (:meth:`Gateway.quote`)."""
+        gw = self._gateway
         if isinstance(stmt, SetOption):
             raise UnsupportedQuery("EXPLAIN takes a SELECT; SET dpgate.* changes a setting and costs nothing.")
         method, req = _resolved(stmt, dict(self._settings))
         if isinstance(req, float):
-            return gw.explain(operation, confidence=req, params=params, method=method)
-        return gw.explain(operation, req.accuracy, req.confidence, params=params)
+            return gw.quote(stmt, confidence=req, method=method)
+        return gw.quote(stmt, req.accuracy, req.confidence)
+
+
+@contextmanager
+def _every_failure_a_dpgate_error() -> Iterator[None]:
+    """The DB-API contract: every failure is a dpgate.Error (any other exception is a dpgate bug)."""
+    try:
+        yield
+    except Error:
+        raise
+    except Exception as exc:
+        raise DPGateInternalError(f"unexpected {type(exc).__name__} while running a statement: {exc}") from exc
 
 
 def _resolved(stmt: CompiledStatement, settings: Mapping[str, Any]) -> tuple[str, Requirement | float]:

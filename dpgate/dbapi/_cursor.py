@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dpgate.answer.result import Answer, Result
-from dpgate.dbapi._rows import NO_ROWS, ResultSet
+from dpgate.dbapi._rows import NO_ROWS, ResultSet, Statements
 from dpgate.errors import InterfaceError, ProgrammingError
-
-if TYPE_CHECKING:
-    from dpgate.dbapi._connection import Connection
 
 __all__ = ["Cursor"]
 
@@ -25,7 +22,7 @@ class Cursor:
         arraysize: default number of rows :meth:`fetchmany` returns (1).
     """
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Statements) -> None:
         self.connection = connection
         self.arraysize = 1
         self._closed = False

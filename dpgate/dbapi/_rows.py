@@ -4,6 +4,10 @@ PEP 249 type objects and constructors (re-exported by :mod:`dpgate.dbapi`), and
 the rows of a result set built from a released :class:`~dpgate.answer.result.Result`
 (one row per declared GROUP BY key, HAVING / ORDER BY / LIMIT applied to the
 released values).  Building rows is post-processing: nothing is read or spent.
+
+Also what the connection and the cursor share without importing each other: a
+statement compiled once (:class:`Prepared`) and what a cursor asks of its
+connection (:class:`Statements`).
 """
 
 from __future__ import annotations
@@ -11,11 +15,12 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import time as _time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from dpgate.answer.result import Answer, Result
-from dpgate.compile import CompiledStatement
+from dpgate.compile import CompiledStatement, SetOption
 from dpgate.errors import ProgrammingError
 from dpgate.plan.explain import COLUMNS, Explanation
 from dpgate.schema.domains import Schema
@@ -36,6 +41,8 @@ __all__ = [
     "TimestampFromTicks",
     "ResultSet",
     "NO_ROWS",
+    "Prepared",
+    "Statements",
     "result_set",
     "explain_set",
 ]
@@ -110,6 +117,35 @@ class ResultSet:
 
 
 NO_ROWS = ResultSet(None, (), None, ())
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One statement compiled once, for a connection: what the server's cap check quotes
+    (``Connection.quote``) is the very value it then runs (``Connection.run``).
+
+    Attributes:
+        operation: the text as given (a leading ``EXPLAIN`` included).
+        params: its parameters, checked (a list or a mapping), or None.
+        compiled: the SELECT (without ``EXPLAIN``) or ``SET dpgate.*``, compiled — a frozen,
+            shared value (``Gateway.compile``'s cache).
+        explain: whether the text was ``EXPLAIN SELECT …``: running it returns the quote's rows.
+    """
+
+    operation: str
+    params: Sequence[Any] | Mapping[str, Any] | None
+    compiled: CompiledStatement | SetOption
+    explain: bool
+
+
+class Statements(Protocol):
+    """What a cursor asks of its connection (so that the cursor need not import the connection)."""
+
+    def _run(self, operation: str, parameters: Any) -> ResultSet:
+        """Compile and run one statement; its result set."""
+
+    def _check_open(self) -> None:
+        """Raise ``InterfaceError`` if the connection is closed."""
 _GROUP_TYPES = {"integer": "BIGINT", "binned": "VARCHAR", "categorical": "VARCHAR", "boolean": "BOOLEAN"}
 _ROW_KEY = "\x00dpgate_group"
 

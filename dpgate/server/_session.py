@@ -49,8 +49,9 @@ import sqlglot
 from sqlglot import exp
 
 from dpgate import errors
-from dpgate.compile import CompiledStatement, compile_statement
+from dpgate.compile import CompiledStatement
 from dpgate.dbapi import Connection, connect
+from dpgate.dbapi._rows import Prepared
 from dpgate.gateway import Gateway
 from dpgate.ledger import _provenance
 from dpgate.plan.budget import exhausted, fits, remaining
@@ -249,18 +250,18 @@ class Session:
 
     def _query(self, sql: str, params: Sequence[Any]) -> Outcome:
         digest = _provenance.statement_hash(sql, params)
-        explain = strip_explain(sql) is not None
-        if not explain:
-            self._check_cap(sql, params)
-        cur = self.conn.cursor()
+        # Compiled once: the cap check quotes the very statement that then runs.
+        statement = self.conn.prepare(sql, list(params) if params else None)
+        if not statement.explain:
+            self._check_cap(sql, params, statement)
         ledger = self.gateway.ledger
         with _provenance.charging(ledger, self.analyst.name, self.analyst.budget, digest):
-            cur.execute(sql, list(params) if params else None)
+            rs = self.conn.run(statement)
         if self.cancelled.is_set():
             raise SqlError("57014", "canceling statement due to user request (anything it released was recorded).")
-        if cur.description is None:  # SET dpgate.* through the DB-API
+        if rs.description is None:  # SET dpgate.* through the DB-API
             return Outcome(None, tag="SET")
-        result = cur.result
+        result = rs.result
         eps, source = 0.0, "-"
         if result is not None:
             sources = {a.source for a in result.answers}
@@ -268,16 +269,17 @@ class Session:
             source = next(iter(sources)) if len(sources) == 1 else "mixed" if sources else "-"
             # Durable before the answer leaves: who received what.
             _provenance.record_delivery(ledger, self.analyst.name, digest, source, eps)
-        self._log(sql, params, "explain" if explain else "query", source, eps, digest)
-        fields = tuple(_field(d[0], oid_of_dbapi(d[1])) for d in cur.description)
-        rows = tuple(cur.fetchall())
+        self._log(sql, params, "explain" if statement.explain else "query", source, eps, digest)
+        fields = tuple(_field(d[0], oid_of_dbapi(d[1])) for d in rs.description)
+        rows = rs.rows
         return Outcome(fields, rows, f"SELECT {len(rows)}")
 
-    def _check_cap(self, sql: str, params: Sequence[Any]) -> None:
+    def _check_cap(self, sql: str, params: Sequence[Any], statement: Prepared) -> None:
         """Refuse, before any data is read, a statement whose quote exceeds the analyst's remaining cap.
 
-        The quote is :meth:`dpgate.dbapi.Connection.explain` — :meth:`Gateway.explain` under
-        the session's ``SET dpgate.*`` and the statement's hints, as the query will run — and
+        The quote is :meth:`dpgate.dbapi.Connection.quote` of the compiled ``statement`` (of
+        ``sql`` and ``params``) — :meth:`Gateway.quote` under the session's ``SET dpgate.*``
+        and the statement's hints, as the query will run — and
         it is what the query then charges unless another release happens in between; the
         record-time hook of :func:`_provenance.charging` stays the race-safe check.  A
         statement the global budget cannot pay is left to the gateway, which refuses it
@@ -295,7 +297,7 @@ class Session:
         spent = _provenance.analyst_spent(gw.ledger, a.name)
         if a.budget - spent >= gw.remaining:
             return
-        quote = self.conn.explain(sql, list(params) if params else None)
+        quote = self.conn.quote(statement)
         if quote.epsilon <= 0.0:
             if len(self.free) >= _FREE_MEMO:
                 self.free.clear()
@@ -335,8 +337,8 @@ class Session:
                                     database=self.database)
             if found is not None:
                 return oids, found.fields
-            stmt = compile_statement(target, self.gateway.schema, dialect=self.gateway.dialect,
-                                     params=dummies or None)
+            # Through the gateway's compile cache: without parameters, the run compiles nothing again.
+            stmt = self.gateway.compile_any(target, dummies or None)
         except errors.Error as exc:
             raise SqlError(sqlstate(exc), str(exc)) from exc
         if not isinstance(stmt, CompiledStatement):
