@@ -68,26 +68,10 @@ def demo(dataset: str, setting: Setting, queries: int | None, seed: int, out_dir
 
 
 def _open_data(data: str, schema: Any) -> Any:
-    """A DuckDB file path as is; a CSV/Parquet file as a view named like the schema's one table."""
-    import duckdb
+    """:func:`dpgate.backends.open_data_file`, a bad file kind being a usage error."""
+    from dpgate.backends import open_data_file
 
-    if not os.path.exists(data):
-        raise FileNotFoundError(f"no data file at {data!r}.")
-    lower = data.lower()
-    if lower.endswith((".duckdb", ".db", ".ddb")):
-        return data
-    readers = {".csv": "read_csv", ".tsv": "read_csv", ".parquet": "read_parquet", ".pq": "read_parquet"}
-    ext = os.path.splitext(lower)[1]
-    if ext not in readers:
-        raise click.UsageError(f"--data must be a .duckdb, .csv or .parquet file, got {data!r}.")
-    if len(schema.tables) != 1:
-        raise click.UsageError(
-            f"a {ext} file holds one table but the schema declares {len(schema.tables)}; "
-            "use a DuckDB file for several tables."
-        )
-    con = duckdb.connect()
-    getattr(con, readers[ext])(data).create_view(schema.tables[0].name)
-    return con
+    return open_data_file(data, schema, error=click.UsageError)
 
 
 def _quiet(ctx: click.Context, param: click.Parameter, value: bool) -> bool:

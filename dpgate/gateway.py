@@ -27,7 +27,9 @@ design is exact and the stated intervals cover at their nominal rate.
 Extensions (``dpgate.model``, ``dpgate.warmstart.design``) read a table's history only
 through :meth:`Gateway.locked_view`, a frozen :class:`~dpgate.plan.state.TableView`,
 and release only through :meth:`Gateway.release_measurements`; they never touch
-the gateway's private state.  Model-based answers follow Chen, Zhou &
+the gateway's private state.  They are typed against
+:class:`~dpgate.plan.seam.GatewaySeam`, the part of a gateway they use, and never
+import this module; this module imports them.  Model-based answers follow Chen, Zhou &
 Bhowmick, "Integrating Historical Noisy Answers for Improving Data Utility
 under Differential Privacy" (EDBT 2016); the ISPE warm start and its MMSE
 estimator follow Xiao, Xiong & Yuan, "ISPE: Adaptive Differentially Private
@@ -50,7 +52,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from dpgate import _progress
+from dpgate import _progress, model
 from dpgate._blas import one_blas_thread, single_threaded
 from dpgate._validate import positive_finite
 from dpgate.answer.combine import assemble, measured_queries, output_parts, plan_confidence
@@ -80,12 +82,10 @@ from dpgate.plan.state import DEFAULT_MAX_ATOMS, TableState, TableView, isolatio
 from dpgate.release.cube import Cube
 from dpgate.release.noise import noise_source, release_many
 from dpgate.schema.domains import Schema
+from dpgate.warmstart import design as warmstart
 
-if TYPE_CHECKING:  # the extensions import this module; only the type checker needs them here
+if TYPE_CHECKING:
     import pandas as pd
-
-    from dpgate.model import ModelResult
-    from dpgate.warmstart.design import WarmStart
 
 __all__ = ["DEFAULT_MAX_OUTPUTS", "Gateway", "POLICIES"]
 
@@ -245,7 +245,7 @@ class Gateway:
             self._owns_ledger = not isinstance(ledger, Ledger)
             self._noise = noise_source(seed)
             self._history = LedgerHistory(self.schema, self._ledger, max_atoms)
-            self._ispe_releases: list[WarmStart] = []  # this object's ISPE warm starts, for method="mmse"
+            self._ispe_releases: list[warmstart.WarmStart] = []  # this object's ISPE warm starts, for method="mmse"
             self._lock = threading.RLock()
             with one_blas_thread():
                 self._history.open()
@@ -527,7 +527,7 @@ class Gateway:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- the seam for extensions (dpgate.model, dpgate.warmstart.design) ------------------------
+    # -- the seam for extensions (dpgate.plan.seam.GatewaySeam: dpgate.model, dpgate.warmstart) --
     def compile(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> CompiledStatement:
         """Compile one SELECT against this gateway's schema and dialect (reads no data, spends nothing).
 
@@ -744,7 +744,7 @@ class Gateway:
 
     def warm_start(
         self, strategy: str, epsilon: float, columns: str | Sequence[str], *, table: str | None = None, **options: Any
-    ) -> WarmStart:
+    ) -> warmstart.WarmStart:
         """**Spends budget**: ``epsilon`` up front on a designed release that later queries reuse for free.
 
         ``strategy``: ``"identity"`` (one count per cell of ``columns``' grid),
@@ -760,8 +760,6 @@ class Gateway:
             InvalidArgument: a malformed ISPE smoothing or connectivity option (nothing read, nothing spent).
             BudgetExhausted: ``k·ε`` exceeds what remains (nothing read, nothing spent).
         """
-        from dpgate.warmstart import design as warmstart
-
         if strategy not in warmstart.STRATEGIES:
             raise InvalidRequirement(f"strategy must be one of {list(warmstart.STRATEGIES)}, got {strategy!r}.")
         epsilon = positive_finite(epsilon, "epsilon", error=InvalidRequirement)
@@ -800,7 +798,7 @@ class Gateway:
     # -- model-based answers (Chen, Zhou & Bhowmick (2016); dpgate.model) -------------
     @single_threaded
     def estimate(self, sql: str, method: str = "pca", *, confidence: float = 0.95, params: Any = None,
-                 **options: Any) -> ModelResult | Result:
+                 **options: Any) -> model.ModelResult | Result:
         """Biased model-based answers from history alone (Chen, Zhou & Bhowmick (2016)): free, never charged.
 
         For queries history does not pin down (or when the budget is spent).  Reads only
@@ -839,16 +837,12 @@ class Gateway:
             raise InvalidRequirement(f"method must be one of {', '.join(map(repr, MODEL_METHODS))}, got {method!r}.")
         _refuse_derived(self.compile(sql, params), "model-based estimates")
         if method == "mmse":
-            from dpgate.warmstart.design import mmse_estimate
-
             release = options.pop("release", None) or self._ispe_release_for(sql, params)
             return self._flag_security(
-                mmse_estimate(self, sql, release, confidence=confidence, params=params, **options)
+                warmstart.mmse_estimate(self, sql, release, confidence=confidence, params=params, **options)
             )
-        from dpgate.model import estimate as _estimate
-
         with _progress.working(f"fitting the {method} model"):
-            return self._flag_security(_estimate(self, sql, method, confidence=confidence, params=params, **options))
+            return self._flag_security(model.estimate(self, sql, method, confidence=confidence, params=params, **options))
 
     def _flag_security(self, result: _R) -> _R:
         """``result`` with ``Answer.secure`` set from its table's history (model answers are
@@ -856,7 +850,7 @@ class Gateway:
         secure = self._history.secure(result.statement.table)
         return replace(result, answers=tuple(replace(a, secure=secure) for a in result.answers))
 
-    def _ispe_release_for(self, sql: str, params: Any) -> WarmStart:
+    def _ispe_release_for(self, sql: str, params: Any) -> warmstart.WarmStart:
         """The latest ISPE warm start of this object whose grid holds every column ``sql`` uses."""
         stmt = self.compile(sql, params)
         used = {c.lower() for q in stmt.queries for c in q.columns}
@@ -886,8 +880,6 @@ class Gateway:
             seed: of the sampler (sampling needs no secure randomness).
             **options: as for :meth:`estimate` with ``method="maxent"``.
         """
-        from dpgate.model import synthesize as _synthesize
-
         with _progress.working("synthesizing"):
-            return _synthesize(self, table, rows, seed, **options)
+            return model.synthesize(self, table, rows, seed, **options)
 

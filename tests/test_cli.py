@@ -277,3 +277,29 @@ def test_cli_speaks_in_flags(pums_files):
     help_text = " ".join(h.stdout.split())
     assert "--explain" in help_text and "--quiet" in help_text
     assert "Half-width of the requested interval" in help_text and "Not ε" in help_text
+
+
+def test_open_data_file(tmp_path):
+    """The data-file opener both command lines share (dpgate.backends.open_data_file)."""
+    import click
+
+    import dpgate.datasets
+    from dpgate.backends import open_data_file
+    from dpgate.errors import InvalidArgument
+
+    schema = dpgate.datasets.schema_of("pums")
+    csv = tmp_path / "pums.csv"
+    csv.write_text("age,sex,educ,race,income,married\n30,1,9,1,20000,1\n")
+    con = open_data_file(str(csv), schema)
+    assert con.execute("SELECT COUNT(*) FROM pums").fetchone() == (1,)
+    con.close()
+    db = tmp_path / "x.duckdb"
+    db.touch()
+    assert open_data_file(str(db), schema) == str(db)  # a DuckDB file is passed on as is
+    with pytest.raises(FileNotFoundError, match="no data file"):
+        open_data_file(str(tmp_path / "nope.csv"), schema)
+    (tmp_path / "x.txt").write_text("")
+    with pytest.raises(InvalidArgument, match="--data must be"):
+        open_data_file(str(tmp_path / "x.txt"), schema)
+    with pytest.raises(click.UsageError, match="--data must be"):
+        open_data_file(str(tmp_path / "x.txt"), schema, error=click.UsageError)

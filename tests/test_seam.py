@@ -3,7 +3,9 @@
 * ``Gateway.locked_view`` gives a frozen snapshot of a table's history
   (:class:`dpgate.plan.state.TableView`): later releases and refinements do not show
   in it, its arrays are read-only, and it agrees with the ledger and the BLUE.
-* No module of the package reads a gateway's private attributes.
+* No module of the package reads a gateway's private attributes; the extensions
+  (``dpgate.model``, ``dpgate.warmstart``) never import ``dpgate.gateway``, nor the
+  server ``dpgate.cli``.
 * ``resolve_requirement`` keeps each caller's precedence (``Gateway.query``:
   argument > hint; DB-API: hint > session SET > connect argument) and validates once.
 """
@@ -101,6 +103,41 @@ def test_no_module_reads_private_gateway_attributes() -> None:
         if hits:
             found[str(path.relative_to(PACKAGE))] = hits
     assert found == {}
+
+
+def _imported_modules(tree: ast.AST) -> set[str]:
+    """Every module an ``import`` / ``from … import`` names (at any depth, lazy ones included)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return out
+
+
+@pytest.mark.parametrize(("package", "above"), [
+    ("model", "dpgate.gateway"),  # the extensions use a gateway through dpgate.plan.seam.GatewaySeam
+    ("warmstart", "dpgate.gateway"),
+    ("server", "dpgate.cli"),  # the command line registers the server's commands, never the reverse
+])
+def test_lower_layers_never_import_higher_ones(package: str, above: str) -> None:
+    found = {}
+    for path in (PACKAGE / package).rglob("*.py"):
+        hits = sorted(m for m in _imported_modules(ast.parse(path.read_text(encoding="utf-8")))
+                      if m == above or m.startswith(above + "."))
+        if hits:
+            found[str(path.relative_to(PACKAGE))] = hits
+    assert found == {}
+
+
+def test_gateway_has_every_member_of_the_seam(gw) -> None:  # type: ignore[no-untyped-def]
+    from dpgate.plan.seam import GatewaySeam
+
+    members = sorted(n for n in vars(GatewaySeam) if not n.startswith("_"))
+    assert members == ["budget", "compile", "locked_view", "release_measurements", "schema", "spent"]
+    assert [n for n in members if not hasattr(gw, n)] == []  # mypy checks the signatures
 
 
 def test_release_measurements_states_its_privacy_guarantee() -> None:

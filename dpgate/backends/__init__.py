@@ -31,6 +31,9 @@ a Spark DataFrame, ``{name: Spark DataFrame}``
 an object implementing :class:`Backend`                        itself
 ============================================================  =========================
 
+:func:`open_data_file` turns a file named on a command line (DuckDB, CSV, Parquet)
+into such ``data``.
+
 Adding another engine that sqlglot writes SQL for (Trino, BigQuery, Snowflake …)
 takes a few lines: subclass :class:`DbapiBackend`, set ``dialect``, write
 ``row_hash`` with the engine's 64-bit hash function, and make ``_begin`` open a
@@ -41,13 +44,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpgate.backends._base import Backend, TableBinding, information_schema_catalog
 from dpgate.backends._dbapi import DbapiBackend, PostgresBackend
 from dpgate.backends._duckdb import DuckDBBackend
 from dpgate.backends._spark import SparkBackend
-from dpgate.errors import InvalidArgumentType
+from dpgate.errors import InvalidArgument, InvalidArgumentType
+
+if TYPE_CHECKING:
+    from dpgate.schema.domains import Schema
 
 __all__ = [
     "Backend",
@@ -60,6 +66,7 @@ __all__ = [
     "is_external",
     "is_postgres_url",
     "open_backend",
+    "open_data_file",
 ]
 
 _PG_SCHEMES = ("postgresql://", "postgres://", "postgresql+")
@@ -116,3 +123,36 @@ def open_backend(data: Any, tables: list[str]) -> Backend:
         "a PostgreSQL URL ('postgresql://…'), SQLAlchemy Engine or DB-API connection; a Spark DataFrame or "
         f"(SparkSession, table name); or a dpgate.backends.Backend — got {type(data).__name__}."
     )
+
+
+def open_data_file(data: str, schema: Schema, *, error: type[Exception] = InvalidArgument) -> Any:
+    """``data`` for a ``Gateway`` from a file named on a command line (``dpgate query``, ``dpgate serve`` …).
+
+    A DuckDB file path as is; a CSV/Parquet file as a view named like the schema's one
+    table, in a new in-memory duckdb connection (the caller closes it).  The file is
+    never modified.
+
+    Raises:
+        FileNotFoundError: no file at ``data``.
+        error: the file is neither DuckDB, CSV nor Parquet, or holds one table for a
+            schema of several (the command lines pass ``click.UsageError``).
+    """
+    import duckdb
+
+    if not os.path.exists(data):
+        raise FileNotFoundError(f"no data file at {data!r}.")
+    lower = data.lower()
+    if lower.endswith((".duckdb", ".db", ".ddb")):
+        return data
+    readers = {".csv": "read_csv", ".tsv": "read_csv", ".parquet": "read_parquet", ".pq": "read_parquet"}
+    ext = os.path.splitext(lower)[1]
+    if ext not in readers:
+        raise error(f"--data must be a .duckdb, .csv or .parquet file, got {data!r}.")
+    if len(schema.tables) != 1:
+        raise error(
+            f"a {ext} file holds one table but the schema declares {len(schema.tables)}; "
+            "use a DuckDB file for several tables."
+        )
+    con = duckdb.connect()
+    getattr(con, readers[ext])(data).create_view(schema.tables[0].name)
+    return con

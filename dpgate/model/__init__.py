@@ -16,7 +16,8 @@ answers alone:
   (``solver=``); also draws synthetic rows (:func:`synthesize`).
 
 Privacy: both read only released answers, their noise scales, public query
-structure and the public schema (including its optional public row count), so
+structure and the public schema (including its optional public row count), through
+a gateway's frozen view (:class:`~dpgate.plan.seam.GatewaySeam`), so
 they are post-processing: **ε spent = 0**, the ledger is untouched.
 
 Honesty: these answers are *biased* by design and carry **no guaranteed
@@ -62,11 +63,11 @@ from dpgate.model import pca as _pca
 from dpgate.model._released import History, atom_mass, check_marginals, fit_marginals, history_of
 from dpgate.model.gibbs import GibbsFit
 
-if TYPE_CHECKING:  # dpgate.gateway imports this package; the type checker alone needs the class
+if TYPE_CHECKING:
     import pandas as pd
 
     from dpgate.compile.query import LinearQuery
-    from dpgate.gateway import Gateway
+    from dpgate.plan.seam import GatewaySeam
 
 __all__ = ["ModelResult", "estimate", "synthesize", "METHODS"]
 
@@ -74,7 +75,7 @@ __all__ = ["ModelResult", "estimate", "synthesize", "METHODS"]
 METHODS = ("pca", "maxent")
 
 # Fitted models per gateway object, keyed by (table, method, options); refitted when history grew.
-_CACHE: weakref.WeakKeyDictionary[Gateway, dict[Any, _Fitted]] = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[GatewaySeam, dict[Any, _Fitted]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def _pca_cv_at(cv: _pca.CVResult, a: float) -> float:
     return cv.mse_at(a)
 
 
-def _model(gw: Gateway, hist: History, method: str, options: dict[str, Any]) -> _Fitted:
+def _model(gw: GatewaySeam, hist: History, method: str, options: dict[str, Any]) -> _Fitted:
     cache = _CACHE.setdefault(gw, {})
     options = {"prior": "auto", "folds": 5, "cv_seed": 0, **options}
     options.setdefault("a" if method == "pca" else "alpha", "cv")
@@ -197,7 +198,7 @@ def _predict(
 
 
 def estimate(
-    gw: Gateway,
+    gw: GatewaySeam,
     sql: str,
     method: str = "pca",
     *,
@@ -243,7 +244,7 @@ def estimate(
     return ModelResult(tuple(answers), stmt, 0.0, model=info)
 
 
-def synthesize(gw: Gateway, table: str | None = None, rows: int | None = None, seed: int | None = None,
+def synthesize(gw: GatewaySeam, table: str | None = None, rows: int | None = None, seed: int | None = None,
                **options: Any) -> pd.DataFrame:
     """A synthetic table drawn from the maximum-entropy model; see :meth:`dpgate.Gateway.synthesize`."""
     from dpgate.model._synth import sample_frame, sample_frame_gibbs

@@ -96,8 +96,9 @@ def noise_variance(scales: np.ndarray, lattice: np.ndarray) -> np.ndarray:
 def history_of(view: TableView) -> History:
     """The model's reading of a table's history, from the gateway's frozen view.
 
-    Take the view with ``Gateway.locked_view(table, queries)`` so that the queries
-    to answer are constant on its atoms.
+    Take the view with the gateway's ``locked_view(table, queries)``
+    (:class:`~dpgate.plan.seam.GatewaySeam`) so that the queries to answer are
+    constant on its atoms.
     """
     t = view.table
     blue_total = None

@@ -3,6 +3,7 @@
 - :mod:`~dpgate.plan.requirement` — the analyst's ``±accuracy`` at ``confidence``, resolved once;
 - :mod:`~dpgate.plan.atoms` — partitions of a table's domain (inference atoms, the cost grid);
 - :mod:`~dpgate.plan.state` — a table's released history on atoms, live and frozen;
+- :mod:`~dpgate.plan.seam` — what the extensions (model, warm starts) may use of a gateway;
 - :mod:`~dpgate.plan.accounting` — per-cell system cost (Xiao & Xiong, Theorem 5.5);
 - :mod:`~dpgate.plan.decide` — history or fresh, per output, and the ε each release charges;
 - :mod:`~dpgate.plan.explain` — the same decision quoted without doing it.

@@ -41,7 +41,7 @@ def serve(data: str, schema_path: str, ledger: str, budget: float, users_path: s
     Logs one line per statement to stderr: analyst, statement hash, kind, source, ε — never values.
     SIGTERM or Ctrl-C: statements in flight finish, then the server exits.
     """
-    from dpgate.cli import _open_data
+    from dpgate.backends import open_data_file
     from dpgate.gateway import Gateway
     from dpgate.schema.domains import Schema
     from dpgate.server.server import Server
@@ -54,7 +54,7 @@ def serve(data: str, schema_path: str, ledger: str, budget: float, users_path: s
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     schema = Schema.load(schema_path)
     users = load_users(users_path)
-    gw = Gateway(_open_data(data, schema), schema, budget=budget, ledger=ledger, policy=policy)
+    gw = Gateway(open_data_file(data, schema, error=click.UsageError), schema, budget=budget, ledger=ledger, policy=policy)
     try:
         server = Server(gw, users, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                         allow_insecure_password=allow_insecure_password,

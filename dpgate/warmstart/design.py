@@ -125,8 +125,8 @@ from dpgate.plan.budget import exhausted, fits
 from dpgate.schema.domains import Table
 from dpgate.warmstart import _ispe
 
-if TYPE_CHECKING:  # dpgate.gateway imports this module; the type checker alone needs the class
-    from dpgate.gateway import Gateway
+if TYPE_CHECKING:
+    from dpgate.plan.seam import GatewaySeam
 
 __all__ = ["STRATEGIES", "MAX_IDENTITY_CELLS", "WarmStart", "warm_start", "mmse_estimate", "mmse_values"]
 
@@ -185,7 +185,7 @@ class WarmStart:
 
 # -- entry point -------------------------------------------------------------------------
 def warm_start(
-    gw: Gateway, strategy: str, epsilon: float, columns: str | Sequence[str], *, table: str | None = None, **options: Any
+    gw: GatewaySeam, strategy: str, epsilon: float, columns: str | Sequence[str], *, table: str | None = None, **options: Any
 ) -> WarmStart:
     """Release ``strategy``'s design at total per-cell cost ``epsilon`` through ``gw``.
 
@@ -214,7 +214,7 @@ def warm_start(
         return _ispe_release(gw, t, cols, epsilon, opts)
 
 
-def _table(gw: Gateway, table: str | None) -> Table:
+def _table(gw: GatewaySeam, table: str | None) -> Table:
     if table is None:
         if len(gw.schema.tables) != 1:
             raise InvalidRequirement(
@@ -244,14 +244,14 @@ def _options(strategy: str, given: dict[str, Any]) -> dict[str, Any]:
     return {**allowed, **given}
 
 
-def _check_budget(gw: Gateway, t: Table, epsilon: float, strategy: str) -> None:
+def _check_budget(gw: GatewaySeam, t: Table, epsilon: float, strategy: str) -> None:
     needed = t.max_rows_per_individual * epsilon
     spent = gw.spent
     if not fits(spent, needed, gw.budget):
         raise exhausted(needed, spent, gw.budget, what=f"This {strategy} warm start")
 
 
-def _release(gw: Gateway, t: Table, ms: list[tuple[LinearQuery, float]], label: str) -> list[float]:
+def _release(gw: GatewaySeam, t: Table, ms: list[tuple[LinearQuery, float]], label: str) -> list[float]:
     return gw.release_measurements(t.name, ms, kind="warm_start", label=label)
 
 
@@ -294,7 +294,7 @@ def _grid_size(t: Table, cols: Sequence[str], strategy: str) -> tuple[int, ...]:
 
 
 # -- identity ----------------------------------------------------------------------------
-def _identity(gw: Gateway, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
+def _identity(gw: GatewaySeam, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
     shape = _grid_size(t, cols, "identity")
     qs = [_box(t, cols, [(i, i + 1) for i in idx]) for idx in np.ndindex(*shape)]
     ms = [(q, epsilon) for q in qs]
@@ -332,7 +332,7 @@ def level_budgets(epsilon: float, n_levels: int, split: str, ratio: float = 2.0)
     raise InvalidRequirement(f"split must be 'even' or 'geometric', got {split!r}.")
 
 
-def _hierarchical(gw: Gateway, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
+def _hierarchical(gw: GatewaySeam, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
     if len(cols) != 1:
         raise InvalidRequirement(f"the hierarchical strategy takes ONE ordered column, got {list(cols)}.")
     col = t.column(cols[0])
@@ -366,7 +366,7 @@ def _hierarchical(gw: Gateway, t: Table, cols: tuple[str, ...], epsilon: float, 
 
 
 # -- ISPE ------------------------------------------------------------------------------------
-def _ispe_release(gw: Gateway, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
+def _ispe_release(gw: GatewaySeam, t: Table, cols: tuple[str, ...], epsilon: float, opts: dict[str, Any]) -> WarmStart:
     for c in cols:
         col = t.column(c)
         if not col.ordered:
@@ -484,7 +484,7 @@ def mmse_values(release: WarmStart, query: LinearQuery, *, neighbours: bool = Tr
 
 
 def mmse_estimate(
-    gw: Gateway, sql: str, release: WarmStart, *, confidence: float = 0.95, neighbours: bool = True, params: Any = None
+    gw: GatewaySeam, sql: str, release: WarmStart, *, confidence: float = 0.95, neighbours: bool = True, params: Any = None
 ) -> Result:
     """Answer ``sql`` by ISPE's MMSE estimator with neighbourhood reference; free, model-based.
 
