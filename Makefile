@@ -17,13 +17,14 @@ $(BIN)/activate: pyproject.toml
 demo: $(BIN)/activate
 	$(BIN)/dpgate demo
 
-# Lint, types, then the tests (doctests included: tests/test_docs.py). Make stops at
+# Lint, types, the layer contracts (import-linter, pyproject.toml), then the tests (doctests included: tests/test_docs.py). Make stops at
 # the first command that fails, and pytest's exit code 5 (no tests collected) fails too.
 # The tests run in two worker processes (pytest-xdist), a test file per worker at a time
 # (its module fixtures built once): 6 min on a 2-core VM, against 10 min in one process.
 test: $(BIN)/activate
 	$(BIN)/ruff check dpgate tests benchmarks examples
 	$(BIN)/mypy dpgate
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
 
 bench: $(BIN)/activate
