@@ -151,6 +151,13 @@ class IncrementalBLUE:
         information form, which later changes update in place)."""
         return self.copy()
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Refuse a state pickled before the two forms (no ``_form``): a checkpoint that
+        fails to load is replayed from the ledger instead of failing at its first use."""
+        if "_form" not in state:
+            raise TypeError("This IncrementalBLUE was pickled by an older dpgate build.")
+        self.__dict__.update(state)
+
     def _atom_vector(self, v: ArrayLike, name: str) -> NDArray[np.float64]:
         return finite_array(v, name, ndim=1, size=self.n_atoms)
 
