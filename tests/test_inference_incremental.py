@@ -739,3 +739,14 @@ def test_one_pass_products_with_the_rows_are_the_products() -> None:
             assert Cz.shape == (C @ z).shape and gram.shape == z.shape
             np.testing.assert_allclose(Cz, C @ z, rtol=1e-13, atol=1e-13)
             np.testing.assert_allclose(gram, C.T @ (C @ z), rtol=1e-12, atol=1e-12)
+
+
+def test_a_state_pickled_before_the_two_forms_is_refused() -> None:
+    """A pickle without the form (an older build's checkpoint) fails to load, so the checkpoint
+    is replayed, rather than loading a state that fails at its first use."""
+    import pickle
+
+    old = IncrementalBLUE(np.ones(3))
+    old.__dict__ = {"_d": np.ones(3), "_m": 0, "_r": 0, "_info": None}
+    with pytest.raises(TypeError, match="older dpgate build"):
+        pickle.loads(pickle.dumps(old))

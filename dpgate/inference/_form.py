@@ -44,7 +44,9 @@ _MEMO_FLOATS = 1 << 21
 _T = TypeVar("_T")
 
 
-def frozen_pair(pair: tuple[NDArray[np.float64], NDArray[np.float64]]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def frozen_pair(
+    pair: tuple[NDArray[np.float64], NDArray[np.float64]],
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Both arrays of a pair, read-only (remembered results are shared)."""
     return readonly(pair[0]), readonly(pair[1])
 

@@ -125,8 +125,9 @@ class IncrementalBLUE:
         """For each atom, a class id: atoms of one class ("twins") have equal columns in the
         basis, so every vector of the history's row space — every estimable query — takes
         one value on them.  ``None`` in the information form, or when the basis holds more
-        than :data:`~dpgate.inference._basis_form.TWIN_CELLS` numbers (comparing its columns would cost more than it saves).
-        Each frozen block's classes are found once (blocks are never written)."""
+        than :data:`~dpgate.inference._basis_form.TWIN_CELLS` numbers (comparing its
+        columns would cost more than it saves).  Each frozen block's classes are found once
+        (blocks are never written)."""
         return self._form.twin_classes()
 
     def basis(self) -> NDArray[np.float64]:
