@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import dpgate
 from dpgate.compile.query import LinearQuery
 from dpgate.inference import IncrementalBLUE, estimate, system_cost
+from dpgate.inference._information_form import InformationForm
 
 SCHEMA = {"tables": {"t": {"columns": {"a": {"type": "integer", "min": 0, "max": 5},
                                        "b": {"type": "categorical", "values": ["x", "y", "z"]}}}}}
@@ -196,7 +197,7 @@ def test_twin_atoms_take_one_value_in_every_history_row(seed, na, nb, m, spoil):
     blue, _ = _split_history(seed, na, nb, m, spoil)
     twins = blue.twin_classes()
     if twins is None:  # history spanned the atoms before the split: the information form
-        assert blue._info is not None
+        assert isinstance(blue.form, InformationForm)
         return
     assert twins.shape == (blue.n_atoms,)
     V, H = blue.basis(), blue.rows
@@ -221,13 +222,13 @@ def test_estimate_many_is_estimate_row_by_row(seed, na, nb, m, spoil):
     groups = [(b == v).astype(float) for v in range(b.max() + 1)]
     spanned = [one.rows[i] * 2 for i in range(min(2, one.n_rows))]
     Q = np.array(groups + spanned + [rng.integers(-1, 2, one.n_atoms).astype(float), np.zeros(one.n_atoms)])
-    from dpgate.inference import _incremental
+    from dpgate.inference import _basis_form
 
-    batch, _incremental._BATCH_ROWS = _incremental._BATCH_ROWS, 2  # the batched test, on these few rows
+    batch, _basis_form._BATCH_ROWS = _basis_form._BATCH_ROWS, 2  # the batched test, on these few rows
     try:
         got_all = many.estimate_many(Q)
     finally:
-        _incremental._BATCH_ROWS = batch
+        _basis_form._BATCH_ROWS = batch
     for got, q in zip(got_all, Q, strict=True):
         want = one.estimate(q)
         assert got.estimable == want.estimable

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from dpgate.errors import InvalidArgument
 from dpgate.inference import ErrorLaw, IncrementalBLUE, estimate, minimal_scale
+from dpgate.inference._basis_form import BasisForm
+from dpgate.inference._information_form import InformationForm
 
 
 def batch(state: IncrementalBLUE, Q: np.ndarray):  # type: ignore[no-untyped-def]
@@ -313,7 +315,7 @@ def test_estimates_of_repeats_from_their_own_rows(case) -> None:  # type: ignore
             scale = max(1.0, float(np.abs(ref.weights).max(initial=0.0)))
             np.testing.assert_allclose(est.weights, ref.weights, rtol=1e-8, atol=1e-8 * scale)
             assert est.variance == pytest.approx(ref.variance, rel=1e-8, abs=1e-12)
-    if state._info is None:
+    if isinstance(state.form, BasisForm):
         with pytest.raises(InvalidArgument, match="stored rows"):
             state.estimate_many(np.ones((1, state.n_atoms)), [state.n_rows])
 
@@ -368,7 +370,7 @@ def spanning_histories(draw: st.DrawFn):  # type: ignore[no-untyped-def]
     k = H.shape[0]
     scales = draw(st.lists(st.sampled_from([0.25, 1.0, 3.0]), min_size=k, max_size=k))
     state.extend(H, scales, draw(st.lists(st.floats(-50, 50), min_size=k, max_size=k)))
-    assert state._info is not None and state.rank == n
+    assert isinstance(state.form, InformationForm) and state.rank == n
     ops = draw(st.lists(st.sampled_from(["append", "append", "split", "copy", "extend"]), max_size=12))
     for op in ops:
         n = state.n_atoms
@@ -405,7 +407,7 @@ def test_information_form_equals_batch(case, scale: float) -> None:  # type: ign
     """Estimates, variances and estimability of the information form equal the dense batch
     BLUE's; pricing a new row equals appending it; the rank is the batch rank."""
     state, queries = case
-    assert state._info is not None
+    assert isinstance(state.form, InformationForm)
     assert state.rank == np.linalg.matrix_rank(state.rows / state.scales[:, None])
     rng = np.random.default_rng(1)
     h = rng.integers(-1, 2, state.n_atoms).astype(float)
@@ -437,7 +439,7 @@ def test_information_form_folds_and_matches_the_basis_form() -> None:
     info.extend(H, scales, values)
     for h, b, y in zip(H, scales, values, strict=True):
         seq.append(h, float(b), float(y))
-    assert info._info is not None and seq._info is None
+    assert isinstance(info.form, InformationForm) and isinstance(seq.form, BasisForm)
 
     def ranges(k: int, n: int) -> list[np.ndarray]:
         out = []
@@ -540,7 +542,7 @@ def test_sparse_rows_extend_like_dense_ones(spanning: bool) -> None:
     dense, sparse = IncrementalBLUE(np.ones(n), keep_rows=False), IncrementalBLUE(np.ones(n))
     dense.extend(H, scales, values)
     sparse.extend(sp.csr_matrix(H), scales, values)
-    assert (dense._info is not None) == (sparse._info is not None) == spanning
+    assert isinstance(dense.form, InformationForm) == isinstance(sparse.form, InformationForm) == spanning
     np.testing.assert_array_equal(sparse.rows, H)
     for Q in (np.ones(n), rng.integers(-1, 2, n).astype(float), H[3]):
         a, b_ = dense.estimate(Q), sparse.estimate(Q)
@@ -623,7 +625,7 @@ def test_a_block_of_several_panels_equals_appends() -> None:
     scales, values = rng.uniform(0.5, 3, len(H)), rng.normal(size=len(H)) * 10
     for h, b, y in zip(H, scales, values, strict=True):
         seq.append(h, float(b), float(y))
-    r, rows_in, root = block.rank, [], block._S
+    r, rows_in, root = block.rank, [], block.form._S
     append_rows = root.append_rows
     root.append_rows = lambda P, L, adds: (rows_in.append(adds.copy()), append_rows(P, L, adds))[1]
     assert block._extend_block(H, scales, values, np.zeros(len(H)))
@@ -631,7 +633,7 @@ def test_a_block_of_several_panels_equals_appends() -> None:
     per_panel = adds.reshape(4, _PANEL).sum(axis=1)
     assert block.rank == seq.rank == r + adds.sum() and (per_panel > 0).all() and (per_panel < _PANEL).all()
     # The square root itself, not only the estimates (a solve's refinement would hide its errors).
-    S_seq, S_block = seq._S.copy().dense(), block._S.copy().dense()
+    S_seq, S_block = seq.form._S.copy().dense(), block.form._S.copy().dense()
     np.testing.assert_allclose(S_block, S_seq, rtol=0, atol=1e-10 * np.abs(S_seq).max())
     assert_same_states(seq, block, (*random_ranges(rng, n, 6), np.ones(n), rng.integers(-2, 3, n).astype(float)))
 
@@ -651,8 +653,8 @@ def test_blocks_after_far_noisier_releases_keep_the_square_root_accurate() -> No
     for _ in range(3):
         state.extend(random_ranges(rng, n, 80), np.full(80, 100.0), np.zeros(80))
         for Q in random_ranges(rng, n, 3):
-            c, _ = state._project_now(Q)
-            S, C = state._S, state._C
+            c, _ = state.form._project_now(Q)
+            S, C = state.form._S, state.form._C
             z = S.times(S.t_times(c))
             first = np.abs(c - C.times_and_gram(z, state.rank)[1]).max() / np.abs(c).max()
             assert first < 1e-5  # appending row by row: 1e-6 right after the noisy rows, then 1e-11
@@ -669,7 +671,7 @@ def test_copy_module_copy_is_independent_in_both_forms() -> None:
         st_ = IncrementalBLUE(np.ones(n))
         rows = np.concatenate([np.eye(n) if spanning else np.tri(n), np.ones((1, n))])
         st_.extend(rows, np.ones(n + 1), np.arange(n + 1.0))
-        assert (st_._info is not None) == spanning
+        assert isinstance(st_.form, InformationForm) == spanning
         trial = copy.copy(st_)
         trial.split(np.repeat(np.arange(n), 2), np.full(2 * n, 0.5))
         trial.append(np.ones(2 * n), 1.0, 3.0)
@@ -687,10 +689,10 @@ def test_large_blocks_enter_once() -> None:
     H = np.concatenate([np.eye(n), (rng.random((40, n)) < 0.1).astype(float)])
     spanning = IncrementalBLUE(np.ones(n))
     spanning.extend(H, np.ones(len(H)), rng.normal(size=len(H)))
-    assert spanning._info is not None and spanning.n_rows == len(H)
+    assert isinstance(spanning.form, InformationForm) and spanning.n_rows == len(H)
     chunked = IncrementalBLUE(np.ones(n))
     chunked.extend(H[::-1][:290], np.ones(290), rng.normal(size=290))
-    assert chunked._info is None and chunked.n_rows == 290
+    assert isinstance(chunked.form, BasisForm) and chunked.n_rows == 290
     for st_ in (spanning, chunked):
         assert_same(st_, rng.integers(-1, 2, n).astype(float))
         assert_same(st_, np.ones(n))
@@ -737,3 +739,14 @@ def test_one_pass_products_with_the_rows_are_the_products() -> None:
             assert Cz.shape == (C @ z).shape and gram.shape == z.shape
             np.testing.assert_allclose(Cz, C @ z, rtol=1e-13, atol=1e-13)
             np.testing.assert_allclose(gram, C.T @ (C @ z), rtol=1e-12, atol=1e-12)
+
+
+def test_a_state_pickled_before_the_two_forms_is_refused() -> None:
+    """A pickle without the form (an older build's checkpoint) fails to load, so the checkpoint
+    is replayed, rather than loading a state that fails at its first use."""
+    import pickle
+
+    old = IncrementalBLUE(np.ones(3))
+    old.__dict__ = {"_d": np.ones(3), "_m": 0, "_r": 0, "_info": None}
+    with pytest.raises(TypeError, match="older dpgate build"):
+        pickle.loads(pickle.dumps(old))

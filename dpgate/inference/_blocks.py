@@ -1,4 +1,4 @@
-"""Block operations on the incremental BLUE's basis (see ``_incremental``).
+"""Block operations on the incremental BLUE's basis (see ``_basis_form``).
 
 The basis V is kept as row blocks that are never written once filled (copies
 share them), and a block of releases can be added at once: disjoint rows (a

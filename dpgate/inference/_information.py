@@ -1,7 +1,7 @@
 """The information form of the incremental BLUE, for a history that spans every atom.
 
 When the released rows span every atom (a hierarchical tree with its leaves), the
-basis form of ``_incremental`` (V r × n, C m × r, S r × r, all dense) costs O(m r)
+basis form (``_basis_form``: V r × n, C m × r, S r × r, all dense) costs O(m r)
 per solve.  Here the state is instead:
 
 * the rows ``G = H/b`` as a sparse matrix (a tree node or a range over cells has few
@@ -171,7 +171,8 @@ def _symmetric_times(M: NDArray[np.float64], x: NDArray[np.float64]) -> NDArray[
 
 
 class Information:
-    """Information-form state of :class:`~dpgate.inference.IncrementalBLUE` (see the module doc).
+    """The matrices of the information form (``_information_form``) of
+    :class:`~dpgate.inference.IncrementalBLUE` (see the module doc).
 
     Built from rows G (m × n, scaled by 1/b) that have full column rank; returns None
     from :meth:`build` otherwise.

@@ -1,19 +1,16 @@
 """Pricing a fresh measurement before it is taken: everything about "history + h_new at
-scale b" that does not depend on b, for the incremental BLUE's two forms (``_incremental``)."""
+scale b" that does not depend on b, for the incremental BLUE's two forms (``_basis_form``,
+``_information_form``), read through their projections and solves."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
+from dpgate.inference._basis_form import BasisForm
 from dpgate.inference._blocks import EXTEND_RTOL
 from dpgate.inference._blue import ESTIMABLE_RTOL
-from dpgate.inference._information import Information
-
-if TYPE_CHECKING:
-    from dpgate.inference._incremental import IncrementalBLUE
+from dpgate.inference._information_form import InformationForm
 
 __all__ = ["Pricer"]
 
@@ -32,51 +29,52 @@ class Pricer:
     """
 
     def __init__(
-        self, st: IncrementalBLUE, Q: NDArray[np.float64], h: NDArray[np.float64], *, weights: bool = True
+        self, st: BasisForm | InformationForm, Q: NDArray[np.float64], h: NDArray[np.float64], *,
+        weights: bool = True,
     ) -> None:
         same = Q is h or np.array_equal(Q, h)  # the usual case: measure the query itself
         self.same = same
-        if st._info is not None:
-            self._information(st, st._info, Q, h, weights)
+        if isinstance(st, InformationForm):
+            self._information(st, Q, h, weights)
             return
-        c_h, rho = st._project(h)
-        hn, rn = st._dnorm(h), st._dnorm(rho)
+        c_h, rho = st.project(h)
+        hn, rn = st.dnorm(h), st.dnorm(rho)
         self.extends = hn > 0 and rn > EXTEND_RTOL * hn
-        cQ, res = (c_h, rho) if same else st._project(Q)
-        qn = st._dnorm(Q)
+        cQ, res = (c_h, rho) if same else st.project(Q)
+        qn = st.dnorm(Q)
         ce = 0.0
         if self.extends:
             e = rho / rn
-            ce = float(np.dot(st._d * Q, e))
+            ce = st.inner(Q, e)
             res = res - ce * e
-        self.estimable = st._dnorm(res) <= ESTIMABLE_RTOL * qn
+        self.estimable = st.dnorm(res) <= ESTIMABLE_RTOL * qn
         if not weights:  # only estimability was asked (:meth:`IncrementalBLUE.estimable_with`)
             return
-        Mh = st._solve(c_h)
-        MQ = Mh if same else st._solve(cQ)
+        Mh = st.solve(c_h)
+        MQ = Mh if same else st.solve(cQ)
         self.kappa, self.eta = float(c_h @ Mh), float(c_h @ MQ)
-        self.CMQ, self.CMh = st._weights(cQ), st._weights(c_h)
+        self.CMQ, self.CMh = st.weights(cQ), st.weights(c_h)
         self.ce_over_rho = ce / rn if self.extends else 0.0
 
-    def _information(self, st: IncrementalBLUE, info: Information, Q: NDArray[np.float64], h: NDArray[np.float64],
+    def _information(self, st: InformationForm, Q: NDArray[np.float64], h: NDArray[np.float64],
                      weights: bool) -> None:
         """The same quantities in the information form: with ``w = (F + ÑÑᵀ)⁻¹ v`` and
         ``o(v) = ÑÑᵀw`` (v's part outside the row space), h adds a direction iff ``o(h) ≠ 0``;
         then Q is estimable iff ``o(Q) = t o(h)`` (least squares in ``‖·‖_D``), the new
         answer's weight is t and history estimates ``Q − t h``: ``u_hist = G(w_Q − t w_h)``
         (the basis form's ``c_e/ρ`` is t)."""
-        wh = st._info_solve(h)
-        oh = info.outside(wh)
-        hn, on = st._dnorm(h), st._dnorm(oh)
+        wh = st.solve(h)
+        oh = st.outside(wh)
+        hn, on = st.dnorm(h), st.dnorm(oh)
         self.extends = hn > 0 and on > EXTEND_RTOL * hn
-        wQ = wh if self.same else st._info_solve(Q)
-        oQ = oh if self.same else info.outside(wQ)
-        t = float(np.dot(st._d * oQ, oh)) / (on * on) if self.extends else 0.0
-        self.estimable = st._dnorm(oQ - t * oh) <= ESTIMABLE_RTOL * st._dnorm(Q)
+        wQ = wh if self.same else st.solve(Q)
+        oQ = oh if self.same else st.outside(wQ)
+        t = st.inner(oQ, oh) / (on * on) if self.extends else 0.0
+        self.estimable = st.dnorm(oQ - t * oh) <= ESTIMABLE_RTOL * st.dnorm(Q)
         if not weights:
             return
         self.kappa, self.eta = float(h @ wh), float(h @ wQ)
-        self.CMQ, self.CMh = info.weights(wQ), info.weights(wh)
+        self.CMQ, self.CMh = st.weights(wQ), st.weights(wh)
         self.ce_over_rho = t
 
     def at(self, b: float) -> tuple[NDArray[np.float64], float]:

@@ -11,10 +11,10 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import brentq
 
-from dpgate._validate import positive_finite, probability, real
+from dpgate._validate import finite_array, positive_finite, probability, real
 from dpgate.errors import InvalidArgument
 from dpgate.inference._incremental import IncrementalBLUE
 from dpgate.inference._law import ErrorLaw, Method
@@ -75,12 +75,12 @@ def minimal_scale(
     if not real(max_scale, "max_scale") > 0:  # inf is allowed: no cap
         raise InvalidArgument(f"max_scale must be positive; got {max_scale!r}.")
     probability(rel_tol, "rel_tol")
-    Qv = state._atom_vector(Q, "Q")
-    hv = state._atom_vector(h_new, "h_new")
-    pr = Pricer(state, Qv, hv)
+    Qv = finite_array(Q, "Q", ndim=1, size=state.n_atoms)
+    pr = state.pricer(Qv, h_new)
     if not pr.estimable:
         return None
     gamma: Callable[[float], float] = lattice if callable(lattice) else (lambda b: float(lattice) * b)
+    scales, steps = state.scales, state.lattice
 
     if pr.extends and pr.same:
         # Measuring Q itself extends the row space, so history alone cannot estimate Q
@@ -89,27 +89,27 @@ def minimal_scale(
         c = float(pr.ce_over_rho)
         if c != 0.0 and method == "exact":
             b = _largest_meeting(_single_excess(c, acc, conf, gamma), acc, conf, max_scale, rel_tol)
-            if b is not None and _excess_at(pr, state, gamma, acc, conf, method, b) <= 0.0:
+            if b is not None and _excess_at(pr, scales, steps, gamma, acc, conf, method, b) <= 0.0:
                 return b
     else:
         hist = state.estimate(Qv, method)
         if hist.estimable and hist.halfwidth(conf) <= acc:
             return float(max_scale)
-    return _largest_meeting(lambda b: _excess_at(pr, state, gamma, acc, conf, method, b),
+    return _largest_meeting(lambda b: _excess_at(pr, scales, steps, gamma, acc, conf, method, b),
                             acc, conf, max_scale, rel_tol)
 
 
-def _excess_at(pr: Pricer, state: IncrementalBLUE, gamma: Callable[[float], float], acc: float,
-               conf: float, method: Method, b: float) -> float:
-    """Certified half-width of the BLUE with the new row at scale b, minus the target."""
+def _excess_at(pr: Pricer, scales: NDArray[np.float64], steps: NDArray[np.float64],
+               gamma: Callable[[float], float], acc: float, conf: float, method: Method, b: float) -> float:
+    """Certified half-width of the BLUE with the new row at scale b, minus the target
+    (``scales`` and ``steps``: the history's scales and lattice steps)."""
     if b < _MIN_SEARCH_SCALE:  # an extreme accuracy drives the bracket below any usable scale
         return math.inf
-    m = state._m
     u_hist, u_new = pr.at(b)
     law = ErrorLaw(
-        np.append(u_hist / state._b[:m], u_new / b),
-        np.append(state._b[:m], b),
-        np.append(state._g[:m], gamma(b)),
+        np.append(u_hist / scales, u_new / b),
+        np.append(scales, b),
+        np.append(steps, gamma(b)),
         method,
     )
     return law.halfwidth(conf) - acc
