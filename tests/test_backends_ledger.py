@@ -139,21 +139,3 @@ def test_two_gateway_processes_with_8_workers_never_overspend(pg_server: Any, ne
     assert not by_process[0] & by_process[1]
     assert by_process[0] | by_process[1] == {r.id for r in records}
     assert sum(e["eps"] for e in answers) == pytest.approx(spent, rel=1e-9, abs=1e-9)
-
-
-def test_server_refuses_a_postgres_ledger_before_opening_anything(pg_server: Any, net: Any, tmp_path: Path) -> None:
-    """``dpgate.server.Server`` embedded on a gateway with a PostgreSQL ledger: a specific error
-    naming the fix, raised before the TLS files are read or the provenance table is made."""
-    from dpgate.errors import InvalidArgument
-    from dpgate.server.server import Server
-
-    df, schema = net
-    url = fresh_db(pg_server, "ledger_serve")
-    with dpgate.Gateway(df, schema, budget=1.0, ledger=url, ledger_key=str(tmp_path / "k")) as gw:
-        missing = str(tmp_path / "missing.pem")  # read first, were the check not first
-        with pytest.raises(InvalidArgument, match=r"ledger is a SQLite file .*ledger='/path/to/ledger.db'"):
-            Server(gw, {}, port=0, tls_cert=missing, tls_key=missing)
-        with psycopg.connect(url) as con:
-            tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-        assert "dpgate_provenance" not in tables
-        assert gw.spent == 0.0 and not gw.ledger.closed

@@ -52,6 +52,9 @@ def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budg
     from dpgate.server.server import Server
     from dpgate.server.users import load_users
 
+    if "://" in ledger and ledger_key is None:
+        raise click.BadParameter("a PostgreSQL ledger needs --ledger-key: the path of a key file that every "
+                                 "server host shares (created with a new ledger).", param_hint="--ledger-key")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     schema = Schema.load(schema_path)
