@@ -1,4 +1,4 @@
-"""The ledger in PostgreSQL: binding, tamper evidence, and no overspending across processes.
+"""The ledger in PostgreSQL: binding, tamper evidence, no overspending across processes, provenance.
 
 Runs against the real PostgreSQL server the session starts (``conftest.pg_server``);
 each test uses its own database.
@@ -139,3 +139,29 @@ def test_two_gateway_processes_with_8_workers_never_overspend(pg_server: Any, ne
     assert not by_process[0] & by_process[1]
     assert by_process[0] | by_process[1] == {r.id for r in records}
     assert sum(e["eps"] for e in answers) == pytest.approx(spent, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_provenance_charges_commit_or_roll_back_with_the_release(store: str, request: Any, tmp_path: Path) -> None:
+    """The store interface behind dpgate serve's provenance, the same on both stores: a charge over
+    the cap rolls its release back; charges, deliveries and an analyst's history read back."""
+    from dpgate.errors import BudgetExhausted
+    from dpgate.ledger import _provenance
+
+    where = str(tmp_path / "l.db") if store == "sqlite" else fresh_db(request.getfixturevalue("pg_server"),
+                                                                      "ledger_provenance")
+    key = None if store == "sqlite" else str(tmp_path / "k")  # SQLite: <path>.key, made with the ledger
+    with Ledger.open(where, fingerprint="fp", budget=1.0, key=key) as led:
+        _provenance.ensure_table(led)
+        _provenance.ensure_table(led)  # idempotent
+        with _provenance.charging(led, "alice", 0.3, "s1"):
+            spend(led, 0.25)
+            with pytest.raises(BudgetExhausted, match="alice"):
+                spend(led, 0.25)
+        assert [r.cost_after for r in led.records()] == [0.25]
+        assert _provenance.analyst_spent(led, "alice") == pytest.approx(0.25)
+        assert _provenance.analyst_spent(led, "bob") == 0.0
+        _provenance.record_delivery(led, "alice", "s1", "fresh", 0.25)
+        assert [(h[2], h[3], h[4], h[6]) for h in _provenance.analyst_history(led, "alice")] == [
+            ("charge", "s1", "fresh", 1), ("delivery", "s1", "fresh", None)]
+        assert _provenance.analyst_history(led, "bob") == []
