@@ -30,13 +30,14 @@ def users_file(tmp: Path, caps: dict[str, float]) -> Path:
 
 @contextlib.contextmanager
 def thread_server(tmp: Path, *, budget: float = 1.0, caps: dict[str, float] | None = None,
-                  **options: Any) -> Iterator[Server]:
-    """A server on 127.0.0.1:<free port> in this process, over PUMS, with a ledger file in ``tmp``."""
+                  ledger: str | None = None, ledger_key: str | None = None, **options: Any) -> Iterator[Server]:
+    """A server on 127.0.0.1:<free port> in this process, over PUMS, with a ledger file in ``tmp``
+    (or ``ledger``: a ``postgresql://`` URL, with ``ledger_key``)."""
     from dpgate.server.users import load_users
 
     df, schema = load_pums()
     users = load_users(users_file(tmp, caps or {"alice": 0.5, "bob": 0.5, "carol": 0.0}))
-    gw = dpgate.Gateway(df, schema, budget=budget, ledger=str(tmp / "ledger.db"))
+    gw = dpgate.Gateway(df, schema, budget=budget, ledger=ledger or str(tmp / "ledger.db"), ledger_key=ledger_key)
     server = Server(gw, users, port=0, defaults={"accuracy": 25.0}, **options).start()
     try:
         yield server
@@ -44,12 +45,14 @@ def thread_server(tmp: Path, *, budget: float = 1.0, caps: dict[str, float] | No
         server.shutdown(timeout=10)
 
 
-def spawn_server(tmp: Path, *, budget: float = 1.0, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], int]:
-    """``python -m dpgate.cli serve`` on a free port; returns the process and its port."""
+def spawn_server(tmp: Path, *, budget: float = 1.0, extra: tuple[str, ...] = (),
+                 ledger: str | None = None) -> tuple[subprocess.Popen[str], int]:
+    """``python -m dpgate.cli serve`` on a free port; returns the process and its port (``ledger``:
+    instead of a file in ``tmp``, e.g. a ``postgresql://`` URL, with ``--ledger-key`` in ``extra``)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "dpgate.cli", "serve", "--data", str(PUMS_CSV), "--schema", str(PUMS_YAML),
-         "--ledger", str(tmp / "ledger.db"), "--budget", str(budget), "--users", str(tmp / "users.yaml"),
+         "--ledger", ledger or str(tmp / "ledger.db"), "--budget", str(budget), "--users", str(tmp / "users.yaml"),
          "--port", "0", "--accuracy", "25", *extra],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     assert proc.stderr is not None

@@ -1,4 +1,4 @@
-"""The ledger in PostgreSQL: binding, tamper evidence, and no overspending across processes.
+"""The ledger in PostgreSQL: binding, tamper evidence, no overspending across processes, provenance.
 
 Runs against the real PostgreSQL server the session starts (``conftest.pg_server``);
 each test uses its own database.
@@ -141,19 +141,27 @@ def test_two_gateway_processes_with_8_workers_never_overspend(pg_server: Any, ne
     assert sum(e["eps"] for e in answers) == pytest.approx(spent, rel=1e-9, abs=1e-9)
 
 
-def test_server_refuses_a_postgres_ledger_before_opening_anything(pg_server: Any, net: Any, tmp_path: Path) -> None:
-    """``dpgate.server.Server`` embedded on a gateway with a PostgreSQL ledger: a specific error
-    naming the fix, raised before the TLS files are read or the provenance table is made."""
-    from dpgate.errors import InvalidArgument
-    from dpgate.server.server import Server
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_provenance_charges_commit_or_roll_back_with_the_release(store: str, request: Any, tmp_path: Path) -> None:
+    """The store interface behind dpgate serve's provenance, the same on both stores: a charge over
+    the cap rolls its release back; charges, deliveries and an analyst's history read back."""
+    from dpgate.errors import BudgetExhausted
+    from dpgate.ledger import _provenance
 
-    df, schema = net
-    url = fresh_db(pg_server, "ledger_serve")
-    with dpgate.Gateway(df, schema, budget=1.0, ledger=url, ledger_key=str(tmp_path / "k")) as gw:
-        missing = str(tmp_path / "missing.pem")  # read first, were the check not first
-        with pytest.raises(InvalidArgument, match=r"ledger is a SQLite file .*ledger='/path/to/ledger.db'"):
-            Server(gw, {}, port=0, tls_cert=missing, tls_key=missing)
-        with psycopg.connect(url) as con:
-            tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-        assert "dpgate_provenance" not in tables
-        assert gw.spent == 0.0 and not gw.ledger.closed
+    where = str(tmp_path / "l.db") if store == "sqlite" else fresh_db(request.getfixturevalue("pg_server"),
+                                                                      "ledger_provenance")
+    key = None if store == "sqlite" else str(tmp_path / "k")  # SQLite: <path>.key, made with the ledger
+    with Ledger.open(where, fingerprint="fp", budget=1.0, key=key) as led:
+        _provenance.ensure_table(led)
+        _provenance.ensure_table(led)  # idempotent
+        with _provenance.charging(led, "alice", 0.3, "s1"):
+            spend(led, 0.25)
+            with pytest.raises(BudgetExhausted, match="alice"):
+                spend(led, 0.25)
+        assert [r.cost_after for r in led.records()] == [0.25]
+        assert _provenance.analyst_spent(led, "alice") == pytest.approx(0.25)
+        assert _provenance.analyst_spent(led, "bob") == 0.0
+        _provenance.record_delivery(led, "alice", "s1", "fresh", 0.25)
+        assert [(h[2], h[3], h[4], h[6]) for h in _provenance.analyst_history(led, "alice")] == [
+            ("charge", "s1", "fresh", 1), ("delivery", "s1", "fresh", None)]
+        assert _provenance.analyst_history(led, "bob") == []

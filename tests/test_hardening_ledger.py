@@ -192,7 +192,7 @@ def test_restoring_an_older_copy_is_detected(tmp_path: Path) -> None:
     path = tmp_path / "l.db"
     with Ledger.open(path, fingerprint=FP, budget=1.0) as led:
         spend(led, 1)
-        led._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        led.store.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
         old = path.read_bytes()
         spend(led, 3)
     for sidecar in ("-wal", "-shm"):
@@ -277,7 +277,7 @@ def test_truncated_ledger_file_is_refused(tmp_path: Path, keep: int) -> None:
     path = tmp_path / "l.db"
     with Ledger.open(path, fingerprint=FP, budget=1.0) as led:
         spend(led, 3)
-        led._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        led.store.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")
     for sidecar in ("-wal", "-shm"):
         Path(f"{path}{sidecar}").unlink(missing_ok=True)
     with open(path, "r+b") as f:

@@ -161,7 +161,7 @@ def test_open_validates_arguments(kwargs):
 def test_file_uses_wal_and_full_sync(tmp_path):
     path = tmp_path / "l.db"
     with Ledger.open(path, fingerprint=FP, budget=1.0) as led:
-        conn = led._connection()
+        conn = led.store.connection()
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
         assert led.path == str(path.resolve())

@@ -197,7 +197,7 @@ def dpgate_dir() -> str:
     return str(Path(dpgate.__file__).parent)
 
 
-def test_serve_refuses_a_ledger_url_before_opening_anything(tmp_path: Path) -> None:
+def test_serve_needs_a_key_for_a_ledger_url_before_opening_anything(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from dpgate.cli import cli
@@ -207,7 +207,7 @@ def test_serve_refuses_a_ledger_url_before_opening_anything(tmp_path: Path) -> N
     users.write_text("users: {}\n")
     res = CliRunner().invoke(cli, ["serve", "--data", str(data / "PUMS.csv"), "--schema", str(data / "pums.yaml"),
                                    "--ledger", "postgresql://127.0.0.1/x", "--budget", "1", "--users", str(users)])
-    assert res.exit_code == 2 and "SQLite file" in res.output
+    assert res.exit_code == 2 and "needs --ledger-key" in res.output
 
 
 def test_connections_beyond_the_limit_are_refused(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 - :mod:`~dpgate.ledger.core` — :class:`Ledger`: opening, binding, appending, reading;
 - :mod:`~dpgate.ledger._records` — the record format and its keyed chain
   (:mod:`~dpgate.ledger._key` holds the key, MACs and anchor);
-- :mod:`~dpgate.ledger._sqlite`, :mod:`~dpgate.ledger._postgres` — the two stores
+- :mod:`~dpgate.ledger._store` — the storage interface a ledger holds (records and provenance);
+  :mod:`~dpgate.ledger._sqlite`, :mod:`~dpgate.ledger._postgres` — its two stores
   (:mod:`~dpgate.ledger._lock` the writer locks of a file);
 - :mod:`~dpgate.ledger._history`, :mod:`~dpgate.ledger._checkpoint` — a gateway's history kept
   in step with its ledger, and the checkpoint that makes re-opening fast;

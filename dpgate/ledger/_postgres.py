@@ -25,23 +25,32 @@ unchanged; this module supplies only the storage underneath it:
   A database administrator who also holds the key can rewrite history; one without it
   cannot do so undetected.
 
-The storage adapter presents a psycopg connection with the few methods of
-``sqlite3.Connection`` the ledger uses (``?`` placeholders, ``sqlite3`` exception
-classes), so the ledger's single error mapping and lock-retry logic apply as they are.
+* **dpgate serve's provenance** (:mod:`dpgate.ledger._provenance`) lives in the same
+  database, in ``dpgate_provenance`` (append-only through the same triggers).  An analyst's
+  charge is written in the release's own transaction, under the advisory lock, so the cap
+  check (the sum of their charges, read under the lock) is race-safe across sessions on
+  several hosts, and the charge and the release commit or roll back together.
+
+:class:`PostgresStore` is the :class:`~dpgate.ledger._store.LedgerStore` of a PostgreSQL
+database: the SQLite store's connections, transactions and retries, with the database hooks
+overridden.  Its adapter presents a psycopg connection with the few methods of
+``sqlite3.Connection`` the ledger uses (``?`` placeholders, ``sqlite3`` exception classes), so
+the ledger's single error mapping and lock-retry logic apply as they are.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from typing import Any, cast
+from typing import Any
 
 from dpgate.errors import InvalidArgumentType, LedgerError
 from dpgate.ledger._key import key_from_bytes, read_key
 from dpgate.ledger._lock import MemoryLock, thread_lock_for
-from dpgate.ledger.core import Ledger
+from dpgate.ledger._sqlite import SqliteStore
+from dpgate.ledger._store import Connection
 
-__all__ = ["PostgresLedger"]
+__all__ = ["PostgresStore", "is_ledger_url"]
 
 #: The advisory lock of dpgate ledgers (a fixed 64-bit key: "dpgate" in ASCII).
 _LOCK_ID = 0x647067617465
@@ -87,6 +96,34 @@ BEGIN RAISE EXCEPTION 'dpgate ledger table % is append-only', TG_TABLE_NAME; END
     "FOR EACH STATEMENT EXECUTE FUNCTION dpgate_append_only()",
 )
 
+#: The provenance table of dpgate serve, as :data:`dpgate.ledger._sqlite.PROVENANCE_SCHEMA` in
+#: PostgreSQL (created with the ledger's ``dpgate_append_only`` trigger function).
+_PROVENANCE_SCHEMA_PG = (
+    """
+CREATE TABLE dpgate_provenance (
+    id         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    analyst    TEXT    NOT NULL,
+    kind       TEXT    NOT NULL CHECK (kind IN ('charge', 'delivery')),
+    record_id  BIGINT,
+    epsilon    DOUBLE PRECISION NOT NULL,
+    statement  TEXT    NOT NULL,
+    source     TEXT    NOT NULL,
+    created_at TEXT    NOT NULL
+)
+    """,
+    "CREATE INDEX dpgate_provenance_analyst ON dpgate_provenance(analyst, kind)",
+    "CREATE TRIGGER dpgate_provenance_append_only BEFORE UPDATE OR DELETE ON dpgate_provenance "
+    "FOR EACH ROW EXECUTE FUNCTION dpgate_append_only()",
+    "CREATE TRIGGER dpgate_provenance_no_truncate BEFORE TRUNCATE ON dpgate_provenance "
+    "FOR EACH STATEMENT EXECUTE FUNCTION dpgate_append_only()",
+)
+
+
+def is_ledger_url(path: str) -> bool:
+    """Whether ``path`` names a PostgreSQL ledger (``postgresql://``, ``postgres://``, ``postgresql+…://``)."""
+    return path.lower().startswith(("postgresql://", "postgres://", "postgresql+"))
+
+
 def _libpq_url(url: str) -> str:
     """``postgresql+psycopg://…`` (SQLAlchemy) → ``postgresql://…`` (libpq)."""
     scheme, sep, rest = url.partition("://")
@@ -114,7 +151,7 @@ class _PgConnection:
 
         if isinstance(exc, (psycopg.errors.LockNotAvailable, psycopg.errors.SerializationFailure,
                             psycopg.errors.DeadlockDetected)):
-            return sqlite3.OperationalError(f"database is locked ({exc})")  # retried by Ledger._retry
+            return sqlite3.OperationalError(f"database is locked ({exc})")  # retried by SqliteStore.retry
         if isinstance(exc, psycopg.OperationalError):
             return sqlite3.OperationalError(str(exc))
         return sqlite3.DatabaseError(str(exc))
@@ -149,79 +186,71 @@ class _PgConnection:
             pass
 
 
-class PostgresLedger(Ledger):
-    """A :class:`~dpgate.ledger.core.Ledger` stored in PostgreSQL (see the module docstring).
+class PostgresStore(SqliteStore):
+    """The store of a :class:`~dpgate.ledger.core.Ledger` kept in PostgreSQL (see the module docstring).
 
     Open with ``Ledger.open("postgresql://…", fingerprint=…, budget=…, key=…)``
     (or ``Gateway(..., ledger="postgresql://…", ledger_key=…)``).  ``path`` is the URL
-    without its password.
+    without its password; the tables (``dpgate_meta``, ``dpgate_records``,
+    ``dpgate_provenance``) live in the connection's current schema.
     """
 
-    _SCHEMA = _SCHEMA_PG
-    _url = ""
+    schema: tuple[str, ...] = _SCHEMA_PG
+    provenance_schema: tuple[str, ...] = _PROVENANCE_SCHEMA_PG
 
-    @classmethod
-    def open_url(
-        cls, url: str, *, fingerprint: str, budget: float, timeout: float, key: Any, new: bool
-    ) -> PostgresLedger:
-        """Open (creating if needed) the ledger in the database at ``url``.
+    def __init__(self, url: str, timeout: float) -> None:
+        super().__init__(_redacted(url), timeout)
+        self._url = _libpq_url(url)
 
-        Args:
-            url: ``postgresql://…`` or ``postgresql+psycopg://…``; the ledger's tables
-                (``dpgate_meta``, ``dpgate_records``) live in the connection's current schema.
-            fingerprint, budget, timeout, new: as for :meth:`Ledger.open`.
-            key: required — a key file path shared by every gateway host (created with a
-                new ledger if missing; its anchor is ``<key>.anchor``), or the key bytes
-                (then there is no anchor file: a rollback is only detected by a running process).
+    def ledger_key(self, key: Any) -> tuple[bytes | None, str | None]:
+        """The ledger's key and its file (``None`` for key bytes: then there is no anchor file, and
+        a rollback is only detected by a running process).  ``key`` is required: a key file path
+        shared by every gateway host (created with a new ledger if missing; its anchor is
+        ``<key>.anchor``), or the key bytes.
 
         Raises:
-            LedgerError: no key, the server is unreachable, or the ledger fails its checks.
+            LedgerError: no key.
+            InvalidArgumentType: a key that is neither bytes nor a path.
         """
-        if not isinstance(new, bool):
-            raise InvalidArgumentType(f"new must be True or False, not {new!r}.")
-        where = _redacted(url)
         if key is None:
             raise LedgerError(
-                f"The PostgreSQL ledger {where!r} needs ledger_key=: the path of a key file that every gateway "
+                f"The PostgreSQL ledger {self.path!r} needs ledger_key=: the path of a key file that every gateway "
                 "host shares (created with a new ledger), or the key bytes. The key stays outside the database."
             )
-        key_path: str | None = None
         if isinstance(key, (bytes, bytearray)):
-            secret: bytes | None = key_from_bytes(bytes(key))
-        elif isinstance(key, (str, os.PathLike)):
+            return key_from_bytes(bytes(key)), None
+        if isinstance(key, (str, os.PathLike)):
             key_path = os.path.abspath(os.fspath(key))
-            secret = read_key(key_path) if os.path.lexists(key_path) else None
-        else:
-            raise InvalidArgumentType(f"ledger_key must be bytes or a key file path, not {type(key).__name__}.")
-        ledger = cls(where, float(budget), float(timeout), secret)
-        ledger._url = _libpq_url(url)
-        ledger._key_path = key_path
-        ledger._anchor_path = None if key_path is None else key_path + ".anchor"
-        return ledger._initialised(fingerprint, new=new)
+            return (read_key(key_path) if os.path.lexists(key_path) else None), key_path
+        raise InvalidArgumentType(f"ledger_key must be bytes or a key file path, not {type(key).__name__}.")
 
-    # -- storage hooks of Ledger ---------------------------------------------------
-    def _prepare(self, conn: sqlite3.Connection, where: str) -> None:
+    # -- database hooks of SqliteStore ---------------------------------------------
+    def prepare(self, conn: Connection, where: str) -> None:
         """Nothing to prepare: the server's WAL and fsync make commits durable."""
 
-    def _connect(self, target: str) -> sqlite3.Connection:
+    def replaced(self) -> bool:
+        """A database is not a file: its replacement shows as records lost (the head and anchor checks)."""
+        return False
+
+    def _connect(self, target: str) -> Connection:
         import psycopg
 
         try:
-            raw = psycopg.connect(self._url, autocommit=True, connect_timeout=max(1, int(min(self._timeout, 60))),
+            raw = psycopg.connect(self._url, autocommit=True, connect_timeout=max(1, int(min(self.timeout, 60))),
                                   application_name="dpgate-ledger")
         except psycopg.Error as exc:
             raise LedgerError(f"Cannot connect to the PostgreSQL ledger {self.path!r}: {exc}") from None
         conn = _PgConnection(raw)
         conn.execute("SET synchronous_commit = on")
         with self._conns_guard:
-            self._conns.append((os.getpid(), cast(sqlite3.Connection, conn)))
-        return cast(sqlite3.Connection, conn)
+            self._conns.append((os.getpid(), conn))
+        return conn
 
-    def _begin(self, conn: sqlite3.Connection) -> None:
+    def _begin(self, conn: Connection) -> None:
         """``BEGIN``, then the ledger's advisory lock (waiting at most the ledger's timeout)."""
         conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
         try:
-            wait_ms = 0 if self._timeout == float("inf") else max(1, int(self._timeout * 1000))
+            wait_ms = 0 if self.timeout == float("inf") else max(1, int(self.timeout * 1000))
             conn.execute(f"SET LOCAL lock_timeout = {min(wait_ms, 2**31 - 1)}")
             conn.execute("SELECT pg_advisory_xact_lock(?)", (_LOCK_ID,))
         except BaseException:
@@ -231,8 +260,13 @@ class PostgresLedger(Ledger):
     def _process_lock(self) -> MemoryLock:
         return thread_lock_for(self._url)
 
+    def _durable(self, conn: Connection, durable: bool) -> None:
+        """``synchronous_commit`` on, or off: a commit then returns before the server flushed its WAL
+        (it survives a crash of this process, not of the database server's machine)."""
+        conn.execute("SET synchronous_commit = on" if durable else "SET synchronous_commit = off")
+
     @staticmethod
-    def _read_meta(conn: sqlite3.Connection, where: str) -> dict[str, str] | None:
+    def read_meta(conn: Connection, where: str) -> dict[str, str] | None:
         """The stored metadata, or ``None`` if the schema holds no ledger yet."""
         names = {r[0] for r in conn.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() "
@@ -246,3 +280,12 @@ class PostgresLedger(Ledger):
                 "schema, or restore the ledger."
             )
         return dict(conn.execute("SELECT key, value FROM dpgate_meta").fetchall())
+
+    def ensure_provenance(self) -> None:
+        """Create the provenance table if the ledger's schema has none (under the ledger's lock, so
+        gateways starting together create it once)."""
+        def create(conn: Connection) -> None:
+            if conn.execute("SELECT to_regclass('dpgate_provenance')").fetchone()[0] is None:
+                for ddl in self.provenance_schema:
+                    conn.execute(ddl)
+        self.write(create)

@@ -1,4 +1,4 @@
-"""Per-analyst provenance and budget caps, kept in the ledger's own SQLite database.
+"""Per-analyst provenance and budget caps, kept in the ledger's own database (SQLite or PostgreSQL).
 
 Table ``dpgate_provenance`` (append-only, like the records) holds two kinds of row:
 
@@ -7,7 +7,8 @@ Table ``dpgate_provenance`` (append-only, like the records) holds two kinds of r
   (``record_id``) was made for, and the ε it cost them — the increase of the
   system's per-cell cost ``max_j B_j`` it caused.  The hook first checks the
   analyst's cap (the sum of their charges, read under the ledger's write lock,
-  so several server processes cannot overspend a cap together either); over the
+  so several server processes — on several hosts, with a PostgreSQL ledger — cannot
+  overspend a cap together either); over the
   cap it raises :class:`~dpgate.errors.BudgetExhausted`, which rolls the whole
   transaction back: nothing is recorded and nothing is released.  This check is
   the authoritative one; the server also refuses *before* running a statement
@@ -20,6 +21,10 @@ Table ``dpgate_provenance`` (append-only, like the records) holds two kinds of r
   of the statement, never its values), from where (``history``, ``fresh``,
   ``mixed``) and the ε charged to them for it.
 
+The table and its statements belong to the ledger's store
+(:class:`~dpgate.ledger._store.LedgerStore`, :attr:`dpgate.ledger.core.Ledger.store`); this
+module holds the rules: what is charged, when a cap refuses, and the refusal's words.
+
 The per-cell charge an analyst pays sums, over the releases made for them, the
 increase of the *global* cost; so the analysts' charges add up to at most the
 global spend, and a release made for one analyst is free for every other
@@ -29,37 +34,17 @@ global spend, and a release made for one analyst is free for every other
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
+from dpgate.ledger._store import ProvenanceRow, ProvenanceWriter
 from dpgate.ledger.core import Ledger
 from dpgate.plan.budget import exhausted, fits
 
 __all__ = ["ensure_table", "charging", "record_delivery", "analyst_spent", "analyst_history", "statement_hash"]
 
-_DDL = (
-    """CREATE TABLE IF NOT EXISTS dpgate_provenance (
-        id         INTEGER PRIMARY KEY AUTOINCREMENT,
-        analyst    TEXT    NOT NULL,
-        kind       TEXT    NOT NULL CHECK (kind IN ('charge', 'delivery')),
-        record_id  INTEGER,
-        epsilon    REAL    NOT NULL,
-        statement  TEXT    NOT NULL,
-        source     TEXT    NOT NULL,
-        created_at TEXT    NOT NULL
-    ) STRICT""",
-    "CREATE INDEX IF NOT EXISTS dpgate_provenance_analyst ON dpgate_provenance(analyst, kind)",
-    """CREATE TRIGGER IF NOT EXISTS dpgate_provenance_no_update BEFORE UPDATE ON dpgate_provenance
-       BEGIN SELECT RAISE(ABORT, 'dpgate provenance is append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS dpgate_provenance_no_delete BEFORE DELETE ON dpgate_provenance
-       BEGIN SELECT RAISE(ABORT, 'dpgate provenance is append-only'); END""",
-)
-_INSERT = ("INSERT INTO dpgate_provenance(analyst, kind, record_id, epsilon, statement, source, created_at) "
-           "VALUES (?, ?, ?, ?, ?, ?, ?)")
-_SPENT = "SELECT COALESCE(SUM(epsilon), 0.0) FROM dpgate_provenance WHERE analyst = ? AND kind = 'charge'"
 
 
 def _now() -> str:
@@ -74,10 +59,7 @@ def statement_hash(sql: str, params: Any = None) -> str:
 
 def ensure_table(ledger: Ledger) -> None:
     """Create the provenance table in the ledger's database if it is not there yet."""
-    def create(conn: sqlite3.Connection) -> None:
-        for ddl in _DDL:
-            conn.execute(ddl)
-    ledger.write(create)
+    ledger.store.ensure_provenance()
 
 
 @contextmanager
@@ -87,21 +69,19 @@ def charging(ledger: Ledger, analyst: str, cap: float, statement: str) -> Iterat
     analyst's charges above ``cap``."""
     # The previous record's cost and the analyst's charges, carried from one record of a statement
     # to the next in the same transaction (a GROUP BY appends many); read afresh otherwise.
-    last: dict[str, Any] = {"conn": None, "id": None, "cost": 0.0, "spent": 0.0}
+    last: dict[str, Any] = {"tx": None, "id": None, "cost": 0.0, "spent": 0.0}
 
-    def hook(conn: sqlite3.Connection, record_id: int, cost_after: float) -> None:
-        if last["conn"] is conn and last["id"] == record_id - 1:
+    def hook(provenance: ProvenanceWriter, record_id: int, cost_after: float) -> None:
+        if last["tx"] is provenance and last["id"] == record_id - 1:
             prev, spent = last["cost"], last["spent"]
         else:
-            row = conn.execute("SELECT cost_after FROM dpgate_records WHERE id < ? ORDER BY id DESC LIMIT 1",
-                               (record_id,)).fetchone()
-            prev, spent = (row[0] if row else 0.0), float(conn.execute(_SPENT, (analyst,)).fetchone()[0])
+            prev, spent = provenance.cost_before(record_id), provenance.spent(analyst)
         delta = max(0.0, cost_after - prev)
         if not fits(spent, delta, cap):
             raise exhausted(delta, spent, cap, what="Answering this statement", purpose=" more for its next release",
                             analyst=analyst, hint=" Nothing was spent.")
-        conn.execute(_INSERT, (analyst, "charge", record_id, delta, statement, "fresh", _now()))
-        last.update(conn=conn, id=record_id, cost=cost_after, spent=spent + delta)
+        provenance.add(ProvenanceRow(analyst, "charge", record_id, delta, statement, "fresh", _now()))
+        last.update(tx=provenance, id=record_id, cost=cost_after, spent=spent + delta)
 
     with ledger.on_append(hook):
         yield
@@ -114,17 +94,15 @@ def record_delivery(ledger: Ledger, analyst: str, statement: str, source: str, e
     a delivery spends nothing — the ε of a fresh answer is in its charge rows, fsync'd with
     the release itself — and an fsync per free answer would cost ~4 ms.
     """
-    ledger.write(lambda conn: conn.execute(_INSERT, (analyst, "delivery", None, float(epsilon), statement,
-                                                     source, _now())), fsync=False)
+    ledger.store.add_provenance(ProvenanceRow(analyst, "delivery", None, float(epsilon), statement, source, _now()),
+                                fsync=False)
 
 
 def analyst_spent(ledger: Ledger, analyst: str) -> float:
     """ε charged to ``analyst`` so far (committed charges)."""
-    return float(ledger.read(lambda conn: conn.execute(_SPENT, (analyst,)).fetchone()[0]))
+    return ledger.store.analyst_spent(analyst)
 
 
 def analyst_history(ledger: Ledger, analyst: str) -> list[tuple[Any, ...]]:
     """The analyst's provenance rows: ``(id, created_at, kind, statement, source, epsilon, record_id)``."""
-    return list(ledger.read(lambda conn: conn.execute(
-        "SELECT id, created_at, kind, statement, source, epsilon, record_id FROM dpgate_provenance "
-        "WHERE analyst = ? ORDER BY id", (analyst,)).fetchall()))
+    return ledger.store.analyst_history(analyst)

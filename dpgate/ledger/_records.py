@@ -15,7 +15,6 @@ import hmac
 import math
 import numbers
 import operator
-import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from dpgate._validate import finite, nonnegative_finite
 from dpgate.errors import DPGateInternalError, InvalidRequirement, LedgerError
 from dpgate.ledger._key import Anchor, binding_mac, chain_macs, header_mac
+from dpgate.ledger._store import Connection, ProvenanceWriter
 
 if TYPE_CHECKING:
     from dpgate.ledger.core import Ledger
@@ -151,9 +151,10 @@ assert ", ".join(FIELDS).replace("table", "table_name", 1) == COLUMNS
 class LedgerTransaction:
     """A handle on an open :meth:`Ledger.transaction`; use it only inside the block."""
 
-    def __init__(self, ledger: Ledger, conn: sqlite3.Connection, head: Anchor) -> None:
+    def __init__(self, ledger: Ledger, conn: Connection, head: Anchor) -> None:
         self._ledger = ledger
         self._conn = conn
+        self._provenance: ProvenanceWriter | None = None  # the append hook's view, made on first use
         self._open = True
         self.start = head[0]
         self.head = head  # the chain head including this transaction's appends
@@ -271,9 +272,11 @@ class LedgerTransaction:
         if hook is None:
             self._conn.executemany(insert, rows)
         else:  # e.g. dpgate serve's per-analyst charge, in this same transaction, record by record
+            if self._provenance is None:
+                self._provenance = ProvenanceWriter(self._conn)
             for row in rows:
                 self._conn.execute(insert, row)
-                hook(self._conn, row[0], row[11])
+                hook(self._provenance, row[0], row[11])
         if rows:
             self.head = (rid, macs[-1])
         return [record_from_row(r[:-1]) for r in rows]

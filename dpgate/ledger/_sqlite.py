@@ -1,11 +1,12 @@
 """The ledger's SQLite storage: connections, write locks and transactions (internal).
 
-Split from :mod:`dpgate.ledger.core` (whose module docstring states the guarantees).
-:class:`SqliteStore` is the base of :class:`~dpgate.ledger.core.Ledger`: one connection
-per thread (re-opened after ``fork``), a WAL journal with ``synchronous=FULL``, and :meth:`SqliteStore._write_locked`, the writers' critical
-section — the process lock (:mod:`dpgate.ledger._lock`), ``BEGIN IMMEDIATE``, commit
-on success and rollback on any error.  The storage hooks (``_SCHEMA``, ``_prepare``,
-``_connect``, ``_begin``, ``_process_lock``, ``_read_meta``) are what
+:class:`SqliteStore` is the :class:`~dpgate.ledger._store.LedgerStore` of a SQLite file or a
+private in-memory database, held by a :class:`~dpgate.ledger.core.Ledger` (whose module
+docstring states the guarantees): one connection per thread (re-opened after ``fork``), a WAL
+journal with ``synchronous=FULL``, and :meth:`SqliteStore.write_locked`, the writers' critical
+section — the process lock (:mod:`dpgate.ledger._lock`), ``BEGIN IMMEDIATE``, commit on success
+and rollback on any error.  The database hooks (``schema``, ``provenance_schema``, ``prepare``,
+``_connect``, ``_begin``, ``_process_lock``, ``read_meta``, ``_durable``) are what
 :mod:`dpgate.ledger._postgres` overrides to keep the same ledger in PostgreSQL.
 
 Storage choice — SQLite (stdlib ``sqlite3``) rather than DuckDB:
@@ -37,8 +38,29 @@ from typing import Any
 from dpgate.errors import LedgerError, map_exceptions
 from dpgate.ledger._lock import MemoryLock, PathLock, lock_for
 from dpgate.ledger._records import SCHEMA
+from dpgate.ledger._store import HISTORY, INSERT_PROVENANCE, SPENT, Connection, ProvenanceRow
 
 __all__ = ["SqliteStore", "file_id"]
+
+
+#: The provenance table of dpgate serve (see :mod:`dpgate.ledger._provenance`), append-only.
+PROVENANCE_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS dpgate_provenance (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        analyst    TEXT    NOT NULL,
+        kind       TEXT    NOT NULL CHECK (kind IN ('charge', 'delivery')),
+        record_id  INTEGER,
+        epsilon    REAL    NOT NULL,
+        statement  TEXT    NOT NULL,
+        source     TEXT    NOT NULL,
+        created_at TEXT    NOT NULL
+    ) STRICT""",
+    "CREATE INDEX IF NOT EXISTS dpgate_provenance_analyst ON dpgate_provenance(analyst, kind)",
+    """CREATE TRIGGER IF NOT EXISTS dpgate_provenance_no_update BEFORE UPDATE ON dpgate_provenance
+       BEGIN SELECT RAISE(ABORT, 'dpgate provenance is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS dpgate_provenance_no_delete BEFORE DELETE ON dpgate_provenance
+       BEGIN SELECT RAISE(ABORT, 'dpgate provenance is append-only'); END""",
+)
 
 
 class SqliteStore:
@@ -47,30 +69,33 @@ class SqliteStore:
 
     Attributes:
         path: absolute path of the SQLite file, or ``None`` for in-memory.
+        timeout: seconds a writer waits for the write lock (and a reader for a busy database).
     """
 
     #: The DDL of a new ledger (SQLite; the PostgreSQL store has its own).
-    _SCHEMA: tuple[str, ...] = SCHEMA
+    schema: tuple[str, ...] = SCHEMA
+    #: The DDL of the provenance table, run when it is missing.
+    provenance_schema: tuple[str, ...] = PROVENANCE_SCHEMA
 
     def __init__(self, path: str | None, timeout: float) -> None:
         self.path = path
-        self._timeout = timeout
+        self.timeout = timeout
         self._file_id: tuple[int, int] | None = None
         self._closed = False
         self._local = threading.local()
-        self._conns: list[tuple[int, sqlite3.Connection]] = []
+        self._conns: list[tuple[int, Any]] = []
         self._conns_guard = threading.Lock()
         self._pid = os.getpid()
         self._mem_lock = MemoryLock()  # in-memory: one connection, guarded
-        self._mem_conn: sqlite3.Connection | None = None
+        self._mem_conn: Connection | None = None
 
-    def _prepare(self, conn: sqlite3.Connection, where: str) -> None:
+    def prepare(self, conn: Connection, where: str) -> None:
         """A ledger file: WAL journal, and the file's identity (to notice its replacement)."""
         if self.path is None:
             return
-        mode = self._retry(lambda: conn.execute("PRAGMA journal_mode").fetchone()[0])
+        mode = self.retry(lambda: conn.execute("PRAGMA journal_mode").fetchone()[0])
         if str(mode).lower() != "wal":  # switching needs the lock; once set, it persists
-            mode = self._retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+            mode = self.retry(lambda: conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
         if str(mode).lower() != "wal":
             raise LedgerError(
                 f"The ledger {where!r} cannot use SQLite's WAL mode (got {mode!r}); "
@@ -79,9 +104,9 @@ class SqliteStore:
         self._file_id = file_id(self.path)
 
     @staticmethod
-    def _read_meta(conn: sqlite3.Connection, where: str) -> dict[str, str] | None:
+    def read_meta(conn: Connection, where: str) -> dict[str, str] | None:
         """The stored metadata, or ``None`` if this is an empty database (a new ledger)."""
-        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()}
         if not names:
             return None
         if "dpgate_meta" not in names or "dpgate_records" not in names:
@@ -91,7 +116,7 @@ class SqliteStore:
             )
         return dict(conn.execute("SELECT key, value FROM dpgate_meta").fetchall())
 
-    def _connection(self) -> sqlite3.Connection:
+    def connection(self) -> Connection:
         if self._closed:
             raise LedgerError(f"The ledger {self.path or '(in memory)'!r} is closed.")
         pid = os.getpid()
@@ -109,19 +134,19 @@ class SqliteStore:
         self._local.conn = (pid, conn)
         return conn
 
-    def _connect(self, target: str) -> sqlite3.Connection:
+    def _connect(self, target: str) -> Connection:
         with map_exceptions({sqlite3.DatabaseError: LedgerError}, f"Cannot open the ledger {target!r}: {{exc}}."):
             conn = sqlite3.connect(
-                target, timeout=self._timeout, isolation_level=None, check_same_thread=False
+                target, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
             conn.execute("PRAGMA synchronous=FULL")
         with self._conns_guard:
             self._conns.append((os.getpid(), conn))
         return conn
 
-    def _retry(self, fn: Any) -> Any:
+    def retry(self, fn: Any) -> Any:
         """Run ``fn`` retrying SQLITE_BUSY/LOCKED until the timeout (beyond the busy handler)."""
-        deadline = time.monotonic() + self._timeout
+        deadline = time.monotonic() + self.timeout
         delay = 0.001
         while True:
             try:
@@ -135,16 +160,16 @@ class SqliteStore:
 
     def _process_lock(self) -> PathLock | MemoryLock:
         if self.path is None:
-            self._connection()  # re-creates the lock after fork
+            self.connection()  # re-creates the lock after fork
             return self._mem_lock
         return lock_for(self.path)
 
-    def _begin(self, conn: sqlite3.Connection) -> None:
+    def _begin(self, conn: Connection) -> None:
         """Start a write transaction holding the store's write lock (SQLite: ``BEGIN IMMEDIATE``)."""
         conn.execute("BEGIN IMMEDIATE")
 
     @contextlib.contextmanager
-    def _write_locked(self, conn: sqlite3.Connection, committed: Callable[[], None] | None = None) -> Iterator[None]:
+    def write_locked(self, conn: Connection, committed: Callable[[], None] | None = None) -> Iterator[None]:
         """Hold the in-process lock and SQLite's write lock; commit on success, then call
         ``committed()`` still under the lock (it advances the anchor)."""
         if getattr(self._local, "in_transaction", False):
@@ -152,18 +177,18 @@ class SqliteStore:
                 "A ledger transaction is already open in this thread; transactions do not nest."
             )
         lock = self._process_lock()
-        if not lock.acquire(timeout=self._timeout):
+        if not lock.acquire(timeout=self.timeout):
             raise LedgerError(
-                f"Timed out after {self._timeout:g} s waiting for the ledger lock "
+                f"Timed out after {self.timeout:g} s waiting for the ledger lock "
                 f"({self.path or 'in memory'}); another thread or process holds it."
             )
         self._local.in_transaction = True
         try:
             with map_exceptions(
                 {sqlite3.OperationalError: LedgerError},
-                f"Could not lock the ledger {self.path!r} within {self._timeout:g} s: {{exc}}.",
+                f"Could not lock the ledger {self.path!r} within {self.timeout:g} s: {{exc}}.",
             ):
-                self._retry(lambda: self._begin(conn))
+                self.retry(lambda: self._begin(conn))
             try:
                 yield
             except BaseException:
@@ -189,11 +214,70 @@ class SqliteStore:
             self._local.in_transaction = False
             lock.release()
 
-    def _read_failed(self, exc: BaseException) -> str:
+    def read_failed(self, exc: BaseException) -> str:
         return (
             f"Reading the ledger {self.path!r} failed ({exc}), even after waiting "
-            f"{self._timeout:g} s for other writers; retry, or raise the ledger timeout."
+            f"{self.timeout:g} s for other writers; retry, or raise the ledger timeout."
         )
+
+    def read(self, fn: Callable[[Connection], Any]) -> Any:
+        """Run ``fn(conn)`` on a committed snapshot of the ledger's database (no write lock)."""
+        conn = self.connection()
+        with map_exceptions({sqlite3.OperationalError: LedgerError}, self.read_failed):
+            if self.path is not None:
+                return self.retry(lambda: fn(conn))
+            if not self._mem_lock.acquire(self.timeout):
+                raise LedgerError(f"Timed out after {self.timeout:g} s waiting for the in-memory ledger.")
+            try:
+                return fn(conn)
+            finally:
+                self._mem_lock.release()
+
+    def replaced(self) -> bool:
+        """Whether the ledger file was deleted or replaced since it was opened."""
+        return self.path is not None and self._file_id is not None and file_id(self.path) != self._file_id
+
+    def _durable(self, conn: Connection, durable: bool) -> None:
+        """Set whether the next commits are fsync'd (outside a transaction): SQLite's
+        ``synchronous=FULL``, or ``NORMAL`` in WAL mode (a commit survives a crash of the
+        process, not of the machine)."""
+        conn.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
+
+    def write(self, fn: Callable[[Connection], Any], *, fsync: bool = True) -> Any:
+        """Run ``fn(conn)`` in its own write transaction, serialised with releases (for the
+        provenance table only: the records and the metadata stay append-only through their
+        triggers).  Committed on return; with ``fsync=False`` not fsync'd — never for a release."""
+        conn = self.connection()
+        if not fsync:
+            self._durable(conn, False)
+        try:
+            with self.write_locked(conn):
+                with map_exceptions({sqlite3.Error: LedgerError}, "Writing to the ledger failed: {exc}."):
+                    return fn(conn)
+        finally:
+            if not fsync:
+                self._durable(conn, True)
+
+    # -- provenance (dpgate serve) ---------------------------------------------------
+
+    def ensure_provenance(self) -> None:
+        """Create the provenance table in the ledger's database if it is not there yet."""
+        def create(conn: Connection) -> None:
+            for ddl in self.provenance_schema:
+                conn.execute(ddl)
+        self.write(create)
+
+    def add_provenance(self, row: ProvenanceRow, *, fsync: bool) -> None:
+        """Write ``row`` in its own transaction (see :meth:`write` for ``fsync``)."""
+        self.write(lambda conn: conn.execute(INSERT_PROVENANCE, row.values()), fsync=fsync)
+
+    def analyst_spent(self, analyst: str) -> float:
+        """ε charged to ``analyst`` so far (committed charges)."""
+        return float(self.read(lambda conn: conn.execute(SPENT, (analyst,)).fetchone()[0]))
+
+    def analyst_history(self, analyst: str) -> list[tuple[Any, ...]]:
+        """``analyst``'s rows: ``(id, created_at, kind, statement, source, epsilon, record_id)``."""
+        return [tuple(r) for r in self.read(lambda conn: conn.execute(HISTORY, (analyst,)).fetchall())]
 
     def close(self) -> None:
         """Close every connection this ledger opened in this process (idempotent)."""

@@ -44,10 +44,11 @@ Guarantees:
 
 ``path=None`` gives the same API backed by a private in-memory database
 (not durable, not shared between processes).  A ``postgresql://`` URL gives the
-same ledger stored in PostgreSQL, shared by gateways on several hosts: the
-storage hooks (``_connect``, ``_prepare``, ``_begin``, ``_process_lock``,
-``_read_meta``, ``_SCHEMA``) are overridden in :mod:`dpgate.ledger._postgres`,
-and everything above holds with an advisory lock in place of ``BEGIN IMMEDIATE``.
+same ledger stored in PostgreSQL, shared by gateways on several hosts
+(:mod:`dpgate.ledger._postgres`): everything above holds with an advisory lock in
+place of ``BEGIN IMMEDIATE``.  The ledger reaches its database only through its
+store (:class:`~dpgate.ledger._store.LedgerStore`, :attr:`Ledger.store`), which also
+keeps ``dpgate serve``'s per-analyst provenance next to the records.
 
 Example:
     >>> with Ledger.open(None, fingerprint="demo", budget=1.0) as led:
@@ -70,8 +71,8 @@ import pathlib
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any, Self
+from collections.abc import Iterator
+from typing import Self
 
 from dpgate._validate import positive_finite, real
 from dpgate.errors import (
@@ -82,6 +83,7 @@ from dpgate.errors import (
     map_exceptions,
 )
 from dpgate.ledger._key import Anchor, create_key_files, read_anchor, read_key, resolve_key, write_anchor
+from dpgate.ledger._postgres import PostgresStore, is_ledger_url
 from dpgate.ledger._records import (
     COLUMNS,
     FORMAT_VERSION,
@@ -93,20 +95,21 @@ from dpgate.ledger._records import (
     new_header,
     record_from_row,
 )
-from dpgate.ledger._sqlite import SqliteStore, file_id
+from dpgate.ledger._sqlite import SqliteStore
+from dpgate.ledger._store import AppendHook, Connection, LedgerStore
 
 __all__ = ["FORMAT_VERSION", "Ledger", "LedgerRecord", "LedgerTransaction"]
 
 _DEFAULT_TIMEOUT = 60.0
 
 
-class Ledger(SqliteStore):
+class Ledger:
     """A durable, append-only, multi-process ledger of releases (see the module docstring).
 
     Use :meth:`Ledger.open`; do not call the constructor.
 
     Attributes:
-        path: absolute path of the SQLite file, or ``None`` for in-memory.
+        store: where the records are kept (a SQLite file or memory, or PostgreSQL).
         binding: the stored keyed MAC of the data source + schema fingerprint
             (reveals nothing about the data without the key).
         budget: the total privacy budget the ledger is bound to.
@@ -114,14 +117,16 @@ class Ledger(SqliteStore):
             records it appends.
     """
 
-    def __init__(self, path: str | None, budget: float, timeout: float, key: bytes | None) -> None:
-        super().__init__(path, timeout)
+    def __init__(self, store: LedgerStore, budget: float, key: bytes | None, *, key_path: str | None,
+                 anchor_path: str | None) -> None:
+        self.store = store
         self.binding = ""
         self.budget = budget
         self.session = uuid.uuid4().hex
         self._key = key  # None: opened for audit without the key (read-only, unverified)
-        self._anchor_path = None if path is None else path + ".anchor"
-        self._key_path = None if path is None else path + ".key"
+        self._key_path = key_path  # where a missing key is created (None: in memory, or given as bytes)
+        self._anchor_path = anchor_path  # None: no anchor (in memory, or a key given as bytes)
+        self._local = threading.local()  # this thread's append hook
         self._head: Anchor = (0, "")  # the verified chain head (count, MAC); header MAC at 0
         self._head_guard = threading.Lock()
         # Records 1, 2, … as this process verified them, and their MACs (with the key only): a
@@ -180,11 +185,14 @@ class Ledger(SqliteStore):
         # An infinite timeout (wait for ever) is allowed.
         if real(timeout, "The ledger timeout (seconds)", error=InvalidRequirement) <= 0:
             raise InvalidRequirement(f"The ledger timeout must be > 0 seconds, not {timeout!r}.")
-        if isinstance(path, str) and path.lower().startswith(("postgresql://", "postgres://", "postgresql+")):
-            from dpgate.ledger._postgres import PostgresLedger  # a ledger shared by hosts
-
-            return PostgresLedger.open_url(path, fingerprint=fingerprint, budget=budget, timeout=timeout, key=key,
-                                           new=new)
+        if isinstance(path, str) and is_ledger_url(path):  # a ledger shared by hosts
+            if not isinstance(new, bool):
+                raise InvalidArgumentType(f"new must be True or False, not {new!r}.")
+            store = PostgresStore(path, float(timeout))
+            secret, key_path = store.ledger_key(key)
+            anchor = None if key_path is None else key_path + ".anchor"
+            return cls(store, float(budget), secret, key_path=key_path, anchor_path=anchor)._initialised(
+                fingerprint, new=new)
         resolved: str | None = None
         if path is not None:
             resolved = os.path.abspath(os.fspath(path))
@@ -195,7 +203,9 @@ class Ledger(SqliteStore):
         if not isinstance(new, bool):
             raise InvalidArgumentType(f"new must be True or False, not {new!r}.")
         secret = resolve_key(resolved, key)
-        ledger = cls(resolved, float(budget), float(timeout), secret)
+        ledger = cls(SqliteStore(resolved, float(timeout)), float(budget), secret,
+                     key_path=None if resolved is None else resolved + ".key",
+                     anchor_path=None if resolved is None else resolved + ".anchor")
         return ledger._initialised(fingerprint, new=new)
 
     @classmethod
@@ -247,18 +257,19 @@ class Ledger(SqliteStore):
             if key is not None:
                 raise
             secret = None  # audit without the key
-        ledger = cls(where, budget, float(timeout), secret)
+        ledger = cls(SqliteStore(where, float(timeout)), budget, secret, key_path=where + ".key",
+                     anchor_path=where + ".anchor")
         return ledger._initialised(None, new=False)
 
     @property
     def meta(self) -> dict[str, str]:
         """The stored metadata: ``format_version``, ``binding``, ``budget``, ``created_at``, ``header_mac``."""
-        conn = self._connection()
-        if self.path is None:
-            with self._mem_lock.threads:
-                return dict(conn.execute("SELECT key, value FROM dpgate_meta"))
-        with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
-            return dict(self._retry(lambda: conn.execute("SELECT key, value FROM dpgate_meta").fetchall()))
+        return dict(self.store.read(lambda conn: conn.execute("SELECT key, value FROM dpgate_meta").fetchall()))
+
+    @property
+    def path(self) -> str | None:
+        """The SQLite file (absolute), ``None`` in memory, or the PostgreSQL URL without its password."""
+        return self.store.path
 
     def _initialised(self, fingerprint: str | None, *, new: bool) -> Self:
         """This ledger after :meth:`_initialise`; closed again if that fails."""
@@ -270,18 +281,19 @@ class Ledger(SqliteStore):
         return self
 
     def _initialise(self, fingerprint: str | None, *, new: bool) -> None:
-        conn = self._connection()
+        store = self.store
+        conn = store.connection()
         where = self.path or "the in-memory ledger"
         with map_exceptions({sqlite3.DatabaseError: LedgerError}, f"Cannot open the ledger {where!r}: {{exc}}."):
-            self._prepare(conn, where)
+            store.prepare(conn, where)
             # An existing ledger is checked without the write lock, so opening never
             # waits for another process's transaction; creating one takes the lock.
-            meta = self._retry(lambda: self._read_meta(conn, where))
+            meta = store.retry(lambda: store.read_meta(conn, where))
             if meta is None:
                 if fingerprint is None:
                     raise LedgerError(f"{where!r} is not a complete dpgate ledger.")
-                with self._write_locked(conn):
-                    meta = self._read_meta(conn, where)
+                with store.write_locked(conn):
+                    meta = store.read_meta(conn, where)
                     if meta is None:
                         self._create(conn, fingerprint, new=new)
                         return
@@ -300,10 +312,10 @@ class Ledger(SqliteStore):
                     "or move the ledger away and start a new one."
                 )
             self._check_meta(meta, where, fingerprint)
-            with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
-                self._retry(lambda: self._verified(conn, 0, check_anchor=True))
+            with map_exceptions({sqlite3.OperationalError: LedgerError}, store.read_failed):
+                store.retry(lambda: self._verified(conn, 0, check_anchor=True))
 
-    def _create(self, conn: sqlite3.Connection, fingerprint: str, *, new: bool) -> None:
+    def _create(self, conn: Connection, fingerprint: str, *, new: bool) -> None:
         """Under the write lock, in an empty database: write the schema and the budget header."""
         where = self.path or "the in-memory ledger"
         if self._key is None:
@@ -321,7 +333,7 @@ class Ledger(SqliteStore):
                 )
             if anchor is None or anchor[0] > 0:  # an operator's key has no anchor yet; new=True resets it
                 write_anchor(self._anchor_path, (0, ""), durable=True)
-        for statement in self._SCHEMA:  # not executescript(): it would COMMIT first
+        for statement in self.store.schema:  # not executescript(): it would COMMIT first
             conn.execute(statement)
         meta = new_header(self._key, fingerprint, self.budget)
         conn.executemany("INSERT INTO dpgate_meta(key, value) VALUES (?, ?)", list(meta.items()))
@@ -338,7 +350,7 @@ class Ledger(SqliteStore):
 
     # -- tamper evidence ---------------------------------------------------------
 
-    def _verified(self, conn: sqlite3.Connection, since: int, *, check_anchor: bool = False) -> tuple[LedgerRecord, ...]:
+    def _verified(self, conn: Connection, since: int, *, check_anchor: bool = False) -> tuple[LedgerRecord, ...]:
         """The records with ``id > since``, after checking the chain up to the last one.
 
         Records beyond the verified head are checked against their MACs; the head
@@ -350,7 +362,7 @@ class Ledger(SqliteStore):
         if isinstance(since, bool) or not isinstance(since, numbers.Integral):
             raise InvalidRequirement(f"since must be an int record id, not {since!r}.")
         where = self.path or "the in-memory ledger"
-        if self.path is not None and self._file_id is not None and file_id(self.path) != self._file_id:
+        if self.store.replaced():
             raise LedgerError(
                 f"The ledger file {where!r} was deleted or replaced while this process was using it; "
                 f"nothing more is answered from it. {NEW_LEDGER_HINT}"
@@ -390,7 +402,7 @@ class Ledger(SqliteStore):
         with self._head_guard:
             return self._known_macs[count - 1] if 0 < count <= len(self._known_macs) else None
 
-    def _check_anchor(self, conn: sqlite3.Connection, where: str, count: int) -> None:
+    def _check_anchor(self, conn: Connection, where: str, count: int) -> None:
         if self._anchor_path is None:  # in memory: nothing outlives the process
             return
         anchor = read_anchor(self._anchor_path)
@@ -443,7 +455,7 @@ class Ledger(SqliteStore):
             raise LedgerError(
                 f"The ledger {self.path!r} was opened for audit without its key; it cannot be written."
             )
-        conn = self._connection()
+        conn = self.store.connection()
         box: list[LedgerTransaction] = []
 
         def committed() -> None:
@@ -453,8 +465,8 @@ class Ledger(SqliteStore):
             if box[0].head[0] > box[0].start:
                 self._advance_anchor(box[0].head)
 
-        with self._write_locked(conn, committed):  # in memory, the lock also guards the one connection
-            with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
+        with self.store.write_locked(conn, committed):  # in memory, the lock also guards the one connection
+            with map_exceptions({sqlite3.OperationalError: LedgerError}, self.store.read_failed):
                 self._verified(conn, 2**62)
             tx = LedgerTransaction(self, conn, self._head)
             box.append(tx)
@@ -475,25 +487,18 @@ class Ledger(SqliteStore):
         Returns:
             The records, ordered by id.
         """
-        conn = self._connection()
-        if self.path is None:
-            if not self._mem_lock.acquire(self._timeout):
-                raise LedgerError(f"Timed out after {self._timeout:g} s waiting for the in-memory ledger.")
-            try:
-                return self._verified(conn, since)
-            finally:
-                self._mem_lock.release()
-        with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
-            return self._retry(lambda: self._verified(conn, since))
+        found: tuple[LedgerRecord, ...] = self.store.read(lambda conn: self._verified(conn, since))
+        return found
 
-    # -- extension tables (dpgate serve's provenance) -----------------------------
+    # -- the append hook (dpgate serve's provenance) ------------------------------------
 
     @contextlib.contextmanager
-    def on_append(self, hook: Callable[[sqlite3.Connection, int, float], None]) -> Iterator[None]:
-        """While the block runs, call ``hook(conn, record_id, cost_after)`` in this thread
-        after each record a transaction appends, inside the same SQLite transaction: rows
-        the hook writes commit or roll back with the record, and an exception it raises
-        rolls the whole transaction back (nothing is released)."""
+    def on_append(self, hook: AppendHook) -> Iterator[None]:
+        """While the block runs, call ``hook(provenance, record_id, cost_after)`` in this thread
+        after each record a transaction appends, inside the same transaction: rows the hook
+        writes through ``provenance`` (:class:`~dpgate.ledger._store.ProvenanceWriter`) commit or
+        roll back with the record, and an exception it raises rolls the whole transaction back
+        (nothing is released)."""
         previous = getattr(self._local, "on_append", None)
         self._local.on_append = hook
         try:
@@ -501,35 +506,14 @@ class Ledger(SqliteStore):
         finally:
             self._local.on_append = previous
 
-    def write(self, fn: Callable[[sqlite3.Connection], Any], *, fsync: bool = True) -> Any:
-        """Run ``fn(conn)`` in its own write transaction on the ledger's database, serialised
-        with releases.  For extension tables only: the records and the metadata stay
-        append-only through their triggers.  Committed on return; with ``fsync=False`` the
-        commit is not fsync'd (SQLite ``synchronous=NORMAL`` in WAL mode): it survives a crash
-        of the process, but not of the machine — never use it for a release."""
-        conn = self._connection()
-        if not fsync:
-            conn.execute("PRAGMA synchronous=NORMAL")
-        try:
-            with self._write_locked(conn):
-                with map_exceptions({sqlite3.Error: LedgerError}, "Writing to the ledger failed: {exc}."):
-                    return fn(conn)
-        finally:
-            if not fsync:
-                conn.execute("PRAGMA synchronous=FULL")
+    def close(self) -> None:
+        """Close every connection this ledger opened in this process (idempotent)."""
+        self.store.close()
 
-    def read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``fn(conn)`` on a committed snapshot of the ledger's database (no write lock)."""
-        conn = self._connection()
-        with map_exceptions({sqlite3.OperationalError: LedgerError}, self._read_failed):
-            if self.path is not None:
-                return self._retry(lambda: fn(conn))
-            if not self._mem_lock.acquire(self._timeout):
-                raise LedgerError(f"Timed out after {self._timeout:g} s waiting for the in-memory ledger.")
-            try:
-                return fn(conn)
-            finally:
-                self._mem_lock.release()
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self.store.closed
 
     def __enter__(self) -> Ledger:
         return self

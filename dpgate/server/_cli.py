@@ -17,7 +17,12 @@ __all__ = ["serve", "user"]
 @click.option("--data", required=True, help="A .duckdb, .csv or .parquet file (never modified).")
 @click.option("--schema", "schema_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Schema YAML (public domains).")
-@click.option("--ledger", required=True, help="Durable ledger file (SQLite); also holds per-analyst provenance.")
+@click.option("--ledger", required=True,
+              help="Durable ledger: a SQLite file, or a postgresql:// URL (shared by servers on several hosts; "
+                   "needs --ledger-key); also holds per-analyst provenance.")
+@click.option("--ledger-key", default=None, type=click.Path(dir_okay=False),
+              help="The ledger's key file (default for a SQLite ledger: <ledger>.key; required for PostgreSQL, "
+                   "and shared by every host).")
 @click.option("--budget", type=float, required=True, help="Total (global, per-cell) privacy budget ε.")
 @click.option("--users", "users_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Users file (dpgate user add) with SCRAM verifiers and per-analyst caps.")
@@ -33,8 +38,8 @@ __all__ = ["serve", "user"]
 @click.option("--policy", type=click.Choice(["minimal", "paper", "no_reuse"]), default="minimal", show_default=True)
 @click.option("--max-connections", type=click.IntRange(min=1), default=100, show_default=True,
               help="Connections served at once (one thread each).")
-def serve(data: str, schema_path: str, ledger: str, budget: float, users_path: str, host: str, port: int,
-          tls_cert: str | None, tls_key: str | None, allow_insecure_password: bool, accuracy: float | None,
+def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budget: float, users_path: str, host: str,
+          port: int, tls_cert: str | None, tls_key: str | None, allow_insecure_password: bool, accuracy: float | None,
           confidence: float, policy: Any, max_connections: int) -> None:
     """Serve the gateway over the PostgreSQL wire protocol (psql, psycopg, JDBC, BI tools).
 
@@ -47,14 +52,15 @@ def serve(data: str, schema_path: str, ledger: str, budget: float, users_path: s
     from dpgate.server.server import Server
     from dpgate.server.users import load_users
 
-    if "://" in ledger:  # provenance rows share the release's SQLite transaction (dpgate.ledger._provenance)
-        raise click.BadParameter("dpgate serve keeps its ledger in a SQLite file; give a file path, not a URL.",
-                                 param_hint="--ledger")
+    if "://" in ledger and ledger_key is None:
+        raise click.BadParameter("a PostgreSQL ledger needs --ledger-key: the path of a key file that every "
+                                 "server host shares (created with a new ledger).", param_hint="--ledger-key")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     schema = Schema.load(schema_path)
     users = load_users(users_path)
-    gw = Gateway(open_data_file(data, schema, error=click.UsageError), schema, budget=budget, ledger=ledger, policy=policy)
+    gw = Gateway(open_data_file(data, schema, error=click.UsageError), schema, budget=budget, ledger=ledger,
+                 ledger_key=ledger_key, policy=policy)
     try:
         server = Server(gw, users, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                         allow_insecure_password=allow_insecure_password,

@@ -47,19 +47,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _require_sqlite_ledger(gateway: Gateway) -> None:
-    """The per-analyst provenance rows commit in the release's own SQLite transaction
-    (:mod:`dpgate.ledger._provenance`): a PostgreSQL ledger cannot hold them."""
-    from dpgate.ledger._postgres import PostgresLedger
-
-    if isinstance(gateway.ledger, PostgresLedger):
-        raise InvalidArgument(
-            f"dpgate serve keeps each analyst's charges in the same SQLite transaction as the release, so it "
-            f"needs a gateway whose ledger is a SQLite file (or in memory), not the PostgreSQL ledger "
-            f"{gateway.ledger.path!r}; open the Gateway with ledger='/path/to/ledger.db'."
-        )
-
-
 @dataclass
 class _Prepared:
     sql: str
@@ -108,15 +95,13 @@ class Server:
         auth_timeout: seconds a new connection has to finish startup and authentication.
 
     Raises:
-        InvalidArgument: the gateway's ledger is not SQLite (checked first, before anything is
-            opened), or no TLS on a non-loopback address without ``allow_insecure_password``.
+        InvalidArgument: no TLS on a non-loopback address without ``allow_insecure_password``.
     """
 
     def __init__(self, gateway: Gateway, users: Mapping[str, Analyst], *, host: str = "127.0.0.1", port: int = 5433,
                  tls_cert: str | None = None, tls_key: str | None = None, allow_insecure_password: bool = False,
                  defaults: Mapping[str, Any] | None = None, max_connections: int = 100,
                  auth_timeout: float = 60.0) -> None:
-        _require_sqlite_ledger(gateway)
         tls = None
         if tls_cert or tls_key:
             if not (tls_cert and tls_key):
