@@ -31,7 +31,7 @@ __all__ = ["LedgerHistory"]
 #: (``dpgate.ledger._checkpoint``); closing it checkpoints whatever it added.
 CHECKPOINT_AFTER = 64
 #: Layout of the checkpointed inference state (a checkpoint of another layout is replayed).
-STATE_LAYOUT = 3
+STATE_LAYOUT = 4  # 4: the incremental BLUE holds its representation as a Form
 
 
 class LedgerHistory:
