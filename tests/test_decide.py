@@ -27,6 +27,7 @@ from dpgate.compile import compile_sql
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import InvalidRequirement
 from dpgate.plan import decide as decide
+from dpgate.plan.plan import Plan
 from dpgate.plan.state import RecordedRelease, TableState
 from dpgate.release.noise import lattice_for
 from dpgate.schema.domains import Schema
@@ -304,7 +305,7 @@ def _same_contents(a: list[object], b: list[object]) -> None:
             assert x == y
 
 
-def _released(state: TableState, plan: decide.Plan, rng: np.random.Generator) -> list[RecordedRelease]:
+def _released(state: TableState, plan: Plan, rng: np.random.Generator) -> list[RecordedRelease]:
     """Records of ``plan``'s measurements, in order, after the state's, with arbitrary values."""
     return [RecordedRelease(len(state.record_ids) + len(state.isolated) + k, m.query, m.scale,
                             float(rng.normal(0.0, 100.0)), m.lattice, m.alpha, m.sensitivity)

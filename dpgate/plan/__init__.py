@@ -5,6 +5,7 @@
 - :mod:`~dpgate.plan.state` — a table's released history on atoms, live and frozen;
 - :mod:`~dpgate.plan.accounting` — per-cell system cost (Xiao & Xiong, Theorem 5.5);
 - :mod:`~dpgate.plan.decide` — history or fresh, per output, and the ε each release charges;
+- :mod:`~dpgate.plan.plan` — what a decision returns: the steps and what recording them charges;
 - :mod:`~dpgate.plan.explain` — the same decision quoted without doing it.
 
 Nothing here reads the data or writes the ledger.

@@ -259,7 +259,7 @@ def plan(
     return Plan.of([s for s in steps if s is not None], state, priced, RecordedCharges(start, tuple(after), costs))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _AloneRelease:
     """An alone output's measurement (:func:`_charge_alone`): the output's index, the charge
     increase (ε) it causes and the table's charge after it (units)."""
