@@ -73,12 +73,12 @@ from dpgate.errors import Warning as DPGateWarning
 from dpgate.inference import IncrementalBLUE
 from dpgate.ledger._history import LedgerHistory
 from dpgate.ledger.core import Ledger, LedgerRecord, LedgerTransaction
-from dpgate.plan.accounting import CellCosts, to_epsilon
+from dpgate.plan.accounting import to_epsilon
 from dpgate.plan.budget import exhausted, fits
-from dpgate.plan.decide import POLICIES, Measurement, Policy, Step, answers, check_policy, measurement, plan
+from dpgate.plan.decide import POLICIES, Measurement, Plan, Policy, Step, answers, check_policy, measurement, plan
 from dpgate.plan.explain import Explanation, Quote, quote, zero_valued
 from dpgate.plan.requirement import Requirement, hinted, resolve_confidence, resolve_requirement
-from dpgate.plan.state import DEFAULT_MAX_ATOMS, TableState, TableView, isolation_key
+from dpgate.plan.state import DEFAULT_MAX_ATOMS, RecordedCharges, TableState, TableView, isolation_key
 from dpgate.release.cube import Cube
 from dpgate.release.noise import noise_source, release_many
 from dpgate.schema.domains import Schema
@@ -148,7 +148,7 @@ def _compile_key(
     return (sql, isinstance(params, Mapping), items, dialect)
 
 
-def _recorded_charges(state: TableState, parts: Sequence[Measurement]) -> tuple[int, list[int], CellCosts]:
+def _recorded_charges(state: TableState, parts: Sequence[Measurement]) -> RecordedCharges:
     """The table's exact charge, in units, before and after each of a statement's releases as they
     will be recorded, and the costs after them."""
     return state.recorded_charges([(m.c, m.alpha, m.sensitivity) for m in parts])
@@ -392,11 +392,12 @@ class Gateway:
         policy = check_policy(policy or self.policy)
         with self._lock, _progress.working(f"planning {len(stmt.queries)} outputs"):
             self._history.sync()
-            state, steps = self._plan(stmt, accuracy, confidence, policy)
+            planned = self._plan(stmt, accuracy, confidence, policy)
+            steps: Sequence[Step] = planned.steps
             if any(s.kind == "fresh" for s in steps):
-                steps, blue = self._measure(stmt, sql, state, steps, accuracy, confidence, policy, allow_partial)
+                steps, blue = self._measure(stmt, sql, planned, accuracy, confidence, policy, allow_partial)
             else:
-                blue = state.blue
+                blue = planned.refined.blue
             secure = self._history.secure(stmt.table)
             out = assemble(stmt, lambda c: answers(blue, steps, accuracy, c, policy, secure=secure), confidence)
         result = Result(out, stmt, float(sum(s.increase for s in steps)))
@@ -466,9 +467,9 @@ class Gateway:
                 return Explanation(quotes, 0.0, spent, self.budget, stmt)
             req = _requirement(stmt, accuracy, confidence, None)
             pol = check_policy(policy or self.policy)
-            state, steps = self._plan(stmt, req.accuracy, req.confidence, pol)
-            zero = zero_valued(steps)
-            return quote(stmt, steps, lambda c: answers(state.blue, zero, req.accuracy, c, pol, secure=True),
+            planned = self._plan(stmt, req.accuracy, req.confidence, pol)
+            blue, zero = planned.refined.blue, zero_valued(planned.steps)
+            return quote(stmt, planned.steps, lambda c: answers(blue, zero, req.accuracy, c, pol, secure=True),
                          req.confidence, spent, self.budget)
 
     @single_threaded
@@ -619,19 +620,18 @@ class Gateway:
             )
             self._warned_seeded = True
 
-    def _plan(self, stmt: CompiledStatement, accuracy: float, confidence: float, policy: str) -> tuple[TableState, list[Step]]:
+    def _plan(self, stmt: CompiledStatement, accuracy: float, confidence: float, policy: str) -> Plan:
         """Plan ``stmt`` on a refined copy of its table's state (nothing of a refused statement
         stays in the live state).  AVG / VAR / STDDEV plan their components (``dpgate.answer.combine``)."""
         queries = measured_queries(stmt)
         state = self._history.state(stmt.table).refined(queries, isolate=True)
-        return state, plan(state, queries, accuracy, plan_confidence(stmt, confidence), policy)
+        return plan(state, queries, accuracy, plan_confidence(stmt, confidence), policy)
 
     def _measure(
         self,
         stmt: CompiledStatement,
         sql: str,
-        state: TableState,
-        steps: list[Step],
+        planned: Plan,
         accuracy: float,
         confidence: float,
         policy: str,
@@ -640,13 +640,14 @@ class Gateway:
         """Under the ledger lock: re-plan if others released meanwhile, check the
         budget, measure, record, commit — and only then hand values back, with a
         copy of the inference state as it was before this statement's releases.
-        ``state`` is the statement's planning copy (:meth:`TableState.refined`)."""
+        ``planned``: the statement's plan, on its planning copy (:meth:`TableState.refined`)."""
         self._warn_if_seeded()
         with self._ledger.transaction() as tx:
             seen = self._history.last_id
             self._history.sync(tx.records(since=seen))
             if self._history.last_id != seen:
-                state, steps = self._plan(stmt, accuracy, confidence, policy)
+                planned = self._plan(stmt, accuracy, confidence, policy)
+            state, steps = planned.refined, planned.steps
             before = state.blue.copy()  # the live state's appends below must not reach it
             needed = float(sum(s.increase for s in steps))
             spent = self._history.spent()
@@ -654,23 +655,23 @@ class Gateway:
                 if allow_partial:
                     return [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps], before
                 raise self._refusal(state, steps, needed, spent, accuracy, confidence)
-            parts = [m for s in steps for m in s.measurements]
-            values, recorded = self._record(tx, state, parts, sql, "query", spent)
+            charges = planned.recorded_charges()
+            values, records = self._record(tx, state, planned.measurements, sql, "query", spent, charges)
         # Committed (fsync'd): only now may anything derived from the values leave.
-        self._history.applied(state, parts, *recorded)
+        self._history.applied(planned, records, charges)
         it = iter(values)
         return [s.measured(tuple(next(it) for _ in s.measurements)) if s.measurements else s for s in steps], before
 
     def _record(
         self, tx: LedgerTransaction, state: TableState, parts: Sequence[Measurement], sql: str, kind: str,
-        spent: float, charges: tuple[int, list[int], CellCosts] | None = None,
-    ) -> tuple[list[float], tuple[list[LedgerRecord], CellCosts]]:
+        spent: float, charges: RecordedCharges,
+    ) -> tuple[list[float], list[LedgerRecord]]:
         """Inside an open ledger transaction: read the true answers, add noise, append
         one record per measurement.  Values leave only after the caller commits.
-        Returns the values, and the records and the costs after them (for :meth:`LedgerHistory.applied`).
-        ``charges``: :func:`_recorded_charges` of ``parts`` if the caller has it already."""
+        Returns the values and the records (for :meth:`LedgerHistory.applied`).
+        ``charges``: what recording ``parts`` in order charges (``Plan.recorded_charges``)."""
         truths = self._cube.true_numerators([m.query for m in parts])
-        start, after, costs = _recorded_charges(state, parts) if charges is None else charges
+        start, after = charges.before, charges.after
         rels = release_many(
             [(truth, m.query.denominator, m.sensitivity, m.alpha) for m, truth in zip(parts, truths, strict=True)],
             self._noise,
@@ -681,7 +682,7 @@ class Gateway:
              "value": rel.value, "cost_after": spent - to_epsilon(start) + to_epsilon(charge), "secure": rel.secure}
             for m, rel, charge in _progress.track(zip(parts, rels, after, strict=True), len(parts), "releasing")
         ])  # fmt: skip
-        return [rel.value for rel in rels], (records, costs)
+        return [rel.value for rel in rels], records
 
     @single_threaded
     def release_measurements(
@@ -734,12 +735,12 @@ class Gateway:
                                      h=np.array([isolation_key(q)[1]]) if i in state.outside else None)
                          for i, (q, a) in enumerate(measurements)]
                 charges = _recorded_charges(state, parts)
-                start, after, _ = charges
+                start, after = charges.before, charges.after
                 needed, spent = to_epsilon(after[-1] if after else start) - to_epsilon(start), self._history.spent()
                 if not fits(spent, needed, self.budget):
                     raise exhausted(needed, spent, self.budget, what=f"Releasing these {len(parts)} measurements")
-                values, recorded = self._record(tx, state, parts, label, kind, spent, charges)
-            self._history.applied(state, parts, *recorded)
+                values, records = self._record(tx, state, parts, label, kind, spent, charges)
+            self._history.applied(Plan.of_releases(state, parts, charges), records, charges)
         return values
 
     def warm_start(

@@ -27,7 +27,8 @@ from dpgate.compile import compile_sql
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import InvalidRequirement
 from dpgate.plan import decide
-from dpgate.plan.state import TableState
+from dpgate.plan.plan import Plan
+from dpgate.plan.state import RecordedRelease, TableState
 from dpgate.release.noise import lattice_for
 from dpgate.schema.domains import Schema
 
@@ -70,12 +71,13 @@ def prepared(state: TableState, sql: str, s: Schema = SCHEMA) -> tuple[LinearQue
     return qs
 
 
-def release(state: TableState, steps: list[decide.Step], rng: np.random.Generator) -> list[decide.Step]:
+def release(state: TableState, steps: tuple[decide.Step, ...], rng: np.random.Generator) -> list[decide.Step]:
     """Record every planned measurement with an arbitrary value; the steps with their values."""
     out = []
     for s in steps:
         values = tuple(float(rng.normal(0.0, 100.0)) for _ in s.measurements)
-        state.record_many([(len(state.record_ids) + k, m.query, m.scale, v, m.lattice, m.alpha, m.sensitivity)
+        state.record_many([RecordedRelease(len(state.record_ids) + k, m.query, m.scale, v, m.lattice, m.alpha,
+                                           m.sensitivity)
                            for k, (m, v) in enumerate(zip(s.measurements, values, strict=True))])
         out.append(replace(s, values=values))
     return out
@@ -128,12 +130,12 @@ def test_measurement_is_the_linear_part_at_the_given_scale() -> None:
 def test_a_first_count_costs_the_papers_alpha() -> None:
     state = TableState.new(T)
     qs = prepared(state, "SELECT COUNT(*) FROM t WHERE age < 5")
-    (paper,) = decide.plan(state, qs, 10.0, 0.95, "paper")
+    (paper,) = decide.plan(state, qs, 10.0, 0.95, "paper").steps
     assert paper.kind == "fresh" and len(paper.measurements) == 1
     (m,) = paper.measurements
     assert m.scale == decide.paper_scale(10.0, 0.95)
     assert paper.increase == pytest.approx(m.alpha, rel=1e-12) == pytest.approx(paper_alpha(qs[0], 10.0, 0.95))
-    (minimal,) = decide.plan(state, qs, 10.0, 0.95, "minimal")
+    (minimal,) = decide.plan(state, qs, 10.0, 0.95, "minimal").steps
     # One release alone: the minimal scale is the exact Laplace quantile, i.e. the paper's own α = ln(1/δ)/ε.
     assert minimal.increase == pytest.approx(math.log(20) / 10.0, rel=1e-6)
     assert minimal.increase <= paper.increase
@@ -144,7 +146,7 @@ def test_disjoint_groups_are_charged_once_and_k_rows_k_times() -> None:
         s = schema(k)
         state = TableState.new(s.table("t"))
         qs = prepared(state, "SELECT sex, SUM(age) FROM t WHERE age < 5 GROUP BY sex", s)
-        steps = decide.plan(state, qs, 10.0, 0.95, "paper")
+        steps = decide.plan(state, qs, 10.0, 0.95, "paper").steps
         assert [st.kind for st in steps] == ["fresh"] * 4
         # Groups touch disjoint cells, so only the first raises max_j B_j (Theorem 5.5).
         increases = [st.increase for st in steps]
@@ -155,7 +157,7 @@ def test_disjoint_groups_are_charged_once_and_k_rows_k_times() -> None:
 def test_zero_queries_are_exact_and_free() -> None:
     state = TableState.new(T)
     qs = prepared(state, "SELECT COUNT(*) FILTER (WHERE age < 0) + 7 AS n FROM t")
-    (step,) = decide.plan(state, qs, 1.0, 0.95, "minimal")
+    (step,) = decide.plan(state, qs, 1.0, 0.95, "minimal").steps
     assert (step.kind, step.increase, step.measurements) == ("exact", 0.0, ())
     (answer,) = decide.answers(state.blue, [step], 1.0, 0.95, "minimal", secure=False)
     assert (answer.value, answer.low, answer.high, answer.source, answer.epsilon_spent) == (7.0, 7.0, 7.0, "exact", 0.0)
@@ -166,19 +168,19 @@ def test_history_that_meets_the_requirement_is_free() -> None:
     state = TableState.new(T)
     rng = np.random.default_rng(1)
     qs = prepared(state, "SELECT COUNT(*) FROM t WHERE age < 5")
-    release(state, decide.plan(state, qs, 5.0, 0.95, "minimal"), rng)
+    release(state, decide.plan(state, qs, 5.0, 0.95, "minimal").steps, rng)
     qs += prepared(state, "SELECT COUNT(*) FROM t WHERE age >= 5")
-    release(state, decide.plan(state, qs[1:], 5.0, 0.95, "minimal"), rng)
+    release(state, decide.plan(state, qs[1:], 5.0, 0.95, "minimal").steps, rng)
     # COUNT(age) (NULL ages excluded) is the sum of the two released counts: its BLUE's half-width is
     # below 2·5.
     total = prepared(state, "SELECT COUNT(age) FROM t")
-    (step,) = decide.plan(state, total, 10.0, 0.95, "minimal")
+    (step,) = decide.plan(state, total, 10.0, 0.95, "minimal").steps
     assert (step.kind, step.increase, step.measurements) == ("history", 0.0, ())
     assert decide.meets(state.blue.estimate(step.h).halfwidth(0.95), 10.0)
-    assert decide.plan(state, total, 10.0, 0.95, "paper")[0].kind == "history"
+    assert decide.plan(state, total, 10.0, 0.95, "paper").steps[0].kind == "history"
     # The baseline ignores history; a tighter requirement needs a fresh measurement.
-    assert decide.plan(state, total, 10.0, 0.95, "no_reuse")[0].kind == "fresh"
-    assert decide.plan(state, total, 2.0, 0.95, "minimal")[0].kind == "fresh"
+    assert decide.plan(state, total, 10.0, 0.95, "no_reuse").steps[0].kind == "fresh"
+    assert decide.plan(state, total, 2.0, 0.95, "minimal").steps[0].kind == "fresh"
     (answer,) = decide.answers(state.blue, [step], 10.0, 0.95, "minimal", secure=False)
     assert answer.source == "history" and answer.epsilon_spent == 0.0 and answer.meets_requirement
 
@@ -186,7 +188,7 @@ def test_history_that_meets_the_requirement_is_free() -> None:
 def test_unpaid_steps_answer_from_history_or_not_at_all() -> None:
     state = TableState.new(T)
     qs = prepared(state, "SELECT COUNT(*) FROM t WHERE age < 5")
-    (step,) = decide.plan(state, qs, 10.0, 0.95, "minimal")
+    (step,) = decide.plan(state, qs, 10.0, 0.95, "minimal").steps
     unpaid = replace(step, kind="unavailable", increase=0.0)
     (answer,) = decide.answers(state.blue, [unpaid], 10.0, 0.95, "minimal", secure=False)
     assert answer.source == "unavailable" and math.isnan(answer.value) and not answer.meets_requirement
@@ -207,16 +209,16 @@ def test_minimal_never_charges_more_than_the_paper_rule(accuracy: float, confide
     for sql in WORKLOAD * 2:
         qs = prepared(state, sql)
         for q in qs:
-            (a,) = decide.plan(state, [q], accuracy, confidence, "minimal")
-            (b,) = decide.plan(state, [q], accuracy, confidence, "paper")
+            (a,) = decide.plan(state, [q], accuracy, confidence, "minimal").steps
+            (b,) = decide.plan(state, [q], accuracy, confidence, "paper").steps
             assert a.increase <= b.increase + 1e-12, sql
             assert b.increase <= paper_alpha(q, accuracy, confidence) * (1 + 1e-12), sql
-        minimal = decide.plan(state, qs, accuracy, confidence, "minimal")
+        minimal = decide.plan(state, qs, accuracy, confidence, "minimal").steps
         for s, q in zip(minimal, qs, strict=True):
             assert s.increase <= paper_alpha(q, accuracy, confidence) * (1 + 1e-12), sql
         release(state, minimal, rng)
     # By the second pass the workload's first query is answered from history.
-    (again,) = decide.plan(state, prepared(state, WORKLOAD[0]), accuracy, confidence, "minimal")
+    (again,) = decide.plan(state, prepared(state, WORKLOAD[0]), accuracy, confidence, "minimal").steps
     assert again.kind == "history" and again.increase == 0.0
 
 
@@ -228,7 +230,7 @@ def test_plans_meet_the_requirement_when_rechecked(policy: str) -> None:
     rng = np.random.default_rng(11)
     for sql in WORKLOAD:
         qs = prepared(state, sql)
-        steps = decide.plan(state, qs, accuracy, confidence, policy)
+        steps = decide.plan(state, qs, accuracy, confidence, policy).steps
         check = state.blue.copy()
         for s in steps:
             for m in s.measurements:
@@ -253,7 +255,7 @@ def test_decisions_ignore_released_values_and_leave_the_state_alone() -> None:
         for state, rng in zip(states, rngs, strict=True):
             qs = prepared(state, sql)
             costs, rows = state.costs.per_atom.copy(), len(state.blue.values)
-            steps = decide.plan(state, qs, 8.0, 0.95, "minimal")
+            steps = decide.plan(state, qs, 8.0, 0.95, "minimal").steps
             np.testing.assert_array_equal(state.costs.per_atom, costs)  # planning spends nothing
             assert len(state.blue.values) == rows
             plans.append(steps)
@@ -278,3 +280,88 @@ def test_a_measured_step_is_the_step_with_its_values() -> None:
     got = step.measured((1.5, 2.5))
     assert got.values == (1.5, 2.5)
     assert all(getattr(got, f.name) is getattr(step, f.name) for f in dataclasses.fields(decide.Step) if f.name != "values")
+
+
+# -- the plan as a value: planning changes nothing, recording consumes it -------------------------------------
+#: A GROUP BY whose first group history touches and the others not (those, "alone", are charged
+#: before it: recorded in output order, the plan's releases are priced again), then the workload.
+PLANNED = ["SELECT COUNT(*) FROM t WHERE sex = '0' AND age < 5", "SELECT sex, COUNT(*) FROM t GROUP BY sex", *WORKLOAD,
+           "SELECT COUNT(*) FROM t WHERE age > 2"]
+
+
+def _contents(state: TableState) -> list[object]:
+    """What a state's mutable parts hold (compared before and after planning on it)."""
+    return [state.costs.units.copy(), state.costs.charge_units, state.blue.values.copy(), state.blue.scales.copy(),
+            state.atoms.labels.copy(), state.atoms.breakpoints, state.cost_atoms.breakpoints, list(state.queries),
+            list(state.record_ids), list(state.alphas), list(state.sensitivities), dict(state.isolated),
+            dict(state._known or {}), dict(state._cost_kind), dict(state._row_of), state.outside, state.refined_for]
+
+
+def _same_contents(a: list[object], b: list[object]) -> None:
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, np.ndarray):
+            np.testing.assert_array_equal(x, y)
+        else:
+            assert x == y
+
+
+def _released(state: TableState, plan: Plan, rng: np.random.Generator) -> list[RecordedRelease]:
+    """Records of ``plan``'s measurements, in order, after the state's, with arbitrary values."""
+    return [RecordedRelease(len(state.record_ids) + len(state.isolated) + k, m.query, m.scale,
+                            float(rng.normal(0.0, 100.0)), m.lattice, m.alpha, m.sensitivity)
+            for k, m in enumerate(plan.measurements)]
+
+
+@pytest.mark.parametrize("max_atoms", [20_000, 6])  # 6: some statements stay outside the atoms
+def test_planning_leaves_the_state_it_was_given_unchanged(max_atoms: int) -> None:
+    """``plan`` reads its planning copy and returns a frozen value: every field of the copy is the
+    same object afterwards, holding the same contents (the map of cost atoms onto atoms, a
+    derived cache, aside)."""
+    import dataclasses
+
+    live, rng = TableState.new(T, max_atoms=max_atoms), np.random.default_rng(5)
+    for sql in PLANNED:
+        qs = queries(sql)
+        state = live.refined(qs, isolate=True)
+        fields = {f.name: getattr(state, f.name) for f in dataclasses.fields(state) if f.name != "_members"}
+        contents = _contents(state)
+        plan = decide.plan(state, qs, 8.0, 0.95, "minimal")
+        assert all(getattr(state, name) is value for name, value in fields.items())
+        _same_contents(_contents(state), contents)
+        assert plan.refined is state and plan.measurements == tuple(m for s in plan.steps for m in s.measurements)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            plan.steps = ()  # type: ignore[misc]
+        live.record_many(_released(live, plan, rng))
+
+
+@pytest.mark.parametrize("max_atoms", [20_000, 6])
+def test_recording_a_plan_gives_the_state_recording_its_records_gives(max_atoms: int) -> None:
+    """Installing a plan's copy with its priced charges (what the gateway does when the copy was
+    refined for exactly the measured queries) gives the state that recording the same records
+    on the live state gives; and the charges a plan hands to recording are the recorded ones."""
+    installed, replayed = TableState.new(T, max_atoms=max_atoms), TableState.new(T, max_atoms=max_atoms)
+    rng, fast, repriced = np.random.default_rng(6), 0, 0
+    for sql in PLANNED:
+        qs = queries(sql)
+        plan = decide.plan(installed.refined(qs, isolate=True), qs, 8.0, 0.95, "minimal")
+        charges = plan.recorded_charges()
+        priced = plan.refined.recorded_charges([(m.c, m.alpha, m.sensitivity) for m in plan.measurements])
+        assert (charges.before, charges.after) == (priced.before, priced.after)
+        np.testing.assert_array_equal(charges.costs.units, priced.costs.units)
+        repriced += charges is not plan.charges
+        records = _released(installed, plan, rng)
+        if plan.installable:
+            fast += 1
+            plan.refined.record_as_planned(records, charges.costs, [m.h for m in plan.measurements])
+            installed = plan.refined
+        else:
+            installed.record_many(records)
+        replayed.record_many(records)
+        _same_contents(_contents(installed)[4:], _contents(replayed)[4:])
+        np.testing.assert_array_equal(installed.costs.units, replayed.costs.units)
+        assert installed.costs.charge_units == replayed.costs.charge_units
+        for q in installed.queries:
+            a = installed.blue.estimate(installed.atoms.vector(q))
+            b = replayed.blue.estimate(replayed.atoms.vector(q))
+            assert (a.value, a.variance) == pytest.approx((b.value, b.variance), rel=1e-9, abs=1e-9)
+    assert fast > 0 and repriced > 0  # both ways of recording, both ways of pricing

@@ -53,9 +53,9 @@ def test_a_group_by_plan_is_the_per_group_plan_on_a_fresh_table(pums) -> None:
     table = schema.table("pums")
     qs = compile_sql("SELECT educ, COUNT(*) FROM pums GROUP BY educ", schema)
     state = TableState.new(table).refined(qs, isolate=True)
-    batch = decide.plan(state, qs, 10.0, 0.9, "minimal")
+    batch = decide.plan(state, qs, 10.0, 0.9, "minimal").steps
     for q, step in zip(qs, batch, strict=True):
-        alone = decide.plan(TableState.new(table).refined([q], isolate=True), [q], 10.0, 0.9, "minimal")[0]
+        alone = decide.plan(TableState.new(table).refined([q], isolate=True), [q], 10.0, 0.9, "minimal").steps[0]
         assert step.kind == alone.kind == "fresh"
         assert [m.scale for m in step.measurements] == [m.scale for m in alone.measurements]
 
@@ -192,6 +192,23 @@ def test_the_live_state_after_each_statement_is_the_replayed_state(pums, tmp_pat
                 for q in live.queries:
                     a, b = live.blue.estimate(live.atoms.vector(q)), replayed.blue.estimate(replayed.atoms.vector(q))
                     assert (a.value, a.variance) == pytest.approx((b.value, b.variance), rel=1e-9, abs=1e-9)
+
+
+def test_a_recorded_plan_is_installed_only_when_refined_for_its_releases(pums) -> None:
+    """The gateway records a statement from its plan: when the plan's copy was refined for exactly
+    the measured queries, the copy becomes the table's state (nothing refined or priced again);
+    a plan that measures another query (a restriction) is applied from its records instead."""
+    gw = _gw(pums, budget=1e6)
+    plans = []
+    inner = gw._plan
+    gw._plan = lambda *a: plans.append(inner(*a)) or plans[-1]  # type: ignore[method-assign]
+    gw.query("SELECT COUNT(*) FROM pums WHERE age < 30", accuracy=5.0)
+    assert plans[-1].installable and gw._history.state("pums") is plans[-1].refined
+    gw.query("SELECT COUNT(*) FROM pums WHERE age < 40", accuracy=10.0)  # measures ages 30 to 39 only
+    (step,) = plans[-1].steps
+    assert step.kind == "fresh" and [m.query for m in step.measurements] != [step.query.linear_part]
+    assert not plans[-1].installable and gw._history.state("pums") is not plans[-1].refined
+    assert plans[-1].refined.refined_for is not None  # the plan's copy was left as planned
 
 
 def test_isolation_keys_name_queries_up_to_a_factor(pums) -> None:

@@ -4,9 +4,9 @@ The ledger is the truth: every release is a record there before its value leaves
 :class:`LedgerHistory` holds one :class:`~dpgate.plan.state.TableState` per table and
 brings it up to date with records it has not applied (other processes' releases,
 or a re-opened ledger), from the ledger's verified checkpoint when there is one
-(``dpgate.ledger._checkpoint``).  A statement this gateway recorded itself is applied by
-installing its planning copy (:meth:`LedgerHistory.applied`), which holds exactly
-what applying its records would give.
+(``dpgate.ledger._checkpoint``).  A statement this gateway recorded itself is applied from
+its :class:`~dpgate.plan.plan.Plan` (:meth:`LedgerHistory.applied`): by installing the plan's
+planning copy, which holds exactly what applying its records would give.
 """
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING, Any
 from dpgate._version import __version__
 from dpgate.compile.query import LinearQuery
 from dpgate.ledger import _checkpoint
-from dpgate.plan.state import TableState
+from dpgate.plan.state import RecordedCharges, RecordedRelease, TableState
 from dpgate.schema.domains import Schema
 
 if TYPE_CHECKING:
     from dpgate.ledger.core import Ledger, LedgerRecord
-    from dpgate.plan.accounting import CellCosts
-    from dpgate.plan.decide import Measurement
+    from dpgate.plan.plan import Plan
 
 __all__ = ["LedgerHistory"]
 
@@ -112,21 +111,25 @@ class LedgerHistory:
         """Apply one statement's records (:meth:`TableState.record_many`: one batched update)."""
         self._note_security(recs)
         self.state(recs[0].table).record_many(
-            [(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity) for r, q in zip(recs, queries, strict=True)]
+            [RecordedRelease(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
+             for r, q in zip(recs, queries, strict=True)]
         )
         self.last_id = recs[-1].id
 
-    def applied(self, state: TableState, parts: Sequence[Measurement], records: Sequence[LedgerRecord],
-                costs: CellCosts) -> None:
-        """After a statement's ``records`` committed: bring the states past them.  When
-        ``state``, its planning copy, was refined for exactly the released queries, it *is*
-        the table's state after them (:meth:`TableState.record_planned`: nothing refined or
-        priced twice); otherwise they are applied like any other record."""
-        if records and records[0].id == self.last_id + 1 and state.planned_for([m.query for m in parts]):
+    def applied(self, plan: Plan, records: Sequence[LedgerRecord], charges: RecordedCharges) -> None:
+        """After the ``records`` of ``plan``'s measurements committed (``charges``: what they
+        charged, :meth:`Plan.recorded_charges`): bring the states past them.  When the plan's
+        planning copy was refined for exactly the released queries (``plan.installable``) and
+        no other record came first, that copy *is* the table's state after them
+        (:meth:`TableState.record_as_planned`: nothing refined or priced twice); otherwise they
+        are applied like any other record."""
+        parts = plan.measurements
+        if records and records[0].id == self.last_id + 1 and plan.installable:
             self._note_security(records)
-            state.record_planned(
-                [(r.id, m.query, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
-                 for r, m in zip(records, parts, strict=True)], costs, [m.h for m in parts])
+            state = plan.refined
+            state.record_as_planned(
+                [RecordedRelease(r.id, m.query, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
+                 for r, m in zip(records, parts, strict=True)], charges.costs, [m.h for m in parts])
             self.tables[state.table.name.lower()] = state
             self.last_id = records[-1].id
             return  # others' later records are synced before the next use (no ledger read here)

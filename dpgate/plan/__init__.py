@@ -6,6 +6,7 @@
 - :mod:`~dpgate.plan.seam` — what the extensions (model, warm starts) may use of a gateway;
 - :mod:`~dpgate.plan.accounting` — per-cell system cost (Xiao & Xiong, Theorem 5.5);
 - :mod:`~dpgate.plan.decide` — history or fresh, per output, and the ε each release charges;
+- :mod:`~dpgate.plan.plan` — what a decision returns: the steps and what recording them charges;
 - :mod:`~dpgate.plan.explain` — the same decision quoted without doing it.
 
 Nothing here reads the data or writes the ledger.

@@ -37,22 +37,25 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal, cast
 
 import numpy as np
 
-from dpgate.answer.result import Answer
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import InvalidRequirement
-from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, minimal_scale, single_release_scale
+from dpgate.inference import ErrorLaw, IncrementalBLUE, minimal_scale, single_release_scale
 from dpgate.inference._blue import ESTIMABLE_RTOL
+from dpgate.plan._replay import answers
 from dpgate.plan.accounting import CellCosts, to_epsilon
-from dpgate.plan.state import Charge, TableState, isolation_key
+from dpgate.plan.plan import ACCURACY_RTOL, Measurement, Plan, Step, meets
+from dpgate.plan.state import RecordedCharges, TableState, isolation_key
 from dpgate.release.noise import lattice_for
 
 __all__ = [
+    "ACCURACY_RTOL",
     "Measurement",
+    "Plan",
     "Step",
     "plan",
     "answers",
@@ -90,16 +93,6 @@ MAX_RESTRICTION = 3
 _TIE = 1e-12
 # Tie ranks of the candidates (lower wins a tie): separate atom counts, Q itself, restrictions.
 _ATOMS, _SELF, _RESTRICTED = 0, 1, 2
-#: Relative slack when comparing a certified half-width with the requested accuracy
-#: (floating-point noise in the quantile search, never more).
-ACCURACY_RTOL = 1e-9
-
-
-def meets(halfwidth: float, accuracy: float) -> bool:
-    """Whether a certified half-width satisfies the requested accuracy."""
-    return halfwidth <= accuracy * (1.0 + ACCURACY_RTOL)
-
-
 #: Smallest noise scale a release is planned at.  An accuracy so fine that it needs a
 #: smaller scale (e.g. 1e-300) costs at least ``S·2^40 ≈ 1.1e12·S`` here, which any real
 #: budget refuses with ``BudgetExhausted``; without the floor the scale rounds to 0.
@@ -121,66 +114,11 @@ def paper_scale(accuracy: float, confidence: float) -> float:
     return accuracy / (math.log(1.0 / (1.0 - confidence)) + 1.0 / 1024)
 
 
-@dataclass(frozen=True)
-class Measurement:
-    """One noisy count to take: ``query`` (linear part, offset 0) at ``alpha``.
-
-    ``h`` is its vector for the inference (over the atoms, or its factor over its exact
-    repeats' one-atom history when the atoms do not hold it); ``c`` is what it is charged
-    as: the cost atoms it touches and its weight on each (:meth:`TableState.charge`).
-    """
-
-    query: LinearQuery
-    h: np.ndarray = field(repr=False)
-    alpha: float
-    scale: float
-    lattice: float
-    c: Charge = field(repr=False)
-
-    @property
-    def sensitivity(self) -> float:
-        """``S = max|q|`` of the measured query."""
-        return self.query.sensitivity
-
-
-@dataclass(frozen=True)
-class Step:
-    """The plan for one compiled query.
-
-    ``order`` is the step's place in the plan (the statement's outputs are planned
-    aggregate column by aggregate column); ``alone`` marks a fresh step whose answer is
-    its own measurement only (see :func:`plan`); ``isolated`` is, for a query the atoms
-    could not hold, the history of its exact repeats it is estimated from (``h`` is then
-    its factor over that one-atom history).  ``same_as`` marks a query equal to an earlier
-    one of the statement (e.g. the SUM that AVG and STDDEV of one column share): it is
-    answered by that query's answer and measures nothing.
-    """
-
-    query: LinearQuery
-    kind: Literal["exact", "history", "fresh", "unavailable"]
-    h: np.ndarray | None = field(default=None, repr=False)
-    measurements: tuple[Measurement, ...] = ()
-    increase: float = 0.0
-    values: tuple[float, ...] = ()  # the fresh releases, once measured
-    order: int = 0
-    alone: bool = False
-    #: Set for a query outside the atoms: the history of its exact repeats that a fresh release
-    #: is appended to (empty when it is alone, or answered from ``estimate``).
-    isolated: IncrementalBLUE | None = field(default=None, repr=False)
-    estimate: Estimate | None = field(default=None, repr=False)  # a history step's, from released values only
-    same_as: int | None = None  # index of an equal query planned earlier in the statement
-
-    def measured(self, values: tuple[float, ...]) -> Step:
-        """This step with its fresh releases' values (``dataclasses.replace``, without its
-        per-call field inspection: a GROUP BY has a step per group)."""
-        return Step(self.query, self.kind, self.h, self.measurements, self.increase, values, self.order, self.alone,
-                    self.isolated, self.estimate, self.same_as)
-
-
 def plan(
     state: TableState, queries: Sequence[LinearQuery], accuracy: float, confidence: float, policy: str
-) -> list[Step]:
-    """Decide every query of a statement; ``state`` is not modified.
+) -> Plan:
+    """Decide every query of a statement; ``state`` (its planning copy,
+    :meth:`TableState.refined` for ``queries``) is not modified.
 
     The outputs are planned one aggregate column at a time (a column's outputs are
     the groups of a GROUP BY: disjoint queries).  Within a column:
@@ -198,18 +136,22 @@ def plan(
     A column of one output (no GROUP BY) always gets the full search.  Everything
     here depends only on the queries, the scales and the requirement, never on
     released values or data, so the plan is exact before any value exists.
+
+    Returns the steps (one per query, in order) with what recording their releases
+    charges, as a :class:`Plan` on ``state``.
     """
     held = [i for i, q in enumerate(queries) if not q.is_zero and i not in state.outside]
     hs: list[np.ndarray | None] = [None] * len(queries)
     for i, vec in zip(held, state.atoms.vectors([queries[i] for i in held]), strict=True):
         hs[i] = vec
     costs = state.costs.copy()
-    added: list[tuple[Charge, float, float]] = []  # in order, with the charge after each
+    start = costs.charge_units
+    priced: list[Measurement] = []  # in the order charged, with the charge after each
     after: list[int] = []
 
     def add(m: Measurement) -> None:
         _add(costs, m)
-        added.append((m.c, m.alpha, m.sensitivity))
+        priced.append(m)
         after.append(costs.charge_units)
 
     blue = state.blue
@@ -227,8 +169,11 @@ def plan(
     pending: list[int] = []  # alone outputs not charged yet: charged together, in order
 
     def flush() -> None:
-        alone.extend(_charge_alone(state, costs, [queries[i] for i in pending], [hs[i] for i in pending],
-                                   pending, accuracy, confidence, policy, added, after))
+        for release in _charge_alone(state, costs, [(i, queries[i], hs[i]) for i in pending],
+                                     accuracy, confidence, policy):
+            alone.append((release.index, release.measurement, release.increase))
+            priced.append(release.measurement)
+            after.append(release.after)
         pending.clear()
 
     columns = _columns(queries)
@@ -311,31 +256,39 @@ def plan(
             place(i, Step(q, "fresh", h, tuple(parts), costs.charge - before))
         for i in block:
             planned.setdefault(queries[i], i)
-    state.remember_recorded_charges(added, after, costs)  # what recording them in this order charges
-    return [s for s in steps if s is not None]
+    return Plan.of([s for s in steps if s is not None], state, priced, RecordedCharges(start, tuple(after), costs))
+
+
+@dataclass(frozen=True, slots=True)
+class _AloneRelease:
+    """An alone output's measurement (:func:`_charge_alone`): the output's index, the charge
+    increase (ε) it causes and the table's charge after it (units)."""
+
+    index: int
+    measurement: Measurement
+    increase: float
+    after: int
 
 
 def _charge_alone(
-    state: TableState, costs: CellCosts, queries: Sequence[LinearQuery], hs: Sequence[np.ndarray | None],
-    indices: Sequence[int], accuracy: float, confidence: float, policy: str,
-    added: list[tuple[Charge, float, float]], after: list[int],
-) -> list[tuple[int, Measurement, float]]:
-    """Measure each of ``queries`` (disjoint outputs whose own release is their answer:
-    :func:`plan`'s "alone") at the single-release scale and charge them, in order, to ``costs``,
-    noting each charge in ``added`` and the charge after it in ``after``.  Returns
-    ``(index, measurement, charge increase)`` per query.  Outputs of one ``(α, S)`` are
-    charged in one pass (:meth:`CellCosts.add_disjoint`): a GROUP BY's groups are."""
+    state: TableState, costs: CellCosts, outputs: Sequence[tuple[int, LinearQuery, np.ndarray | None]],
+    accuracy: float, confidence: float, policy: str,
+) -> list[_AloneRelease]:
+    """Measure each of ``outputs`` ``(index, query, vector)`` (disjoint outputs whose own release
+    is their answer: :func:`plan`'s "alone") at the single-release scale and charge them, in
+    order, to ``costs``.  Returns each one's release, in that order.  Outputs of one ``(α, S)``
+    are charged in one pass (:meth:`CellCosts.add_disjoint`): a GROUP BY's groups are."""
     scales: dict[int, tuple[float, float]] = {}  # by denominator: the scale and its lattice
     ms = []
-    linear = [q.linear_part for q in queries]
-    vectors = cast(list[np.ndarray], hs)  # alone outputs are held by the atoms
+    linear = [q.linear_part for _, q, _ in outputs]
+    vectors = cast(list[np.ndarray], [h for _, _, h in outputs])  # alone outputs are held by the atoms
     for q, h, c in zip(linear, vectors, state.charge_many(linear, vectors), strict=True):
         if q.denominator not in scales:
             scale = _alone_scale(q, accuracy, confidence, policy)
             scales[q.denominator] = scale, lattice_for(scale, q.denominator)[0]
         scale, lattice = scales[q.denominator]
         ms.append(Measurement(q, h, q.sensitivity / scale, scale, lattice, c))
-    out: list[tuple[int, Measurement, float]] = []
+    out: list[_AloneRelease] = []
     budgets = [(m.alpha, m.query.sensitivity) for m in ms]
     start = 0
     while start < len(ms):  # runs of one (α, S)
@@ -350,10 +303,9 @@ def _charge_alone(
             for m in run:
                 _add(costs, m)
                 units.append(costs.charge_units)
-        added.extend((m.c, *b) for m, b in zip(run, budgets[start:end], strict=True))
-        after.extend(units)
-        for i, m, charge in zip(indices[start:end], run, map(to_epsilon, units), strict=True):
-            out.append((i, m, charge - before))
+        for (i, _, _), m, unit in zip(outputs[start:end], run, units, strict=True):
+            charge = to_epsilon(unit)
+            out.append(_AloneRelease(i, m, charge - before, unit))
             before = charge
         start = end
     return out
@@ -502,90 +454,6 @@ def _single_release_scale(accuracy: float, confidence: float, denominator: int) 
 _ONE = np.ones(1)
 #: The history of an isolated query never released: read only (answers copy before appending).
 _EMPTY_HISTORY = IncrementalBLUE(_ONE)
-
-
-def answers(
-    blue: IncrementalBLUE, steps: Sequence[Step], accuracy: float, confidence: float, policy: str,
-    *, secure: bool,
-) -> tuple[Answer, ...]:
-    """Answer each step with the estimator its decision was verified on.
-
-    ``secure`` is every answer's ``Answer.secure``: whether all releases of the
-    table so far (this statement's included) used secure noise.
-
-    ``blue`` is the state before this statement's releases; replaying the
-    measurements in plan order (``Step.order``) means each query is estimated from
-    exactly the history its plan saw (earlier releases plus its own), so a fresh
-    answer's certified half-width is the one the plan checked.  (Adding the
-    statement's later releases would lower the variance but can widen the certified
-    interval by a lattice step.)  An ``alone`` step is its own release.  Which
-    estimator is used depends only on the design, so coverage is unaffected.
-    """
-    ordered = sorted(range(len(steps)), key=lambda i: steps[i].order)
-    # The last step that reads the replayed history: nothing after it needs appending.
-    readers = [k for k, i in enumerate(ordered)
-               if not steps[i].alone and steps[i].kind != "exact" and steps[i].isolated is None
-               and steps[i].same_as is None]
-    last_reader = readers[-1] if readers else -1
-    replay = blue.copy() if any(steps[i].measurements for i in ordered[:last_reader + 1]) else blue
-    out: list[Answer | None] = [None] * len(steps)
-    laws: dict[tuple[float, float], tuple[ErrorLaw, float]] = {}  # a GROUP BY's alone groups share one law
-    for k, i in enumerate(ordered):
-        s = steps[i]
-        if k <= last_reader and s.isolated is None:
-            # An unpaid ("unavailable") step keeps its planned measurements but has no values.
-            for m, v in zip(s.measurements, s.values, strict=False):
-                replay.append(m.h, m.scale, v, lattice=m.lattice)
-        if s.same_as is not None:  # planned earlier in the statement, so answered already
-            first = out[s.same_as]
-            assert first is not None
-            out[i] = replace(first, label=s.query.label, group=s.query.group, query=s.query, epsilon_spent=0.0)
-            continue
-        out[i] = _answer(replay, s, accuracy, confidence, policy, secure, laws)
-    return tuple(a for a in out if a is not None)
-
-
-def _answer(
-    blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str, secure: bool,
-    laws: dict[tuple[float, float], tuple[ErrorLaw, float]],
-) -> Answer:
-    """``step``'s answer; ``laws``: the error laws (and half-widths at ``confidence``) of the alone
-    releases answered so far, by scale and lattice (a GROUP BY's groups share one)."""
-    q = step.query
-    off = float(q.offset) if q.offset else 0.0
-    if step.kind == "exact":
-        return Answer._of(off, off, off, confidence, accuracy, "exact", 0.0, None, True, q.label, q.group, q, secure,
-                          step.isolated is not None)
-    if step.alone and step.kind == "fresh":
-        # Its own release is the answer (the baseline's, or a query history says nothing about).
-        (m,) = step.measurements
-        known = laws.get((m.scale, m.lattice))
-        if known is None:
-            law = ErrorLaw([1.0], [m.scale], lattice=[m.lattice])
-            known = laws[m.scale, m.lattice] = (law, law.halfwidth(confidence))
-        law, width = known
-        centre = step.values[0]
-    else:
-        if step.kind == "history" and step.estimate is not None:
-            est: Estimate | None = step.estimate  # planned on exactly this history (same order)
-        else:
-            if step.isolated is not None and step.h is not None:  # from its exact repeats and its own release
-                blue = step.isolated.copy()
-                for m, v in zip(step.measurements, step.values, strict=False):
-                    blue.append(step.h, m.scale, v, lattice=m.lattice)
-            est = blue.estimate(step.h) if step.h is not None else None
-        if est is None or est.posterior is None:
-            return Answer._of(math.nan, -math.inf, math.inf, confidence, accuracy, "unavailable", 0.0, None, False,
-                              q.label, q.group, q, secure, step.isolated is not None)
-        law, centre = est.posterior.law, est.posterior.mean()
-        width = law.halfwidth(confidence)
-    post = Posterior(centre + off, law)
-    low, high = post.center - width, post.center + width  # Posterior.interval(confidence)
-    return Answer._of(
-        float(post.center), float(low), float(high), confidence, accuracy,
-        "history" if step.kind in ("history", "unavailable") else "fresh", step.increase, post,
-        meets((high - low) / 2, accuracy), q.label, q.group, q, secure, step.isolated is not None,
-    )
 
 
 def measurement(state: TableState, query: LinearQuery, scale: float, *, h: np.ndarray | None = None) -> Measurement:

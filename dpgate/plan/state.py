@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
 import threading
 import weakref
 from collections.abc import Iterator, Sequence, Set
@@ -23,14 +22,18 @@ import scipy.sparse as sp
 
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import UnsupportedQuery
-from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior
+from dpgate.inference import IncrementalBLUE
+from dpgate.plan._repeats import _NO_REPEATS, Repeats, isolation_key
+from dpgate.plan._view import TableView, _frozen
 from dpgate.plan.accounting import CellCosts
 from dpgate.plan.atoms import AtomPartition, BoxGrid, GridVersion, joint_split
 from dpgate.schema.domains import Table
 
-__all__ = ["COST_MAX_BOXES", "DEFAULT_MAX_ATOMS", "Repeats", "TableState", "TableView", "isolation_key"]
+__all__ = [
+    "COST_MAX_BOXES", "DEFAULT_MAX_ATOMS", "RecordedCharges", "RecordedRelease", "Repeats", "TableState", "TableView",
+    "held_keys", "isolation_key",
+]
 
-_ONE = np.ones(1)
 #: What a release is charged as: the cost atoms it touches and its weight on each.
 Charge = tuple[np.ndarray, np.ndarray]
 _NO_CHARGE: Charge = (np.zeros(0, dtype=np.int64), np.zeros(0))
@@ -86,87 +89,46 @@ def _held_key(query: LinearQuery) -> tuple[object, ...]:
     return query.pattern
 
 
+def held_keys(queries: Sequence[LinearQuery]) -> tuple[tuple[object, ...], ...]:
+    """What the refinement of a state for ``queries``, in order, depends on (one key each)."""
+    return tuple(_held_key(q) for q in queries)
+
+
 def _charge_key(query: LinearQuery) -> tuple[object, ...]:
     """What a query's charge depends on: its weight pattern *and* its denominator (the pattern
     alone is shared by ``COUNT(*)`` and ``COUNT(*) / 4``, whose weights differ)."""
     return (query.pattern, query.denominator)
 
 
-def isolation_key(query: LinearQuery) -> tuple[str, float]:
-    """``(key, factor)``: ``query`` is ``factor`` times the query the key names.
+@dataclass(frozen=True, slots=True)
+class RecordedRelease:
+    """One release as a ledger record holds it, for :meth:`TableState.record_many`: the record's
+    id, the measured query (offset 0), its noise scale, released value and lattice step, and the
+    budget ``α`` and sensitivity ``S`` it was charged at."""
 
-    Queries kept outside the atoms (see :meth:`TableState.refined`) are reused only
-    across exact repeats and rescalings: two queries share a key iff they have the same
-    grid and proportional weights (numerators divided by their gcd, first non-zero
-    positive).  Zero queries are never measured and have no key.
-
-    Memoised by the query's weights (a GROUP BY's isolated groups are keyed when planned
-    and again when recorded).
-    """
-    memo = (query.table.lower(), query.pattern, query.denominator)
-    found = _ISOLATION_KEYS.get(memo)
-    if found is None:
-        if len(_ISOLATION_KEYS) >= _ISOLATION_KEYS_MAX:
-            _ISOLATION_KEYS.clear()
-        found = _ISOLATION_KEYS[memo] = _isolation_key(query)
-    return found
-
-
-_ISOLATION_KEYS: dict[tuple[object, ...], tuple[str, float]] = {}
-_ISOLATION_KEYS_MAX = 1 << 16
-
-
-def _isolation_key(query: LinearQuery) -> tuple[str, float]:
-    nums = np.asarray(query.numerators, dtype=np.int64).ravel()
-    nonzero = np.flatnonzero(nums)
-    g = int(np.gcd.reduce(np.abs(nums))) * (1 if nums[nonzero[0]] > 0 else -1)
-    digest = hashlib.sha256(
-        repr((query.table.lower(), query.columns, query.breakpoints, query.numerators.shape)).encode()
-        + (nums // g).tobytes()
-    ).hexdigest()
-    return digest, g / query.denominator
+    record_id: int
+    query: LinearQuery
+    scale: float
+    value: float
+    lattice: float
+    alpha: float
+    sensitivity: float
 
 
 @dataclass(frozen=True)
-class Repeats:
-    """The releases of one query kept outside the atoms, and of its rescalings (one
-    :func:`isolation_key`): per release ``(factor, scale, value, lattice)``.  Its one-atom
-    BLUE is built when first read — most such queries (a GROUP BY's isolated groups) are
-    never asked again.  Immutable: :meth:`plus` returns a new one."""
+class RecordedCharges:
+    """What recording a statement's releases, in order, charges its table
+    (:meth:`TableState.recorded_charges`): the exact charge in units before them and after
+    each, and the per-cell costs after all of them (a copy, installed by
+    :meth:`TableState.record_as_planned`)."""
 
-    rows: tuple[tuple[float, float, float, float], ...] = ()
-    _blue: list[IncrementalBLUE] = field(default_factory=list, repr=False, compare=False)
-
-    def blue(self) -> IncrementalBLUE:
-        """The BLUE over these releases (one atom: the key's query); copy it before appending."""
-        if not self._blue:
-            blue = IncrementalBLUE(_ONE)
-            for factor, scale, value, lattice in self.rows:
-                blue.append([factor], scale, value, lattice=lattice)
-            self._blue.append(blue)
-        return self._blue[0]
-
-    def estimate(self, factor: float) -> Estimate:
-        """The BLUE of ``factor`` times the key's query from these releases, in closed form
-        (what :meth:`blue`'s ``estimate([factor])`` gives: one unknown, so each release
-        ``(f, b)`` is weighted by ``f/b²``), without building the BLUE."""
-        f, b, y, g = (np.array(col, dtype=float) for col in zip(*self.rows, strict=True))
-        A = factor * (f / b**2) / float(np.dot(f, f / b**2))
-        value = float(A @ y)
-        law = ErrorLaw(A, b, g)
-        return Estimate(value, _frozen(A), law.variance, True, Posterior(value, law), _frozen(b), _frozen(g))
-
-    def plus(self, factor: float, scale: float, value: float, lattice: float) -> Repeats:
-        """These releases and one more."""
-        out = Repeats((*self.rows, (factor, scale, value, lattice)))
-        if self._blue:  # already built: extend a copy rather than rebuild
-            blue = self._blue[0].copy()
-            blue.append([factor], scale, value, lattice=lattice)
-            out._blue.append(blue)
-        return out
+    before: int
+    after: tuple[int, ...]
+    costs: CellCosts = field(repr=False)
 
 
-_NO_REPEATS = Repeats()
+#: Attributes of checkpoints written before plans were values (:meth:`TableState.__setstate__`).
+_FORMER_CACHES = frozenset({"_recorded", "_planned"})
 
 
 @dataclass
@@ -224,11 +186,10 @@ class TableState:
     _members: tuple[object, object, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = field(default=None, repr=False)
     #: Inside :meth:`_deferred_splits`: the composed split not yet applied to the BLUE.
     _pending: np.ndarray | None = field(default=None, repr=False)
-    #: :meth:`remember_recorded_charges`: the costs it started from, the parts, the charges after each and the costs.
-    _recorded: tuple[CellCosts, list[tuple[Charge, float, float]], list[int], CellCosts] | None = field(
-        default=None, repr=False)
-    #: In a planning copy made with isolation, the :func:`_held_key` of the queries it was refined for.
-    _planned: tuple[tuple[object, ...], ...] | None = field(default=None, repr=False)
+    #: In a planning copy made with isolation (:meth:`refined`), the :func:`held_keys` of the
+    #: queries it was refined for: recording releases of exactly those refines the state it was
+    #: made from as the copy was refined, so the copy may become it (:meth:`record_as_planned`).
+    refined_for: tuple[tuple[object, ...], ...] | None = field(default=None, repr=False)
     _deferring: bool = field(default=False, repr=False)
     #: By :func:`_charge_key` (equal keys, equal vectors), the row of ``blue`` a query the
     #: atoms hold was last released as: a repeat's coordinates are that row's.
@@ -444,7 +405,7 @@ class TableState:
         trial.charges(queries)  # located together (one pass for a GROUP BY), kept for the plan
         if isolate:
             trial.outside = frozenset(trial.hold(queries))
-            trial._planned = tuple(_held_key(q) for q in queries)
+            trial.refined_for = held_keys(queries)
         else:
             with trial._deferred_splits():
                 for q in queries:
@@ -496,10 +457,9 @@ class TableState:
                     outside.add(i)
         return outside
 
-    def record_many(self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]]) -> None:
-        """Add one statement's released answers ``(record_id, query, scale, value, lattice,
-        α, sensitivity)``, in order: their costs, and each to the BLUE (as one block) or to
-        its exact repeats' history when the atoms do not hold it (:meth:`hold`).
+    def record_many(self, items: Sequence[RecordedRelease]) -> None:
+        """Add one statement's released answers, in order: their costs, and each to the BLUE
+        (as one block) or to its exact repeats' history when the atoms do not hold it (:meth:`hold`).
 
         The same state as recording them one by one: the costs are exact per cell whatever
         the order, and the BLUE's rows are taken on the atoms after the last refinement,
@@ -507,43 +467,43 @@ class TableState:
         """
         if not items:
             return
-        queries = [it[1] for it in items]
+        queries = [it.query for it in items]
         self._charge_refine(queries)
         outside = self.hold(queries)
         self._add_costs(items)
         self._append(items, outside)
 
-    def _append(self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]],
-                outside: Set[int], vectors: Sequence[np.ndarray] | None = None) -> None:
+    def _append(self, items: Sequence[RecordedRelease], outside: Set[int],
+                vectors: Sequence[np.ndarray] | None = None) -> None:
         """Add released answers (their queries refined) to the BLUE, or — the positions in
         ``outside`` — to their exact repeats' history.  ``vectors``: each query's vector over
         the atoms when the caller has them (the planner's, on these very atoms)."""
-        queries = [it[1] for it in items]
+        queries = [it.query for it in items]
         held = [it for i, it in enumerate(items) if i not in outside]
         for i in sorted(outside):
-            _, query, scale, value, lattice, _, _ = items[i]
-            key, factor = isolation_key(query)
-            self.isolated[key] = self.isolated.get(key, _NO_REPEATS).plus(factor, scale, value, lattice)
+            it = items[i]
+            key, factor = isolation_key(it.query)
+            self.isolated[key] = self.isolated.get(key, _NO_REPEATS).plus(factor, it.scale, it.value, it.lattice)
         if held:
-            rows = _stacked([self.atoms.vector(it[1]) for it in held] if vectors is None else
+            rows = _stacked([self.atoms.vector(it.query) for it in held] if vectors is None else
                             [v for i, v in enumerate(vectors) if i not in outside])
-            for rid, query, _, _, _, alpha, sensitivity in held:
-                self._row_of[_charge_key(query)] = len(self.queries)
-                self.queries.append(query)
-                self.record_ids.append(rid)
-                self.alphas.append(alpha)
-                self.sensitivities.append(sensitivity)
-            self.blue.extend(rows, [it[2] for it in held], [it[3] for it in held], [it[4] for it in held])
+            for it in held:
+                self._row_of[_charge_key(it.query)] = len(self.queries)
+                self.queries.append(it.query)
+                self.record_ids.append(it.record_id)
+                self.alphas.append(it.alpha)
+                self.sensitivities.append(it.sensitivity)
+            self.blue.extend(rows, [it.scale for it in held], [it.value for it in held], [it.lattice for it in held])
         self._remember([q for i, q in enumerate(queries) if i not in outside], True)
         self._remember([queries[i] for i in outside], False)
 
-    def _add_costs(self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]]) -> None:
+    def _add_costs(self, items: Sequence[RecordedRelease]) -> None:
         """Charge each release ``(α/S)|q_j|`` on the cost atoms; the disjoint releases of one
         (α, S) — a GROUP BY's groups — as one sum (each cost atom then gets one weight, so the
         rounding is the one of adding them one by one)."""
         by_budget: dict[tuple[float, float], list[Charge]] = {}
-        for (_, _, _, _, _, alpha, sensitivity), charge in zip(items, self.charges([it[1] for it in items]), strict=True):
-            by_budget.setdefault((alpha, sensitivity), []).append(charge)
+        for it, charge in zip(items, self.charges([it.query for it in items]), strict=True):
+            by_budget.setdefault((it.alpha, it.sensitivity), []).append(charge)
         for (alpha, sensitivity), found in by_budget.items():
             atoms = np.concatenate([a for a, _ in found])
             touched = np.zeros(self.cost_atoms.n_atoms, dtype=bool)
@@ -560,53 +520,36 @@ class TableState:
             self._known = {}
         self._known.update((_held_key(q), held) for q in queries)
 
-    def recorded_charges(self, parts: Sequence[tuple[Charge, float, float]]) -> tuple[int, list[int], CellCosts]:
-        """The table's exact charge, in units, before and after each of ``parts``
-        ``(charge, α, S)`` (a statement's releases, in order, charged by :meth:`charges`
-        on this refined copy — exactly what recording them adds), and the costs after all
-        of them (what :meth:`record_planned` installs)."""
-        found = self._recorded
-        if found is not None and found[0] is self.costs and _same_charges(found[1], parts):
-            return self.costs.charge_units, found[2], found[3]  # priced so by the planner
+    def recorded_charges(self, parts: Sequence[tuple[Charge, float, float]]) -> RecordedCharges:
+        """What recording ``parts`` ``(charge, α, S)`` in order charges the table (a statement's
+        releases, charged by :meth:`charges` on this refined copy — exactly what recording them
+        adds): the exact charge before them and after each, and the costs after all of them."""
         costs, after = self.costs.copy(), []
         for (atoms, weights), alpha, sensitivity in parts:
             costs.add_sparse(atoms, weights, alpha, sensitivity, in_place=True)
             after.append(costs.charge_units)
-        return self.costs.charge_units, after, costs
+        return RecordedCharges(self.costs.charge_units, tuple(after), costs)
 
-    def remember_recorded_charges(self, parts: Sequence[tuple[Charge, float, float]], after: list[int],
-                                  costs: CellCosts) -> None:
-        """Note what the planner found :meth:`recorded_charges` of ``parts`` to be (``after``:
-        the charge after each; ``costs``: its own copy of the costs after all of them), so
-        that recording them in that order does not price them again."""
-        self._recorded = (self.costs, list(parts), list(after), costs)
-
-    def planned_for(self, queries: Sequence[LinearQuery]) -> bool:
-        """Whether this planning copy was refined (:meth:`refined`, with isolation) for exactly
-        ``queries`` — then recording them needs no refinement: :meth:`record_planned`."""
-        return self._planned == tuple(_held_key(q) for q in queries)
-
-    def record_planned(
-        self, items: Sequence[tuple[int, LinearQuery, float, float, float, float, float]], costs: CellCosts,
-        vectors: Sequence[np.ndarray],
-    ) -> None:
-        """:meth:`record_many` on the planning copy of exactly these queries (:meth:`planned_for`),
-        with the costs :meth:`recorded_charges` computed and the planner's vector of each query
+    def record_as_planned(self, items: Sequence[RecordedRelease], costs: CellCosts,
+                          vectors: Sequence[np.ndarray]) -> None:
+        """:meth:`record_many` on the planning copy refined for exactly these releases' queries
+        (``refined_for`` is their :func:`held_keys`), with ``costs`` (the costs after them, as
+        priced by the planner or :meth:`recorded_charges`) and the planner's vector of each query
         (its ``Measurement.h``): the same state, without refining the partitions, pricing the
-        releases or locating them on the atoms a second time.  The lists and maps this copy
-        shares with the state it was made from are copied first, so that state stays intact
-        whatever happens here."""
+        releases or locating them on the atoms a second time.  The copy becomes the table's
+        state.  The lists and maps it shares with the state it was made from are copied first,
+        so that state stays intact whatever happens here."""
         self.queries, self.record_ids, self._row_of = list(self.queries), list(self.record_ids), dict(self._row_of)
         self.alphas, self.sensitivities = list(self.alphas), list(self.sensitivities)
         self.isolated, self._known = dict(self.isolated), dict(self._known or {})
         self.costs = costs
         self._append(items, self.outside, vectors)
-        self.outside, self._planned, self._recorded = frozenset(), None, None
+        self.outside, self.refined_for = frozenset(), None
 
     def __getstate__(self) -> dict[str, object]:
-        """Pickled (checkpointed) without the map of cost atoms onto atoms and the planner's
-        priced charges: derived, and as large as the cost grid."""
-        return {**self.__dict__, "_members": None, "_recorded": None}
+        """Pickled (checkpointed) without the map of cost atoms onto atoms: derived, and as
+        large as the cost grid."""
+        return {**self.__dict__, "_members": None}
 
     def __copy__(self) -> TableState:
         """A shallow copy that keeps the derived caches (:meth:`__getstate__` drops them for
@@ -616,7 +559,8 @@ class TableState:
         return new
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        self.__dict__.update(state)
+        # A checkpoint written before plans were values holds the planner's caches (None): dropped.
+        self.__dict__.update({k: v for k, v in state.items() if k not in _FORMER_CACHES})
         if "_row_of" not in state:  # a checkpoint written before the map existed
             self._row_of = {_charge_key(q): i for i, q in enumerate(self.queries)}
 
@@ -655,71 +599,6 @@ class TableState:
         grid = query.expand(self.table, self.atoms.columns, self.atoms.breakpoints) / query.denominator
         weights = np.where(keep[self.atoms.labels], grid, 0.0)
         return LinearQuery.from_grid(self.table, self.atoms.columns, self.atoms.breakpoints, weights)
-
-
-@dataclass(frozen=True, eq=False)
-class TableView:
-    """A frozen snapshot of one table's released history, taken by ``Gateway.locked_view``.
-
-    This is the seam between the gateway and its extensions (``dpgate.model``,
-    ``dpgate.warmstart.design``): they read history here, never the gateway's state.
-    Everything in it is public structure (query vectors, the schema) or already
-    released (noisy answers, their scales and budgets), so reading it is
-    post-processing and spends nothing.  It holds copies: later releases or
-    refinements do not change it, and it may be read after the lock is released.
-
-    Attributes:
-        table: the declared table.
-        atoms: the atom partition at snapshot time (a private copy; every released
-            query, and every query the view was asked to refine, is constant on its atoms).
-        rows: ``m × n_atoms`` weights of the released queries over atoms, release order (read-only).
-        values: the ``m`` released noisy answers (read-only).
-        scales: their Laplace scales ``b_i = S_i/α_i`` (read-only).
-        lattice: their lattice steps ``γ_i`` (0 = continuous; read-only).
-        alphas: the budget ``α_i`` of each release (read-only).
-        sensitivities: ``S_i = max|q_i|`` of each release (read-only).
-        queries: the released linear queries (offset 0), release order.
-        record_ids: the ledger record id of each release.
-    """
-
-    table: Table
-    atoms: AtomPartition
-    rows: np.ndarray = field(repr=False)
-    values: np.ndarray = field(repr=False)
-    scales: np.ndarray = field(repr=False)
-    lattice: np.ndarray = field(repr=False)
-    alphas: np.ndarray = field(repr=False)
-    sensitivities: np.ndarray = field(repr=False)
-    queries: tuple[LinearQuery, ...] = field(repr=False)
-    record_ids: tuple[int, ...] = field(repr=False)
-    _blue: IncrementalBLUE = field(repr=False)
-
-    @property
-    def m(self) -> int:
-        """Number of released answers."""
-        return len(self.record_ids)
-
-    def vector(self, query: LinearQuery) -> np.ndarray:
-        """``query``'s weight on each atom (it must be constant on them: pass it to ``locked_view``)."""
-        return self.atoms.vector(query)
-
-    def estimate(self, query: LinearQuery | np.ndarray) -> Estimate:
-        """The BLUE of ``query`` (or of an atom vector) from this history (Xiao & Xiong (2012), Theorem 3.1)."""
-        h = self.vector(query) if isinstance(query, LinearQuery) else query
-        return self._blue.estimate(h)  # estimate() only reads the BLUE's state
-
-
-def _same_charges(a: Sequence[tuple[Charge, float, float]], b: Sequence[tuple[Charge, float, float]]) -> bool:
-    """Whether two sequences of ``(charge, α, S)`` are the same releases in the same order
-    (charges compared as the memoised objects they are, so equal objects mean equal charges)."""
-    return len(a) == len(b) and all(
-        x[0] is y[0] and x[1] == y[1] and x[2] == y[2] for x, y in zip(a, b, strict=True))
-
-
-def _frozen(values: Sequence[float] | np.ndarray) -> np.ndarray:
-    arr = np.array(values, dtype=float)
-    arr.setflags(write=False)
-    return arr
 
 
 #: :meth:`TableState.charges` by :func:`_held_key`, per recent cost grid (a planning copy's

@@ -1,0 +1,97 @@
+"""The history of queries the inference atoms do not hold: keyed by :func:`isolation_key`,
+estimated from their exact repeats (:class:`Repeats`).
+
+Re-exported by :mod:`dpgate.plan.state`, whose :class:`~dpgate.plan.state.TableState` keeps them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dpgate.compile.query import LinearQuery
+from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior
+from dpgate.plan._view import _frozen
+
+__all__ = ["Repeats", "isolation_key"]
+
+_ONE = np.ones(1)
+
+
+def isolation_key(query: LinearQuery) -> tuple[str, float]:
+    """``(key, factor)``: ``query`` is ``factor`` times the query the key names.
+
+    Queries kept outside the atoms (see :meth:`TableState.refined`) are reused only
+    across exact repeats and rescalings: two queries share a key iff they have the same
+    grid and proportional weights (numerators divided by their gcd, first non-zero
+    positive).  Zero queries are never measured and have no key.
+
+    Memoised by the query's weights (a GROUP BY's isolated groups are keyed when planned
+    and again when recorded).
+    """
+    memo = (query.table.lower(), query.pattern, query.denominator)
+    found = _ISOLATION_KEYS.get(memo)
+    if found is None:
+        if len(_ISOLATION_KEYS) >= _ISOLATION_KEYS_MAX:
+            _ISOLATION_KEYS.clear()
+        found = _ISOLATION_KEYS[memo] = _isolation_key(query)
+    return found
+
+
+_ISOLATION_KEYS: dict[tuple[object, ...], tuple[str, float]] = {}
+_ISOLATION_KEYS_MAX = 1 << 16
+
+
+def _isolation_key(query: LinearQuery) -> tuple[str, float]:
+    nums = np.asarray(query.numerators, dtype=np.int64).ravel()
+    nonzero = np.flatnonzero(nums)
+    g = int(np.gcd.reduce(np.abs(nums))) * (1 if nums[nonzero[0]] > 0 else -1)
+    digest = hashlib.sha256(
+        repr((query.table.lower(), query.columns, query.breakpoints, query.numerators.shape)).encode()
+        + (nums // g).tobytes()
+    ).hexdigest()
+    return digest, g / query.denominator
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """The releases of one query kept outside the atoms, and of its rescalings (one
+    :func:`isolation_key`): per release ``(factor, scale, value, lattice)``.  Its one-atom
+    BLUE is built when first read — most such queries (a GROUP BY's isolated groups) are
+    never asked again.  Immutable: :meth:`plus` returns a new one."""
+
+    rows: tuple[tuple[float, float, float, float], ...] = ()
+    _blue: list[IncrementalBLUE] = field(default_factory=list, repr=False, compare=False)
+
+    def blue(self) -> IncrementalBLUE:
+        """The BLUE over these releases (one atom: the key's query); copy it before appending."""
+        if not self._blue:
+            blue = IncrementalBLUE(_ONE)
+            for factor, scale, value, lattice in self.rows:
+                blue.append([factor], scale, value, lattice=lattice)
+            self._blue.append(blue)
+        return self._blue[0]
+
+    def estimate(self, factor: float) -> Estimate:
+        """The BLUE of ``factor`` times the key's query from these releases, in closed form
+        (what :meth:`blue`'s ``estimate([factor])`` gives: one unknown, so each release
+        ``(f, b)`` is weighted by ``f/b²``), without building the BLUE."""
+        f, b, y, g = (np.array(col, dtype=float) for col in zip(*self.rows, strict=True))
+        A = factor * (f / b**2) / float(np.dot(f, f / b**2))
+        value = float(A @ y)
+        law = ErrorLaw(A, b, g)
+        return Estimate(value, _frozen(A), law.variance, True, Posterior(value, law), _frozen(b), _frozen(g))
+
+    def plus(self, factor: float, scale: float, value: float, lattice: float) -> Repeats:
+        """These releases and one more."""
+        out = Repeats((*self.rows, (factor, scale, value, lattice)))
+        if self._blue:  # already built: extend a copy rather than rebuild
+            blue = self._blue[0].copy()
+            blue.append([factor], scale, value, lattice=lattice)
+            out._blue.append(blue)
+        return out
+
+
+_NO_REPEATS = Repeats()
