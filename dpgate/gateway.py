@@ -39,7 +39,6 @@ Data Release and Query Estimation" (Emory TR-2011-005, 2011).
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import math
 import sys
@@ -57,10 +56,10 @@ from dpgate._blas import one_blas_thread, single_threaded
 from dpgate._validate import positive_finite
 from dpgate.answer.combine import assemble, measured_queries, output_parts, plan_confidence
 from dpgate.answer.result import Result
-from dpgate.compile import MODEL_METHODS, CompiledStatement, SetOption, compile_statement
+from dpgate.compile import MODEL_METHODS, CompiledStatement, SetOption
+from dpgate.compile import cache as compile_cache
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import (
-    BudgetExhausted,
     Error,
     InvalidArgument,
     InvalidRequirement,
@@ -71,8 +70,10 @@ from dpgate.errors import (
 )
 from dpgate.errors import Warning as DPGateWarning
 from dpgate.inference import IncrementalBLUE
-from dpgate.ledger._history import LedgerHistory
+from dpgate.ledger._describe import history_frame
+from dpgate.ledger._history import LedgerHistory, collector_paused
 from dpgate.ledger.core import Ledger, LedgerRecord, LedgerTransaction
+from dpgate.plan._replay import refusal
 from dpgate.plan.accounting import to_epsilon
 from dpgate.plan.budget import exhausted, fits
 from dpgate.plan.decide import POLICIES, Measurement, Plan, Policy, Step, answers, check_policy, measurement, plan
@@ -95,20 +96,6 @@ _R = TypeVar("_R", bound=Result)
 DEFAULT_MAX_OUTPUTS = 4096
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a ledger's history is loaded: tens of thousands
-    of new objects (records, queries) would otherwise set off full collections that walk them
-    all, a third of re-opening 10 000 releases.  Restored as it was, even on an exception."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def _outside_dpgate() -> int:
     """The ``stacklevel`` that points a warning at the first caller outside dpgate."""
     frame, level = sys._getframe(1), 1  # level 1: the function calling warnings.warn
@@ -126,26 +113,6 @@ def _requirement(stmt: CompiledStatement, accuracy: float | None, confidence: fl
         missing="no accuracy given: pass accuracy= (the half-width of the interval you need, e.g. 25) "
         "or add a hint /*+ dpgate accuracy=25 */.",
     )
-
-
-_COMPILED_KEPT = 1024  # compiled statements kept for repeats (by schema fingerprint and text)
-_COMPILED: dict[tuple[Any, ...], CompiledStatement] = {}
-_PLAIN = (str, int, float, bool, type(None))
-
-
-def _compile_key(
-    sql: str, params: Sequence[Any] | Mapping[str, Any] | None, dialect: str | None
-) -> tuple[Any, ...] | None:
-    """The cache key of a compilation, or None when a parameter is not a plain value (not cached)."""
-    if params is None:
-        items: tuple[Any, ...] = ()
-    elif isinstance(params, Mapping):
-        items = tuple(sorted((str(k), type(v).__name__, v) for k, v in params.items()))
-    else:
-        items = tuple((type(v).__name__, v) for v in params)
-    if not all(type(v) in _PLAIN for *_, v in items):
-        return None
-    return (sql, isinstance(params, Mapping), items, dialect)
 
 
 def _recorded_charges(state: TableState, parts: Sequence[Measurement]) -> RecordedCharges:
@@ -238,7 +205,7 @@ class Gateway:
         # A digest of the private data: the ledger stores only a keyed MAC of it, never the value.
         self._fingerprinted: tuple[Schema, str] | None = (self.schema, self.schema.fingerprint())
         fingerprint = hashlib.sha256(f"{self._cube.fingerprint()}|{self._fingerprinted[1]}".encode()).hexdigest()
-        with _collector_paused():
+        with collector_paused():
             self._ledger = ledger if isinstance(ledger, Ledger) else Ledger.open(
                 ledger, fingerprint=fingerprint, budget=float(budget), key=ledger_key, new=new_ledger
             )
@@ -275,16 +242,7 @@ class Gateway:
         ``measured`` says in words what each release counted and on which cells — for a
         GROUP BY, its group (e.g. ``COUNT where sex = 1``); ``query`` (last) is the exact
         weight vector as JSON."""
-        import pandas as pd
-
-        from dpgate.ledger._describe import describe
-
-        recs = self._ledger.records()
-        cols = ["id", "kind", "table", "sql", "alpha", "sensitivity", "scale", "lattice",
-                "noise", "value", "cost_after", "secure", "created_at", "session", "query"]
-        rows = [{"measured": describe(LinearQuery.from_json(r.query), self.schema.table(r.table)),
-                 **{c: getattr(r, c) for c in cols}} for r in recs]
-        return pd.DataFrame(rows, columns=[*cols[:4], "measured", *cols[4:]])
+        return history_frame(self._ledger.records(), self.schema)
 
     def _summary(self) -> list[tuple[str, str]]:
         """What ``repr`` and the notebook display show.  The release count is the last record id
@@ -549,21 +507,7 @@ class Gateway:
     ) -> CompiledStatement | SetOption:
         """:meth:`compile`, also of ``SET dpgate.*`` (a :class:`~dpgate.compile.SetOption`): what a
         DB-API connection compiles, once per statement, before it routes it."""
-        # Compiling depends only on the text, the parameters, the schema and the dialect, and a
-        # compiled statement is immutable: repeats (a GROUP BY answered from history) reuse it.
-        # (Single dict operations: safe across threads without the lock.)
-        # Kept for the process (gateways on equal schemas, e.g. one per DB-API connection, share them).
-        text_key = _compile_key(sql, params, self.dialect)
-        key = None if text_key is None else (self._schema_fingerprint(), text_key)
-        found = _COMPILED.get(key) if key is not None else None
-        if found is not None:
-            return found
-        stmt = compile_statement(sql, self.schema, dialect=self.dialect, params=params)
-        if isinstance(stmt, CompiledStatement) and key is not None:
-            if len(_COMPILED) >= _COMPILED_KEPT:
-                _COMPILED.clear()
-            _COMPILED[key] = stmt
-        return stmt
+        return compile_cache.compiled(sql, params, self.schema, self._schema_fingerprint(), self.dialect)
 
     def _schema_fingerprint(self) -> str:
         """``self.schema.fingerprint()``, computed once per schema object."""
@@ -654,7 +598,8 @@ class Gateway:
             if not fits(spent, needed, self.budget):
                 if allow_partial:
                     return [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps], before
-                raise self._refusal(state, steps, needed, spent, accuracy, confidence)
+                raise refusal(state.blue, steps, needed, spent, self.budget, accuracy, confidence,
+                              secure=self._history.secure(state.table.name))
             charges = planned.recorded_charges()
             values, records = self._record(tx, state, planned.measurements, sql, "query", spent, charges)
         # Committed (fsync'd): only now may anything derived from the values leave.
@@ -748,53 +693,21 @@ class Gateway:
     ) -> warmstart.WarmStart:
         """**Spends budget**: ``epsilon`` up front on a designed release that later queries reuse for free.
 
-        ``strategy``: ``"identity"`` (one count per cell of ``columns``' grid),
-        ``"hierarchical"`` (Hay et al. tree over one ordered column; options
-        ``branching``, ``split="even"|"geometric"``, ``ratio``) or ``"ispe"`` (Xiao, Xiong & Yuan (2011);
-        options ``alpha1_fraction``, ``iterations``, ``mask_size``, ``sigma``, ``xi``,
-        ``connectivity``).  Every cell's cost rises by exactly ε (Xiao & Xiong (2012), Theorem 5.5), released
-        through :meth:`release_measurements`; see ``dpgate.warmstart.design`` for the privacy
-        proof and what intervals mean afterwards.  Returns a ``dpgate.warmstart.design.WarmStart``.
+        ``strategy`` is ``"identity"``, ``"hierarchical"`` or ``"ispe"``; the strategies, their
+        options, the privacy proof and what intervals mean afterwards are documented on
+        :func:`dpgate.warmstart.warm_start`.  Returns a :class:`dpgate.warmstart.WarmStart`.
 
         Raises:
-            InvalidRequirement: bad strategy, ε or option (nothing read, nothing spent).
+            InvalidRequirement: bad strategy, ε, columns or option (nothing read, nothing spent).
             InvalidArgument: a malformed ISPE smoothing or connectivity option (nothing read, nothing spent).
             BudgetExhausted: ``k·ε`` exceeds what remains (nothing read, nothing spent).
         """
-        if strategy not in warmstart.STRATEGIES:
-            raise InvalidRequirement(f"strategy must be one of {list(warmstart.STRATEGIES)}, got {strategy!r}.")
-        epsilon = positive_finite(epsilon, "epsilon", error=InvalidRequirement)
-        if not isinstance(columns, str) and not (isinstance(columns, Sequence) and columns):
-            raise InvalidRequirement(f"columns must be a column name or a non-empty list of names, got {columns!r}.")
         with _progress.working(f"{strategy} warm start"):
             release = warmstart.warm_start(self, strategy, epsilon, columns, table=table, **options)
         if release.strategy == "ispe":
             with self._lock:
                 self._ispe_releases.append(release)
         return release
-
-    def _refusal(
-        self,
-        state: TableState,
-        steps: Sequence[Step],
-        needed: float,
-        spent: float,
-        accuracy: float,
-        confidence: float,
-    ) -> BudgetExhausted:
-        unpaid = [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps]
-        best = answers(state.blue, unpaid, accuracy, confidence, "minimal", secure=self._history.secure(state.table.name))
-        single = best[0] if len(best) == 1 else None
-        hint = ""
-        if single is not None and math.isfinite(single.value):
-            hint = (
-                f" History alone gives {single.value:.6g} ± {single.halfwidth:.6g} at {confidence:.0%};"
-                " pass allow_partial=True to receive it."
-            )
-        elif single is not None:
-            hint = " History alone does not determine this query."
-        return exhausted(needed, spent, self.budget, what="This query",
-                         purpose=f" to reach ±{accuracy:g} at {confidence:.0%}", hint=hint, estimate=single)
 
     # -- model-based answers (Chen, Zhou & Bhowmick (2016); dpgate.model) -------------
     @single_threaded

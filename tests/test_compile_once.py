@@ -15,8 +15,9 @@ from _dpserve import dsn, thread_server
 import dpgate
 import dpgate.compile
 import dpgate.server._session  # noqa: F401 - imported before the spy replaces its names
-from dpgate import datasets, gateway
+from dpgate import datasets
 from dpgate.compile import CompiledStatement, compile_statement
+from dpgate.compile import cache as compile_cache
 
 SQL = "SELECT COUNT(*) FROM pums WHERE age < ?"
 
@@ -35,8 +36,8 @@ def compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     for name, module in list(sys.modules.items()):
         if name.split(".")[0] == "dpgate" and getattr(module, "compile_statement", None) is original:
             monkeypatch.setattr(module, "compile_statement", counted)
-    assert gateway.compile_statement is counted
-    monkeypatch.setattr(gateway, "_COMPILED", {})
+    assert compile_cache.compile_statement is counted
+    monkeypatch.setattr(compile_cache, "_COMPILED", {})
     return calls
 
 

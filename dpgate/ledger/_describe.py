@@ -6,12 +6,19 @@ release reads like its group, e.g. ``COUNT where sex = 1, age 0–29``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from dpgate.compile.query import LinearQuery
-from dpgate.schema.domains import Column, Table
+from dpgate.ledger._records import LedgerRecord
+from dpgate.schema.domains import Column, Schema, Table
 
-__all__ = ["describe"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["describe", "history_frame"]
 
 
 def describe(query: LinearQuery, table: Table) -> str:
@@ -63,3 +70,15 @@ def _cells(col: Column, cells: list[int]) -> str:
     if len(shown) > 8:
         return f"{col.name} ∈ {{{', '.join(shown[:4])}, … {shown[-1]}}} ({len(shown)} values)"
     return f"{col.name} ∈ {{{', '.join(shown)}}}"
+
+
+def history_frame(records: Sequence[LedgerRecord], schema: Schema) -> pd.DataFrame:
+    """``Gateway.history``: one row per release, with ``measured`` (what it counted, in words) after
+    ``sql`` and the exact weight vector as JSON (``query``) last."""
+    import pandas as pd
+
+    cols = ["id", "kind", "table", "sql", "alpha", "sensitivity", "scale", "lattice",
+            "noise", "value", "cost_after", "secure", "created_at", "session", "query"]
+    rows = [{"measured": describe(LinearQuery.from_json(r.query), schema.table(r.table)),
+             **{c: getattr(r, c) for c in cols}} for r in records]
+    return pd.DataFrame(rows, columns=[*cols[:4], "measured", *cols[4:]])

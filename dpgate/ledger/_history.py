@@ -11,7 +11,9 @@ planning copy, which holds exactly what applying its records would give.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from dpgate._version import __version__
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from dpgate.ledger.core import Ledger, LedgerRecord
     from dpgate.plan.plan import Plan
 
-__all__ = ["LedgerHistory"]
+__all__ = ["LedgerHistory", "collector_paused"]
 
 #: A gateway that replays at least this many ledger records on opening checkpoints its state
 #: (``dpgate.ledger._checkpoint``); closing it checkpoints whatever it added.
@@ -157,3 +159,17 @@ def _statements(
         seen.add(q)
     if run:
         yield run
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a ledger's history is loaded: tens of thousands
+    of new objects (records, queries) would otherwise set off full collections that walk them
+    all, a third of re-opening 10 000 releases.  Restored as it was, even on an exception."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

@@ -10,10 +10,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from dpgate.answer.result import Answer
+from dpgate.errors import BudgetExhausted
 from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior
+from dpgate.plan.budget import exhausted
 from dpgate.plan.plan import Step, meets
 
-__all__ = ["answers"]
+__all__ = ["answers", "refusal"]
 
 
 def answers(
@@ -98,3 +100,24 @@ def _answer(
         "history" if step.kind in ("history", "unavailable") else "fresh", step.increase, post,
         meets((high - low) / 2, accuracy), q.label, q.group, q, secure, step.isolated is not None,
     )
+
+
+def refusal(
+    blue: IncrementalBLUE, steps: Sequence[Step], needed: float, spent: float, budget: float, accuracy: float,
+    confidence: float, *, secure: bool,
+) -> BudgetExhausted:
+    """The refusal of a statement that needs ``needed`` more than ``budget − spent`` allows, with what
+    history alone would give a single-output statement (its steps replayed with nothing paid)."""
+    unpaid = [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps]
+    best = answers(blue, unpaid, accuracy, confidence, "minimal", secure=secure)
+    single = best[0] if len(best) == 1 else None
+    hint = ""
+    if single is not None and math.isfinite(single.value):
+        hint = (
+            f" History alone gives {single.value:.6g} ± {single.halfwidth:.6g} at {confidence:.0%};"
+            " pass allow_partial=True to receive it."
+        )
+    elif single is not None:
+        hint = " History alone does not determine this query."
+    return exhausted(needed, spent, budget, what="This query",
+                     purpose=f" to reach ±{accuracy:g} at {confidence:.0%}", hint=hint, estimate=single)

@@ -202,6 +202,8 @@ def warm_start(
     if strategy not in STRATEGIES:
         raise InvalidRequirement(f"strategy must be one of {list(STRATEGIES)}, got {strategy!r}.")
     epsilon = positive_finite(epsilon, "epsilon", error=InvalidRequirement)
+    if not isinstance(columns, str) and not (isinstance(columns, Sequence) and columns):
+        raise InvalidRequirement(f"columns must be a column name or a non-empty list of names, got {columns!r}.")
     t = _table(gw, table)
     cols = _columns(t, columns)
     opts = _options(strategy, options)

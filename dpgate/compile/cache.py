@@ -1,0 +1,52 @@
+"""Compiled statements kept for repeats (a GROUP BY answered from history, a dashboard's refresh).
+
+Compiling depends only on the text, the parameters, the schema and the dialect, and a
+compiled statement is immutable, so a repeat reuses it.  Kept for the process: gateways on
+equal schemas (e.g. one per DB-API connection) share them.  Single dict operations, so safe
+across threads without a lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dpgate.compile import CompiledStatement, SetOption, compile_statement
+from dpgate.schema.domains import Schema
+
+__all__ = ["compiled"]
+
+#: Compiled statements kept (the oldest are dropped all at once beyond this).
+KEPT = 1024
+_COMPILED: dict[tuple[Any, ...], CompiledStatement] = {}
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _key(sql: str, params: Sequence[Any] | Mapping[str, Any] | None, dialect: str) -> tuple[Any, ...] | None:
+    """The cache key of a compilation, or None when a parameter is not a plain value (not cached)."""
+    if params is None:
+        items: tuple[Any, ...] = ()
+    elif isinstance(params, Mapping):
+        items = tuple(sorted((str(k), type(v).__name__, v) for k, v in params.items()))
+    else:
+        items = tuple((type(v).__name__, v) for v in params)
+    if not all(type(v) in _PLAIN for *_, v in items):
+        return None
+    return (sql, isinstance(params, Mapping), items, dialect)
+
+
+def compiled(sql: str, params: Sequence[Any] | Mapping[str, Any] | None, schema: Schema, fingerprint: str,
+             dialect: str) -> CompiledStatement | SetOption:
+    """``compile_statement(sql, schema, dialect=dialect, params=params)``, reused when the same text,
+    plain parameters, dialect and schema (by its ``fingerprint``) were compiled before."""
+    text_key = _key(sql, params, dialect)
+    key = None if text_key is None else (fingerprint, text_key)
+    found = _COMPILED.get(key) if key is not None else None
+    if found is not None:
+        return found
+    stmt = compile_statement(sql, schema, dialect=dialect, params=params)
+    if isinstance(stmt, CompiledStatement) and key is not None:
+        if len(_COMPILED) >= KEPT:
+            _COMPILED.clear()
+        _COMPILED[key] = stmt
+    return stmt
