@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 import dpgate
-import dpgate.gateway as gateway_module
+import dpgate.gateway._gateway as gateway_module
 from dpgate.answer.result import Result
 from dpgate.errors import Warning as DPGateWarning
 from dpgate.ledger.core import Ledger

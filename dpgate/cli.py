@@ -1,5 +1,8 @@
 """The ``dpgate`` command line: ``demo``, ``query``, ``shell``, ``budget``, ``history``, ``synthesize``.
 
+Why one module of about 530 lines: one click group and its commands, much of it their
+help text; ``dpgate serve`` and ``dpgate user`` are in :mod:`dpgate.server._cli`.
+
 Errors print one line (``dpgate: error: …``) and exit non-zero; ``--debug``
 (anywhere on the command line) shows the traceback instead.  Exit codes: 1 for
 errors dpgate raises (refused query, budget exhausted, bad schema …), 2 for

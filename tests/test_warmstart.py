@@ -107,7 +107,7 @@ def test_every_cell_costs_exactly_epsilon(strategy, columns, options):
 
 def test_a_warm_start_simulates_its_charges_once(monkeypatch):
     """The charge checked against the budget is handed to the recording step, not recomputed."""
-    from dpgate import gateway
+    from dpgate.gateway import _gateway as gateway
 
     calls = []
     real = gateway._recorded_charges

@@ -38,7 +38,7 @@ from dpgate.compile.statement import Hints
 from dpgate.errors import UnsupportedQuery
 from dpgate.schema.domains import Schema, Table
 
-__all__ = ["compile_derived", "has_derived"]
+__all__ = ["compile_derived", "has_derived", "refuse_derived"]
 
 # Component suffixes, in the order dpgate.answer.combine reads them.
 _PARTS = {"avg": ("n", "s"), "var_samp": ("n", "s", "q"), "var_pop": ("n", "s", "q"),
@@ -225,3 +225,12 @@ def _remap_group_positions(tree: exp.Select, originals: list[exp.Expr]) -> None:
         else:
             new.append(e)
     group.set("expressions", new)
+
+
+def refuse_derived(stmt: CompiledStatement, what: str) -> None:
+    """AVG / VAR / STDDEV answers are Bonferroni boxes, not distributions: ``what`` needs a linear query."""
+    if stmt.derived:
+        raise UnsupportedQuery(
+            f"{what} needs linear outputs; AVG, VAR and STDDEV are not linear (their answers carry an interval "
+            "but no posterior) — ask for their components, e.g. SUM(x) and COUNT(x), instead."
+        )

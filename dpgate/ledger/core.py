@@ -1,5 +1,9 @@
 """Ledger: the durable, append-only, multi-process record of every release.
 
+Why one module of about 530 lines: opening, binding to a data source, the key and anchor
+checks and appending are the ledger's guarantee, stated and enforced in one place; the
+record format, the stores and the locks are the package's other modules.
+
 Every noisy answer dpgate releases is first appended here and committed
 (fsync'd); only then may the gateway return it.  A crash at any instant can
 therefore lose at most answers that were never shown, never budget that was.

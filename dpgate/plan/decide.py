@@ -1,5 +1,10 @@
 """Stage "decide": answer from history, or pick the cheapest fresh measurement.
 
+Why one module of about 640 lines: the three policies' candidate measurements and their
+pricing share the per-output bookkeeping below; the values they produce (:class:`Plan`,
+:class:`Step`, :class:`Measurement`) are in :mod:`dpgate.plan.plan`, answering a plan in
+:mod:`dpgate.plan._replay`.
+
 Pure planning on copies of a table's state — no data, no I/O.  The method is
 Xiao & Xiong, "Bayesian Inference under Differential Privacy" (2012).  For each
 compiled query ``Q`` (a vector ``h`` over atoms), given the analyst's

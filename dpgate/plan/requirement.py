@@ -23,6 +23,7 @@ __all__ = [
     "resolve_accuracy",
     "resolve_confidence",
     "resolve_requirement",
+    "of_call",
 ]
 
 #: Confidence 1−δ when no level of a requirement gives one.
@@ -120,3 +121,14 @@ def _number(text: str, name: str) -> float:
         return float(text)
     except ValueError:
         raise InvalidRequirement(f"hint {name}={text!r} is not a number; write e.g. {name}=25.") from None
+
+
+def of_call(hints: Mapping[str, str], accuracy: float | None, confidence: float | None,
+            allow_partial: bool | None) -> Requirement:
+    """The requirement of a call: its arguments, else the statement's ``hints``."""
+    return resolve_requirement(
+        {"accuracy": accuracy, "confidence": confidence, "allow_partial": allow_partial or None},
+        hinted(hints),
+        missing="no accuracy given: pass accuracy= (the half-width of the interval you need, e.g. 25) "
+        "or add a hint /*+ dpgate accuracy=25 */.",
+    )

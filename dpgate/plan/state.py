@@ -1,5 +1,11 @@
 """A table's released history: the gateway's live state and its frozen snapshot.
 
+Why one module of about 640 lines: a :class:`TableState`'s four parts — inference atoms,
+cost grid, incremental BLUE and the queries the atoms do not hold — are refined and
+recorded together under one invariant (every record reaches every part, in ledger order);
+split apart they would read each other's internals.  Its frozen snapshot is in
+:mod:`dpgate.plan._view`, repeats of isolated queries in :mod:`dpgate.plan._repeats`.
+
 :class:`TableState` is what the gateway updates as ledger records arrive (atoms,
 the incremental BLUE, per-cell costs, the released queries); only the gateway
 holds one.  :class:`TableView` is its frozen snapshot, the seam through which

@@ -1,39 +1,10 @@
-"""The gateway: decide, for each compiled query, between history and a fresh measurement.
+"""The :class:`Gateway`: one call runs the pipeline's stages, under one lock (see :mod:`dpgate.gateway`).
 
-(Over 500 lines on purpose: it is one class, the public API, and a third of it
-is docstrings — each method that releases states its privacy guarantee.
-Planning and answering live in ``dpgate.plan.decide``, a table's history in
-``dpgate.plan.state``, keeping it in step with the ledger in ``dpgate.ledger._history``, the
-requirement rules in ``dpgate.plan.requirement``.)
-
-Pipeline of one ``Gateway.query`` call::
-
-    compile_statement ─▶ refine atoms ─▶ plan (history? else the smallest budget)
-        ─▶ budget check ─▶ [ledger transaction: re-sync, re-plan, check, measure,
-           record, commit] ─▶ BLUE over all history ─▶ Result
-
-Privacy guarantee.  Neighbouring relation: add/remove one row (one row per
-individual, or ``max_rows_per_individual`` rows, see ``dpgate.plan.accounting``).
-Each fresh measurement of a linear query ``q`` (sensitivity ``S = max|q|``) adds
-two-sided geometric noise on the lattice ``γ`` (``dpgate.release.noise``) of scale
-``b = S/α``, which is ``α``-DP for ``q`` and costs cell ``j`` ``(α/S)|q_j|``
-(Xiao & Xiong, "Bayesian Inference under Differential Privacy", 2012,
-Theorem 5.5).  Everything else — answers from history, intervals,
-probabilities — is post-processing of released values and costs nothing.  The
-*design* (which queries are measured, at which scale) depends only on the
-queries and requirements, never on the data, so the BLUE's error law given the
-design is exact and the stated intervals cover at their nominal rate.
-
-Extensions (``dpgate.model``, ``dpgate.warmstart.design``) read a table's history only
-through :meth:`Gateway.locked_view`, a frozen :class:`~dpgate.plan.state.TableView`,
-and release only through :meth:`Gateway.release_measurements`; they never touch
-the gateway's private state.  They are typed against
-:class:`~dpgate.plan.seam.GatewaySeam`, the part of a gateway they use, and never
-import this module; this module imports them.  Model-based answers follow Chen, Zhou &
-Bhowmick, "Integrating Historical Noisy Answers for Improving Data Utility
-under Differential Privacy" (EDBT 2016); the ISPE warm start and its MMSE
-estimator follow Xiao, Xiong & Yuan, "ISPE: Adaptive Differentially Private
-Data Release and Query Estimation" (Emory TR-2011-005, 2011).
+Why one module of about 600 lines: it is one class, the public API, and a third of it
+is docstrings — each method that releases states its privacy guarantee.  Planning and
+answering live in :mod:`dpgate.plan`, a table's history in :mod:`dpgate.plan.state`, keeping it
+in step with the ledger in :mod:`dpgate.ledger._history`, the model-based methods in
+:mod:`dpgate.gateway._extensions`.
 """
 
 from __future__ import annotations
@@ -51,13 +22,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from dpgate import _progress, model
+from dpgate import _progress
 from dpgate._blas import one_blas_thread, single_threaded
 from dpgate._validate import positive_finite
 from dpgate.answer.combine import assemble, measured_queries, output_parts, plan_confidence
 from dpgate.answer.result import Result
-from dpgate.compile import MODEL_METHODS, CompiledStatement, SetOption
+from dpgate.compile import CompiledStatement, SetOption
 from dpgate.compile import cache as compile_cache
+from dpgate.compile.derived import refuse_derived
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import (
     Error,
@@ -66,9 +38,9 @@ from dpgate.errors import (
     NotEstimable,
     ProgrammingError,
     QueryTooComplex,
-    UnsupportedQuery,
 )
 from dpgate.errors import Warning as DPGateWarning
+from dpgate.gateway._extensions import Extensions
 from dpgate.inference import IncrementalBLUE
 from dpgate.ledger._describe import history_frame
 from dpgate.ledger._history import LedgerHistory, collector_paused
@@ -78,7 +50,7 @@ from dpgate.plan.accounting import to_epsilon
 from dpgate.plan.budget import exhausted, fits
 from dpgate.plan.decide import POLICIES, Measurement, Plan, Policy, Step, answers, check_policy, measurement, plan
 from dpgate.plan.explain import Explanation, Quote, quote, zero_valued
-from dpgate.plan.requirement import Requirement, hinted, resolve_confidence, resolve_requirement
+from dpgate.plan.requirement import hinted, of_call, resolve_confidence
 from dpgate.plan.state import DEFAULT_MAX_ATOMS, RecordedCharges, TableState, TableView, isolation_key
 from dpgate.release.cube import Cube
 from dpgate.release.noise import noise_source, release_many
@@ -104,33 +76,13 @@ def _outside_dpgate() -> int:
     return level
 
 
-def _requirement(stmt: CompiledStatement, accuracy: float | None, confidence: float | None,
-                 allow_partial: bool | None) -> Requirement:
-    """The requirement of a call: its arguments, else the statement's hints."""
-    return resolve_requirement(
-        {"accuracy": accuracy, "confidence": confidence, "allow_partial": allow_partial or None},
-        hinted(stmt.hints),
-        missing="no accuracy given: pass accuracy= (the half-width of the interval you need, e.g. 25) "
-        "or add a hint /*+ dpgate accuracy=25 */.",
-    )
-
-
 def _recorded_charges(state: TableState, parts: Sequence[Measurement]) -> RecordedCharges:
     """The table's exact charge, in units, before and after each of a statement's releases as they
     will be recorded, and the costs after them."""
     return state.recorded_charges([(m.c, m.alpha, m.sensitivity) for m in parts])
 
 
-def _refuse_derived(stmt: CompiledStatement, what: str) -> None:
-    """AVG / VAR / STDDEV answers are Bonferroni boxes, not distributions: ``what`` needs a linear query."""
-    if stmt.derived:
-        raise UnsupportedQuery(
-            f"{what} needs linear outputs; AVG, VAR and STDDEV are not linear (their answers carry an interval "
-            "but no posterior) — ask for their components, e.g. SUM(x) and COUNT(x), instead."
-        )
-
-
-class Gateway:
+class Gateway(Extensions):
     """A differentially private gateway in front of one data source.
 
     Args:
@@ -345,7 +297,7 @@ class Gateway:
         if not stmt.queries:  # only declared group keys: public, so free
             return Result((), stmt, 0.0)
         sql = stmt.sql  # recorded with each release: the text as given, placeholders unbound
-        req = _requirement(stmt, accuracy, confidence, allow_partial)
+        req = of_call(stmt.hints, accuracy, confidence, allow_partial)
         accuracy, confidence, allow_partial = req.accuracy, req.confidence, req.allow_partial
         policy = check_policy(policy or self.policy)
         with self._lock, _progress.working(f"planning {len(stmt.queries)} outputs"):
@@ -423,7 +375,7 @@ class Gateway:
                 quotes = tuple(Quote(name, stmt.queries[idx[0]].group, "model", 0.0, math.nan, c, left)
                                for name, _, _, idx in output_parts(stmt))
                 return Explanation(quotes, 0.0, spent, self.budget, stmt)
-            req = _requirement(stmt, accuracy, confidence, None)
+            req = of_call(stmt.hints, accuracy, confidence, None)
             pol = check_policy(policy or self.policy)
             planned = self._plan(stmt, req.accuracy, req.confidence, pol)
             blue, zero = planned.refined.blue, zero_valued(planned.steps)
@@ -438,7 +390,7 @@ class Gateway:
             NotEstimable: history does not determine this query.
         """
         stmt = self.compile(sql, params)
-        _refuse_derived(stmt, "probability()")
+        refuse_derived(stmt, "probability()")
         if len(stmt.queries) != 1:
             raise ProgrammingError(
                 f"probability() needs a query with one output, this one has {len(stmt.queries)}."
@@ -687,113 +639,3 @@ class Gateway:
                 values, records = self._record(tx, state, parts, label, kind, spent, charges)
             self._history.applied(Plan.of_releases(state, parts, charges), records, charges)
         return values
-
-    def warm_start(
-        self, strategy: str, epsilon: float, columns: str | Sequence[str], *, table: str | None = None, **options: Any
-    ) -> warmstart.WarmStart:
-        """**Spends budget**: ``epsilon`` up front on a designed release that later queries reuse for free.
-
-        ``strategy`` is ``"identity"``, ``"hierarchical"`` or ``"ispe"``; the strategies, their
-        options, the privacy proof and what intervals mean afterwards are documented on
-        :func:`dpgate.warmstart.warm_start`.  Returns a :class:`dpgate.warmstart.WarmStart`.
-
-        Raises:
-            InvalidRequirement: bad strategy, ε, columns or option (nothing read, nothing spent).
-            InvalidArgument: a malformed ISPE smoothing or connectivity option (nothing read, nothing spent).
-            BudgetExhausted: ``k·ε`` exceeds what remains (nothing read, nothing spent).
-        """
-        with _progress.working(f"{strategy} warm start"):
-            release = warmstart.warm_start(self, strategy, epsilon, columns, table=table, **options)
-        if release.strategy == "ispe":
-            with self._lock:
-                self._ispe_releases.append(release)
-        return release
-
-    # -- model-based answers (Chen, Zhou & Bhowmick (2016); dpgate.model) -------------
-    @single_threaded
-    def estimate(self, sql: str, method: str = "pca", *, confidence: float = 0.95, params: Any = None,
-                 **options: Any) -> model.ModelResult | Result:
-        """Biased model-based answers from history alone (Chen, Zhou & Bhowmick (2016)): free, never charged.
-
-        For queries history does not pin down (or when the budget is spent).  Reads only
-        released answers, their scales, public query structure and the public schema, so
-        it is post-processing: nothing is spent and the ledger is unchanged.
-
-        Args:
-            sql: one SELECT of linear aggregates, as for :meth:`query`.
-            method: ``"pca"`` (kernel-PCA with cross-validated shrinkage ``a``),
-                ``"maxent"`` (maximum-entropy Gibbs model) or ``"mmse"`` (the MMSE with
-                neighbourhood reference of Xiao, Xiong & Yuan (2011), §4, over an ISPE warm start; see
-                ``dpgate.warmstart.design.mmse_estimate``).  SQL clients choose it with the
-                hint ``/*+ dpgate method=mmse */`` or ``SET dpgate.method = mmse``.
-            confidence: sets the width of the *heuristic* band below.
-            **options: ``prior`` (``"auto"``: 1-D marginals fitted to released 1-D queries,
-                ``"uniform"``, or ``{column: cell probabilities}``), ``folds``, ``cv_seed``;
-                pca: ``a`` (``"cv"`` or a number, ``inf`` = unbiased projection);
-                maxent: ``alpha`` (number or ``"cv"``), ``solver`` (``"auto"``: exact over
-                atoms up to ``max_atoms``, default 100 000, else the approximate
-                stochastic-gradient / Gibbs-sampling fit of Chen, Zhou & Bhowmick (2016), §4.2;
-                ``"exact"``; ``"sgd"``), ``max_atoms``;
-                mmse: ``release`` (a ``WarmStart``; default the latest ISPE warm start
-                this gateway object made whose grid holds the query's columns),
-                ``neighbours`` (default True).
-
-        Returns:
-            A ``dpgate.model.ModelResult`` (a ``Result`` with ``.model`` diagnostics) whose
-            answers have ``source="model"``, ``epsilon_spent=0``, ``meets_requirement=False``,
-            ``posterior=None`` and ``low/high = value ∓ z·RMSE_cv``: the cross-validated RMSE
-            on held-out past queries (Chen, Zhou & Bhowmick (2016), Theorem 4); for a stochastic
-            maxent fit, ``z·√(RMSE_cv² + mc_stderr²)`` with the Monte Carlo error per answer in
-            ``.model``.  **Not a guaranteed interval**: it is an average error scale, and
-            can be far too narrow for unusual queries.
-        """
-        if method not in MODEL_METHODS:
-            raise InvalidRequirement(f"method must be one of {', '.join(map(repr, MODEL_METHODS))}, got {method!r}.")
-        _refuse_derived(self.compile(sql, params), "model-based estimates")
-        if method == "mmse":
-            release = options.pop("release", None) or self._ispe_release_for(sql, params)
-            return self._flag_security(
-                warmstart.mmse_estimate(self, sql, release, confidence=confidence, params=params, **options)
-            )
-        with _progress.working(f"fitting the {method} model"):
-            return self._flag_security(model.estimate(self, sql, method, confidence=confidence, params=params, **options))
-
-    def _flag_security(self, result: _R) -> _R:
-        """``result`` with ``Answer.secure`` set from its table's history (model answers are
-        post-processing of every release of the table)."""
-        secure = self._history.secure(result.statement.table)
-        return replace(result, answers=tuple(replace(a, secure=secure) for a in result.answers))
-
-    def _ispe_release_for(self, sql: str, params: Any) -> warmstart.WarmStart:
-        """The latest ISPE warm start of this object whose grid holds every column ``sql`` uses."""
-        stmt = self.compile(sql, params)
-        used = {c.lower() for q in stmt.queries for c in q.columns}
-        with self._lock:
-            for ispe in reversed(self._ispe_releases):
-                if ispe.table.lower() == stmt.table.lower() and used <= {c.lower() for c in ispe.columns}:
-                    return ispe
-        raise InvalidRequirement(
-            f"method 'mmse' needs an ISPE warm start over the columns {sorted(used)} of table {stmt.table!r} made "
-            "by this gateway object: call gw.warm_start('ispe', epsilon, columns) first (a warm start recorded "
-            "by another process cannot be reused: its partition is not in the ledger)."
-        )
-
-    @single_threaded
-    def synthesize(self, table: str | None = None, rows: int | None = None, seed: int | None = None,
-                   **options: Any) -> pd.DataFrame:
-        """A synthetic pandas DataFrame from the maximum-entropy model (Chen, Zhou & Bhowmick (2016), §4).
-
-        Post-processing of released answers: nothing is spent, the ledger is unchanged.
-        Columns follow the schema exactly (``dpgate.model._synth`` lists the value emitted
-        per cell kind; the categorical ``other`` cell gives the literal ``"<other>"``).
-
-        Args:
-            table: the table (optional when the schema has one).
-            rows: rows to draw; default the public ``Table.rows``, else the model's estimated
-                total (``df.attrs["dpgate"]["rows_source"]`` says which).
-            seed: of the sampler (sampling needs no secure randomness).
-            **options: as for :meth:`estimate` with ``method="maxent"``.
-        """
-        with _progress.working("synthesizing"):
-            return model.synthesize(self, table, rows, seed, **options)
-
