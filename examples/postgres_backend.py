@@ -5,7 +5,7 @@ Run:  python examples/postgres_backend.py postgresql://user@host:5432/db
 
 The database must hold the embedded PUMS sample (``dpgate.datasets.load_pums()``) as
 table ``pums (age integer, sex text, educ smallint, race integer, income integer,
-married boolean)`` — tests/test_examples.py loads it so with COPY.
+married boolean)`` — tests/system/test_examples.py loads it so with COPY.
 dpgate sends PostgreSQL only SELECTs it generates from the schema, each in a READ ONLY
 transaction that is rolled back; only per-cell counts come back (README "Backends").
 

@@ -124,7 +124,7 @@ def mentioned_modules() -> set[str]:
     a dotted name counts, and names that are not modules are ignored by the caller.
     """
     dotted: set[str] = set()
-    for path in TESTS.glob("test_*.py"):
+    for path in TESTS.rglob("test_*.py"):
         if path.name == Path(__file__).name:
             continue  # this file names every module; it tests none of them
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

@@ -31,7 +31,7 @@ Two solvers (``solver=``; ``"auto"``, the default, picks by the atom count):
   the same columns (a GROUP BY's groups sum to one row) are followed in closed form;
   other nearly flat directions of the dual converge at stochastic-gradient pace.  On
   small domains its answers agree with the exact fit's to within a few Monte Carlo
-  standard errors plus half an answer's noise scale (``tests/test_model_maxent.py``).
+  standard errors plus half an answer's noise scale (``tests/model/test_model_maxent.py``).
   Cost per iteration ``O(chains · m)``, independent of the domain and the atoms.
   Synthetic rows come from the same chains.
 

@@ -77,7 +77,7 @@ unconditionally the weights ``A₁(P)`` are correlated with ``N₁`` (the
 partition selected where the noisy histogram looks smooth), so the law of
 ``A₁(P)·N₁`` is not the independent-Laplace law the interval assumes.  The
 selection is symmetric under ``N₁ → −N₁`` only jointly with the data, so not
-even unbiasedness is guaranteed exactly.  ``tests/test_warmstart.py``
+even unbiasedness is guaranteed exactly.  ``tests/model/test_warmstart.py``
 (``test_ispe_blue_intervals_cover_empirically``) measures the coverage of BLUE
 intervals after ISPE over 150 independent redraws of the whole release on
 NETTRACE's first 32 cells, with a threshold at which the partition changes from

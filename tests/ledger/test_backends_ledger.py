@@ -22,7 +22,7 @@ import dpgate
 from dpgate.errors import LedgerError
 from dpgate.ledger.core import Ledger
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the worker modules live there
 
 
 def fresh_db(server: Any, name: str) -> str:

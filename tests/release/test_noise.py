@@ -34,7 +34,7 @@ from dpgate.release.noise import (
     release_many,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 P_MIN = 1e-4  # significance level of the statistical tests
 
 

@@ -20,7 +20,7 @@ from dpgate.errors import DPGateInternalError, InvalidRequirement, LedgerError
 from dpgate.ledger import core as ledger_module
 from dpgate.ledger.core import FORMAT_VERSION, Ledger, LedgerRecord
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FP = "sha256:data+schema"
 
 

@@ -3,7 +3,7 @@
 Counting per raw value first (two-level aggregation), the LIST_POSITION lookup of
 text categoricals, the binary-search CASE of binned columns and the prefix-sum
 evaluation of query batches are checked for exact equality against the plain-Python
-reference mapping of ``tests/test_cube.py``, on both SQL paths (two-level and direct).
+reference mapping of ``tests/release/test_cube.py``, on both SQL paths (two-level and direct).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ hints and SET, the package layout (stages, dispatch table, ``__all__``).
 
 Table-like cases (SQL → weights over cells, offset, sensitivity; refused SQL →
 error class and message) are fixtures in ``tests/fixtures/compile/*.sql``, run by
-``tests/test_compile_fixtures.py``; the schema is ``tests/fixtures/compile/schema.yaml``."""
+``tests/compile/test_compile_fixtures.py``; the schema is ``tests/fixtures/compile/schema.yaml``."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from dpgate.errors import (
 )
 from dpgate.schema.domains import Schema
 
-FIXTURES = Path(__file__).parent / "fixtures" / "compile"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "compile"
 SCHEMA = Schema.load(str(FIXTURES / "schema.yaml"))
 PUMS = SCHEMA.table("pums")
 
@@ -468,7 +468,7 @@ def test_no_private_names_cross_module_boundaries():
     """Modules of dpgate.compile import each other's public names only."""
     import ast
 
-    root = Path(__file__).parents[1] / "dpgate" / "compile"
+    root = Path(__file__).resolve().parents[2] / "dpgate" / "compile"
     for path in root.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dpgate"):

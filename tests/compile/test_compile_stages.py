@@ -1,6 +1,6 @@
 """Unit tests of the compiler's stage modules, each through its own public functions.
 
-``tests/test_compile.py`` and the SQL fixtures test the compiler end to end
+``tests/compile/test_compile.py`` and the SQL fixtures test the compiler end to end
 (SQL → LinearQuery); here each module of ``dpgate/compile/`` is tested on its own:
 
 * :mod:`dpgate.compile.statement` — hints, SET, parameter binding, literals, the one-statement rule;

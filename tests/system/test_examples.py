@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 
 EXAMPLES = {  # each script in examples/ and lines its output must contain
     "quickstart.py": ["history", "fresh", "refused:", "after a restart"],

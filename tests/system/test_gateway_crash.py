@@ -30,7 +30,7 @@ import dpgate
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork and SIGKILL")
 
-WORKER = Path(__file__).with_name("_gateway_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "_gateway_worker.py"
 
 
 class Zygote:

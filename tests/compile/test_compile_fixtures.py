@@ -25,7 +25,7 @@ from dpgate.compile.query import LinearQuery
 from dpgate.errors import ProgrammingError
 from dpgate.schema.domains import Column, Schema, Table
 
-FIXTURES = Path(__file__).parent / "fixtures" / "compile"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "compile"
 SCHEMA = Schema.load(str(FIXTURES / "schema.yaml"))
 _HEADER = re.compile(r"-- (\w+):(.*)$")
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
