@@ -45,7 +45,8 @@ def one_blas_thread() -> Iterator[None]:
 @contextmanager
 def every_blas_thread() -> Iterator[None]:
     """Lift the limit for one large factorisation inside the gateway's work (the dense
-    inverse of a 4 096-atom information matrix: 1.7 s on one thread, 1.1 s on two)."""
+    inverse of a 4 096-atom information matrix, faster on two threads than on one; measured:
+    benchmarks/README.md, "Timings behind the code")."""
     with _blas_controller().limit(limits=os.cpu_count() or 1, user_api="blas"):
         yield
 
@@ -57,8 +58,8 @@ LARGE_PRODUCT_BYTES = 1 << 24
 @contextmanager
 def threads_for(nbytes: int) -> Iterator[None]:
     """:func:`every_blas_thread` for products reading more than :data:`LARGE_PRODUCT_BYTES`
-    while the other cores are idle (two cores fetch memory faster than one: a pass over the
-    10 000 × 4 000 coefficients of a long history, 32 → 21 ms; switching costs ~50 µs),
+    while the other cores are idle (two cores fetch memory faster than one, and switching
+    costs far less than a large pass saves; benchmarks/README.md, "Timings behind the code"),
     else the limit as it is.  On busy cores BLAS threads wait for each other (3× slower
     measured beside two other processes on 2 cores), so their CPU use decides
     (:func:`_idle_cores`).  Two threads may sum in another order than one: such products

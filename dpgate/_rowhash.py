@@ -6,7 +6,7 @@ not matter), hashed to 64 bits by pandas (unkeyed), and that digest is run throu
 SipHash under a secret key drawn once per process with ``secrets``: a keyed PRF of
 the row.  Without the key a hash says nothing about the row; the hashes never
 leave the process (nothing here is written, printed or put in ``df.attrs``).
-Vectorised: about 0.3 s for a million rows.
+Vectorised (benchmarks/README.md, "Timings behind the code").
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def hashed(encoded: Mapping[str, np.ndarray]) -> np.ndarray:
     Stage 1 is pandas' (unkeyed) row hash of the canonical encoding; stage 2 runs
     each 8-byte digest through SipHash under the process's secret key
     (``hash_array`` of bytes objects is keyed SipHash), so the result is a keyed
-    PRF of the row.  Vectorised: ~0.3 s for a million rows.
+    PRF of the row.
     """
     plain = pd.util.hash_pandas_object(pd.DataFrame(dict(encoded)), index=False).to_numpy(dtype=np.uint64)
     # ``S8`` drops trailing NUL bytes, which is still injective on fixed 8-byte strings.

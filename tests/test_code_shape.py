@@ -57,3 +57,16 @@ def test_layer_contract_names_every_top_level_module_and_package() -> None:
     present = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
     present |= {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert present == named, f"not in a layer: {sorted(present - named)}; gone: {sorted(named - present)}"
+
+
+def test_no_import_cycles_between_modules() -> None:
+    """No two modules import each other, directly or through others — lazy imports and
+    ``TYPE_CHECKING`` imports included (a tie hidden from the interpreter is still a tie).
+    The layer contract forbids cycles across packages; this forbids them inside one too."""
+    import grimp  # import-linter's graph builder
+
+    graph = grimp.build_graph("dpgate", cache_dir=None)
+    cycles = sorted({tuple(sorted((module, imported)))
+                     for module in graph.modules for imported in graph.find_modules_directly_imported_by(module)
+                     if graph.chain_exists(importer=imported, imported=module)})
+    assert not cycles, f"modules that import each other (directly or through others): {cycles}"

@@ -31,9 +31,9 @@ from dpgate._demo.workload import DELTA, Setting
 
 __all__ = ["DEFAULT_DEMO_QUERIES", "format_table", "plot", "run_demo"]
 
-#: Default number of demo queries per setting, measured to finish well under 2 minutes
-#: on 2 cores (Xeon, 2 vCPU: bounded 1000 queries ≈ 50 s; unbounded 300 ≈ 50 s, the
-#: tree's releases and a history that keeps growing make its queries slower).
+#: Default number of demo queries per setting, chosen to finish well under 2 minutes on
+#: 2 cores (the tree's releases and a history that keeps growing make the unbounded
+#: setting's queries slower; measured: benchmarks/README.md, "Timings behind the code").
 DEFAULT_DEMO_QUERIES: dict[str, int] = {"bounded": 1000, "unbounded": 300}
 
 _PLOTTING = "The demo's plot"

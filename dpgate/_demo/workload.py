@@ -50,10 +50,9 @@ makes where the paper is silent marked *[decision]*:
   0.014 % (max; mean 0.003 %) of the full tree's — computed exactly from the
   4096 × 4096 tree Gram matrix for 500 workload queries.  The full tree is a
   gateway performance problem, not a modelling choice: absorbing a release costs
-  O(rank × atoms), so 4096 nodes (the tree over 2048 cells) took 103 s to release
-  (66 s of it in the inference update; measured 2026-11-23 on 2 shared cores),
-  and with all 8191 nodes every later decision works on a 4096 × 4096 basis
-  and an 8191 × 4096 coefficient matrix (hundreds of ms per query).
+  O(rank × atoms), so 4096 nodes (the tree over 2048 cells) take minutes to release
+  (benchmarks/README.md, "Timings behind the code"), and with all 8191 nodes every later decision works on a 4096 × 4096 basis
+  and an 8191 × 4096 coefficient matrix.
   ``tree_cells=None`` releases the full tree.
 
 Example:

@@ -1,5 +1,8 @@
 """Row-level SQL node types → how the :class:`~dpgate.compile.evaluate.Evaluator` evaluates them.
 
+Handlers see the evaluator through the :class:`Evaluator` protocol below, so this module does
+not import :mod:`dpgate.compile.evaluate` (which imports it).
+
 One function per node type, collected in one table, :data:`_HANDLERS` (sqlglot's
 ``Generator.TRANSFORMS`` idea, instead of an isinstance chain).
 :func:`handler_for` walks a node class's MRO, so a subclass resolves to its
@@ -12,7 +15,7 @@ Each handler takes the evaluator and the node and returns a
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from sqlglot import exp
@@ -20,13 +23,26 @@ from sqlglot import exp
 from dpgate.compile.cells import BOOL, CAT, NULL, NUM, STR, Val, boolean, column_of, like_regex, parse_number
 from dpgate.errors import UnsupportedQuery
 
-if TYPE_CHECKING:
-    from dpgate.compile.evaluate import Evaluator
+__all__ = ["Evaluator", "Handler", "handler_for"]
 
-__all__ = ["Handler", "handler_for"]
+
+class Evaluator(Protocol):
+    """What a handler may ask of the evaluator that calls it (:class:`dpgate.compile.evaluate.Evaluator`
+    is the one implementation): its children's values, and the shared typing and logic rules."""
+
+    def ev(self, node: exp.Expr) -> Val: ...
+    def column_value(self, node: exp.Column) -> Val: ...
+    def num(self, node: exp.Expr, ctx: exp.Expr) -> Val: ...
+    def as_num(self, a: Val, node: exp.Expr, ctx: exp.Expr) -> Val: ...
+    def cond(self, node: exp.Expr) -> Val: ...
+    def finite(self, a: Val, node: exp.Expr) -> None: ...
+    def and_(self, a: Val, b: Val) -> Val: ...
+    def or_(self, a: Val, b: Val) -> Val: ...
+    def compare(self, sym: str, a: Val, b: Val, node: exp.Expr) -> Val: ...
+
 
 #: A node handler: (evaluator, node) → value.
-Handler = Callable[["Evaluator", Any], Val]
+Handler = Callable[[Evaluator, Any], Val]
 
 
 def _paren(ev: Evaluator, node: exp.Paren) -> Val:

@@ -115,8 +115,8 @@ class Gateway(Extensions):
             per-cell cost (the cost atoms are separate and much larger).
         max_outputs: the most outputs (groups × aggregates) one statement may have;
             larger statements are refused with ``QueryTooComplex`` before any data is
-            read (planning and recording cost grow with the outputs: about 1 s per
-            thousand groups on 2 cores).
+            read (planning and recording cost grow with the outputs; benchmarks/README.md
+            gives the time per thousand groups).
 
     Example:
         >>> import dpgate, dpgate.datasets

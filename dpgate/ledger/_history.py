@@ -165,7 +165,7 @@ def _statements(
 def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off while a ledger's history is loaded: tens of thousands
     of new objects (records, queries) would otherwise set off full collections that walk them
-    all, a third of re-opening 10 000 releases.  Restored as it was, even on an exception."""
+    all (benchmarks/README.md, "Timings behind the code").  Restored as it was, even on an exception."""
     was = gc.isenabled()
     gc.disable()
     try:

@@ -1,6 +1,6 @@
 """The ledger's writer locks: threads of a process, then processes, per ledger file.
 
-Split from :mod:`dpgate.ledger.core` (whose module docstring states the guarantees).
+The guarantees are stated in :mod:`dpgate.ledger.core`.
 SQLite's ``BEGIN IMMEDIATE`` (PostgreSQL's advisory lock) is the correctness
 guarantee; these locks only make waiting prompt and fair.  After ``fork`` the
 child starts with fresh locks.

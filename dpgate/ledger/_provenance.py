@@ -92,7 +92,7 @@ def record_delivery(ledger: Ledger, analyst: str, statement: str, source: str, e
 
     Committed without an fsync (it survives a crash of the server process, not a power loss):
     a delivery spends nothing — the ε of a fresh answer is in its charge rows, fsync'd with
-    the release itself — and an fsync per free answer would cost ~4 ms.
+    the release itself — and an fsync per free answer would cost more than answering it.
     """
     ledger.store.add_provenance(ProvenanceRow(analyst, "delivery", None, float(epsilon), statement, source, _now()),
                                 fsync=False)

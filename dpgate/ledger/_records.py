@@ -1,11 +1,12 @@
 """The ledger's records: their format, and appending them to the keyed chain (internal).
 
-Split from :mod:`dpgate.ledger.core` (whose module docstring states the guarantees): the
+The guarantees are stated in :mod:`dpgate.ledger.core`; here are the
 on-disk schema of a SQLite ledger, :class:`LedgerRecord`, and
 :class:`LedgerTransaction`, which checks each appended record's fields and chains its
 MAC (:func:`dpgate.ledger._key.chain_macs`) to the previous one;
 :func:`extend_chain` verifies the same chain when records are read.  Both classes
-are re-exported by :mod:`dpgate.ledger.core`, where they belong publicly.
+are public as ``dpgate.ledger.LedgerRecord`` and ``dpgate.ledger.LedgerTransaction``.
+A transaction is handed the ledger's key, session, budget and append hook, never the ledger.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dpgate.ledger._key import Anchor, binding_mac, chain_macs, header_mac
 from dpgate.ledger._store import Connection, ProvenanceWriter
 
 if TYPE_CHECKING:
-    from dpgate.ledger.core import Ledger
+    import threading
 
 __all__ = ["COLUMNS", "FORMAT_VERSION", "NEW_LEDGER_HINT", "SCHEMA", "LedgerRecord", "LedgerTransaction",
            "check_header", "extend_chain", "new_header", "now", "record_from_row"]
@@ -151,8 +152,11 @@ assert ", ".join(FIELDS).replace("table", "table_name", 1) == COLUMNS
 class LedgerTransaction:
     """A handle on an open :meth:`Ledger.transaction`; use it only inside the block."""
 
-    def __init__(self, ledger: Ledger, conn: Connection, head: Anchor) -> None:
-        self._ledger = ledger
+    def __init__(self, conn: Connection, head: Anchor, *, key: bytes | None, session: str, budget: float,
+                 hooks: threading.local) -> None:
+        """``key``, ``session`` and ``budget``: the ledger's; ``hooks``: its thread's append hook
+        (``on_append``, read at each append)."""
+        self._key, self._session, self._budget, self._hooks = key, session, budget, hooks
         self._conn = conn
         self._provenance: ProvenanceWriter | None = None  # the append hook's view, made on first use
         self._open = True
@@ -256,19 +260,18 @@ class LedgerTransaction:
             InvalidRequirement, DPGateInternalError: as :meth:`append` (nothing is written).
         """
         self._check()
-        led = self._ledger
-        if led._key is None:
+        if self._key is None:
             raise DPGateInternalError("a transaction was opened on a ledger without its key")
-        defaults = {"session": led.session, "created_at": now()}  # one time for the records committed together
+        defaults = {"session": self._session, "created_at": now()}  # one time for the records committed together
         rid, head = self.head
         rows = []
         for e in entries:
             rid += 1
             rows.append(self._row(rid, e, defaults))
-        macs = chain_macs(led._key, head, rows)
+        macs = chain_macs(self._key, head, rows)
         rows = [(*row, mac) for row, mac in zip(rows, macs, strict=True)]
         insert = f"INSERT INTO dpgate_records({COLUMNS}, mac) VALUES ({', '.join('?' * 16)})"
-        hook = getattr(led._local, "on_append", None)
+        hook = getattr(self._hooks, "on_append", None)
         if hook is None:
             self._conn.executemany(insert, rows)
         else:  # e.g. dpgate serve's per-analyst charge, in this same transaction, record by record
@@ -309,10 +312,9 @@ class LedgerTransaction:
                           for check, name, x in zip(_REAL_CHECKS, _REAL_NAMES, reals, strict=True))
         if not isinstance(secure, (bool, int)) or secure not in (0, 1):
             raise InvalidRequirement(f"Ledger field 'secure' must be a bool, not {secure!r}.")
-        led = self._ledger
-        if reals[5] > led.budget * (1 + BUDGET_TOLERANCE) + BUDGET_TOLERANCE:
+        if reals[5] > self._budget * (1 + BUDGET_TOLERANCE) + BUDGET_TOLERANCE:
             raise DPGateInternalError(
-                f"refusing to record a release with system cost {reals[5]!r} above the ledger's budget {led.budget!r}"
+                f"refusing to record a release with system cost {reals[5]!r} above the ledger's budget {self._budget!r}"
             )
         alpha, sensitivity, scale, lattice, value, cost_after = reals
         return (rid, kind, table, query, sql, alpha, sensitivity, scale, lattice, noise, value, cost_after,

@@ -472,7 +472,8 @@ class Ledger:
         with self.store.write_locked(conn, committed):  # in memory, the lock also guards the one connection
             with map_exceptions({sqlite3.OperationalError: LedgerError}, self.store.read_failed):
                 self._verified(conn, 2**62)
-            tx = LedgerTransaction(self, conn, self._head)
+            tx = LedgerTransaction(conn, self._head, key=self._key, session=self.session, budget=self.budget,
+                                   hooks=self._local)
             box.append(tx)
             try:
                 yield tx

@@ -67,7 +67,7 @@ def _compute_joint_split(table: Table, held: Sequence[LinearQuery]) -> tuple[Lin
     base, run = 0, len(held)
     for k, q in enumerate(held):
         # Each query's non-zero boxes as boxes of the joint grid (few, for a group): slices, not a
-        # pass over the whole grid per query (4 096 tree leaves: 0.6 s).
+        # pass over the whole grid per query (slow for a tree's thousands of leaves; benchmarks/README.md).
         boxes = _joint_boxes(q, cols, grid)
         if boxes is None:
             e = q.expand(table, cols, grid)

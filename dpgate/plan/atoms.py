@@ -415,7 +415,7 @@ _BATCH_VECTORS = 1 << 22
 
 class GridVersion:
     """A grid's ``(table, columns, breakpoints)`` as a dictionary key whose hash is computed
-    once: a 4 096-box grid's breakpoints take ~30 µs to hash, on every memo lookup."""
+    once: hashing a large grid's breakpoints on every memo lookup adds up (benchmarks/README.md)."""
 
     __slots__ = ("_hash", "key")
 

@@ -85,7 +85,7 @@ def _wide(query: LinearQuery) -> bool:
     if nums.size <= MAX_ATOM_WEIGHTS + 1:  # + the zero weight
         return False
     found = _wide_cache.get(query)
-    if found is None:  # a wide query is sorted once per object (500 001 incomes: 0.1 s)
+    if found is None:  # a wide query is sorted once per object (benchmarks/README.md)
         found = _wide_cache[query] = bool(np.unique(nums).size > MAX_ATOM_WEIGHTS + 1)
     return found
 

@@ -338,7 +338,7 @@ class BoundColumn:
         """Whether :func:`grouped_counts` keys this column by its value as text, mapped to cells
         in numpy (:meth:`cells_of_text`): text categoricals in DuckDB.  Grouping by the text is the
         analyst's own ``GROUP BY col``; mapping the few distinct values to cells in the engine
-        cost DuckDB another operator (~0.5 ms on a 50-value column)."""
+        cost DuckDB another operator (benchmarks/README.md, "Timings behind the code")."""
         return self.decl.kind == "categorical" and self.tclass == "other" and self.dialect == "duckdb"
 
     def cells_of_text(self, keys: np.ndarray) -> np.ndarray:
@@ -546,7 +546,7 @@ def grouped_counts(
         inner = inner.where(where, copy=False)
     inner = inner.group_by(*[exp.Literal.number(j + 1) for j in range(len(inner_sel))], copy=False)
     # No outer GROUP BY: the caller sums rows of equal keys (``Cube._histogram``); a second
-    # aggregation over the few raw values costs the engine more (~1 ms in DuckDB) than that sum.
+    # aggregation over the few raw values costs the engine more than that sum (benchmarks/README.md).
     sel = [k.as_(f"k{i}", copy=False) for i, k in enumerate(outer_keys)]
     sel.append(exp.column(n_inner, quoted=True).as_("n", copy=False))
     outer = exp.select(*sel, copy=False).from_(inner.subquery("cells", copy=False), copy=False)

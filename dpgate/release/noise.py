@@ -147,7 +147,7 @@ class SecureNoise(NoiseSource):
     identity ``G = m·⌊G/m⌋ + (G mod m)`` for a geometric ``G``, whose two parts
     are independent.
 
-    Importing OpenDP is deferred to the first draw (about 0.3 s) and calls
+    Importing OpenDP (slow: benchmarks/README.md) is deferred to the first draw and calls
     ``opendp.prelude.enable_features("contrib")``, which is process-global.
     """
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from dpgate.errors import SchemaError
-from dpgate.schema.domains import Column, Table
+from dpgate.schema.tables import Column, Table
 
 __all__ = ["table_from_dataframe"]
 

@@ -285,7 +285,7 @@ class Session:
         statement the global budget cannot pay is left to the gateway, which refuses it
         before reading data (or answers it from history under ``allow_partial``) — and so,
         while the analyst has at least the global budget left, their cap cannot bind first
-        and the quote (~1 ms) is skipped.  So is the quote of a statement this session
+        and the quote is skipped.  So is the quote of a statement this session
         or another session of the server already found free under the same settings:
         history only grows, and what it answers it keeps answering, for every analyst (a
         repeated dashboard query costs no quote).

@@ -202,7 +202,7 @@ def test_a_yaml_alias_bomb_gives_a_short_message_quickly():
 
 
 def test_too_many_declared_values_are_refused_with_the_limit():
-    from dpgate.schema.domains import MAX_DECLARED_VALUES
+    from dpgate.schema.tables import MAX_DECLARED_VALUES
 
     values = [str(i) for i in range(MAX_DECLARED_VALUES + 1)]
     with pytest.raises(dpgate.SchemaError, match=f"limit of {MAX_DECLARED_VALUES}") as info:
