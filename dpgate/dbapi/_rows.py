@@ -100,7 +100,6 @@ def TimestampFromTicks(ticks: float) -> _dt.datetime:  # noqa: N802 - PEP 249 na
     return Timestamp(*_time.localtime(ticks)[:6])
 
 
-
 # -- result sets -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ResultSet:
@@ -146,6 +145,8 @@ class Statements(Protocol):
 
     def _check_open(self) -> None:
         """Raise ``InterfaceError`` if the connection is closed."""
+
+
 _GROUP_TYPES = {"integer": "BIGINT", "binned": "VARCHAR", "categorical": "VARCHAR", "boolean": "BOOLEAN"}
 _ROW_KEY = "\x00dpgate_group"
 

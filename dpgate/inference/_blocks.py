@@ -280,8 +280,6 @@ def general_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.flo
     return P, L, solve_triangular(L, np.eye(L.shape[0]), lower=True), np.asarray(Qt.T / sq)
 
 
-
-
 def mixed_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float64], norms: NDArray[np.float64],
                 r: int) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
     """``(P, L, new basis rows, which rows add one)`` for any rows, in order, as appending them one by one decides:

@@ -46,7 +46,6 @@ from dpgate.plan.budget import exhausted, fits
 __all__ = ["ensure_table", "charging", "record_delivery", "analyst_spent", "analyst_history", "statement_hash"]
 
 
-
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 

@@ -43,6 +43,7 @@ LUT_MAX = 1 << 22
 #: Synthetic rows contributed by one chain at most (more rows: more chains).
 SYNTH_DRAWS = 25
 
+
 class _Features:
     """Linear queries as functions of rows of cells, ``f_i(t) = q_i(t) / scale_i`` (no product grid).
 

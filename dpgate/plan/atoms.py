@@ -408,7 +408,6 @@ class AtomPartition(_Grid):
         return f"<AtomPartition {self.table.name} atoms={self._n} grid=[{grid}]>"
 
 
-
 #: Largest (queries × atoms) array :meth:`AtomPartition.vectors` builds at once.
 _BATCH_VECTORS = 1 << 22
 

@@ -90,6 +90,7 @@ def check_policy(policy: object) -> Policy:
         raise InvalidRequirement(f"policy must be one of {list(POLICIES)}, got {policy!r}.")
     return cast(Policy, policy)
 
+
 #: Support sizes (in atoms) up to which separate atom counts are a candidate.
 MAX_ATOM_CANDIDATE = 16
 #: How many of the most-charged atoms a restricted candidate may leave out.

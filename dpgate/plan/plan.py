@@ -32,7 +32,6 @@ def meets(halfwidth: float, accuracy: float) -> bool:
     return halfwidth <= accuracy * (1.0 + ACCURACY_RTOL)
 
 
-
 @dataclass(frozen=True)
 class Measurement:
     """One noisy count to take: ``query`` (linear part, offset 0) at ``alpha``.

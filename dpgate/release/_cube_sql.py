@@ -492,6 +492,8 @@ def set_condition(cols: list[BoundColumn], bps: Sequence[Sequence[int]], mask: n
 
 #: Largest number of distinct texts :meth:`BoundColumn.cells_of_text` maps in a Python loop.
 _TEXT_LOOKUP_LOOP = 4096
+
+
 def grouped_counts(
     ref: exp.Table, cols: list[BoundColumn], keys: list[exp.Expression | None], where: exp.Expression | None,
     direct: Sequence[bool] | None = None,

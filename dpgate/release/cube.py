@@ -75,6 +75,7 @@ _MAX_FILTER_TERMS = 32
 _MAX_BATCH_TERMS = 64
 _MAX_BATCH_GRID = 2**20
 
+
 class Cube:
     """Exact counts of a table's rows per cell, from a DuckDB, PostgreSQL or Spark source.
 

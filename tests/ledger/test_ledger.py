@@ -504,6 +504,7 @@ def test_fork_child_opens_its_own_connection(tmp_path):
     with led.transaction() as tx:
         tx.append(**fields(alpha=COST, cost_after=COST))
     ctx = mp.get_context("fork")
+
     def child() -> None:
         spend_until_exhausted(led)
         os._exit(0)
