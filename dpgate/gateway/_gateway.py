@@ -267,12 +267,12 @@ class Gateway(Extensions):
             InvalidRequirement: accuracy/confidence out of range.
             BudgetExhausted: the answer would overspend (nothing read, nothing spent).
         """
-        stmt = self._compile_checked(sql, params)
+        stmt = self._checked(self.compile(sql, params))
         method = stmt.hints.get("method", "exact")  # validated and lower-cased by the compiler
         if stmt.queries and method != "exact":  # a hint asked for a free, model-based estimate instead
             confidence = resolve_confidence({"confidence": confidence}, hinted(stmt.hints))
             return self.estimate(sql, method, confidence=confidence, params=params)
-        return self.run(stmt, accuracy, confidence, allow_partial=allow_partial, policy=policy, round=round)
+        return self._run(stmt, accuracy, confidence, allow_partial, policy, round)
 
     @single_threaded
     def run(
@@ -293,6 +293,11 @@ class Gateway(Extensions):
         errors are :meth:`query`'s; the statement's ``method`` hint is not read here (the
         caller routes model-based statements to :meth:`estimate`, as :meth:`query` does).
         """
+        return self._run(statement, accuracy, confidence, allow_partial, policy, round)
+
+    def _run(self, statement: CompiledStatement, accuracy: float | None, confidence: float | None,
+             allow_partial: bool, policy: Policy | None, round: bool) -> Result:  # noqa: A002 - as run's
+        """:meth:`run`, inside its caller's BLAS limit (the public entry points are ``single_threaded``)."""
         stmt = self._checked(statement)
         if not stmt.queries:  # only declared group keys: public, so free
             return Result((), stmt, 0.0)
@@ -345,7 +350,7 @@ class Gateway(Extensions):
         Raises:
             UnsupportedQuery, SchemaError, InvalidRequirement: as :meth:`query` (nothing spent).
         """
-        return self.quote(self._compile_checked(sql, params), accuracy, confidence, policy=policy, method=method)
+        return self._quote(self._checked(self.compile(sql, params)), accuracy, confidence, policy, method)
 
     @single_threaded
     def quote(
@@ -362,6 +367,11 @@ class Gateway(Extensions):
         For the package's SQL front ends, which quote the very statement they then hand to
         :meth:`run` (the server's per-analyst cap check), compiling it once.
         """
+        return self._quote(statement, accuracy, confidence, policy, method)
+
+    def _quote(self, statement: CompiledStatement, accuracy: float | None, confidence: float | None,
+               policy: Policy | None, method: str | None) -> Explanation:
+        """:meth:`quote`, inside its caller's BLAS limit."""
         stmt = self._checked(statement)
         method = method or stmt.hints.get("method", "exact")
         with self._lock:
@@ -490,10 +500,6 @@ class Gateway(Extensions):
             yield self._history.state(table).refined(queries).view()
 
     # -- internals -------------------------------------------------------------------
-    def _compile_checked(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None) -> CompiledStatement:
-        """:meth:`compile`, refusing statements with more outputs than ``max_outputs``."""
-        return self._checked(self.compile(sql, params))
-
     def _checked(self, stmt: CompiledStatement) -> CompiledStatement:
         """``stmt``, refused if it has more outputs than ``max_outputs``."""
         if len(stmt.queries) > self.max_outputs:
