@@ -5,7 +5,6 @@
 - :mod:`~dpgate.gateway._extensions` — its warm starts, model-based estimates and synthetic data,
   delegated to :mod:`dpgate.warmstart` and :mod:`dpgate.model`.
 
-
 Pipeline of one ``Gateway.query`` call::
 
     compile_statement ─▶ refine atoms ─▶ plan (history? else the smallest budget)
