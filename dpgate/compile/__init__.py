@@ -128,6 +128,7 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from dpgate.compile.bounds import MAX_MESSAGE, bounded_message
 from dpgate.compile.derived import compile_derived, has_derived
 from dpgate.compile.post import PostProcess
 from dpgate.compile.query import LinearQuery
@@ -226,10 +227,15 @@ def compile_statement(
         return set_option(tree)
     # Past the parser, a plain ValueError/TypeError/KeyError/AttributeError is a
     # dpgate bug, not a refusal: say so rather than blame the user's SQL.
-    with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
-        if isinstance(tree, exp.Select) and has_derived(tree):
-            return compile_derived(tree, schema, dialect, hints=found, sql=sql)
-        return compile_tree(tree, schema, dialect, hints=found, sql=sql)
+    try:
+        with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
+            if isinstance(tree, exp.Select) and has_derived(tree):
+                return compile_derived(tree, schema, dialect, hints=found, sql=sql)
+            return compile_tree(tree, schema, dialect, hints=found, sql=sql)
+    except Error as exc:  # refusals quote SQL fragments: bounded, however long the statement or its parameters
+        if len(message := str(exc)) > MAX_MESSAGE:
+            exc.args = (bounded_message(message), *exc.args[1:])
+        raise
 
 
 # sqlglot raises its own errors, and plain ValueError / TypeError / KeyError /

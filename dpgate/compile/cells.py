@@ -22,6 +22,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpgate._validate import FALSE_WORDS, TRUE_WORDS
+from dpgate.compile.bounds import LARGEST_EXPONENT, excerpt, number_order, refuse_out_of_range
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema.domains import Column
 
@@ -107,21 +108,27 @@ def boolean(v: Any, null: Any) -> Val:
 
 @functools.lru_cache(maxsize=4096)
 def parse_number(text: str) -> Fraction:
-    """Exact value of a SQL numeric literal (cached: a pure function of the text; Fractions are immutable)."""
+    """Exact value of a SQL numeric literal (cached: a pure function of the text; Fractions are immutable).
+
+    Its digits, exponent and order of magnitude are checked on the text first
+    (:func:`~dpgate.compile.bounds.check_number_text`): ``Fraction("1e10000000")`` would
+    compute ``10**10000000`` before any range check could refuse it.
+    """
+    order = number_order(text)
+    if order is not None and order > LARGEST_EXPONENT:
+        raise refuse_out_of_range(text)
     try:
         value = Fraction(text.replace("_", ""))
     except (ValueError, ZeroDivisionError):
         try:
             f = float(text)
         except ValueError:
-            raise UnsupportedQuery(f"cannot read the number {text!r}; write it as a decimal constant.") from None
+            raise UnsupportedQuery(f"cannot read the number {excerpt(text)}; write it as a decimal constant.") from None
         if not math.isfinite(f):
-            raise UnsupportedQuery(f"the constant {text!r} is not finite.") from None
+            raise UnsupportedQuery(f"the constant {excerpt(text)} is not finite.") from None
         return Fraction(f)
     if abs(value) > _LARGEST_CONSTANT:
-        raise UnsupportedQuery(
-            f"the constant {text!r} is outside the floating-point range (|x| ≤ 1e300); use a smaller number."
-        )
+        raise refuse_out_of_range(text)
     return value
 
 
@@ -154,17 +161,31 @@ def constant(node: exp.Expr) -> Fraction | None:
 
 
 def like_regex(pattern: str, escape: str | None, ci: bool) -> re.Pattern[str]:
-    """The regular expression of a LIKE (``ci``: ILIKE) pattern; ``%`` and ``_`` are its only wildcards."""
-    out, i = [], 0
+    """The regular expression of a LIKE (``ci``: ILIKE) pattern; ``%`` and ``_`` are its only wildcards.
+
+    Use it with ``fullmatch``.  It cannot backtrack: ``%a%a…%b`` as ``.*a.*a….*b`` takes time
+    exponential in the number of ``%`` on a label it does not match, so each part between
+    two ``%`` is an atomic group that takes the part's leftmost occurrence (a later one only
+    leaves less text for the rest, so the leftmost is never worse) and only the ``%`` before
+    the last part scans back: time O(len(pattern) × len(value)).
+    """
+    parts: list[list[str]] = [[]]  # the pattern's fixed-length parts between % wildcards, as regex pieces
+    i = 0
     while i < len(pattern):
         ch = pattern[i]
         if escape and ch == escape and i + 1 < len(pattern):
-            out.append(re.escape(pattern[i + 1]))
+            parts[-1].append(re.escape(pattern[i + 1]))
             i += 2
             continue
-        out.append(".*" if ch == "%" else "." if ch == "_" else re.escape(ch))
+        if ch == "%":
+            parts.append([])
+        else:
+            parts[-1].append("." if ch == "_" else re.escape(ch))
         i += 1
-    return re.compile("".join(out), re.DOTALL | (re.IGNORECASE if ci else 0))
+    text = "".join(parts[0])
+    if len(parts) > 1:
+        text += "".join(f"(?>.*?{''.join(p)})" for p in parts[1:-1]) + ".*" + "".join(parts[-1])
+    return re.compile(text, re.DOTALL | (re.IGNORECASE if ci else 0))
 
 
 def fmt_number(x: float) -> str:

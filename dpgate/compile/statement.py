@@ -24,6 +24,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from dpgate._validate import FALSE_WORDS, TRUE_WORDS, finite, positive_finite, probability
+from dpgate.compile.bounds import check_parameter, excerpt
 from dpgate.errors import (
     InvalidArgumentType,
     InvalidRequirement,
@@ -36,7 +37,7 @@ from dpgate.errors import (
 __all__ = [
     "Hints", "SetOption", "HINT_KEYS", "METHOD_VALUES", "MODEL_METHODS", "SET_OPTIONS",
     "MAX_SQL_LENGTH", "MAX_TOKENS", "MAX_NESTING_DEPTH", "MAX_OPERATORS",
-    "bind", "check_length", "check_complexity", "dialect_of", "hints", "literal", "parse", "placeholders",
+    "bind", "check_length", "check_complexity", "check_statement", "dialect_of", "hints", "literal", "parse", "placeholders",
     "set_option", "split_check", "tokenize",
 ]
 
@@ -157,6 +158,13 @@ def check_complexity(tokens: list[Token]) -> None:
         )
 
 
+def check_statement(sql: str, dialect: Dialect) -> list[Token]:
+    """The tokens of ``sql``, within :func:`check_length` and :func:`check_complexity`: before any parser."""
+    check_length(sql)
+    check_complexity(tokens := tokenize(sql, dialect))
+    return tokens
+
+
 def split_check(tokens: list[Token]) -> None:
     """Refuse several statements, and statements that are not SELECT / SET, from the tokens alone."""
     statements: list[list[Token]] = [[]]
@@ -220,7 +228,9 @@ def parse(sql: str, dialect: Dialect) -> exp.Expr:
 
 
 # -- hints ---------------------------------------------------------------------------------
-_HINT_PAIR = re.compile(r"""\s*,?\s*([A-Za-z_][A-Za-z_0-9]*)\s*=\s*("[^"]*"|'[^']*'|[^\s,]+)""")
+# Unambiguous (``\s*,?\s*`` would try every split of a run of blanks: quadratic on a long one).
+_HINT_PAIR = re.compile(r"""\s*(?:,\s*)?([A-Za-z_][A-Za-z_0-9]*)\s*=\s*("[^"]*"|'[^']*'|[^\s,]+)""")
+_NOT_BLANK = re.compile(r"\S")
 
 
 class Hints(Mapping[str, str]):
@@ -262,17 +272,17 @@ def hints(tokens: list[Token], sql: str = "") -> dict[str, str]:
             body = text.strip()
             if body.startswith("+"):
                 body = body[1:].strip()
-            elif not (tok.token_type == TokenType.HINT or f"/*+{text}*/" in sql):
-                continue  # a plain comment (dialects that parse hints strip the "+")
+            elif body[:6].lower() != "dpgate" or not (tok.token_type == TokenType.HINT or f"/*+{text}*/" in sql):
+                continue  # a plain comment (dialects that parse hints strip the "+"); cheap test first
             if not body.lower().startswith("dpgate") or (len(body) > 6 and not body[6].isspace()):
                 continue
             rest = body[6:]
             pos = 0
-            while pos < len(rest) and rest[pos:].strip():
+            while _NOT_BLANK.search(rest, pos):
                 m = _HINT_PAIR.match(rest, pos)
                 if not m:
                     raise UnsupportedQuery(
-                        f"malformed dpgate hint {text.strip()!r}; write /*+ dpgate accuracy=25 confidence=0.95 */."
+                        f"malformed dpgate hint {excerpt(text.strip())}; write /*+ dpgate accuracy=25 confidence=0.95 */."
                     )
                 key, value = m.group(1).lower(), m.group(2).strip("'\"")
                 if key not in HINT_KEYS:
@@ -294,7 +304,7 @@ def _check_option(key: str, value: Any, where: str) -> str | float | bool:
         try:
             x = float(text)
         except ValueError:
-            raise InvalidRequirement(f"{where} {key}={text!r} is not a number.") from None
+            raise InvalidRequirement(f"{where} {key}={excerpt(text)} is not a number.") from None
         if key == "accuracy":
             return positive_finite(x, f"{where} accuracy", error=InvalidRequirement)
         return probability(x, f"{where} confidence", error=InvalidRequirement)
@@ -303,9 +313,9 @@ def _check_option(key: str, value: Any, where: str) -> str | float | bool:
             return True
         if text.lower() in FALSE_WORDS:
             return False
-        raise InvalidRequirement(f"{where} {key} must be on or off, got {text!r}.")
+        raise InvalidRequirement(f"{where} {key} must be on or off, got {excerpt(text)}.")
     if text.lower() not in METHOD_VALUES:
-        raise InvalidRequirement(f"{where} {key} must be one of {', '.join(METHOD_VALUES)}, got {text!r}.")
+        raise InvalidRequirement(f"{where} {key} must be one of {', '.join(METHOD_VALUES)}, got {excerpt(text)}.")
     return text.lower()
 
 
@@ -325,11 +335,11 @@ def set_option(tree: exp.Set) -> SetOption:
         ok = target.table.lower() == "dpgate" and not target.args.get("db")
     if not ok:
         raise UnsupportedQuery(
-            f"only SET dpgate.<option> = <value> is accepted ({', '.join(SET_OPTIONS)}); {tree.sql()!r} is refused."
+            f"only SET dpgate.<option> = <value> is accepted ({', '.join(SET_OPTIONS)}); {excerpt(tree.sql())} is refused."
         )
     name = target.name.lower()
     if name not in SET_OPTIONS:
-        raise UnsupportedQuery(f"unknown option dpgate.{name}; valid options are {', '.join(SET_OPTIONS)}.")
+        raise UnsupportedQuery(f"unknown option dpgate.{name[:80]}; valid options are {', '.join(SET_OPTIONS)}.")
     rhs = items[0].this.expression
     if isinstance(rhs, exp.Literal):
         raw: Any = rhs.this
@@ -340,7 +350,7 @@ def set_option(tree: exp.Set) -> SetOption:
     elif isinstance(rhs, exp.Neg) and isinstance(rhs.this, exp.Literal):
         raw = "-" + rhs.this.this
     else:
-        raise UnsupportedQuery(f"SET dpgate.{name} needs a constant value, got {rhs.sql()!r}.")
+        raise UnsupportedQuery(f"SET dpgate.{name} needs a constant value, got {excerpt(rhs.sql())}.")
     return SetOption(name, _check_option(name, raw, f"SET dpgate.{name}"))
 
 
@@ -472,6 +482,7 @@ def literal(value: Any) -> exp.Expr:
         return exp.null()
     if isinstance(value, (bool, np.bool_)):
         return exp.Boolean(this=bool(value))
+    check_parameter(value)  # sizes and ranges, before anything writes the value out
     if isinstance(value, str):
         return exp.Literal.string(value)
     if isinstance(value, (Decimal, Fraction)):

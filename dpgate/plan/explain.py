@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from dpgate.answer.combine import component_confidence, output_parts
 from dpgate.answer.result import Answer
 from dpgate.compile import CompiledStatement
+from dpgate.compile.bounds import skip_blank
 from dpgate.errors import UnsupportedQuery
 from dpgate.plan.budget import fits
 from dpgate.plan.decide import Step
@@ -187,9 +187,6 @@ def zero_valued(steps: Sequence[Step]) -> list[Step]:
     return [replace(s, values=tuple(0.0 for _ in s.measurements)) for s in steps]
 
 
-_EXPLAIN = re.compile(r"\A((?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*)EXPLAIN\b(\s+ANALY[SZ]E\b)?", re.IGNORECASE | re.DOTALL)
-
-
 def strip_explain(sql: str) -> str | None:
     """``sql`` without a leading ``EXPLAIN`` keyword (comments and hints kept), or None if it has none.
 
@@ -205,10 +202,21 @@ def strip_explain(sql: str) -> str | None:
     """
     if not isinstance(sql, str):
         return None
-    m = _EXPLAIN.match(sql)
-    if m is None:
+    # A scan, not a regular expression: ``(?:\s+|/\*.*?\*/)*EXPLAIN`` backtracks exponentially
+    # on a run of comments without EXPLAIN after it, and this runs on every statement.
+    start = skip_blank(sql)
+    end = start + len("EXPLAIN")
+    if sql[start:end].upper() != "EXPLAIN" or _word_char(sql[end:end + 1]):
         return None
-    if m.group(2):
+    after = end
+    while after < len(sql) and sql[after].isspace():
+        after += 1
+    if after > end and sql[after:after + 7].upper() in ("ANALYZE", "ANALYSE") and not _word_char(sql[after + 7:after + 8]):
         raise UnsupportedQuery("EXPLAIN ANALYZE would run the query; use EXPLAIN SELECT … for the free quote.")
-    rest = sql[m.end():]
-    return m.group(1) + (rest if rest[:1].isspace() else " " + rest)  # a "--" comment keeps its newline
+    rest = sql[end:]
+    return sql[:start] + (rest if rest[:1].isspace() else " " + rest)  # a "--" comment keeps its newline
+
+
+def _word_char(ch: str) -> bool:
+    """Whether ``ch`` (one character or none) continues a word, as ``\\w`` in a regular expression."""
+    return bool(ch) and (ch.isalnum() or ch == "_")

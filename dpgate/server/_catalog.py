@@ -33,7 +33,10 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from dpgate.errors import UnsupportedQuery
+from dpgate.compile.bounds import check_number_text, excerpt
+from dpgate.compile.cells import like_regex
+from dpgate.compile.statement import check_statement, dialect_of
+from dpgate.errors import QuerySyntaxError, UnsupportedQuery
 from dpgate.schema.domains import Column, Schema, Table
 from dpgate.server._protocol import Field
 from dpgate.server._values import BOOL, CHAR, INT2, INT4, JSON, NAME, OID, TEXT, TYPE_SIZES, VARCHAR
@@ -80,7 +83,7 @@ def _oid(schema: Schema, table: Table) -> int:
 
 def _by_oid(schema: Schema, text: str) -> Table | None:
     m = re.search(r"\.(?:attrelid|oid|polrelid|stxrelid|inhrelid|prrelid)\s*=\s*'?(\d+)'?", text)
-    if m is None:
+    if m is None or len(m.group(1)) > 12:  # no such OID (and int() of a long text is not free)
         return None
     i = int(m.group(1)) - _FIRST_OID
     return schema.tables[i] if 0 <= i < len(schema.tables) else None
@@ -91,11 +94,45 @@ def _pattern_tables(schema: Schema, text: str) -> list[Table]:
     m = re.search(r"relname operator\(pg_catalog\.~\) '((?:[^']|'')*)'", text)
     if m is None:
         return list(schema.tables)
-    try:
-        pattern = re.compile(m.group(1).replace("''", "'"))
-    except re.error:
-        return []
-    return [t for t in schema.tables if pattern.search(t.name)]
+    like = _psql_like(m.group(1).replace("''", "'"))
+    if like is None:
+        raise UnsupportedQuery(
+            f"dpgate serve matches psql name patterns made of names and the wildcards * and ? only, not the "
+            f"regular expression {excerpt(m.group(1))}; nothing was read."
+        )
+    pattern = like_regex(like, "\\", ci=False)
+    return [t for t in schema.tables if pattern.fullmatch(t.name)]
+
+
+def _psql_like(regex: str) -> str | None:
+    """The LIKE pattern (escape ``\\``) of psql's ``^(name)$`` regular expression for a name pattern,
+    or None when it uses other regular-expression notation.
+
+    psql writes ``*`` as ``.*``, ``?`` as ``.`` and quotes ``$`` as ``\\$``; a client-written regular
+    expression is not compiled: one like ``(a*)*(a*)*…b`` backtracks exponentially on a table name."""
+    if not (regex.startswith("^(") and regex.endswith(")$")):
+        return None
+    body, out, i = regex[2:-2], [], 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            out.append("\\" + body[i + 1])
+            i += 2
+            continue
+        if body.startswith(".*", i):
+            out.append("%")
+            i += 2
+            continue
+        if ch in "%_":
+            out.append("\\" + ch)
+        elif ch == ".":
+            out.append("_")
+        elif ch in "^$()[]{}|*+?":
+            return None
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out)
 
 
 def _format_type(col: Column) -> str:
@@ -118,6 +155,12 @@ def _columns_sqlalchemy(schema: Schema, names: Sequence[str]) -> CatalogAnswer:
     return CatalogAnswer(fields, rows)
 
 
+def _check_statement(sql: str) -> None:
+    """The size and nesting limits, before sqlglot parses ``sql`` (a ``-- pg_`` comment sends any
+    statement here: parsed first, a too deeply nested one raised RecursionError)."""
+    check_statement(sql, dialect_of("postgres"))
+
+
 def _reads_empty(select: exp.Select) -> bool:
     """Whether a SELECT's FROM or an inner join reads a relation that is empty for a declared schema."""
     from_ = select.args.get("from_") or select.args.get("from")  # the key's name changed in sqlglot 26
@@ -129,6 +172,10 @@ def _reads_empty(select: exp.Select) -> bool:
 
 def _empty(sql: str) -> CatalogAnswer | None:
     """Zero rows, if ``sql`` reads a catalogue relation that is empty for a declared schema."""
+    try:
+        _check_statement(sql)
+    except QuerySyntaxError:
+        return None  # not a catalogue statement dpgate reads: the compiler refuses it
     try:
         tree = sqlglot.parse_one(sql, read="postgres")
     except sqlglot.errors.SqlglotError:
@@ -193,6 +240,8 @@ def _refuse(what: str) -> UnsupportedQuery:
 
 def _info_value(e: exp.Expression, params: Sequence[Any]) -> Any:
     if isinstance(e, exp.Literal):
+        if not e.is_string:
+            check_number_text(e.this)  # before int() or float() reads it
         return e.this if e.is_string else int(e.this) if e.this.isdigit() else float(e.this)
     if isinstance(e, (exp.Placeholder, exp.Parameter)):  # $n
         n = str(e.this.this if isinstance(e.this, exp.Literal) else e.this or "")
@@ -227,9 +276,8 @@ def _info_filter(cond: exp.Expression, names: Sequence[str], params: Sequence[An
         return lambda r: r[col] is not None and any(_same(r[col], v) for v in values) != negate
     if not negate and isinstance(cond, (exp.EQ, exp.NEQ, exp.Like)):
         col, value = _info_column(cond.this, names), _info_value(cond.expression, params)
-        if isinstance(cond, exp.Like):
-            pattern = re.compile("".join(".*" if ch == "%" else "." if ch == "_" else re.escape(ch)
-                                         for ch in str(value)), re.S)
+        if isinstance(cond, exp.Like):  # linear time, even on a long client-chosen database name
+            pattern = like_regex(str(value), None, ci=False)
             return lambda r: r[col] is not None and pattern.fullmatch(str(r[col])) is not None
         want = isinstance(cond, exp.EQ)
         return lambda r: r[col] is not None and value is not None and _same(r[col], value) == want
@@ -241,6 +289,7 @@ def _sort_key(col: str, row: dict[str, Any]) -> tuple[bool, Any]:
 
 
 def _information_schema(sql: str, params: Sequence[Any], schema: Schema, database: str) -> CatalogAnswer:
+    _check_statement(sql)
     try:
         tree = sqlglot.parse_one(sql, read="postgres")
     except sqlglot.errors.SqlglotError as exc:

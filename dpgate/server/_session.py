@@ -50,6 +50,8 @@ from sqlglot import exp
 
 from dpgate import errors
 from dpgate.compile import CompiledStatement
+from dpgate.compile.bounds import bounded_message, check_parameter, skip_blank
+from dpgate.compile.statement import check_length, check_statement, dialect_of
 from dpgate.dbapi import Connection, connect
 from dpgate.dbapi._rows import Prepared
 from dpgate.gateway import Gateway
@@ -103,9 +105,20 @@ def sqlstate(exc: BaseException) -> str:
     return next((code for cls, code in _SQLSTATES if isinstance(exc, cls)), "XX000")
 
 
+def _sql_error(exc: errors.Error) -> SqlError:
+    """The SqlError of a dpgate error, its message cut to a bounded length."""
+    return SqlError(sqlstate(exc), bounded_message(str(exc)))
+
+
+def _bounded(sql: str, params: Sequence[Any]) -> None:
+    """Refuse a statement or parameter beyond the size limits: first of all, on every path."""
+    check_length(sql)
+    for value in params:
+        check_parameter(value)
+
+
 _SETTINGS_REPORTED = ("application_name", "client_encoding", "DateStyle", "TimeZone", "IntervalStyle")
 _UTF8 = {"utf8", "utf-8", "unicode"}
-_SET = re.compile(r"^set\s+(?:session\s+|local\s+)?([a-z_][\w.]*)\s*(?:=|\bto\b)\s*(.+?)\s*;?$", re.I | re.S)
 _TAGS = {"begin": "BEGIN", "start": "BEGIN", "commit": "COMMIT", "end": "COMMIT", "rollback": "ROLLBACK",
          "abort": "ROLLBACK", "savepoint": "SAVEPOINT", "release": "RELEASE", "discard": "DISCARD ALL",
          "deallocate": "DEALLOCATE", "reset": "RESET", "unlisten": "UNLISTEN", "close": "CLOSE CURSOR"}
@@ -117,9 +130,61 @@ def _field(name: str, oid: int) -> Field:
     return Field(name, oid, TYPE_SIZES.get(oid, -1))
 
 
+def _word_end(text: str, pos: int, dots: bool = False) -> int:
+    """The end of the run of word characters (and, with ``dots``, dots) from ``pos``."""
+    while pos < len(text) and (text[pos].isalnum() or text[pos] == "_" or (dots and text[pos] == ".")):
+        pos += 1
+    return pos
+
+
+def _parse_set(sql: str) -> tuple[str, str] | None:
+    """``(name, value)`` of ``SET [SESSION | LOCAL] name {= | TO} value[;]``, or None.
+
+    A scan: the regular expression it replaces (``…\\s*(.+?)\\s*;?$``) took time quadratic in a
+    run of blanks (30 000 spaces: 22 s)."""
+    text = sql.strip()
+    if text[:3].lower() != "set" or not text[3:4].isspace():
+        return None
+    pos = len(text) - len(text[3:].lstrip())
+    for modifier in ("session", "local"):  # optional: SET local = … names "local"
+        after = pos + len(modifier)
+        if text[pos:after].lower() == modifier and text[after:after + 1].isspace():
+            found = _set_assignment(text, len(text) - len(text[after:].lstrip()))
+            if found is not None:
+                return found
+    return _set_assignment(text, pos)
+
+
+def _set_assignment(text: str, pos: int) -> tuple[str, str] | None:
+    """``(name, value)`` of the ``name {= | TO} value[;]`` at ``pos`` of a SET statement, or None."""
+    if not (pos < len(text) and text[pos].isascii() and (text[pos].isalpha() or text[pos] == "_")):
+        return None
+    end = _word_end(text, pos, dots=True)
+    # (name end, value start): the longest name first, then shorter ones ending in "." before a "to"
+    # (what the regular expression's backtracking found); the first with a value wins.
+    after = len(text) - len(text[end:].lstrip())
+    splits = [(end, after + 1)] if text[after:after + 1] == "=" else \
+        [(end, after + 2)] if text[after:after + 2].lower() == "to" and _word_end(text, after) == after + 2 else []
+    splits += [(k, k + 2) for k in range(end - 2, pos, -1)
+               if text[k - 1] == "." and text[k:k + 2].lower() == "to" and (k + 2 == end or text[k + 2] == ".")]
+    for name_end, start in splits:
+        value = text[start:].strip()
+        if value.endswith(";") and len(value) > 1:
+            value = value[:-1].rstrip()
+        if value:
+            return text[pos:name_end], value
+    return None
+
+
 def _first_word(sql: str) -> str:
-    m = re.match(r"\s*(?:/\*.*?\*/\s*)*(\w+)", sql, re.S)
-    return m.group(1).lower() if m else ""
+    """The statement's first word, lower-case, after blanks and ``/* … */`` comments ("" if none).
+
+    A scan: the regular expression ``\\s*(?:/\\*.*?\\*/\\s*)*(\\w+)`` backtracked exponentially on a
+    run of comments (26 ``/**/`` held the session for 28 s), and this runs before any limit."""
+    start = end = skip_blank(sql, line_comments=False)
+    while end < len(sql) and (sql[end].isalnum() or sql[end] == "_"):
+        end += 1
+    return sql[start:end].lower()
 
 
 @dataclass
@@ -152,11 +217,12 @@ class Session:
     # -- statements --------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Outcome:
         """Run one statement and log it (one line, no values).  Raises SqlError."""
-        word = _first_word(sql)
-        if not sql.strip().rstrip(";").strip():
-            return Outcome(None, empty=True)
         kind = "session"
         try:
+            _bounded(sql, params)
+            word = _first_word(sql)
+            if not sql.strip().rstrip(";").strip():
+                return Outcome(None, empty=True)
             if word in _TAGS:
                 out = self._transaction(word, sql)
             elif self.status == "E":
@@ -175,7 +241,7 @@ class Session:
             raise
         except errors.Error as exc:
             self._log(sql, params, "refused", type(exc).__name__, 0.0)
-            raise SqlError(sqlstate(exc), str(exc)) from exc
+            raise _sql_error(exc) from exc
         self._log(sql, params, kind, "-", 0.0)
         return out
 
@@ -197,17 +263,17 @@ class Session:
         return Outcome(None, tag=tag)
 
     def _set(self, sql: str) -> Outcome:
-        m = _SET.match(sql.strip())
-        if m is None:
+        parsed = _parse_set(sql)
+        if parsed is None:
             if re.match(r"^\s*set\s+(session\s+)?(time\s+zone|transaction|session\s+characteristics)", sql, re.I):
                 return Outcome(None, tag="SET")
             raise SqlError("42601", f"cannot parse this SET statement: {sql.strip()[:80]!r}.")
-        name, value = m.group(1), m.group(2).strip().strip("'\"")
+        name, value = parsed[0], parsed[1].strip("'\"")
         if name.lower().startswith("dpgate."):
             try:
                 self.conn.cursor().execute(sql)
             except errors.Error as exc:
-                raise SqlError(sqlstate(exc), str(exc)) from exc
+                raise _sql_error(exc) from exc
             return Outcome(None, tag="SET")
         if name.lower() == "client_encoding" and value.lower() not in _UTF8:
             raise SqlError("22023", f"dpgate serve speaks UTF8 only; client_encoding {value!r} is not supported.")
@@ -318,11 +384,12 @@ class Session:
         with (``int8``, ``text``, ``bool``), else ``text``.
         """
         try:
+            _bounded(sql, ())
             inner = strip_explain(sql)  # EXPLAIN SELECT …: the parameters of the SELECT, the columns of the quote
+            target = sql if inner is None else inner
+            inferred = infer_parameters(target, self.gateway.schema, self.gateway.dialect)
         except errors.Error as exc:
-            raise SqlError(sqlstate(exc), str(exc)) from exc
-        target = sql if inner is None else inner
-        inferred = infer_parameters(target, self.gateway.schema, self.gateway.dialect)
+            raise _sql_error(exc) from exc
         n = max(len(param_oids), len(inferred))
         oids = tuple((param_oids[i] if i < len(param_oids) and param_oids[i] not in (0, 705) else
                       inferred[i][0] if i < len(inferred) else TEXT) for i in range(n))
@@ -340,7 +407,7 @@ class Session:
             # Through the gateway's compile cache: without parameters, the run compiles nothing again.
             stmt = self.gateway.compile_any(target, dummies or None)
         except errors.Error as exc:
-            raise SqlError(sqlstate(exc), str(exc)) from exc
+            raise _sql_error(exc) from exc
         if not isinstance(stmt, CompiledStatement):
             return oids, None
         if inner is not None:
@@ -369,7 +436,15 @@ def statement_fields(stmt: CompiledStatement, gateway: Gateway, intervals: bool)
 
 
 def infer_parameters(sql: str, schema: Any, dialect: str) -> list[tuple[int, Any]]:
-    """``(type OID, a valid dummy value)`` per ``$n`` placeholder, from the column it is compared with."""
+    """``(type OID, a valid dummy value)`` per ``$n`` placeholder, from the column it is compared with.
+
+    Raises:
+        QueryTooComplex: ``sql`` is beyond the size or nesting limits (checked before it is parsed).
+    """
+    try:
+        check_statement(sql, dialect_of(dialect))
+    except errors.QuerySyntaxError:
+        return []
     try:
         tree = sqlglot.parse_one(sql, read=dialect)
     except sqlglot.errors.SqlglotError:

@@ -13,6 +13,7 @@ import struct
 from decimal import Decimal
 from typing import Any
 
+from dpgate.compile.bounds import check_number_text
 from dpgate.errors import DataError
 
 __all__ = ["BOOL", "INT2", "INT4", "INT8", "FLOAT4", "FLOAT8", "NUMERIC", "TEXT", "VARCHAR", "NAME", "CHAR",
@@ -93,6 +94,8 @@ def decode_param(data: bytes, oid: int, fmt: int) -> Any:
                 return _numeric_binary(data)
             return data.decode("utf-8")
         text = data.decode("utf-8")
+        if oid in (INT2, INT4, INT8, OID, FLOAT4, FLOAT8, NUMERIC):
+            check_number_text(text.strip(), "the parameter")  # before int(), float() or Decimal() reads it
         if oid == BOOL:
             low = text.strip().lower()
             if low in ("t", "true", "on", "yes", "1", "y"):

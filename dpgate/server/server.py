@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpgate.compile.bounds import bounded_message
 from dpgate.errors import InvalidArgument
 from dpgate.gateway import Gateway
 from dpgate.ledger import _provenance
@@ -401,7 +402,7 @@ class _Handler(socketserver.BaseRequestHandler):
             values = [None if raw is None else decode_param(raw, oid, fmt)
                       for raw, oid, fmt in zip(msg.params, oids, msg.param_formats, strict=True)]
         except Exception as exc:
-            raise SqlError("22P02", str(exc)) from None
+            raise SqlError("22P02", bounded_message(str(exc))) from None
         portals[msg.portal] = _Portal(stmt, values, msg)
         self._send(pq.BIND_COMPLETE)
 

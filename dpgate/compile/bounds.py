@@ -1,0 +1,177 @@
+"""Bounds on what an analyst sends, checked on the text before any other work.
+
+Everything here runs in time linear in its input (hand scanners, no regular
+expression that can backtrack), so a hostile statement or parameter costs no more
+than reading it: the size and nesting limits of :mod:`dpgate.compile.statement`
+(:func:`~dpgate.compile.statement.check_statement`) come first on every path that parses (query, EXPLAIN, catalogue, Describe, SET),
+numbers are range-checked on their text before anything converts them (a
+``Fraction`` of ``1e10000000`` computes ``10**10000000``; ``format`` of the
+Decimal ``1E+999999999`` writes a billion digits), and refusals quote at most
+:data:`EXCERPT` characters of what was sent.
+"""
+
+from __future__ import annotations
+
+import numbers
+from decimal import Decimal
+from fractions import Fraction
+
+from dpgate.errors import QueryTooComplex, UnsupportedQuery
+
+__all__ = ["EXCERPT", "MAX_MESSAGE", "bounded_message", "MAX_NUMBER_DIGITS", "MAX_EXPONENT", "LARGEST_EXPONENT", "excerpt", "skip_blank",
+           "check_number_text", "number_order", "refuse_out_of_range", "check_parameter"]
+
+#: Most characters of the input a refusal quotes.
+EXCERPT = 80
+#: Most characters of an error message (refusals quote SQL fragments and parameters).
+MAX_MESSAGE = 2000
+#: Most digits in a numeric constant or parameter (mantissa, before and after the point).
+MAX_NUMBER_DIGITS = 1000
+#: Largest magnitude of the exponent written in a numeric constant or parameter (``1e-1000``).
+MAX_EXPONENT = 1000
+#: Most characters of one string parameter (as :data:`~dpgate.compile.statement.MAX_SQL_LENGTH` of a statement).
+MAX_PARAMETER_LENGTH = 100_000
+#: Constants are within ±10**LARGEST_EXPONENT (the floating-point range, with a margin).
+LARGEST_EXPONENT = 300
+
+
+def excerpt(text: str, limit: int = EXCERPT) -> str:
+    """``repr`` of ``text``, cut to its first ``limit`` characters (with the total length) when longer."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text)} characters)"
+
+
+def bounded_message(text: str, limit: int = MAX_MESSAGE) -> str:
+    """An error message cut to ``limit`` characters (it may quote SQL or parameters of any length)."""
+    return text if len(text) <= limit else f"{text[:limit]}… (message cut at {limit} of {len(text)} characters)"
+
+
+def skip_blank(sql: str, pos: int = 0, *, line_comments: bool = True) -> int:
+    """The index of the first character at or after ``pos`` that is neither white space nor inside a
+    ``/* … */`` comment (nor, with ``line_comments``, a ``-- …`` comment).  An unclosed ``/*``
+    runs to the end.  Linear: every character is looked at once."""
+    n = len(sql)
+    while pos < n:
+        ch = sql[pos]
+        if ch.isspace():
+            pos += 1
+        elif sql.startswith("/*", pos):
+            end = sql.find("*/", pos + 2)
+            pos = n if end < 0 else end + 2
+        elif line_comments and sql.startswith("--", pos):
+            end = sql.find("\n", pos + 2)
+            pos = n if end < 0 else end + 1
+        else:
+            break
+    return pos
+
+
+def _split_number(text: str) -> tuple[str, str, str] | None:
+    """``(integer digits, fraction digits, exponent text)`` of ``[+-]digits[.digits][e[+-]digits]``, else None."""
+    body = text[1:] if text[:1] in "+-" else text
+    mantissa, e, exponent = body.partition("e") if "e" in body else body.partition("E")
+    whole, _, fraction = mantissa.partition(".")
+    exponent_digits = exponent[1:] if exponent[:1] in "+-" else exponent
+    ok = (whole or fraction) and (whole + fraction).isdigit() and whole.isascii() and fraction.isascii() \
+        and (not e or (exponent_digits.isdigit() and exponent_digits.isascii()))
+    return (whole, fraction, exponent) if ok else None
+
+
+def number_order(text: str) -> int | None:
+    """The decimal order of magnitude of a numeric text (``floor(log10(|x|))``), None for zero or a
+    text that is not ``[+-]digits[.digits][e±digits]``; checks :func:`check_number_text` first."""
+    check_number_text(text)
+    parts = _split_number(text.replace("_", ""))
+    if parts is None:
+        return None
+    whole, fraction, exponent = parts
+    significant = (whole + fraction).lstrip("0")
+    if not significant:
+        return None
+    written = int(exponent) if exponent else 0
+    return len(significant) - len(fraction) - 1 + written
+
+
+def check_number_text(text: str, what: str = "the constant") -> None:
+    """Refuse a numeric text with more than :data:`MAX_NUMBER_DIGITS` digits or an exponent beyond
+    ±:data:`MAX_EXPONENT`, before anything converts it (texts of another shape are left to the caller).
+
+    Raises:
+        QueryTooComplex: naming the limit.
+    """
+    parts = _split_number(text.replace("_", ""))
+    if parts is None:
+        return
+    whole, fraction, exponent = parts
+    if len(whole) + len(fraction) > MAX_NUMBER_DIGITS:
+        raise QueryTooComplex(
+            f"{what} {excerpt(text)} has {len(whole) + len(fraction)} digits, more than the limit of "
+            f"{MAX_NUMBER_DIGITS}; write it with fewer digits."
+        )
+    digits = exponent.lstrip("+-").lstrip("0")
+    if len(digits) > len(str(MAX_EXPONENT)) or (digits and int(digits) > MAX_EXPONENT):
+        raise QueryTooComplex(
+            f"{what} {excerpt(text)} has an exponent beyond ±{MAX_EXPONENT}, the limit; constants are within "
+            f"±1e{LARGEST_EXPONENT}."
+        )
+
+
+def refuse_out_of_range(text: str, what: str = "the constant") -> UnsupportedQuery:
+    """The refusal of a number outside ±1e300 (dpgate's floating-point range)."""
+    return UnsupportedQuery(
+        f"{what} {excerpt(text)} is outside the floating-point range (|x| ≤ 1e{LARGEST_EXPONENT}); use a "
+        "smaller number."
+    )
+
+
+def check_parameter(value: object) -> None:
+    """Refuse a parameter value beyond the size and range limits, before it is written out as a
+    literal; values of other types (and non-finite Decimals) are left to the caller."""
+    if isinstance(value, str) and len(value) > MAX_PARAMETER_LENGTH:
+        raise QueryTooComplex(
+            f"a string parameter has {len(value)} characters, more than the limit of {MAX_PARAMETER_LENGTH}."
+        )
+    if isinstance(value, Fraction) or (isinstance(value, Decimal) and value.is_finite()):
+        check_decimal(value)
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        check_integer(int(value))
+
+
+def check_decimal(value: Decimal | Fraction, what: str = "the parameter") -> None:
+    """Refuse a finite Decimal or Fraction beyond the digit, exponent or range limits, before it is
+    written out as a literal (``format(Decimal("1E+999999999"), "f")`` is a billion characters)."""
+    if isinstance(value, Fraction):
+        bits = max(value.numerator.bit_length(), value.denominator.bit_length())
+        if bits > _MAX_BITS:
+            raise QueryTooComplex(
+                f"{what} is a fraction of {bits}-bit integers, more than the limit of {MAX_NUMBER_DIGITS} digits; "
+                "pass a float or a shorter Decimal."
+            )
+        return
+    sign, digits, exponent = value.as_tuple()
+    shown = excerpt(str(value)) if len(digits) <= MAX_NUMBER_DIGITS else f"(a Decimal of {len(digits)} digits)"
+    if len(digits) > MAX_NUMBER_DIGITS:
+        raise QueryTooComplex(
+            f"{what} {shown} has {len(digits)} digits, more than the limit of {MAX_NUMBER_DIGITS}; "
+            "pass it with fewer digits."
+        )
+    assert isinstance(exponent, int)  # a finite Decimal
+    if value and value.adjusted() > LARGEST_EXPONENT:
+        raise refuse_out_of_range(str(value), what)
+    if (value and value.adjusted() < -MAX_EXPONENT) or -exponent > MAX_EXPONENT + MAX_NUMBER_DIGITS:
+        raise QueryTooComplex(
+            f"{what} {shown} has an exponent beyond ±{MAX_EXPONENT}, the limit; pass a larger number or 0."
+        )
+
+
+def check_integer(value: int, what: str = "the parameter") -> None:
+    """Refuse an integer outside ±1e300 (before it is written out in decimal)."""
+    if value.bit_length() > 996 and abs(value) > 10**LARGEST_EXPONENT:
+        raise UnsupportedQuery(
+            f"{what} (an integer of {value.bit_length()} bits) is outside the floating-point range "
+            f"(|x| ≤ 1e{LARGEST_EXPONENT}); use a smaller number."
+        )
+
+
+_MAX_BITS = 3322 + 10  # bits of an integer of MAX_NUMBER_DIGITS decimal digits (1000 × log2(10)), and a margin
