@@ -43,8 +43,11 @@ def excerpt(text: str, limit: int = EXCERPT) -> str:
 
 
 def bounded_message(text: str, limit: int = MAX_MESSAGE) -> str:
-    """An error message cut to ``limit`` characters (it may quote SQL or parameters of any length)."""
-    return text if len(text) <= limit else f"{text[:limit]}… (message cut at {limit} of {len(text)} characters)"
+    """An error message cut to about ``limit`` characters (it may quote SQL or parameters of any length):
+    its beginning and its end, where refusals say what to change."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit // 2]} … ({len(text) - limit} characters cut) … {text[-(limit // 2):]}"
 
 
 def skip_blank(sql: str, pos: int = 0, *, line_comments: bool = True) -> int:

@@ -155,7 +155,7 @@ def constant(node: exp.Expr) -> Fraction | None:
         if isinstance(node, exp.Mul):
             return a * b
         if b == 0:
-            raise UnsupportedQuery(f"division by zero in {node.sql()!r}.")
+            raise UnsupportedQuery(f"division by zero in {excerpt(node.sql())}.")
         return a / b
     return None
 
@@ -311,7 +311,7 @@ def bin_truth(col: Column, sym: str, lo: float, hi: float, c: float, node: exp.E
             if at_a == at_b:
                 return at_a
     raise UnsupportedQuery(
-        f"{node.sql()!r} splits bin [{fmt_number(lo)}, {fmt_number(hi)}) of column {col.name!r} "
+        f"{excerpt(node.sql())} splits bin [{fmt_number(lo)}, {fmt_number(hi)}) of column {col.name!r} "
         f"(declared edges: {', '.join(fmt_number(e) for e in col.edges)}); compare against a bin edge instead, "
         f"e.g. {col.name} < {fmt_number(lo)} or {col.name} < {fmt_number(hi)}."
     )
@@ -329,12 +329,12 @@ def _literal_of(b: Val, a: Val, node: exp.Expr) -> str:
             text = fmt_number(b.v)
     else:
         raise UnsupportedQuery(
-            f"{node.sql()!r}: categorical column {col.name!r} can only be compared with constants "
+            f"{excerpt(node.sql())}: categorical column {col.name!r} can only be compared with constants "
             f"(one of {list(col.values)})."
         )
     if text not in col.values:
         raise UnsupportedQuery(
-            f"{text!r} is not a declared value of categorical column {col.name!r} (in {node.sql()!r}); "
+            f"{excerpt(text)} is not a declared value of categorical column {col.name!r} (in {excerpt(node.sql())}); "
             f"declared values: {list(col.values)}. Rows with undeclared values are counted in the "
             f"column's 'other' cell, which no comparison selects."
         )
@@ -346,7 +346,7 @@ def categorical_compare(sym: str, a: Val, b: Val, node: exp.Expr) -> Val:
     col = column_of(a)
     if sym not in ("=", "<>"):
         raise UnsupportedQuery(
-            f"{node.sql()!r}: categorical column {col.name!r} supports =, <>, IN, LIKE and IS NULL, "
+            f"{excerpt(node.sql())}: categorical column {col.name!r} supports =, <>, IN, LIKE and IS NULL, "
             f"not {sym}; list the wanted values with IN (...)."
         )
     idx = col.values.index(_literal_of(b, a, node))
@@ -359,7 +359,7 @@ def binned_compare(sym: str, a: Val, b: Val, node: exp.Expr) -> Val:
     col = column_of(a)
     if b.kind != NUM or np.ndim(b.v) != 0:
         raise UnsupportedQuery(
-            f"{node.sql()!r}: binned column {col.name!r} can only be compared with numeric constants "
+            f"{excerpt(node.sql())}: binned column {col.name!r} can only be compared with numeric constants "
             f"on its bin edges {[fmt_number(e) for e in col.edges]}."
         )
     c = float(b.v)
@@ -387,7 +387,7 @@ def coerce_literal(text: Val, other: Val, node: exp.Expr) -> Val:
             return Val(BOOL, word in TRUE_WORDS, False)
         what = f"boolean column {col.name!r}" if col is not None else "a condition"
         raise UnsupportedQuery(
-            f"{node.sql()!r}: the string {raw!r} is not a boolean, so it cannot be compared with {what}; "
+            f"{excerpt(node.sql())}: the string {excerpt(raw)} is not a boolean, so it cannot be compared with {what}; "
             f"write true or false (or one of {sorted(TRUE_WORDS | FALSE_WORDS)})."
         )
     if other.kind == NUM and _DECIMAL.fullmatch(raw):
@@ -399,6 +399,6 @@ def coerce_literal(text: Val, other: Val, node: exp.Expr) -> Val:
     else:
         what = "a numeric expression"
     raise UnsupportedQuery(
-        f"{node.sql()!r}: the string {raw!r} is not a number, so it cannot be compared with {what}; "
+        f"{excerpt(node.sql())}: the string {excerpt(raw)} is not a number, so it cannot be compared with {what}; "
         "write a number, e.g. 8 or '8'."
     )
