@@ -278,7 +278,9 @@ class Session:
         if name.lower() == "client_encoding" and value.lower() not in _UTF8:
             raise SqlError("22023", f"dpgate serve speaks UTF8 only; client_encoding {value!r} is not supported.")
         key = next((k for k in _SETTINGS_REPORTED if k.lower() == name.lower()), name.lower())
-        self.parameters[key] = "UTF8" if key == "client_encoding" else value
+        # Reported back in a ParameterStatus: cut as PostgreSQL cuts application_name (NAMEDATALEN − 1), as
+        # libpq drops the connection on a status message over 30 000 bytes.
+        self.parameters[key] = "UTF8" if key == "client_encoding" else value[:63] if key in _SETTINGS_REPORTED else value
         status = ((key, self.parameters[key]),) if key in _SETTINGS_REPORTED else ()
         return Outcome(None, tag="SET", status=status)
 
