@@ -207,6 +207,20 @@ def compile_statement(
     tree, never as SQL text; a mismatch raises ``ProgrammingError``, an unknown style
     (``%d``, ``@name``) ``QuerySyntaxError`` naming the accepted ones.
     """
+    try:
+        return _compile_statement(sql, schema, dialect, params)
+    except Error as exc:  # refusals quote SQL and parameters: bounded, however long the statement or its values
+        if len(message := str(exc)) > MAX_MESSAGE:
+            exc.args = (bounded_message(message), *exc.args[1:])
+        raise
+
+
+def _compile_statement(
+    sql: str,
+    schema: Schema | Mapping[str, Any] | str,
+    dialect: str,
+    params: Sequence[Any] | Mapping[str, Any] | None,
+) -> CompiledStatement | SetOption:
     if not isinstance(sql, str):
         raise InvalidArgumentType(f"the SQL must be a string, got {type(sql).__name__}.")
     schema = Schema.load(schema)
@@ -227,15 +241,10 @@ def compile_statement(
         return set_option(tree)
     # Past the parser, a plain ValueError/TypeError/KeyError/AttributeError is a
     # dpgate bug, not a refusal: say so rather than blame the user's SQL.
-    try:
-        with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
-            if isinstance(tree, exp.Select) and has_derived(tree):
-                return compile_derived(tree, schema, dialect, hints=found, sql=sql)
-            return compile_tree(tree, schema, dialect, hints=found, sql=sql)
-    except Error as exc:  # refusals quote SQL fragments: bounded, however long the statement or its parameters
-        if len(message := str(exc)) > MAX_MESSAGE:
-            exc.args = (bounded_message(message), *exc.args[1:])
-        raise
+    with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
+        if isinstance(tree, exp.Select) and has_derived(tree):
+            return compile_derived(tree, schema, dialect, hints=found, sql=sql)
+        return compile_tree(tree, schema, dialect, hints=found, sql=sql)
 
 
 # sqlglot raises its own errors, and plain ValueError / TypeError / KeyError /

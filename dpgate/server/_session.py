@@ -50,7 +50,7 @@ from sqlglot import exp
 
 from dpgate import errors
 from dpgate.compile import CompiledStatement
-from dpgate.compile.bounds import bounded_message, check_parameter, skip_blank
+from dpgate.compile.bounds import bounded_message, check_parameter, excerpt, skip_blank
 from dpgate.compile.statement import check_length, check_statement, dialect_of
 from dpgate.dbapi import Connection, connect
 from dpgate.dbapi._rows import Prepared
@@ -276,7 +276,7 @@ class Session:
                 raise _sql_error(exc) from exc
             return Outcome(None, tag="SET")
         if name.lower() == "client_encoding" and value.lower() not in _UTF8:
-            raise SqlError("22023", f"dpgate serve speaks UTF8 only; client_encoding {value!r} is not supported.")
+            raise SqlError("22023", f"dpgate serve speaks UTF8 only; client_encoding {excerpt(value)} is not supported.")
         key = next((k for k in _SETTINGS_REPORTED if k.lower() == name.lower()), name.lower())
         # Reported back in a ParameterStatus: cut as PostgreSQL cuts application_name (NAMEDATALEN − 1), as
         # libpq drops the connection on a status message over 30 000 bytes.
@@ -297,7 +297,7 @@ class Session:
             key = name.split(".", 1)[1]
             settings = self.conn.settings
             if key not in settings:
-                raise SqlError("42704", f"unrecognized configuration parameter {name!r}; dpgate has "
+                raise SqlError("42704", f"unrecognized configuration parameter {excerpt(name)}; dpgate has "
                                f"{', '.join('dpgate.' + k for k in settings)}, dpgate.budget, dpgate.history.")
             value = settings[key]
             text = "" if value is None else ("on" if value is True else "off" if value is False else str(value))
@@ -307,7 +307,7 @@ class Session:
         known = {k.lower(): v for k, v in self.parameters.items()}
         if name in known:
             return Outcome((_field(name, TEXT),), ((known[name],),), "SHOW")
-        raise SqlError("42704", f"unrecognized configuration parameter {name!r}.")
+        raise SqlError("42704", f"unrecognized configuration parameter {excerpt(name)}.")
 
     def _show_budget(self) -> Outcome:
         gw, a = self.gateway, self.analyst

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpgate.compile.bounds import bounded_message
+from dpgate.compile.bounds import bounded_message, excerpt
 from dpgate.errors import InvalidArgument
 from dpgate.gateway import Gateway
 from dpgate.ledger import _provenance
@@ -393,7 +393,7 @@ class _Handler(socketserver.BaseRequestHandler):
         assert session is not None
         stmt = prepared.get(msg.statement)
         if stmt is None:
-            raise SqlError("26000", f"prepared statement {msg.statement!r} does not exist")
+            raise SqlError("26000", f"prepared statement {excerpt(msg.statement)} does not exist")
         oids, _ = self._described(stmt)
         if len(msg.params) != len(oids):
             raise SqlError("08P01", f"bind message supplies {len(msg.params)} parameters, but the prepared "
@@ -417,13 +417,13 @@ class _Handler(socketserver.BaseRequestHandler):
         if which == "S":
             stmt = prepared.get(name)
             if stmt is None:
-                raise SqlError("26000", f"prepared statement {name!r} does not exist")
+                raise SqlError("26000", f"prepared statement {excerpt(name)} does not exist")
             oids, fields = self._described(stmt)
             self._send(pq.parameter_description(oids), pq.row_description(fields) if fields else pq.NO_DATA)
             return
         portal = portals.get(name)
         if portal is None:
-            raise SqlError("34000", f"portal {name!r} does not exist")
+            raise SqlError("34000", f"portal {excerpt(name)} does not exist")
         out = self._run(portal)
         formats = [portal.bind.result_format(i) for i in range(len(out.fields or ()))]
         self._send(pq.row_description(out.fields, formats) if out.fields else pq.NO_DATA)
@@ -438,7 +438,7 @@ class _Handler(socketserver.BaseRequestHandler):
     def _execute(self, name: str, max_rows: int, portals: dict[str, _Portal]) -> None:
         portal = portals.get(name)
         if portal is None:
-            raise SqlError("34000", f"portal {name!r} does not exist")
+            raise SqlError("34000", f"portal {excerpt(name)} does not exist")
         out = self._run(portal)
         if out.empty:
             self._send(pq.EMPTY_QUERY)
