@@ -6,8 +6,9 @@ The package's modules are the compiler's stages: :mod:`~dpgate.compile.statement
 :mod:`~dpgate.compile.aggregates` (SELECT items → linear combinations, GROUP BY,
 weights), :mod:`~dpgate.compile.evaluate` and :mod:`~dpgate.compile.nodes`
 (row-level expressions on cells, one handler per node type),
-:mod:`~dpgate.compile.cells` (values, constants, bins) and
-:mod:`~dpgate.compile.post` (ORDER BY / LIMIT / HAVING on released rows).
+:mod:`~dpgate.compile.cells` (values, constants, bins),
+:mod:`~dpgate.compile.post` (ORDER BY / LIMIT / HAVING on released rows) and
+:mod:`~dpgate.compile.bounds` (numbers, parameters and messages bounded on their text, first).
 
 The compiler reads SQL with sqlglot (DuckDB dialect by default) and turns each
 output column of each group into a linear query ``θ = Σ_cells w(cell)·count(cell) + c``
