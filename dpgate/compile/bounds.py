@@ -1,13 +1,15 @@
 """Bounds on what an analyst sends, checked on the text before any other work.
 
 Everything here runs in time linear in its input (hand scanners, no regular
-expression that can backtrack), so a hostile statement or parameter costs no more
-than reading it: the size and nesting limits of :mod:`dpgate.compile.statement`
-(:func:`~dpgate.compile.statement.check_statement`) come first on every path that parses (query, EXPLAIN, catalogue, Describe, SET),
+expression that can backtrack), so a hostile statement or parameter costs no
+more than reading it.  The size and nesting limits of
+:mod:`dpgate.compile.statement` (:func:`~dpgate.compile.statement.check_statement`)
+come first on every path that parses (query, EXPLAIN, catalogue, Describe, SET);
 numbers are range-checked on their text before anything converts them (a
 ``Fraction`` of ``1e10000000`` computes ``10**10000000``; ``format`` of the
-Decimal ``1E+999999999`` writes a billion digits), and refusals quote at most
-:data:`EXCERPT` characters of what was sent.
+Decimal ``1E+999999999`` writes a billion digits); refusals quote at most
+:data:`EXCERPT` characters of what was sent, and no message passes
+:data:`MAX_MESSAGE` characters.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ from fractions import Fraction
 
 from dpgate.errors import QueryTooComplex, UnsupportedQuery
 
-__all__ = ["EXCERPT", "MAX_MESSAGE", "bounded_message", "MAX_NUMBER_DIGITS", "MAX_EXPONENT", "LARGEST_EXPONENT", "excerpt", "skip_blank",
-           "check_number_text", "number_order", "refuse_out_of_range", "check_parameter"]
+__all__ = [
+    "EXCERPT", "MAX_MESSAGE", "MAX_NUMBER_DIGITS", "MAX_EXPONENT", "MAX_PARAMETER_LENGTH", "LARGEST_EXPONENT",
+    "excerpt", "bounded_message", "skip_blank", "check_number_text", "number_order", "refuse_out_of_range",
+    "check_parameter",
+]
 
 #: Most characters of the input a refusal quotes.
 EXCERPT = 80
@@ -136,12 +141,12 @@ def check_parameter(value: object) -> None:
             f"a string parameter has {len(value)} characters, more than the limit of {MAX_PARAMETER_LENGTH}."
         )
     if isinstance(value, Fraction) or (isinstance(value, Decimal) and value.is_finite()):
-        check_decimal(value)
+        _check_decimal(value)
     elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        check_integer(int(value))
+        _check_integer(int(value))
 
 
-def check_decimal(value: Decimal | Fraction, what: str = "the parameter") -> None:
+def _check_decimal(value: Decimal | Fraction, what: str = "the parameter") -> None:
     """Refuse a finite Decimal or Fraction beyond the digit, exponent or range limits, before it is
     written out as a literal (``format(Decimal("1E+999999999"), "f")`` is a billion characters)."""
     if isinstance(value, Fraction):
@@ -159,7 +164,8 @@ def check_decimal(value: Decimal | Fraction, what: str = "the parameter") -> Non
             f"{what} {shown} has {len(digits)} digits, more than the limit of {MAX_NUMBER_DIGITS}; "
             "pass it with fewer digits."
         )
-    assert isinstance(exponent, int)  # a finite Decimal
+    if not isinstance(exponent, int):  # NaN or infinity: left to the caller
+        return
     if value and value.adjusted() > LARGEST_EXPONENT:
         raise refuse_out_of_range(str(value), what)
     if (value and value.adjusted() < -MAX_EXPONENT) or -exponent > MAX_EXPONENT + MAX_NUMBER_DIGITS:
@@ -168,7 +174,7 @@ def check_decimal(value: Decimal | Fraction, what: str = "the parameter") -> Non
         )
 
 
-def check_integer(value: int, what: str = "the parameter") -> None:
+def _check_integer(value: int, what: str = "the parameter") -> None:
     """Refuse an integer outside ±1e300 (before it is written out in decimal)."""
     if value.bit_length() > 996 and abs(value) > 10**LARGEST_EXPONENT:
         raise UnsupportedQuery(
