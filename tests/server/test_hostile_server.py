@@ -9,6 +9,9 @@ generous for a loaded 2-core machine; the work itself is milliseconds.
 
 from __future__ import annotations
 
+import contextlib
+import struct
+import threading
 import time
 from collections.abc import Callable
 from decimal import Decimal
@@ -21,6 +24,7 @@ from _dpserve import dsn, thread_server
 
 from dpgate import errors
 from dpgate.compile.bounds import MAX_MESSAGE
+from dpgate.compile.statement import literal
 from dpgate.server import _catalog
 from dpgate.server._session import _first_word, _parse_set
 from dpgate.server._values import NUMERIC, decode_param
@@ -164,3 +168,40 @@ def test_catalogue_and_describe_paths_apply_the_limits_first(server) -> None:
                                                    [30]))
         check(err, seconds, "54000", "more than the limit of 100000")
         still_serving(con)
+
+
+def test_a_binary_numeric_parameter_out_of_range(server) -> None:
+    with psycopg.connect(dsn(server.port), autocommit=True) as con:
+        cur = con.cursor(binary=True)  # numeric in PostgreSQL's binary format: base-10000 digits and a weight
+        err, seconds = failure(lambda: cur.execute("SELECT COUNT(*) FROM pums WHERE age < %b", [Decimal("1E+400")]))
+        check(err, seconds, "0A000", "floating-point range")
+        still_serving(con)
+    start = time.perf_counter()
+    huge = decode_param(struct.pack("!hhHHH", 1, 32767, 0, 0, 1), NUMERIC, 1)  # 1E+131068, as a Decimal
+    with pytest.raises(errors.UnsupportedQuery, match="floating-point range"):
+        literal(huge)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_another_analyst_is_answered_while_hostile_statements_arrive(server) -> None:
+    hostile = ["/**/" * 40 + "SELECT 1", "SET a = x" + " " * 30_000 + "y", NESTED + " -- pg_",
+               "SELECT COUNT(*) FROM pums WHERE age < 1e10000000"]
+    done = threading.Event()
+
+    def attack() -> None:
+        with psycopg.connect(dsn(server.port, user="bob"), autocommit=True) as con:
+            while not done.is_set():
+                for sql in hostile:
+                    with contextlib.suppress(psycopg.Error):
+                        con.execute(sql)
+
+    thread = threading.Thread(target=attack, daemon=True)
+    thread.start()
+    try:
+        with psycopg.connect(dsn(server.port), autocommit=True) as con:
+            for _ in range(5):
+                still_serving(con)
+    finally:
+        done.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
