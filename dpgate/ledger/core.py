@@ -100,7 +100,7 @@ from dpgate.ledger._records import (
     record_from_row,
 )
 from dpgate.ledger._sqlite import SqliteStore
-from dpgate.ledger._store import AppendHook, Connection, LedgerStore
+from dpgate.ledger._store import AppendHook, Connection, LedgerStore, provenance_key
 
 __all__ = ["FORMAT_VERSION", "Ledger", "LedgerRecord", "LedgerTransaction"]
 
@@ -499,8 +499,8 @@ class Ledger:
 
     @contextlib.contextmanager
     def on_append(self, hook: AppendHook) -> Iterator[None]:
-        """While the block runs, call ``hook(provenance, record_id, cost_after)`` in this thread
-        after each record a transaction appends, inside the same transaction: rows the hook
+        """While the block runs, call ``hook(provenance, record, mac)`` in this thread after
+        each record a transaction appends, inside the same transaction: rows the hook
         writes through ``provenance`` (:class:`~dpgate.ledger._store.ProvenanceWriter`) commit or
         roll back with the record, and an exception it raises rolls the whole transaction back
         (nothing is released)."""
@@ -510,6 +510,14 @@ class Ledger:
             yield
         finally:
             self._local.on_append = previous
+
+    def provenance_key(self) -> bytes:
+        """The key of ``dpgate serve``'s provenance MACs, derived from the ledger's key
+        (:func:`~dpgate.ledger._store.provenance_key`)."""
+        if self._key is None:
+            raise LedgerError(f"The ledger {self.path!r} was opened without its key; its provenance cannot "
+                              "be verified or written.")
+        return provenance_key(self._key)
 
     def close(self) -> None:
         """Close every connection this ledger opened in this process (idempotent)."""
