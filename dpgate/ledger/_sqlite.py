@@ -136,6 +136,8 @@ class SqliteStore:
         return conn
 
     def _connect(self, target: str) -> Connection:
+        if target != ":memory:":
+            _create_private(target)
         with map_exceptions({sqlite3.DatabaseError: LedgerError}, f"Cannot open the ledger {target!r}: {{exc}}."):
             conn = sqlite3.connect(
                 target, timeout=self.timeout, isolation_level=None, check_same_thread=False
@@ -303,6 +305,20 @@ class SqliteStore:
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
+
+
+def _create_private(path: str) -> None:
+    """Create the ledger file owner-only (mode 0o600 whatever the umask) if it is not there yet:
+    SQLite would create it with the umask's mode, and gives its ``-wal`` and ``-shm`` files the
+    mode of the database file."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError:  # there already (or not creatable: sqlite3 then says why)
+        return
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 def file_id(path: str) -> tuple[int, int] | None:
