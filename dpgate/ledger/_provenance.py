@@ -56,6 +56,7 @@ import numpy as np
 
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import Error, LedgerError
+from dpgate.ledger._key import read_anchor
 from dpgate.ledger._store import AppendedRecord, ProvenanceRow, ProvenanceWriter, provenance_mac
 from dpgate.ledger.core import Ledger
 from dpgate.plan.accounting import release_units, to_epsilon
@@ -142,9 +143,13 @@ class _Verified:
         self.chained = False  # whether a MAC'd row was seen (unchained rows may only come before)
         self.analysts: dict[str, _AnalystCosts] = {}
 
-    def absorb(self, where: str, key: bytes, head_mac: str | None, rows: Sequence[Any]) -> None:
-        """Check the rows after the head (and that the head row is unchanged), then take them in."""
+    def absorb(self, where: str, key: bytes, head_mac: str | None, rows: Sequence[Any],
+               anchor: tuple[int, str] | None = None) -> None:
+        """Check the rows after the head (and that the head row is unchanged), then take them in;
+        ``anchor``: the last charge committed (``(row id, MAC)``), which must be among them or before."""
         row_id, mac = self.head
+        if anchor is not None and anchor[0] > row_id and (not rows or rows[-1][0] < anchor[0]):
+            raise _tampered(where, f"the charges up to row {anchor[0]} (its anchor) are gone")
         if row_id > 0 and (head_mac is None or not hmac.compare_digest(head_mac, mac)):
             raise _tampered(where, f"row {row_id}, verified before, was deleted or changed")
         chained = self.chained
@@ -162,6 +167,8 @@ class _Verified:
                     raise _tampered(where, f"row {rid} does not match its MAC (it, the row before it or the "
                                            "release it charges was edited, deleted or inserted)")
                 mac, chained = str(row_mac), True
+            if anchor is not None and rid == anchor[0] and not hmac.compare_digest(mac, anchor[1]):
+                raise _tampered(where, f"row {rid} is not the charge its anchor records")
             if kind == "charge":
                 if table is None:
                     raise _tampered(where, f"row {rid} charges the release {record_id}, which is not in the ledger")
@@ -194,10 +201,16 @@ def _verified(ledger: Ledger) -> _Verified:
         return found
 
 
+def _anchor(ledger: Ledger) -> tuple[int, str] | None:
+    path = ledger.provenance_anchor
+    return None if path is None else read_anchor(path)
+
+
 def _read(ledger: Ledger, view: _Verified) -> None:
     """Under ``view.lock``: take in the committed rows this process has not verified yet."""
+    anchor = _anchor(ledger)  # read first: a charge committed after it is among the rows read next
     head_mac, rows = ledger.store.provenance_rows(view.head[0])
-    view.absorb(ledger.path or "in memory", ledger.provenance_key(), head_mac, rows)
+    view.absorb(ledger.path or "in memory", ledger.provenance_key(), head_mac, rows, anchor)
 
 
 @contextmanager
@@ -222,7 +235,7 @@ def charging(ledger: Ledger, analyst: str, cap: float, statement: str,
                 if not provenance.wrote:  # else its reads would see its own uncommitted rows
                     head = view.head[0]
                     view.absorb(ledger.path or "in memory", key, provenance.mac_of(head) if head else "",
-                                provenance.rows_after(head))
+                                provenance.rows_after(head), _anchor(ledger))
                 view.costs(analyst).units(schema)  # priced once here, not in every copy
                 costs = view.costs(analyst).copy()
         before = costs.units(schema)

@@ -91,6 +91,7 @@ ROWS_AFTER = ("SELECT p.id, p.analyst, p.kind, p.record_id, p.epsilon, p.stateme
               "r.mac, r.table_name, r.query, r.alpha, r.sensitivity FROM dpgate_provenance p "
               "LEFT JOIN dpgate_records r ON r.id = p.record_id WHERE p.id > ? ORDER BY p.id")
 MAC_OF = "SELECT mac FROM dpgate_provenance WHERE id = ?"
+LAST_ID = "SELECT MAX(id) FROM dpgate_provenance"
 
 
 def provenance_key(ledger_key: bytes) -> bytes:
@@ -125,6 +126,8 @@ class ProvenanceWriter:
     def __init__(self, conn: Connection, key: bytes) -> None:
         self._conn, self._key = conn, key
         self.wrote = False  # whether this transaction wrote a row (its reads then see them)
+        #: ``(id, MAC)`` of the last charge written, for the provenance anchor after the commit.
+        self.last_charge: tuple[int, str] | None = None
 
     def rows_after(self, verified: int) -> list[Any]:
         """The rows with ``id > verified`` (:data:`ROWS_AFTER`), this transaction's included."""
@@ -142,6 +145,8 @@ class ProvenanceWriter:
         mac = provenance_mac(self._key, (last[0] or "") if last else "", row.values(), record_mac)
         self._conn.execute(INSERT_PROVENANCE, (*row.values(), mac))
         self.wrote = True
+        if row.kind == "charge":  # under the write lock: the newest row is this one
+            self.last_charge = (int(self._conn.execute(LAST_ID).fetchone()[0]), mac)
 
 
 #: A ledger's append hook: ``hook(provenance, record, mac)`` after each appended record (``mac``: its MAC).
