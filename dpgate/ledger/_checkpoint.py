@@ -123,7 +123,10 @@ def save(ledger: Ledger, header: dict[str, Any], records: Sequence[LedgerRecord]
         offset += r.nbytes
     tmp = f"{path}.{os.getpid()}.tmp"
     with contextlib.suppress(OSError):  # a checkpoint is an optimisation: failing to write it costs a replay
-        with open(tmp, "w+b") as f:
+        # Owner-only whatever the umask: it holds the history's design (os.open's mode, then fchmod).
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w+b") as f:
             f.writelines((_MAGIC, bytes(32), *pieces))  # no concatenated copy of a large body; MAC below
             f.flush()
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as written:

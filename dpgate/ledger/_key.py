@@ -95,6 +95,7 @@ def _write_private(path: str, text: str) -> str:
     tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
+        os.fchmod(fd, 0o600)  # exactly owner read/write, whatever the umask
         os.write(fd, text.encode("ascii"))
         os.fsync(fd)
     finally:

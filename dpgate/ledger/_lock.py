@@ -49,7 +49,7 @@ class PathLock:
             return True
         try:
             if self.fd is None:
-                self.fd = os.open(self.sidecar, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                self.fd = os.open(self.sidecar, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             delay = 0.0001
             while True:
                 try:

@@ -108,7 +108,8 @@ CREATE TABLE dpgate_provenance (
     epsilon    DOUBLE PRECISION NOT NULL,
     statement  TEXT    NOT NULL,
     source     TEXT    NOT NULL,
-    created_at TEXT    NOT NULL
+    created_at TEXT    NOT NULL,
+    mac        TEXT
 )
     """,
     "CREATE INDEX dpgate_provenance_analyst ON dpgate_provenance(analyst, kind)",
@@ -288,4 +289,6 @@ class PostgresStore(SqliteStore):
             if conn.execute("SELECT to_regclass('dpgate_provenance')").fetchone()[0] is None:
                 for ddl in self.provenance_schema:
                     conn.execute(ddl)
+            else:  # a table of dpgate < 0.27: its rows stay unchained (a legacy prefix)
+                conn.execute("ALTER TABLE dpgate_provenance ADD COLUMN IF NOT EXISTS mac TEXT")
         self.write(create)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from dpgate._validate import finite, nonnegative_finite
 from dpgate.errors import DPGateInternalError, InvalidRequirement, LedgerError
 from dpgate.ledger._key import Anchor, binding_mac, chain_macs, header_mac
-from dpgate.ledger._store import Connection, ProvenanceWriter
+from dpgate.ledger._store import Connection, ProvenanceWriter, provenance_key
 
 if TYPE_CHECKING:
     import threading
@@ -276,10 +276,10 @@ class LedgerTransaction:
             self._conn.executemany(insert, rows)
         else:  # e.g. dpgate serve's per-analyst charge, in this same transaction, record by record
             if self._provenance is None:
-                self._provenance = ProvenanceWriter(self._conn)
+                self._provenance = ProvenanceWriter(self._conn, provenance_key(self._key))
             for row in rows:
                 self._conn.execute(insert, row)
-                hook(self._provenance, row[0], row[11])
+                hook(self._provenance, record_from_row(row[:-1]), row[-1])
         if rows:
             self.head = (rid, macs[-1])
         return [record_from_row(r[:-1]) for r in rows]

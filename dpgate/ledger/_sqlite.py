@@ -38,7 +38,7 @@ from typing import Any
 from dpgate.errors import LedgerError, map_exceptions
 from dpgate.ledger._lock import MemoryLock, PathLock, lock_for
 from dpgate.ledger._records import SCHEMA
-from dpgate.ledger._store import HISTORY, INSERT_PROVENANCE, SPENT, Connection, ProvenanceRow
+from dpgate.ledger._store import HISTORY, MAC_OF, ROWS_AFTER, Connection, ProvenanceRow, ProvenanceWriter
 
 __all__ = ["SqliteStore", "file_id"]
 
@@ -53,7 +53,8 @@ PROVENANCE_SCHEMA = (
         epsilon    REAL    NOT NULL,
         statement  TEXT    NOT NULL,
         source     TEXT    NOT NULL,
-        created_at TEXT    NOT NULL
+        created_at TEXT    NOT NULL,
+        mac        TEXT
     ) STRICT""",
     "CREATE INDEX IF NOT EXISTS dpgate_provenance_analyst ON dpgate_provenance(analyst, kind)",
     """CREATE TRIGGER IF NOT EXISTS dpgate_provenance_no_update BEFORE UPDATE ON dpgate_provenance
@@ -135,6 +136,8 @@ class SqliteStore:
         return conn
 
     def _connect(self, target: str) -> Connection:
+        if target != ":memory:":
+            _create_private(target)
         with map_exceptions({sqlite3.DatabaseError: LedgerError}, f"Cannot open the ledger {target!r}: {{exc}}."):
             conn = sqlite3.connect(
                 target, timeout=self.timeout, isolation_level=None, check_same_thread=False
@@ -265,15 +268,22 @@ class SqliteStore:
         def create(conn: Connection) -> None:
             for ddl in self.provenance_schema:
                 conn.execute(ddl)
+            columns = [r[1] for r in conn.execute("PRAGMA table_info(dpgate_provenance)").fetchall()]
+            if "mac" not in columns:  # a table of dpgate < 0.27: its rows stay unchained (a legacy prefix)
+                conn.execute("ALTER TABLE dpgate_provenance ADD COLUMN mac TEXT")
         self.write(create)
 
-    def add_provenance(self, row: ProvenanceRow, *, fsync: bool) -> None:
-        """Write ``row`` in its own transaction (see :meth:`write` for ``fsync``)."""
-        self.write(lambda conn: conn.execute(INSERT_PROVENANCE, row.values()), fsync=fsync)
+    def add_provenance(self, row: ProvenanceRow, *, fsync: bool, key: bytes) -> None:
+        """Write ``row`` in its own transaction, chained (see :meth:`write` for ``fsync``)."""
+        self.write(lambda conn: ProvenanceWriter(conn, key).add(row), fsync=fsync)
 
-    def analyst_spent(self, analyst: str) -> float:
-        """ε charged to ``analyst`` so far (committed charges)."""
-        return float(self.read(lambda conn: conn.execute(SPENT, (analyst,)).fetchone()[0]))
+    def provenance_rows(self, verified: int) -> tuple[str | None, list[Any]]:
+        """The MAC of row ``verified`` and the committed rows after it, in one read."""
+        def fetch(conn: Connection) -> tuple[str | None, list[Any]]:
+            head = conn.execute(MAC_OF, (verified,)).fetchone() if verified > 0 else ("",)
+            return (None if head is None else head[0] or ""), list(conn.execute(ROWS_AFTER, (verified,)).fetchall())
+        found: tuple[str | None, list[Any]] = self.read(fetch)
+        return found
 
     def analyst_history(self, analyst: str) -> list[tuple[Any, ...]]:
         """``analyst``'s rows: ``(id, created_at, kind, statement, source, epsilon, record_id)``."""
@@ -295,6 +305,20 @@ class SqliteStore:
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
+
+
+def _create_private(path: str) -> None:
+    """Create the ledger file owner-only (mode 0o600 whatever the umask) if it is not there yet:
+    SQLite would create it with the umask's mode, and gives its ``-wal`` and ``-shm`` files the
+    mode of the database file."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError:  # there already (or not creatable: sqlite3 then says why)
+        return
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 def file_id(path: str) -> tuple[int, int] | None:

@@ -21,12 +21,16 @@ transaction, never a driver's connection.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["AppendHook", "Connection", "Cursor", "LedgerStore", "ProvenanceRow", "ProvenanceWriter"]
+__all__ = ["AppendHook", "AppendedRecord", "Connection", "Cursor", "LedgerStore", "ProvenanceRow",
+           "ProvenanceWriter", "provenance_key", "provenance_mac"]
 
 
 class Cursor(Protocol):
@@ -70,44 +74,83 @@ class ProvenanceRow:
     created_at: str
 
     def values(self) -> tuple[Any, ...]:
-        """The row's values in :data:`INSERT_PROVENANCE`'s order."""
+        """The row's values in :data:`INSERT_PROVENANCE`'s order (without its MAC)."""
         return (self.analyst, self.kind, self.record_id, float(self.epsilon), self.statement, self.source,
                 self.created_at)
 
 
 #: The provenance statements every store runs as they are (``?`` placeholders).
 INSERT_PROVENANCE = ("INSERT INTO dpgate_provenance(analyst, kind, record_id, epsilon, statement, source, "
-                     "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)")
-SPENT = "SELECT COALESCE(SUM(epsilon), 0.0) FROM dpgate_provenance WHERE analyst = ? AND kind = 'charge'"
+                     "created_at, mac) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 HISTORY = ("SELECT id, created_at, kind, statement, source, epsilon, record_id FROM dpgate_provenance "
            "WHERE analyst = ? ORDER BY id")
-COST_BEFORE = "SELECT cost_after FROM dpgate_records WHERE id < ? ORDER BY id DESC LIMIT 1"
+LAST_MAC = "SELECT mac FROM dpgate_provenance ORDER BY id DESC LIMIT 1"
+#: The rows after a verified one, with what each charge is bound to (its record's MAC) and
+#: charged for (the record's table, query, α and S), for :mod:`dpgate.ledger._provenance`.
+ROWS_AFTER = ("SELECT p.id, p.analyst, p.kind, p.record_id, p.epsilon, p.statement, p.source, p.created_at, p.mac, "
+              "r.mac, r.table_name, r.query, r.alpha, r.sensitivity FROM dpgate_provenance p "
+              "LEFT JOIN dpgate_records r ON r.id = p.record_id WHERE p.id > ? ORDER BY p.id")
+MAC_OF = "SELECT mac FROM dpgate_provenance WHERE id = ?"
+LAST_ID = "SELECT MAX(id) FROM dpgate_provenance"
+
+
+def provenance_key(ledger_key: bytes) -> bytes:
+    """The key of the provenance MACs, derived from the ledger's (never the ledger's own key)."""
+    return hmac.new(ledger_key, b"dpgate provenance v1", hashlib.sha256).digest()
+
+
+def provenance_mac(key: bytes, previous: str, values: tuple[Any, ...], record_mac: str | None) -> str:
+    """The MAC of a provenance row: chained to the previous row's MAC (``""`` for the first) and,
+    for a charge, bound to the MAC of the ledger record it charges, so that a row deleted, edited,
+    reordered or moved to another release breaks the chain (:mod:`dpgate.ledger._provenance`)."""
+    text = json.dumps([previous, *values, record_mac or ""], separators=(",", ":"))
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+class AppendedRecord(Protocol):
+    """What an append hook sees of a record just appended (a :class:`~dpgate.ledger.core.LedgerRecord`)."""
+
+    id: int
+    table: str
+    query: str
+    alpha: float
+    sensitivity: float
+    cost_after: float
 
 
 class ProvenanceWriter:
     """Provenance inside one open ledger transaction (under the write lock): what a ledger's
     append hook (:meth:`dpgate.ledger.core.Ledger.on_append`) may read and write, committed or
-    rolled back with the records the transaction appends."""
+    rolled back with the records the transaction appends.  ``key``: :func:`provenance_key`."""
 
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
+    def __init__(self, conn: Connection, key: bytes) -> None:
+        self._conn, self._key = conn, key
+        self.wrote = False  # whether this transaction wrote a row (its reads then see them)
+        #: ``(id, MAC)`` of the last charge written, for the provenance anchor after the commit.
+        self.last_charge: tuple[int, str] | None = None
 
-    def cost_before(self, record_id: int) -> float:
-        """The ledger's cost after the record before ``record_id`` (0 before the first)."""
-        row = self._conn.execute(COST_BEFORE, (record_id,)).fetchone()
-        return float(row[0]) if row else 0.0
+    def rows_after(self, verified: int) -> list[Any]:
+        """The rows with ``id > verified`` (:data:`ROWS_AFTER`), this transaction's included."""
+        return list(self._conn.execute(ROWS_AFTER, (verified,)).fetchall())
 
-    def spent(self, analyst: str) -> float:
-        """ε charged to ``analyst``: every committed charge, and this transaction's."""
-        return float(self._conn.execute(SPENT, (analyst,)).fetchone()[0])
+    def mac_of(self, row_id: int) -> str | None:
+        """The stored MAC of row ``row_id`` (``None`` when it is gone)."""
+        found = self._conn.execute(MAC_OF, (row_id,)).fetchone()
+        return None if found is None else found[0]
 
-    def add(self, row: ProvenanceRow) -> None:
-        """Write ``row`` in this transaction."""
-        self._conn.execute(INSERT_PROVENANCE, row.values())
+    def add(self, row: ProvenanceRow, record_mac: str | None = None) -> None:
+        """Write ``row`` in this transaction, chained to the last row (and bound to ``record_mac``,
+        the MAC of the record a charge is for)."""
+        last = self._conn.execute(LAST_MAC).fetchone()
+        mac = provenance_mac(self._key, (last[0] or "") if last else "", row.values(), record_mac)
+        self._conn.execute(INSERT_PROVENANCE, (*row.values(), mac))
+        self.wrote = True
+        if row.kind == "charge":  # under the write lock: the newest row is this one
+            self.last_charge = (int(self._conn.execute(LAST_ID).fetchone()[0]), mac)
 
 
-#: A ledger's append hook: ``hook(provenance, record_id, cost_after)`` after each appended record.
-AppendHook = Callable[[ProvenanceWriter, int, float], None]
+#: A ledger's append hook: ``hook(provenance, record, mac)`` after each appended record (``mac``: its MAC).
+AppendHook = Callable[[ProvenanceWriter, AppendedRecord, str], None]
 
 
 class LedgerStore(Protocol):
@@ -171,13 +214,15 @@ class LedgerStore(Protocol):
         """Create ``dpgate_provenance`` (append-only) in this database if it is not there yet."""
         ...
 
-    def add_provenance(self, row: ProvenanceRow, *, fsync: bool) -> None:
-        """Write ``row`` in its own transaction, serialised with releases; with ``fsync=False``
-        the commit survives a crash of the process but not of the machine."""
+    def add_provenance(self, row: ProvenanceRow, *, fsync: bool, key: bytes) -> None:
+        """Write ``row`` in its own transaction, serialised with releases and chained to the last
+        row under ``key`` (:func:`provenance_key`); with ``fsync=False`` the commit survives a
+        crash of the process but not of the machine."""
         ...
 
-    def analyst_spent(self, analyst: str) -> float:
-        """ε charged to ``analyst`` so far (committed charges)."""
+    def provenance_rows(self, verified: int) -> tuple[str | None, list[Any]]:
+        """In one snapshot: the stored MAC of row ``verified`` (``None`` when it is gone), and the
+        committed rows with ``id > verified`` (:data:`ROWS_AFTER`)."""
         ...
 
     def analyst_history(self, analyst: str) -> list[tuple[Any, ...]]:

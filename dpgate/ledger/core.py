@@ -100,7 +100,7 @@ from dpgate.ledger._records import (
     record_from_row,
 )
 from dpgate.ledger._sqlite import SqliteStore
-from dpgate.ledger._store import AppendHook, Connection, LedgerStore
+from dpgate.ledger._store import AppendHook, Connection, LedgerStore, provenance_key
 
 __all__ = ["FORMAT_VERSION", "Ledger", "LedgerRecord", "LedgerTransaction"]
 
@@ -337,6 +337,8 @@ class Ledger:
                 )
             if anchor is None or anchor[0] > 0:  # an operator's key has no anchor yet; new=True resets it
                 write_anchor(self._anchor_path, (0, ""), durable=True)
+            if self.provenance_anchor is not None and os.path.lexists(self.provenance_anchor):
+                write_anchor(self.provenance_anchor, (0, ""), durable=True)  # a new ledger's provenance is empty
         for statement in self.store.schema:  # not executescript(): it would COMMIT first
             conn.execute(statement)
         meta = new_header(self._key, fingerprint, self.budget)
@@ -468,6 +470,10 @@ class Ledger:
                     self._head = box[0].head
             if box[0].head[0] > box[0].start:
                 self._advance_anchor(box[0].head)
+            charged = box[0]._provenance.last_charge if box[0]._provenance is not None else None
+            if charged is not None and self.provenance_anchor is not None:
+                with contextlib.suppress(OSError):  # best effort, as the records' anchor
+                    write_anchor(self.provenance_anchor, charged)
 
         with self.store.write_locked(conn, committed):  # in memory, the lock also guards the one connection
             with map_exceptions({sqlite3.OperationalError: LedgerError}, self.store.read_failed):
@@ -499,8 +505,8 @@ class Ledger:
 
     @contextlib.contextmanager
     def on_append(self, hook: AppendHook) -> Iterator[None]:
-        """While the block runs, call ``hook(provenance, record_id, cost_after)`` in this thread
-        after each record a transaction appends, inside the same transaction: rows the hook
+        """While the block runs, call ``hook(provenance, record, mac)`` in this thread after
+        each record a transaction appends, inside the same transaction: rows the hook
         writes through ``provenance`` (:class:`~dpgate.ledger._store.ProvenanceWriter`) commit or
         roll back with the record, and an exception it raises rolls the whole transaction back
         (nothing is released)."""
@@ -510,6 +516,20 @@ class Ledger:
             yield
         finally:
             self._local.on_append = previous
+
+    @property
+    def provenance_anchor(self) -> str | None:
+        """Where the last charge of ``dpgate serve``'s provenance is anchored (``(row id, MAC)``, next
+        to the records' anchor), so that charges deleted from the end are noticed after a restart."""
+        return None if self._anchor_path is None else self._anchor_path + "-provenance"
+
+    def provenance_key(self) -> bytes:
+        """The key of ``dpgate serve``'s provenance MACs, derived from the ledger's key
+        (:func:`~dpgate.ledger._store.provenance_key`)."""
+        if self._key is None:
+            raise LedgerError(f"The ledger {self.path!r} was opened without its key; its provenance cannot "
+                              "be verified or written.")
+        return provenance_key(self._key)
 
     def close(self) -> None:
         """Close every connection this ledger opened in this process (idempotent)."""

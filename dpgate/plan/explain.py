@@ -30,6 +30,7 @@ from dpgate.answer.combine import component_confidence, output_parts
 from dpgate.answer.result import Answer
 from dpgate.compile import CompiledStatement
 from dpgate.compile.bounds import skip_blank
+from dpgate.compile.query import LinearQuery
 from dpgate.errors import UnsupportedQuery
 from dpgate.plan.budget import fits
 from dpgate.plan.decide import Step
@@ -80,6 +81,8 @@ class Explanation:
         epsilon: the total ε the statement would charge (``Result.epsilon_spent``).
         spent, budget: the gateway's cost so far and its total budget.
         statement: the compiled statement.
+        releases: the fresh releases it would make, ``(query, α)`` in the order they would be
+            recorded (what ``dpgate serve`` prices against an analyst's own charge).
     """
 
     quotes: tuple[Quote, ...]
@@ -87,6 +90,7 @@ class Explanation:
     spent: float
     budget: float
     statement: CompiledStatement = field(repr=False)
+    releases: tuple[tuple[LinearQuery, float], ...] = field(default=(), repr=False)
 
     @property
     def remaining(self) -> float:
@@ -170,7 +174,8 @@ def quote(
             comps.append(f"{label} ±{_certified(at(c)[i]) * (q.sensitivity or 1.0):.6g}")
         note = f"{d.kind.upper()} from {', '.join(comps)} at {c:.4g}; its interval depends on their values"
         quotes.append(Quote(name, group, source, eps, math.nan, confidence, left, note))
-    return Explanation(tuple(quotes), float(sum(s.increase for s in steps)), spent, budget, stmt)
+    releases = tuple((m.query, m.alpha) for s in steps if s.kind == "fresh" for m in s.measurements)
+    return Explanation(tuple(quotes), float(sum(s.increase for s in steps)), spent, budget, stmt, releases)
 
 
 def _certified(a: Answer) -> float:

@@ -520,6 +520,11 @@ class TableState:
                 for a, w in found:
                     self.costs.add_sparse(a, w, alpha, sensitivity)
 
+    def record_costs(self, items: Sequence[RecordedRelease]) -> None:
+        """Only the per-cell costs of :meth:`record_many` (one analyst's share of history)."""
+        self._charge_refine([it.query for it in items])
+        self._add_costs(items)
+
     def _remember(self, queries: Sequence[LinearQuery], held: bool) -> None:
         """Note whether the atoms hold ``queries`` (just recorded on them, or outside them)."""
         if self._known is None:

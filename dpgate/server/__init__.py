@@ -14,7 +14,8 @@ ledger), :mod:`~dpgate.server._session` (one analyst's statements, SQLSTATEs),
 Analyst model.  The gateway's per-cell budget bounds the privacy loss of every
 individual over *everything released to anyone*: that is the guarantee that
 holds even if all analysts collude.  Each analyst also has a cap, charged the
-increase of the global cost caused by the fresh releases made for them; history
+per-cell accounting of the fresh releases made for them alone (``k · max_j`` of
+their per-cell sums, so every fresh release costs them; a cap of 0 gets none); history
 is shared, so an answer already released to anyone is free for everyone (it is
 post-processing).  An analyst's cap therefore bounds only what was spent *on
 their behalf*, not what they can learn: their view also contains every other

@@ -31,7 +31,10 @@ __all__ = ["serve", "user"]
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM certificate.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None, help="PEM private key.")
 @click.option("--allow-insecure-password", is_flag=True,
-              help="Allow password authentication without TLS on a non-loopback address.")
+              help="Allow password authentication without TLS on a non-loopback address (with --no-require-tls).")
+@click.option("--require-tls/--no-require-tls", default=None,
+              help="Refuse clients that do not use TLS. Default: on when --host is not a loopback address; "
+                   "--no-require-tls there logs a warning.")
 @click.option("--accuracy", type=float, default=None,
               help="Default half-width of answers (sessions change it with SET dpgate.accuracy).")
 @click.option("--confidence", type=float, default=0.95, show_default=True, help="Default confidence 1−δ.")
@@ -39,8 +42,9 @@ __all__ = ["serve", "user"]
 @click.option("--max-connections", type=click.IntRange(min=1), default=100, show_default=True,
               help="Connections served at once (one thread each).")
 def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budget: float, users_path: str, host: str,
-          port: int, tls_cert: str | None, tls_key: str | None, allow_insecure_password: bool, accuracy: float | None,
-          confidence: float, policy: Any, max_connections: int) -> None:
+          port: int, tls_cert: str | None, tls_key: str | None, allow_insecure_password: bool,
+          require_tls: bool | None, accuracy: float | None, confidence: float, policy: Any,
+          max_connections: int) -> None:
     """Serve the gateway over the PostgreSQL wire protocol (psql, psycopg, JDBC, BI tools).
 
     Logs one line per statement to stderr: analyst, statement hash, kind, source, ε — never values.
@@ -63,7 +67,7 @@ def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budg
                  ledger_key=ledger_key, policy=policy)
     try:
         server = Server(gw, users, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
-                        allow_insecure_password=allow_insecure_password,
+                        allow_insecure_password=allow_insecure_password, require_tls=require_tls,
                         defaults={"accuracy": accuracy, "confidence": confidence},
                         max_connections=max_connections)
     except BaseException:

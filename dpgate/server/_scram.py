@@ -20,11 +20,11 @@ import hmac
 import secrets
 import stringprep
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dpgate.errors import OperationalError
 
-__all__ = ["MECHANISM", "ScramError", "Verifier", "ServerExchange", "make_verifier", "saslprep"]
+__all__ = ["MECHANISM", "Decoy", "ScramError", "Verifier", "ServerExchange", "make_verifier", "saslprep"]
 
 MECHANISM = "SCRAM-SHA-256"
 DEFAULT_ITERATIONS = 4096  # PostgreSQL's default (scram_iterations)
@@ -105,6 +105,27 @@ def make_verifier(password: str, *, iterations: int = DEFAULT_ITERATIONS, salt: 
     return Verifier(iterations, salt, hashlib.sha256(client_key).digest(), _hmac(salted, b"Server Key"))
 
 
+@dataclass(frozen=True)
+class Decoy:
+    """What an unknown name is shown, so that a probe cannot tell it from a known one: a salt
+    derived from a server secret and the name (``HMAC-SHA256(secret, name)``, 16 bytes like a
+    real one, the same on every attempt as a real user's) and the iteration count of the
+    known users.
+
+    Attributes:
+        secret: the server's secret (kept out of every message).
+        iterations: the known users' iteration count.
+    """
+
+    secret: bytes = field(repr=False)
+    iterations: int = DEFAULT_ITERATIONS
+
+    def salt(self, name: str) -> bytes:
+        """The salt shown for the unknown ``name``."""
+        return hmac.new(self.secret, b"dpgate scram decoy salt\x00" + name.encode("utf-8", "surrogatepass"),
+                        hashlib.sha256).digest()[:16]
+
+
 def _attributes(message: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for part in message.split(","):
@@ -117,16 +138,22 @@ def _attributes(message: str) -> dict[str, str]:
 class ServerExchange:
     """One SCRAM-SHA-256 exchange, driven by the client's two messages.
 
-    ``verifier=None`` (an unknown analyst) runs the same exchange on a random
-    verifier and fails at the end, so a client cannot tell unknown names from
-    wrong passwords.
+    ``verifier=None`` (an unknown analyst, ``name``) runs the same exchange on a
+    made-up verifier and fails at the end, so a client cannot tell unknown names from
+    wrong passwords: its salt and iteration count are the ``decoy``'s (the same for the
+    same name on every attempt, like a real user's), its keys random.  Without a decoy
+    the salt is random (it then changes between attempts, which a probe can notice).
     """
 
-    def __init__(self, verifier: Verifier | None, *, nonce: str | None = None) -> None:
+    def __init__(self, verifier: Verifier | None, *, nonce: str | None = None, name: str = "",
+                 decoy: Decoy | None = None) -> None:
         self._fixed_nonce = nonce  # the server's nonce part: tests only (RFC 7677's example)
         self._known = verifier is not None
-        self._verifier = verifier or Verifier(  # random keys that look like a real verifier
-            DEFAULT_ITERATIONS, secrets.token_bytes(16), secrets.token_bytes(32), secrets.token_bytes(32))
+        if verifier is None:  # random keys that look like a real verifier
+            salt = secrets.token_bytes(16) if decoy is None else decoy.salt(name)
+            verifier = Verifier(DEFAULT_ITERATIONS if decoy is None else decoy.iterations, salt,
+                                secrets.token_bytes(32), secrets.token_bytes(32))
+        self._verifier = verifier
         self._client_first_bare = ""
         self._server_first = ""
         self._gs2 = ""

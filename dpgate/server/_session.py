@@ -26,8 +26,9 @@ anything else                          XX000    internal_error
 =====================================  =======  ===================================
 
 BudgetExhausted covers the analyst's cap twice: refused before the statement
-runs when its quote exceeds what is left of the cap (nothing read), and in the
-release's ledger transaction (the race-safe check).
+runs when it needs a fresh release and nothing is left of the cap (nothing read),
+and in the release's ledger transaction, where each release is charged its
+increase of the analyst's own per-cell cost (the race-safe check).
 
 Server-side conditions: wrong password 28P01, a statement in a failed
 transaction block 25P02, an unknown ``SHOW`` parameter 42704, an invalid
@@ -311,7 +312,7 @@ class Session:
 
     def _show_budget(self) -> Outcome:
         gw, a = self.gateway, self.analyst
-        mine = _provenance.analyst_spent(gw.ledger, a.name)
+        mine = _provenance.analyst_spent(gw.ledger, a.name, gw.schema)
         names = ("analyst", "analyst_budget", "analyst_spent", "analyst_remaining", "budget", "spent", "remaining")
         row = (a.name, a.budget, mine, remaining(mine, a.budget), gw.budget, gw.spent, gw.remaining)
         return Outcome(tuple(_field(n, TEXT if i == 0 else FLOAT8) for i, n in enumerate(names)), (row,), "SHOW")
@@ -323,7 +324,7 @@ class Session:
         if not statement.explain:
             self._check_cap(sql, params, statement)
         ledger = self.gateway.ledger
-        with _provenance.charging(ledger, self.analyst.name, self.analyst.budget, digest):
+        with _provenance.charging(ledger, self.analyst.name, self.analyst.budget, digest, self.gateway.schema) as mine:
             rs = self.conn.run(statement)
         if self.cancelled.is_set():
             raise SqlError("57014", "canceling statement due to user request (anything it released was recorded).")
@@ -333,7 +334,7 @@ class Session:
         eps, source = 0.0, "-"
         if result is not None:
             sources = {a.source for a in result.answers}
-            eps = float(result.epsilon_spent)
+            eps = float(sum(mine))  # what this analyst was charged for it (their own per-cell increase)
             source = next(iter(sources)) if len(sources) == 1 else "mixed" if sources else "-"
             # Durable before the answer leaves: who received what.
             _provenance.record_delivery(ledger, self.analyst.name, digest, source, eps)
@@ -343,35 +344,38 @@ class Session:
         return Outcome(fields, rows, f"SELECT {len(rows)}")
 
     def _check_cap(self, sql: str, params: Sequence[Any], statement: Prepared) -> None:
-        """Refuse, before any data is read, a statement whose quote exceeds the analyst's remaining cap.
+        """Refuse, before any data is read, a statement whose fresh releases would take the analyst's
+        charge above their cap (a cap of 0: any fresh release).
 
         The quote is :meth:`dpgate.dbapi.Connection.quote` of the compiled ``statement`` (of
         ``sql`` and ``params``) — :meth:`Gateway.quote` under the session's ``SET dpgate.*``
-        and the statement's hints, as the query will run — and
-        it is what the query then charges unless another release happens in between; the
+        and the statement's hints, as the query will run.  Its fresh releases are priced as the
+        analyst's own per-cell increase (:func:`_provenance.analyst_quote`), which is what the
+        query then charges them unless another release for them happens in between; the
         record-time hook of :func:`_provenance.charging` stays the race-safe check.  A
         statement the global budget cannot pay is left to the gateway, which refuses it
-        before reading data (or answers it from history under ``allow_partial``) — and so,
-        while the analyst has at least the global budget left, their cap cannot bind first
-        and the quote is skipped.  So is the quote of a statement this session
-        or another session of the server already found free under the same settings:
-        history only grows, and what it answers it keeps answering, for every analyst (a
-        repeated dashboard query costs no quote).
+        before reading data (or answers it from history under ``allow_partial``).  An analyst
+        whose cap is at least the global budget is never quoted: their charge never exceeds
+        the global cost.  Nor is a statement this session or another session of the server
+        already found to need no fresh release under the same settings: history only grows,
+        and what it answers it keeps answering, for every analyst (a repeated dashboard query
+        costs no quote).
         """
         a, gw = self.analyst, self.gateway
         key = (sql, repr(tuple(params)), repr(sorted(self.conn.settings.items())))
-        if key in self.free:  # checked first: it costs no ledger read
-            return
-        spent = _provenance.analyst_spent(gw.ledger, a.name)
-        if a.budget - spent >= gw.remaining:
+        if key in self.free or a.budget >= gw.budget:  # checked first: they cost no ledger read
             return
         quote = self.conn.quote(statement)
-        if quote.epsilon <= 0.0:
+        if not quote.releases:
             if len(self.free) >= _FREE_MEMO:
                 self.free.clear()
             self.free.add(key)
-        elif quote.affordable and not fits(spent, quote.epsilon, a.budget):
-            raise exhausted(quote.epsilon, spent, a.budget, what="This statement", purpose=" (EXPLAIN quotes it)",
+            return
+        if not quote.affordable:
+            return
+        spent, needed = _provenance.analyst_quote(gw.ledger, a.name, gw.schema, quote.statement.table, quote.releases)
+        if a.budget <= 0.0 or not fits(spent, needed, a.budget):
+            raise exhausted(needed, spent, a.budget, what="This statement", purpose=" of their cap",
                             analyst=a.name, hint=" Nothing was spent and nothing was read.")
 
     def _log(self, sql: str, params: Any, kind: str, source: str, eps: float, digest: str | None = None) -> None:

@@ -1,5 +1,9 @@
 """``dpgate serve``: the gateway behind the PostgreSQL wire protocol, one thread per connection.
 
+Why one module of about 520 lines: a connection's life — startup, TLS, authentication, the
+message loop of both query protocols — is one state machine over one socket; the statements are
+in :mod:`dpgate.server._session`, the wire format in :mod:`dpgate.server._protocol`.
+
 Each connection: optional TLS (``SSLRequest``), SCRAM-SHA-256 authentication
 against the users file, then statements over the simple or the extended
 protocol, answered by a :class:`~dpgate.server._session.Session` on the one
@@ -13,6 +17,8 @@ close the gateway.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ipaddress
 import secrets
 import socket
@@ -20,6 +26,7 @@ import socketserver
 import ssl
 import struct
 import threading
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +37,7 @@ from dpgate.gateway import Gateway
 from dpgate.ledger import _provenance
 from dpgate.server import _protocol as pq
 from dpgate.server._catalog import SERVER_VERSION
-from dpgate.server._scram import MECHANISM, ScramError, ServerExchange
+from dpgate.server._scram import DEFAULT_ITERATIONS, MECHANISM, Decoy, ScramError, ServerExchange
 from dpgate.server._session import LOG, Outcome, Session, SqlError
 from dpgate.server._values import decode_param, encode
 from dpgate.server.users import Analyst
@@ -46,6 +53,15 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _decoy(gateway: Gateway, users: Mapping[str, Analyst]) -> Decoy:
+    """What SCRAM shows unknown names: salts from a secret derived from the ledger's key (the same
+    across restarts, and on every host sharing the ledger), and the known users' most common
+    iteration count."""
+    secret = hmac.new(gateway.ledger.provenance_key(), b"dpgate scram decoy", hashlib.sha256).digest()
+    counts = Counter(a.verifier.iterations for a in users.values())
+    return Decoy(secret, counts.most_common(1)[0][0] if counts else DEFAULT_ITERATIONS)
 
 
 @dataclass
@@ -80,6 +96,8 @@ class _Shared:
     connections: dict[int, _Handler] = field(default_factory=dict)
     next_pid: int = 1000
     free: set[tuple[str, str, str]] = field(default_factory=set)  # statements quoted free (Session.free)
+    require_tls: bool = False  # refuse clients that did not start TLS
+    decoy: Decoy | None = None  # what unknown names are shown in SCRAM
 
 
 class Server:
@@ -90,19 +108,36 @@ class Server:
         users: the analysts (``dpgate.server.users.load_users``).
         host, port: where to listen (port 0: a free port, see :attr:`port`).
         tls_cert, tls_key: PEM files; with them clients may (and with ``sslmode=require``, do) use TLS.
-        allow_insecure_password: allow SCRAM without TLS on a non-loopback address.
+        allow_insecure_password: allow SCRAM without TLS on a non-loopback address (with
+            ``require_tls=False``).
+        require_tls: refuse clients that do not start TLS (SQLSTATE 28000, before authentication).
+            Default (``None``): on when ``host`` is not a loopback address, off on loopback.
+            Turning it off on a non-loopback address logs a warning.
         defaults: per-session DB-API defaults (``accuracy``, ``confidence``, ``intervals``, ``allow_partial``).
         max_connections: connections served at once; more are refused with SQLSTATE 53300.
         auth_timeout: seconds a new connection has to finish startup and authentication.
 
     Raises:
-        InvalidArgument: no TLS on a non-loopback address without ``allow_insecure_password``.
+        InvalidArgument: TLS required without ``tls_cert``/``tls_key``, or no TLS on a non-loopback
+            address without ``allow_insecure_password``.
     """
 
     def __init__(self, gateway: Gateway, users: Mapping[str, Analyst], *, host: str = "127.0.0.1", port: int = 5433,
                  tls_cert: str | None = None, tls_key: str | None = None, allow_insecure_password: bool = False,
                  defaults: Mapping[str, Any] | None = None, max_connections: int = 100,
-                 auth_timeout: float = 60.0) -> None:
+                 auth_timeout: float = 60.0, require_tls: bool | None = None) -> None:
+        if require_tls is None:
+            require_tls = not is_loopback(host)
+        elif not require_tls and not is_loopback(host):
+            LOG.warning("TLS is not required on %s (--no-require-tls): clients may send their SCRAM exchange "
+                        "and receive answers in the clear", host)
+        if require_tls and not (tls_cert and tls_key):
+            raise InvalidArgument(
+                f"refusing to serve on {host} without TLS: it is required there (--require-tls, the default off "
+                "loopback) but no certificate was given, and passwords (even SCRAM exchanges) and answers would "
+                "cross the network in the clear. Give --tls-cert and --tls-key, or --no-require-tls "
+                "--allow-insecure-password if the network is trusted."
+            )
         tls = None
         if tls_cert or tls_key:
             if not (tls_cert and tls_key):
@@ -117,7 +152,8 @@ class Server:
                 "network is trusted."
             )
         _provenance.ensure_table(gateway.ledger)
-        self._shared = _Shared(gateway, dict(users), dict(defaults or {}), tls, max_connections, auth_timeout)
+        self._shared = _Shared(gateway, dict(users), dict(defaults or {}), tls, max_connections, auth_timeout,
+                               require_tls=require_tls, decoy=_decoy(gateway, users))
         shared = self._shared
 
         class Handler(_Handler):
@@ -222,6 +258,10 @@ class _Handler(socketserver.BaseRequestHandler):
         params = self._startup()
         if params is None:
             return
+        if self.state.require_tls and not isinstance(self.sock, ssl.SSLSocket):
+            self._fatal("28000", "this dpgate server requires TLS: connect with sslmode=require (or verify-ca / "
+                                 "verify-full); passwords and answers are never sent in the clear")
+            return
         analyst = self._authenticate(params.get("user", ""))
         if analyst is None:
             return
@@ -282,7 +322,7 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _authenticate(self, user: str) -> Analyst | None:
         analyst = self.state.users.get(user)
-        exchange = ServerExchange(analyst.verifier if analyst else None)
+        exchange = ServerExchange(analyst.verifier if analyst else None, name=user, decoy=self.state.decoy)
         self.sock.sendall(pq.authentication(10, MECHANISM.encode() + b"\x00\x00"))
         try:
             kind, payload = pq.read_message(self.sock)

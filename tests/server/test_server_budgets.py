@@ -30,6 +30,14 @@ def _ledger(path: Path) -> tuple[float, dict[str, float], list[tuple[int, float]
     return max((c for _, c in records), default=0.0), charged, records, delivered
 
 
+def _per_analyst_within_global(charged: dict[str, float], top: float) -> None:
+    """Each analyst pays the per-cell maximum over the releases made for them: at most the global
+    cost (their cells' costs are parts of its), and together at least it (a max of sums is at most
+    the sum of the maxima).  (Before issue 27 they paid the global increases, which summed to it.)"""
+    assert all(c <= top + 1e-9 for c in charged.values())
+    assert sum(charged.values()) >= top - 1e-9
+
+
 def test_repeat_from_another_analyst_is_free_and_caps_bind(tmp_path: Path) -> None:
     sql = "SELECT COUNT(*) FROM pums WHERE age < 40"
     with thread_server(tmp_path, caps={"alice": 0.5, "bob": 0.5, "carol": 0.0}) as s:
@@ -69,7 +77,7 @@ def test_analyst_cap_and_global_cap_are_enforced(tmp_path: Path) -> None:
             top, charged, _, _ = _ledger(tmp_path)
             assert charged[who] <= limit + 1e-9
         assert top <= 0.6 + 1e-9 and "remains" in str(refused)  # bob hit the global budget, not his cap
-        assert sum(charged.values()) == pytest.approx(top)
+        _per_analyst_within_global(charged, top)
 
 
 def test_sixteen_concurrent_clients_never_overspend(tmp_path: Path) -> None:
@@ -140,7 +148,8 @@ def test_killed_or_stopped_mid_load_then_restart(tmp_path: Path, sig: signal.Sig
         t.join(30)
     top, charged, records, delivered = _ledger(tmp_path)
     assert len(received) >= 30 and set(received) <= delivered
-    assert sum(charged.values()) == pytest.approx(top) and top <= 2.0
+    _per_analyst_within_global(charged, top)
+    assert top <= 2.0
     # Restart on the same ledger: it opens (binding, chain and anchor verified) and serves on.
     proc, port = spawn_server(tmp_path, budget=2.0)
     try:

@@ -137,7 +137,7 @@ def test_analyst_cap_refusal_reads_no_data(tmp_path: Path) -> None:
             with pytest.raises(psycopg.errors.ConfigurationLimitExceeded) as err:
                 carol.execute(SQL.format("%s"), [30])
             msg = str(err.value)
-            assert "This statement needs ε = 0.1198 (EXPLAIN quotes it)" in msg
+            assert "This statement needs ε = 0.1198 of their cap" in msg  # its own per-cell increase
             assert "'carol' has ε = 0 left of their cap 0" in msg
             assert "nothing was read" in msg and spy.calls == 0
         with psycopg.connect(dsn(s.port, "bob"), autocommit=True) as bob:
