@@ -198,6 +198,8 @@ def compile_statement(
     schema: Schema | Mapping[str, Any] | str,
     dialect: str = "duckdb",
     params: Sequence[Any] | Mapping[str, Any] | None = None,
+    *,
+    max_outputs: int | None = None,
 ) -> CompiledStatement | SetOption:
     """Compile one statement: a SELECT (→ CompiledStatement) or ``SET dpgate.x = v`` (→ SetOption).
 
@@ -205,6 +207,10 @@ def compile_statement(
     sequence, ``:name`` and ``%(name)s`` with a mapping) as literal nodes of the parsed
     tree, never as SQL text; a mismatch raises ``ProgrammingError``, an unknown style
     (``%d``, ``@name``) ``QuerySyntaxError`` naming the accepted ones.
+
+    ``max_outputs``: refuse (``QueryTooComplex``) a SELECT of more outputs (groups ×
+    aggregates) before its groups are weighed — unless a hint routes it to a model-based
+    method (``/*+ dpgate method=pca */``: those estimates are not bound by the limit).
     """
     if not isinstance(sql, str):
         raise InvalidArgumentType(f"the SQL must be a string, got {type(sql).__name__}.")
@@ -226,10 +232,11 @@ def compile_statement(
         return set_option(tree)
     # Past the parser, a plain ValueError/TypeError/KeyError/AttributeError is a
     # dpgate bug, not a refusal: say so rather than blame the user's SQL.
+    limit = max_outputs if str(found.get("method", "exact")).lower() == "exact" else None
     with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
         if isinstance(tree, exp.Select) and has_derived(tree):
-            return compile_derived(tree, schema, dialect, hints=found, sql=sql)
-        return compile_tree(tree, schema, dialect, hints=found, sql=sql)
+            return compile_derived(tree, schema, dialect, hints=found, sql=sql, max_outputs=limit)
+        return compile_tree(tree, schema, dialect, hints=found, sql=sql, max_outputs=limit)
 
 
 # sqlglot raises its own errors, and plain ValueError / TypeError / KeyError /

@@ -46,7 +46,7 @@ from dpgate.compile.evaluate import Evaluator
 from dpgate.compile.post import PostProcess
 from dpgate.compile.post import build as build_post
 from dpgate.compile.query import LinearQuery
-from dpgate.compile.statement import Hints
+from dpgate.compile.statement import Hints, too_many_outputs
 from dpgate.errors import DPGateInternalError, SchemaError, UnsupportedQuery
 from dpgate.schema.domains import Column, Schema, Table
 
@@ -168,6 +168,7 @@ class Compilation:
     tree: exp.Expr
     schema: Schema
     dialect: str
+    max_outputs: int | None = None  # more outputs are refused before any is weighed (``weigh``)
     # check_shape
     select: exp.Select = field(init=False)
     aggregate_nodes: list[exp.Expr] = field(init=False)
@@ -204,9 +205,10 @@ def compile_tree(
     *,
     hints: Mapping[str, str] | None = None,
     sql: str = "",
+    max_outputs: int | None = None,
 ) -> CompiledStatement:
-    """Compile an already parsed (and bound) SELECT tree by running :data:`STAGES`; the tree is not modified."""
-    c = Compilation(tree, Schema.load(schema), dialect)
+    """Compile a parsed (and bound) SELECT tree, not modified, by running :data:`STAGES` (``max_outputs``: :func:`weigh`)."""
+    c = Compilation(tree, Schema.load(schema), dialect, max_outputs)
     for stage in STAGES:
         stage(c)
     return CompiledStatement(
@@ -426,9 +428,11 @@ def prepare_cells(c: Compilation) -> None:
 
 
 def weigh(c: Compilation) -> None:
-    """The groups the WHERE clause can reach, then one LinearQuery per (group key, aggregate output)."""
+    """The groups WHERE can reach (over ``max_outputs`` outputs: refused), then a LinearQuery per (group, aggregate)."""
     cols = c.group_columns
     keys = reachable_keys(c.evaluator, c.where, cols) if cols else [()]
+    if c.max_outputs is not None and len(keys) * len(c.aggregates) > c.max_outputs:  # before any per-group work
+        raise too_many_outputs(len(keys) * len(c.aggregates), c.max_outputs)
     names = [o.name for o in c.outputs if o.kind == "aggregate"]
     per_output = [
         group_weights(c.evaluator, c.where, it.terms, it.offset, cols, c.table, name, keys=keys)

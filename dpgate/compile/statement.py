@@ -37,7 +37,7 @@ __all__ = [
     "Hints", "SetOption", "HINT_KEYS", "METHOD_VALUES", "MODEL_METHODS", "SET_OPTIONS",
     "MAX_SQL_LENGTH", "MAX_TOKENS", "MAX_NESTING_DEPTH", "MAX_OPERATORS",
     "bind", "check_length", "check_complexity", "dialect_of", "hints", "literal", "parse", "placeholders",
-    "set_option", "split_check", "tokenize",
+    "set_option", "split_check", "tokenize", "too_many_outputs",
 ]
 
 # Size and nesting limits, checked on the text and the tokens before sqlglot's
@@ -486,4 +486,13 @@ def literal(value: Any) -> exp.Expr:
         return exp.Literal.number(repr(f))
     raise InvalidArgumentType(
         f"parameter of type {type(value).__name__} is not supported; pass None, bool, int, float, Decimal or str."
+    )
+
+
+def too_many_outputs(n_outputs: int, max_outputs: int) -> QueryTooComplex:
+    """The refusal of a statement of ``n_outputs`` outputs (groups × aggregates), more than ``max_outputs``."""
+    return QueryTooComplex(
+        f"this statement has {n_outputs} outputs (groups × aggregates), more than this gateway's "
+        f"max_outputs = {max_outputs}; group by fewer or coarser columns, or raise the limit with "
+        "Gateway(max_outputs=...) / connect(max_outputs=...)."
     )
