@@ -104,3 +104,20 @@ def test_sparse_products_equal_dense_ones():
     assert np.allclose(matmul(D, S), D @ S, rtol=1e-14, atol=0)
     v = rng.random(64)
     assert np.array_equal(matmul(A, v[:, None]), A @ v[:, None])  # few columns: the dense product itself
+
+
+def test_a_live_server_refuses_it_fast_on_both_protocols(tmp_path):
+    """Simple query (psql) and extended protocol (psycopg: Parse/Describe compiles too)."""
+    import psycopg
+    from _dpserve import dsn, psql, thread_server
+
+    with thread_server(tmp_path) as server:
+        t0 = time.perf_counter()
+        out = psql(server.port, WIDE)
+        assert out.returncode != 0 and "54000" in out.stderr and "38784 outputs" in out.stderr, out.stderr
+        with psycopg.connect(dsn(server.port), autocommit=True) as con:
+            with pytest.raises(psycopg.Error, match="38784 outputs") as info:
+                con.execute(WIDE)
+            assert info.value.sqlstate == "54000"
+        assert time.perf_counter() - t0 < 10.0  # two connections; compiling the groups took 2–20 s each
+        assert server.gateway.spent == 0.0
