@@ -120,3 +120,30 @@ def test_serve_has_the_option():
 
     out = CliRunner().invoke(serve, ["--help"])
     assert "--fixed-latency" in out.output
+
+
+def test_dpgate_serve_answers_fresh_statements_at_the_fixed_latency(tmp_path):
+    """``dpgate serve --fixed-latency`` in its own process, a real client: every fresh answer
+    comes S after the statement began, a free repeat at once."""
+    import signal
+
+    import psycopg
+    from _dpserve import dsn, spawn_server, users_file
+
+    users_file(tmp_path, {"alice": 1.0})
+    proc, port = spawn_server(tmp_path, budget=1.0, extra=("--fixed-latency", str(S)))
+    try:
+        with psycopg.connect(dsn(port, "alice"), autocommit=True) as con:
+            fresh = []
+            for sql in ("SELECT COUNT(*) FROM pums WHERE age < 30", "SELECT COUNT(*) FROM pums WHERE age > 90"):
+                t0 = time.perf_counter()
+                con.execute(sql).fetchone()
+                fresh.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            con.execute("SELECT COUNT(*) FROM pums WHERE age < 30").fetchone()  # from history: free
+            repeat = time.perf_counter() - t0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+    assert all(S <= x < S + 0.5 for x in fresh), fresh  # the server's quote and the wire add a little
+    assert repeat < S, repeat
