@@ -200,6 +200,8 @@ def compile_statement(
     schema: Schema | Mapping[str, Any] | str,
     dialect: str = "duckdb",
     params: Sequence[Any] | Mapping[str, Any] | None = None,
+    *,
+    max_outputs: int | None = None,
 ) -> CompiledStatement | SetOption:
     """Compile one statement: a SELECT (→ CompiledStatement) or ``SET dpgate.x = v`` (→ SetOption).
 
@@ -207,9 +209,13 @@ def compile_statement(
     sequence, ``:name`` and ``%(name)s`` with a mapping) as literal nodes of the parsed
     tree, never as SQL text; a mismatch raises ``ProgrammingError``, an unknown style
     (``%d``, ``@name``) ``QuerySyntaxError`` naming the accepted ones.
+
+    ``max_outputs``: refuse (``QueryTooComplex``) a SELECT of more outputs (groups ×
+    aggregates) before its groups are weighed — unless a hint routes it to a model-based
+    method (``/*+ dpgate method=pca */``: those estimates are not bound by the limit).
     """
     try:
-        return _compile_statement(sql, schema, dialect, params)
+        return _compile_statement(sql, schema, dialect, params, max_outputs)
     except Error as exc:  # refusals quote SQL and parameters: bounded, however long the statement or its values
         if len(message := str(exc)) > MAX_MESSAGE:
             exc.args = (bounded_message(message), *exc.args[1:])
@@ -221,6 +227,7 @@ def _compile_statement(
     schema: Schema | Mapping[str, Any] | str,
     dialect: str,
     params: Sequence[Any] | Mapping[str, Any] | None,
+    max_outputs: int | None,
 ) -> CompiledStatement | SetOption:
     if not isinstance(sql, str):
         raise InvalidArgumentType(f"the SQL must be a string, got {type(sql).__name__}.")
@@ -242,10 +249,11 @@ def _compile_statement(
         return set_option(tree)
     # Past the parser, a plain ValueError/TypeError/KeyError/AttributeError is a
     # dpgate bug, not a refusal: say so rather than blame the user's SQL.
+    limit = max_outputs if str(found.get("method", "exact")).lower() == "exact" else None
     with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
         if isinstance(tree, exp.Select) and has_derived(tree):
-            return compile_derived(tree, schema, dialect, hints=found, sql=sql)
-        return compile_tree(tree, schema, dialect, hints=found, sql=sql)
+            return compile_derived(tree, schema, dialect, hints=found, sql=sql, max_outputs=limit)
+        return compile_tree(tree, schema, dialect, hints=found, sql=sql, max_outputs=limit)
 
 
 # sqlglot raises its own errors, and plain ValueError / TypeError / KeyError /

@@ -23,8 +23,7 @@ from dpgate.errors import QueryTooComplex, UnsupportedQuery
 __all__ = [
     "EXCERPT", "MAX_MESSAGE", "MAX_NUMBER_DIGITS", "MAX_EXPONENT", "MAX_PARAMETER_LENGTH", "LARGEST_EXPONENT",
     "excerpt", "bounded_message", "skip_blank", "check_number_text", "number_order", "refuse_out_of_range",
-    "check_parameter",
-]
+    "check_parameter", "too_many_outputs"]
 
 #: Most characters of the input a refusal quotes.
 EXCERPT = 80
@@ -184,3 +183,12 @@ def _check_integer(value: int, what: str = "the parameter") -> None:
 
 
 _MAX_BITS = 3322 + 10  # bits of an integer of MAX_NUMBER_DIGITS decimal digits (1000 × log2(10)), and a margin
+
+
+def too_many_outputs(n_outputs: int, max_outputs: int) -> QueryTooComplex:
+    """The refusal of a statement of ``n_outputs`` outputs (groups × aggregates), more than ``max_outputs``."""
+    return QueryTooComplex(
+        f"this statement has {n_outputs} outputs (groups × aggregates), more than this gateway's "
+        f"max_outputs = {max_outputs}; group by fewer or coarser columns, or raise the limit with "
+        "Gateway(max_outputs=...) / connect(max_outputs=...)."
+    )

@@ -36,15 +36,17 @@ def _key(sql: str, params: Sequence[Any] | Mapping[str, Any] | None, dialect: st
 
 
 def compiled(sql: str, params: Sequence[Any] | Mapping[str, Any] | None, schema: Schema, fingerprint: str,
-             dialect: str) -> CompiledStatement | SetOption:
-    """``compile_statement(sql, schema, dialect=dialect, params=params)``, reused when the same text,
-    plain parameters, dialect and schema (by its ``fingerprint``) were compiled before."""
+             dialect: str, *, max_outputs: int | None = None) -> CompiledStatement | SetOption:
+    """``compile_statement(sql, schema, dialect=dialect, params=params, max_outputs=max_outputs)``,
+    reused when the same text, plain parameters, dialect and schema (by its ``fingerprint``) were
+    compiled before.  A refusal is not kept, and a statement kept is compiled under some limit:
+    the caller checks its own limit on what is found (``Gateway._checked``)."""
     text_key = _key(sql, params, dialect)
     key = None if text_key is None else (fingerprint, text_key)
     found = _COMPILED.get(key) if key is not None else None
     if found is not None:
         return found
-    stmt = compile_statement(sql, schema, dialect=dialect, params=params)
+    stmt = compile_statement(sql, schema, dialect=dialect, params=params, max_outputs=max_outputs)
     if isinstance(stmt, CompiledStatement) and key is not None:
         if len(_COMPILED) >= KEPT:
             _COMPILED.clear()

@@ -53,13 +53,14 @@ def has_derived(tree: exp.Expr) -> bool:
 
 def compile_derived(
     tree: exp.Select, schema: Schema | Mapping[str, Any] | str, dialect: str, *,
-    hints: Mapping[str, str] | None = None, sql: str = "",
+    hints: Mapping[str, str] | None = None, sql: str = "", max_outputs: int | None = None,
 ) -> CompiledStatement:
     """Compile a SELECT with AVG / VAR / STDDEV outputs into their linear components.
 
     The returned statement's ``queries`` are the components, per group in the order
     of ``derived`` (``queries[g * n_components + j]``); its ``outputs`` and
-    ``postprocess`` are those of the SELECT as written.
+    ``postprocess`` are those of the SELECT as written.  ``max_outputs``: as ``compile_tree``'s
+    (the components are the outputs counted).
     """
     schema = Schema.load(schema)
     linear_tree = tree.copy()
@@ -98,7 +99,7 @@ def compile_derived(
             items.append(exp.alias_(agg, f"{_PREFIX}{i}_{part}", quoted=True))
     linear_tree.set("expressions", items)
     _remap_group_positions(linear_tree, originals)
-    c = Compilation(linear_tree, schema, dialect)
+    c = Compilation(linear_tree, schema, dialect, max_outputs)
     for stage in STAGES:
         stage(c)
     # The outputs as written: group outputs keep the compiled name, derived ones their alias or SQL text.

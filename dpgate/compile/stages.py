@@ -1,5 +1,8 @@
 """The compiler's stages, run in order from one tuple, :data:`STAGES`.
 
+Why one module of about 500 lines: the stages share one :class:`Compilation` whose field
+ownership is listed below; split, each would import the record of the others.
+
 :func:`compile_tree` turns a parsed, bound SELECT into a :class:`CompiledStatement`
 by running each stage of :data:`STAGES` on one :class:`Compilation` (as sqlglot's
 optimizer walks its ``RULES``).  Each stage is a small function that reads the
@@ -41,6 +44,7 @@ from dpgate.compile.aggregates import (
     no_aggregates,
     unparen,
 )
+from dpgate.compile.bounds import too_many_outputs
 from dpgate.compile.cells import walk
 from dpgate.compile.evaluate import Evaluator
 from dpgate.compile.post import PostProcess
@@ -168,6 +172,7 @@ class Compilation:
     tree: exp.Expr
     schema: Schema
     dialect: str
+    max_outputs: int | None = None  # more outputs are refused before any is weighed (``weigh``)
     # check_shape
     select: exp.Select = field(init=False)
     aggregate_nodes: list[exp.Expr] = field(init=False)
@@ -204,9 +209,10 @@ def compile_tree(
     *,
     hints: Mapping[str, str] | None = None,
     sql: str = "",
+    max_outputs: int | None = None,
 ) -> CompiledStatement:
-    """Compile an already parsed (and bound) SELECT tree by running :data:`STAGES`; the tree is not modified."""
-    c = Compilation(tree, Schema.load(schema), dialect)
+    """Compile a parsed (and bound) SELECT tree, not modified, by running :data:`STAGES` (``max_outputs``: :func:`weigh`)."""
+    c = Compilation(tree, Schema.load(schema), dialect, max_outputs)
     for stage in STAGES:
         stage(c)
     return CompiledStatement(
@@ -426,9 +432,11 @@ def prepare_cells(c: Compilation) -> None:
 
 
 def weigh(c: Compilation) -> None:
-    """The groups the WHERE clause can reach, then one LinearQuery per (group key, aggregate output)."""
+    """The groups WHERE can reach (over ``max_outputs`` outputs: refused), then a LinearQuery per (group, aggregate)."""
     cols = c.group_columns
     keys = reachable_keys(c.evaluator, c.where, cols) if cols else [()]
+    if c.max_outputs is not None and len(keys) * len(c.aggregates) > c.max_outputs:  # before any per-group work
+        raise too_many_outputs(len(keys) * len(c.aggregates), c.max_outputs)
     names = [o.name for o in c.outputs if o.kind == "aggregate"]
     per_output = [
         group_weights(c.evaluator, c.where, it.terms, it.offset, cols, c.table, name, keys=keys)

@@ -37,8 +37,8 @@ from dpgate.errors import (
 __all__ = [
     "Hints", "SetOption", "HINT_KEYS", "METHOD_VALUES", "MODEL_METHODS", "SET_OPTIONS",
     "MAX_SQL_LENGTH", "MAX_TOKENS", "MAX_NESTING_DEPTH", "MAX_OPERATORS",
-    "bind", "check_length", "check_complexity", "check_statement", "dialect_of", "hints", "literal", "parse", "placeholders",
-    "set_option", "split_check", "tokenize",
+    "bind", "check_length", "check_complexity", "check_statement", "dialect_of", "hints", "literal", "parse",
+    "placeholders", "set_option", "split_check", "tokenize",
 ]
 
 # Size and nesting limits, checked on the text and the tokens before sqlglot's

@@ -205,6 +205,7 @@ def connect(
     dialect: str = "duckdb",
     max_atoms: int | None = None,
     max_outputs: int | None = None,
+    fixed_latency: float | None = None,
 ) -> Connection:
     """Open a DB-API connection that answers counting queries with differential privacy.
 
@@ -237,6 +238,9 @@ def connect(
             :class:`~dpgate.Gateway`; default 20 000); finer statements are answered on their own.
         max_outputs: the most outputs one statement may have (default 4 096); larger
             statements raise ``QueryTooComplex`` before any data is read.
+        fixed_latency: seconds S: a statement that reads data is answered S after it began
+            (the next multiple of S if its work overruns), whatever the data (see
+            :class:`~dpgate.Gateway` and the README's threat model); default: as soon as ready.
 
     Raises:
         OperationalError: the database file cannot be opened.
@@ -247,7 +251,8 @@ def connect(
     if isinstance(database, Gateway):
         given = [n for n, v in (("schema", schema), ("budget", budget), ("ledger", ledger),
                                 ("ledger_key", ledger_key), ("policy", policy), ("seed", seed),
-                                ("max_atoms", max_atoms), ("max_outputs", max_outputs)) if v is not None]
+                                ("max_atoms", max_atoms), ("max_outputs", max_outputs),
+                                ("fixed_latency", fixed_latency)) if v is not None]
         given += ["new_ledger"] if new_ledger else []
         if given:
             raise InterfaceError(
@@ -275,6 +280,7 @@ def connect(
                 dialect=dialect,
                 max_atoms=DEFAULT_MAX_ATOMS if max_atoms is None else max_atoms,
                 max_outputs=DEFAULT_MAX_OUTPUTS if max_outputs is None else max_outputs,
+                fixed_latency=fixed_latency,
             )
         except TypeError as exc:
             raise InterfaceError(str(exc)) from None

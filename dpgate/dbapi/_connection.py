@@ -103,7 +103,7 @@ class Connection:
         ``SET dpgate.*`` settings and the statement's hints; free: reads no data, spends nothing."""
         self._check_open()
         params = _params(parameters)
-        return self._quote(self._gateway.compile_any(operation, params))
+        return self._quote(self._gateway.compile_any(operation, params, max_outputs=self.output_limit))
 
     def prepare(self, operation: str, parameters: Any = None) -> Prepared:
         """``operation`` compiled once, for :meth:`quote` and :meth:`run` (``dpgate serve`` quotes a
@@ -183,7 +183,15 @@ class Connection:
         compile cache, so a repeated statement is not compiled again."""
         inner = strip_explain(operation)
         text = operation if inner is None else inner
-        return Prepared(operation, params, self._gateway.compile_any(text, params), inner is not None)
+        return Prepared(operation, params, self._gateway.compile_any(text, params, max_outputs=self.output_limit),
+                        inner is not None)
+
+    @property
+    def output_limit(self) -> int | None:
+        """The ``max_outputs`` this connection's statements are compiled under: the gateway's while the
+        session answers exactly (the compiler then refuses a larger statement before weighing its
+        groups); None under a model-based ``SET dpgate.method`` (free estimates are not bound by it)."""
+        return self._gateway.max_outputs if (self._settings["method"] or "exact").lower() == "exact" else None
 
     def _answer(self, statement: Prepared) -> ResultSet:
         """Apply a SET, or answer a SELECT through the gateway (its quote's rows for EXPLAIN)."""

@@ -29,18 +29,13 @@ from dpgate.answer.combine import assemble, measured_queries, output_parts, plan
 from dpgate.answer.result import Result
 from dpgate.compile import CompiledStatement, SetOption
 from dpgate.compile import cache as compile_cache
+from dpgate.compile.bounds import too_many_outputs
 from dpgate.compile.derived import refuse_derived
 from dpgate.compile.query import LinearQuery
-from dpgate.errors import (
-    Error,
-    InvalidArgument,
-    InvalidRequirement,
-    NotEstimable,
-    ProgrammingError,
-    QueryTooComplex,
-)
+from dpgate.errors import Error, InvalidArgument, InvalidRequirement, NotEstimable, ProgrammingError
 from dpgate.errors import Warning as DPGateWarning
 from dpgate.gateway._extensions import Extensions
+from dpgate.gateway._latency import Latency
 from dpgate.inference import IncrementalBLUE
 from dpgate.ledger._describe import history_frame
 from dpgate.ledger._history import LedgerHistory, collector_paused
@@ -117,6 +112,8 @@ class Gateway(Extensions):
             larger statements are refused with ``QueryTooComplex`` before any data is
             read (planning and recording cost grow with the outputs; benchmarks/README.md
             gives the time per thousand groups).
+        fixed_latency: seconds S: a statement that reads data answers S after it began (or at the next
+            multiple of S if its work overruns), so its timing does not reveal the data (``gateway._latency``).
 
     Example:
         >>> import dpgate, dpgate.datasets
@@ -144,6 +141,7 @@ class Gateway(Extensions):
         new_ledger: bool = False,
         max_atoms: int = DEFAULT_MAX_ATOMS,
         max_outputs: int = DEFAULT_MAX_OUTPUTS,
+        fixed_latency: float | None = None,
     ):
         budget = positive_finite(budget, "budget", error=InvalidRequirement)
         self.policy = check_policy(policy)
@@ -152,7 +150,7 @@ class Gateway(Extensions):
         for name, limit in (("max_atoms", max_atoms), ("max_outputs", max_outputs)):
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise InvalidArgument(f"{name} must be an integer ≥ 1, got {limit!r}.")
-        self.max_atoms, self.max_outputs = max_atoms, max_outputs
+        self.max_atoms, self.max_outputs, self._latency = max_atoms, max_outputs, Latency(fixed_latency)
         self._cube = Cube(data, self.schema)
         # A digest of the private data: the ledger stores only a keyed MAC of it, never the value.
         self._fingerprinted: tuple[Schema, str] | None = (self.schema, self.schema.fingerprint())
@@ -267,7 +265,7 @@ class Gateway(Extensions):
             InvalidRequirement: accuracy/confidence out of range.
             BudgetExhausted: the answer would overspend (nothing read, nothing spent).
         """
-        stmt = self._checked(self.compile(sql, params))
+        stmt = self._checked(self.compile(sql, params, max_outputs=self.max_outputs))
         method = stmt.hints.get("method", "exact")  # validated and lower-cased by the compiler
         if stmt.queries and method != "exact":  # a hint asked for a free, model-based estimate instead
             confidence = resolve_confidence({"confidence": confidence}, hinted(stmt.hints))
@@ -305,11 +303,12 @@ class Gateway(Extensions):
         req = of_call(stmt.hints, accuracy, confidence, allow_partial)
         accuracy, confidence, allow_partial = req.accuracy, req.confidence, req.allow_partial
         policy = check_policy(policy or self.policy)
-        with self._lock, _progress.working(f"planning {len(stmt.queries)} outputs"):
+        with self._latency.timed() as clock, self._lock, _progress.working(f"planning {len(stmt.queries)} outputs"):
             self._history.sync()
             planned = self._plan(stmt, accuracy, confidence, policy)
             steps: Sequence[Step] = planned.steps
-            if any(s.kind == "fresh" for s in steps):
+            clock.reads_data = any(s.kind == "fresh" for s in steps)  # decided by the plan: public
+            if clock.reads_data:
                 steps, blue = self._measure(stmt, sql, planned, accuracy, confidence, policy, allow_partial)
             else:
                 blue = planned.refined.blue
@@ -350,7 +349,8 @@ class Gateway(Extensions):
         Raises:
             UnsupportedQuery, SchemaError, InvalidRequirement: as :meth:`query` (nothing spent).
         """
-        return self._quote(self._checked(self.compile(sql, params)), accuracy, confidence, policy, method)
+        stmt = self._checked(self.compile(sql, params, max_outputs=self.max_outputs))
+        return self._quote(stmt, accuracy, confidence, policy, method)
 
     @single_threaded
     def quote(
@@ -449,14 +449,15 @@ class Gateway(Extensions):
         self.close()
 
     # -- the seam for extensions (dpgate.plan.seam.GatewaySeam: dpgate.model, dpgate.warmstart) --
-    def compile(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> CompiledStatement:
+    def compile(self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None, *,
+                max_outputs: int | None = None) -> CompiledStatement:
         """Compile one SELECT against this gateway's schema and dialect (reads no data, spends nothing).
 
         Raises:
             UnsupportedQuery, SchemaError: the SQL is refused.
             ProgrammingError: a ``SET dpgate.*`` statement (those configure DB-API sessions).
         """
-        stmt = self.compile_any(sql, params)
+        stmt = self.compile_any(sql, params, max_outputs=max_outputs)
         if not isinstance(stmt, CompiledStatement):
             raise ProgrammingError(
                 "SET dpgate.* statements configure a DB-API connection; pass accuracy= and "
@@ -465,11 +466,12 @@ class Gateway(Extensions):
         return stmt
 
     def compile_any(
-        self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None, *, max_outputs: int | None = None
     ) -> CompiledStatement | SetOption:
-        """:meth:`compile`, also of ``SET dpgate.*`` (a :class:`~dpgate.compile.SetOption`): what a
-        DB-API connection compiles, once per statement, before it routes it."""
-        return compile_cache.compiled(sql, params, self.schema, self._schema_fingerprint(), self.dialect)
+        """:meth:`compile`, also of ``SET dpgate.*``: what a DB-API connection compiles, once per statement,
+        before it routes it; ``max_outputs``: a larger exact statement is refused before per-group work."""
+        return compile_cache.compiled(sql, params, self.schema, self._schema_fingerprint(), self.dialect,
+                                      max_outputs=max_outputs)
 
     def _schema_fingerprint(self) -> str:
         """``self.schema.fingerprint()``, computed once per schema object."""
@@ -503,11 +505,7 @@ class Gateway(Extensions):
     def _checked(self, stmt: CompiledStatement) -> CompiledStatement:
         """``stmt``, refused if it has more outputs than ``max_outputs``."""
         if len(stmt.queries) > self.max_outputs:
-            raise QueryTooComplex(
-                f"this statement has {len(stmt.queries)} outputs (groups × aggregates), more than this gateway's "
-                f"max_outputs = {self.max_outputs}; group by fewer or coarser columns, or raise the limit with "
-                "Gateway(max_outputs=...) / connect(max_outputs=...)."
-            )
+            raise too_many_outputs(len(stmt.queries), self.max_outputs)
         return stmt
 
     def _warn_if_seeded(self) -> None:

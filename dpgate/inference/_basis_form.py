@@ -64,7 +64,7 @@ from dpgate.inference._blocks import (
 )
 from dpgate.inference._blue import ESTIMABLE_RTOL, Estimate
 from dpgate.inference._factors import Root, Rows
-from dpgate.inference._form import Form, frozen_pair, grow
+from dpgate.inference._form import Form, Known, frozen_pair, grow
 from dpgate.inference._law import ErrorLaw
 from dpgate.inference._posterior import Posterior
 
@@ -331,37 +331,48 @@ class BasisForm(Form):
         self._V, self._rv = np.zeros((8, p.size)), 0
 
     # ------------------------------------------------------------------ many queries at once
-    def _screen(self, Qm: NDArray[np.float64], rows: Sequence[int | None] | None) -> NDArray[np.bool_]:
+    def _screen(self, Qm: NDArray[np.float64], rows: Sequence[int | None] | None) -> tuple[NDArray[np.bool_], Known]:
         """Remember the coordinates of repeated rows (a stored row's own: ``b_i C_i``, residual
         zero) and find, among many rows, those certainly not estimable: V being
         D-orthonormal, a row's squared residual is ``‖q‖² − ‖c‖²``, and one over ``‖q‖/√2``
         (with a margin far above rounding) takes no second Gram–Schmidt pass in
-        :meth:`estimate` and is far above its estimability threshold."""
+        :meth:`estimate` and is far above its estimability threshold.  The repeated rows'
+        coordinates are also returned (a GROUP BY of more groups than the memo holds evicts them)."""
+        known: Known = {}
         if rows is not None:
-            for Q, i in zip(Qm, rows, strict=True):
+            for k, (Q, i) in enumerate(zip(Qm, rows, strict=True)):
                 if i is None:
                     continue
                 if not 0 <= i < self._m:
                     raise InvalidArgument(f"row {i} is not one of the {self._m} stored rows.")
                 key = ("project", Q.tobytes())
-                if key not in self._memo:  # what project finds, without reading the basis
-                    self._remember(key, (readonly(float(self._b[i]) * self._C.row(i, self._r)),
-                                         readonly(np.zeros(Q.size))))
+                found = self._memo.get(key)
+                if found is None:  # what project finds, without reading the basis
+                    found = self._remember(key, (readonly(float(self._b[i]) * self._C.row(i, self._r)),
+                                                 readonly(np.zeros(Q.size))))
+                known[k] = found
         sure = np.zeros(Qm.shape[0], dtype=bool)
-        if self._r < self.n_atoms and Qm.shape[0] >= _BATCH_ROWS:
-            X, i, j, v = sparse_rows(Qm, self._d)  # the rows of Q D
-            vn2 = np.bincount(i, weights=v * v * self._d[j], minlength=Qm.shape[0])  # ‖q‖²_D
+        rest = [k for k in range(Qm.shape[0]) if k not in known]  # a known row's residual is zero
+        if self._r < self.n_atoms and len(rest) >= _BATCH_ROWS:
+            Qr = Qm[rest]
+            X, i, j, v = sparse_rows(Qr, self._d)  # the rows of Q D
+            vn2 = np.bincount(i, weights=v * v * self._d[j], minlength=Qr.shape[0])  # ‖q‖²_D
             cn2 = np.square(sparse_coefficients(self._vblocks(), X, self._r)).sum(axis=0)
-            sure = vn2 - cn2 > 0.5 * vn2 * (1 + 1e-6)
-        return sure
+            sure[rest] = vn2 - cn2 > 0.5 * vn2 * (1 + 1e-6)
+        return sure, known
 
-    def _together(self, Qm: NDArray[np.float64], todo: list[int], keys: list[tuple[object, ...]]) -> None:
+    def _together(self, Qm: NDArray[np.float64], todo: list[int], keys: list[tuple[object, ...]],
+                  known: Known) -> dict[int, Estimate]:
+        found: dict[int, Estimate] = {}
         if 0 < self._r and len(todo) >= _BATCH_ROWS:
-            for k, est in zip(todo, self._estimates_together(Qm[todo]), strict=True):
+            for k, est in zip(todo, self._estimates_together(Qm[todo], [known.get(k) for k in todo]), strict=True):
                 if est is not None:
-                    self._remember(keys[k], est)
+                    found[k] = self._remember(keys[k], est)
+        return found
 
-    def _estimates_together(self, Qm: NDArray[np.float64]) -> list[Estimate | None]:
+    def _estimates_together(
+        self, Qm: NDArray[np.float64], given: list[tuple[NDArray[np.float64], NDArray[np.float64]] | None],
+    ) -> list[Estimate | None]:
         """:meth:`estimate` (exact law) of the rows of Qm with their projections and solves as
         matrix products — each basis block and C read once for all rows, not once per row
         (and the basis not at all for rows whose coordinates are remembered or known):
@@ -371,7 +382,8 @@ class BasisForm(Form):
         :meth:`_solve_now` after their first pass; a row that is not estimable gets None too."""
         d, m, r = self._d, self._m, self._r
         # Coordinates already found (or known: a repeat's own row) are reused; the rest projected.
-        known = [self._memo.get(("project", Q.tobytes())) for Q in Qm]
+        known = [self._memo.get(("project", Q.tobytes())) if found is None else found
+                 for Q, found in zip(Qm, given, strict=True)]
         new = [k for k, found in enumerate(known) if found is None]
         cQ, rn = np.zeros((Qm.shape[0], r)), np.zeros(Qm.shape[0])
         if new:

@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 
 from dpgate._blas import threads_for
+from dpgate.inference._sparse import matmul, sparse_worth
 
 __all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "Block", "combined_classes", "covers_every_atom", "disjoint",
            "disjoint_block", "equal_columns", "general_block", "merged", "mixed_block", "project_blocks",
@@ -138,7 +139,11 @@ WHOLE_BYTES = 1 << 24
 def times_and_back(A: NDArray[np.float64], x: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """``(A x, Aᵀ (A x))`` for a vector or a matrix x, in one pass over A: each cache-sized
     chunk of rows is read for both products, so a large A (a long history's basis or
-    coefficients) is read from memory once, not twice — what bounds these products' time."""
+    coefficients) is read from memory once, not twice — what bounds these products' time.
+    Many columns with a mostly-zero A or x go through a sparse copy instead (``_sparse``)."""
+    if sparse_worth(A, x):
+        y = matmul(A, x)
+        return y, matmul(A.T, y)
     if A.nbytes <= WHOLE_BYTES:  # small enough to be read twice from cache
         y = A @ x
         return y, (y.T @ A).T

@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 
 from dpgate._blas import threads_for
 from dpgate.inference._blocks import times_and_back
+from dpgate.inference._sparse import matmul
 
 __all__ = ["MAX_RANK", "Root", "Rows"]
 
@@ -161,7 +162,7 @@ class Root:
         w = v + self._X @ (self._Z.T @ v) if self._X.shape[1] else v.copy()
         r0 = self._S0.shape[0]
         with threads_for(self._S0.nbytes):  # S₀ is r × r: 128 MB at rank 4 000
-            w[:r0] = self._S0 @ w[:r0]
+            w[:r0] = matmul(self._S0, w[:r0])
         return w
 
     def t_times(self, v: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -169,7 +170,7 @@ class Root:
         r0 = self._S0.shape[0]
         w = v.copy()
         with threads_for(self._S0.nbytes):
-            w[:r0] = self._S0.T @ v[:r0]
+            w[:r0] = matmul(self._S0.T, v[:r0])
         if self._X.shape[1]:
             w += self._Z @ (self._X.T @ w)
         return w

@@ -33,7 +33,7 @@ from dpgate.inference._blue import Estimate
 from dpgate.inference._law import ErrorLaw, Method
 from dpgate.inference._posterior import Posterior
 
-__all__ = ["Form"]
+__all__ = ["Form", "Known"]
 
 #: Remembered projections, solves and estimates per state: at least this many, and as many
 #: as fit in :data:`_MEMO_FLOATS` numbers of their size (a repeated GROUP BY asks one
@@ -42,6 +42,8 @@ _MEMO = 16
 _MEMO_FLOATS = 1 << 21
 
 _T = TypeVar("_T")
+#: Projections ``(coefficients, residual)`` of some rows of a matrix, by row index.
+Known = dict[int, tuple[NDArray[np.float64], NDArray[np.float64]]]
 
 
 def frozen_pair(
@@ -181,14 +183,16 @@ class Form(ABC):
         sure of (to be decided one by one); here, none is sure."""
         return [False] * Q.shape[0], list(range(Q.shape[0]))
 
-    def _screen(self, Q: NDArray[np.float64], rows: Sequence[int | None] | None) -> NDArray[np.bool_]:
-        """For :meth:`estimate_many`: the rows of Q certainly not estimable (here none)."""
-        return np.zeros(Q.shape[0], dtype=bool)
+    def _screen(self, Q: NDArray[np.float64], rows: Sequence[int | None] | None) -> tuple[NDArray[np.bool_], Known]:
+        """For :meth:`estimate_many`: the rows of Q certainly not estimable (here none), and the
+        projections known without reading the basis, by row index (here none)."""
+        return np.zeros(Q.shape[0], dtype=bool), {}
 
-    def _together(self, Q: NDArray[np.float64], todo: list[int], keys: list[tuple[object, ...]]) -> None:
-        """For :meth:`estimate_many`: remember the estimates of the rows ``todo`` of Q found
-        together, where that is faster (here it is not)."""
-        return
+    def _together(self, Q: NDArray[np.float64], todo: list[int], keys: list[tuple[object, ...]],
+                  known: Known) -> dict[int, Estimate]:
+        """For :meth:`estimate_many`: the estimates of the rows ``todo`` of Q found together, where
+        that is faster (here it is not), by row index (also remembered); ``known``: :meth:`_screen`'s."""
+        return {}
 
     # ------------------------------------------------------------------ helpers
     def _remembered(self, key: tuple[object, ...], compute: Callable[[], _T]) -> _T:
@@ -305,16 +309,18 @@ class Form(ABC):
 
     def estimate_many(self, Qm: NDArray[np.float64], rows: Sequence[int | None] | None) -> list[Estimate]:
         """:meth:`estimate` (exact law) of each row of Qm (see :meth:`IncrementalBLUE.estimate_many`)."""
-        sure = self._screen(Qm, rows)
+        sure, known = self._screen(Qm, rows)
         m = self._m
         nan = readonly(np.full(m, np.nan))
         none = Estimate(math.nan, nan, math.nan, False, None, readonly(self._b[:m]), readonly(self._g[:m]))
         keys: list[tuple[object, ...]] = [("estimate", Q.tobytes(), "exact", "[]") for Q in Qm]
         todo = [k for k, (key, no) in enumerate(zip(keys, sure.tolist(), strict=True))
                 if not no and key not in self._memo]
-        self._together(Qm, todo, keys)
-        return [self._remembered(key, lambda: none) if no else self.estimate(Q)
-                for Q, key, no in zip(Qm, keys, sure.tolist(), strict=True)]
+        # Used as found, not read back from the memo: a GROUP BY of more groups than the memo
+        # holds would otherwise evict them and estimate every group again, one by one.
+        found = self._together(Qm, todo, keys, known)
+        return [self._remembered(key, lambda: none) if no else found[k] if k in found else self.estimate(Q)
+                for k, (Q, key, no) in enumerate(zip(Qm, keys, sure.tolist(), strict=True))]
 
     def estimable(self, Q: NDArray[np.float64]) -> bool:
         """Whether Q is estimable from the history (one projection or solve)."""

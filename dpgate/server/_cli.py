@@ -41,10 +41,13 @@ __all__ = ["serve", "user"]
 @click.option("--policy", type=click.Choice(["minimal", "paper", "no_reuse"]), default="minimal", show_default=True)
 @click.option("--max-connections", type=click.IntRange(min=1), default=100, show_default=True,
               help="Connections served at once (one thread each).")
+@click.option("--fixed-latency", type=click.FloatRange(min=0, min_open=True, max=86_400), default=None,
+              help="Seconds S: answer every statement that reads data S after it began (the next multiple of S "
+                   "if it overruns), so response times do not depend on the data. Default: off.")
 def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budget: float, users_path: str, host: str,
           port: int, tls_cert: str | None, tls_key: str | None, allow_insecure_password: bool,
           require_tls: bool | None, accuracy: float | None, confidence: float, policy: Any,
-          max_connections: int) -> None:
+          max_connections: int, fixed_latency: float | None) -> None:
     """Serve the gateway over the PostgreSQL wire protocol (psql, psycopg, JDBC, BI tools).
 
     Logs one line per statement to stderr: analyst, statement hash, kind, source, ε — never values.
@@ -64,7 +67,7 @@ def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budg
     schema = Schema.load(schema_path)
     users = load_users(users_path)
     gw = Gateway(open_data_file(data, schema, error=click.UsageError), schema, budget=budget, ledger=ledger,
-                 ledger_key=ledger_key, policy=policy)
+                 ledger_key=ledger_key, policy=policy, fixed_latency=fixed_latency)
     try:
         server = Server(gw, users, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                         allow_insecure_password=allow_insecure_password, require_tls=require_tls,

@@ -411,7 +411,7 @@ class Session:
             if found is not None:
                 return oids, found.fields
             # Through the gateway's compile cache: without parameters, the run compiles nothing again.
-            stmt = self.gateway.compile_any(target, dummies or None)
+            stmt = self.gateway.compile_any(target, dummies or None, max_outputs=self.conn.output_limit)
         except errors.Error as exc:
             raise _sql_error(exc) from exc
         if not isinstance(stmt, CompiledStatement):

@@ -500,7 +500,7 @@ def test_stages_run_in_order_and_each_writes_its_own_fields():
         return {f for f in Compilation.__slots__ if hasattr(c, f)}
 
     before = present()
-    assert before == {"tree", "schema", "dialect"}
+    assert before == {"tree", "schema", "dialect", "max_outputs"}  # the inputs
     for stage in STAGES:
         stage(c)
         after = present()
