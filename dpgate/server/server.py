@@ -13,6 +13,7 @@ close the gateway.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import secrets
 import socket
@@ -91,14 +92,10 @@ class Server:
         tls_cert, tls_key: PEM files; with them clients may (and with ``sslmode=require``, do) use TLS.
         allow_insecure_password: allow SCRAM without TLS on a non-loopback address.
         defaults: per-session DB-API defaults (``accuracy``, ``confidence``, ``intervals``, ``allow_partial``).
-        max_connections: connections served at once, counted from accept (authenticated or not); more are
-            refused with SQLSTATE 53300 before anything is read (see :mod:`dpgate.server._admission`).
-        auth_timeout: seconds from accept within which startup and authentication must be over, whatever
-            the client sends meanwhile.
-        max_connections_per_analyst: authenticated connections one analyst may hold (default: a quarter of
-            ``max_connections``, at least 1); more are refused with 53300.
-        idle_timeout: seconds an authenticated connection may wait between messages before it is closed
-            (57P05); 0 or None: no limit.
+        max_connections: connections served at once, counted from accept; more get 53300 (:mod:`._admission`).
+        auth_timeout: seconds from accept by which startup and authentication must be over.
+        max_connections_per_analyst: one analyst's connections (default: max_connections // 4, at least 1).
+        idle_timeout: seconds an authenticated connection may go without a message (then 57P05); 0: no limit.
 
     Raises:
         InvalidArgument: no TLS on a non-loopback address without ``allow_insecure_password``.
@@ -125,8 +122,7 @@ class Server:
         _provenance.ensure_table(gateway.ledger)
         per_analyst = max_connections_per_analyst or max(1, max_connections // 4)
         slots = Slots(max_connections, per_analyst, auth_timeout)
-        self._shared = _Shared(gateway, dict(users), dict(defaults or {}), tls, slots, idle_timeout or None)
-        shared = self._shared
+        shared = self._shared = _Shared(gateway, dict(users), dict(defaults or {}), tls, slots, idle_timeout or None)
         self._tcp = Listener((host, port), slots, lambda sock, slot: _Handler(shared, sock, slot).run())
         self._thread: threading.Thread | None = None
 
@@ -198,10 +194,8 @@ class _Handler:
             if self.session is not None:
                 self.session.close()
             self.state.slots.release(self.slot)  # before the close: the descriptor's number may be reused
-            try:
+            with contextlib.suppress(OSError):
                 self.sock.close()
-            except OSError:
-                pass
             self.finished.set()
 
     def interrupt_if_idle(self) -> None:
@@ -239,8 +233,7 @@ class _Handler:
         analyst = self._authenticate(params.get("user", ""))
         if analyst is None:
             return
-        refused = self.state.slots.authenticated(self.slot, analyst.name)
-        if refused is not None:
+        if (refused := self.state.slots.authenticated(self.slot, analyst.name)) is not None:
             self._fatal("53300", refused)
             return
         with self.busy:  # not interrupted by a shutdown before the session is ready (the loop checks it then)
@@ -337,8 +330,7 @@ class _Handler:
             try:
                 kind, payload = pq.read_message(self.sock)
             except TimeoutError:
-                self._fatal("57P05", f"terminating connection due to idle-session timeout (no message for "
-                                     f"{self.state.idle_timeout:g} s; the server's --idle-timeout)")
+                self._fatal("57P05", f"terminating connection due to idle-session timeout ({self.state.idle_timeout:g} s)")
                 return
             with self.busy:
                 if kind == b"X":
