@@ -10,8 +10,10 @@ and thread count from /proc) while a well-behaved psycopg client keeps working.
 from __future__ import annotations
 
 import socket
+import ssl
 import statistics
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -39,7 +41,7 @@ def _read_until_closed(sock: socket.socket, limit: float = 5.0) -> tuple[bytes, 
     try:
         while chunk := sock.recv(4096):
             got += chunk
-    except (ConnectionResetError, TimeoutError):
+    except (ConnectionResetError, TimeoutError, ssl.SSLError):
         pass
     return got, time.monotonic() - start
 
@@ -96,6 +98,34 @@ def test_the_authentication_deadline_is_absolute(tmp_path: Path) -> None:
         while s.open_connections and time.monotonic() < deadline:
             time.sleep(0.02)
         assert s.open_connections == 0
+
+
+def test_the_deadline_covers_the_tls_handshake_and_a_second_ssl_request_is_closed(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    with thread_server(tmp_path, tls_cert=str(cert), tls_key=str(key), auth_timeout=1.0) as s:
+        with _connect(s.port) as sock:  # accepts TLS, then drips half a ClientHello
+            sock.sendall(struct.pack("!ii", 8, pq.SSL_REQUEST))
+            assert sock.recv(1) == b"S"
+            start = time.monotonic()
+            for byte in b"\x16\x03\x01\x02\x00\x01":
+                try:
+                    sock.sendall(bytes([byte]))
+                except OSError:
+                    break
+                time.sleep(0.3)
+            _read_until_closed(sock, 3)
+            assert time.monotonic() - start < 2.0
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        with _connect(s.port) as sock:
+            sock.sendall(struct.pack("!ii", 8, pq.SSL_REQUEST))
+            assert sock.recv(1) == b"S"
+            with context.wrap_socket(sock) as tls:
+                tls.sendall(struct.pack("!ii", 8, pq.SSL_REQUEST))  # again, inside TLS
+                reply, took = _read_until_closed(tls, 3)
+                assert reply == b"" and took < 1
 
 
 def test_a_full_server_gives_a_stale_strangers_slot_to_an_analyst(tmp_path: Path) -> None:
