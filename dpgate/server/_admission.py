@@ -105,7 +105,7 @@ class Slots:
                 s.shutdown(socket.SHUT_RDWR)
             finally:
                 s.detach()
-        except OSError:
+        except (OSError, ValueError):  # already closed by its thread
             pass
 
 
@@ -135,6 +135,7 @@ class Listener(socketserver.TCPServer):
     """Accepts sockets; admits each to a slot (one thread for it) or refuses it with 53300 without reading."""
 
     allow_reuse_address = True
+    request_queue_size = 128  # the listen backlog (socketserver's 5 would drop SYNs in a burst of connections)
 
     def __init__(self, address: tuple[str, int], slots: Slots, serve: Callable[[socket.socket, Slot], None]) -> None:
         self.slots, self._serve_one = slots, serve

@@ -50,6 +50,29 @@ def _connect(port: int) -> socket.socket:
     return socket.create_connection(("127.0.0.1", port), timeout=5)
 
 
+def test_slots_count_from_accept_evict_the_oldest_stale_stranger_and_limit_each_analyst(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpgate.server import _admission
+
+    now = [100.0]
+    monkeypatch.setattr(_admission.time, "monotonic", lambda: now[0])
+    slots = _admission.Slots(max_connections=3, max_per_analyst=2, auth_timeout=60)
+    a, b, c = (slots.admit(-1) for _ in range(3))  # fd -1: eviction's shutdown fails quietly
+    assert a and b and c and a.deadline == 160 and len(slots) == 3
+    assert slots.admit(-1) is None  # full, and nobody has been authenticating for EVICT_AFTER yet
+    assert slots.authenticated(a, "alice") is None and slots.authenticated(b, "alice") is None
+    assert "max_connections_per_analyst = 2" in (slots.authenticated(c, "alice") or "")
+    now[0] += EVICT_AFTER
+    d = slots.admit(-1)  # c is the only stranger: it loses its slot
+    assert d is not None and c.evicted and not a.evicted and len(slots) == 3
+    assert "too many clients" in (slots.authenticated(c, "bob") or "")
+    slots.authenticated(d, "bob")
+    assert slots.admit(-1) is None  # every slot authenticated
+    slots.release(a)
+    slots.release(a)  # idempotent
+    assert len(slots) == 2 and slots.admit(-1) is not None
+
+
 def test_malformed_startup_packets_are_closed_without_a_traceback(tmp_path: Path, capfd: pytest.CaptureFixture[str],
                                                                   caplog: pytest.LogCaptureFixture) -> None:
     with thread_server(tmp_path) as s:
