@@ -17,6 +17,7 @@ analyst may hold at most ``max_per_analyst`` slots.
 
 from __future__ import annotations
 
+import queue
 import socket
 import socketserver
 import threading
@@ -132,13 +133,21 @@ class Deadline:
 
 
 class Listener(socketserver.TCPServer):
-    """Accepts sockets; admits each to a slot (one thread for it) or refuses it with 53300 without reading."""
+    """Accepts sockets; admits each to a slot (one thread for it) or refuses it with 53300 without reading.
+
+    The threads are kept and reused (never more than the most connections ever served at once, at most
+    ``max_connections`` idle): what a thread keeps for itself, like the SQLite ledger's per-thread
+    connection, is then bounded by the slots rather than growing with every connection ever served.
+    """
 
     allow_reuse_address = True
     request_queue_size = 128  # the listen backlog (socketserver's 5 would drop SYNs in a burst of connections)
 
     def __init__(self, address: tuple[str, int], slots: Slots, serve: Callable[[socket.socket, Slot], None]) -> None:
         self.slots, self._serve_one = slots, serve
+        self._jobs: queue.SimpleQueue[tuple[socket.socket, Slot]] = queue.SimpleQueue()
+        self._idle = 0  # threads waiting for a job that no job put in the queue is meant for yet
+        self._idle_lock = threading.Lock()
         super().__init__(address, socketserver.BaseRequestHandler, bind_and_activate=True)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -154,10 +163,21 @@ class Listener(socketserver.TCPServer):
                 pass
             self.shutdown_request(request)
             return
-        threading.Thread(target=self._run, args=(request, slot), name="dpgate-connection", daemon=True).start()
+        with self._idle_lock:
+            spawn = self._idle == 0
+            self._idle -= 0 if spawn else 1
+        self._jobs.put((request, slot))
+        if spawn:
+            threading.Thread(target=self._work, name="dpgate-connection", daemon=True).start()
 
-    def _run(self, request: socket.socket, slot: Slot) -> None:
-        try:
-            self._serve_one(request, slot)  # releases the slot, then closes the socket
-        finally:
-            self.slots.release(slot)
+    def _work(self) -> None:
+        while True:
+            request, slot = self._jobs.get()
+            try:
+                self._serve_one(request, slot)  # releases the slot, then closes the socket
+            finally:
+                self.slots.release(slot)
+            with self._idle_lock:
+                if self._idle >= self.slots.max_connections:
+                    return
+                self._idle += 1
