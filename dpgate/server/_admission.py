@@ -145,9 +145,10 @@ class Listener(socketserver.TCPServer):
 
     def __init__(self, address: tuple[str, int], slots: Slots, serve: Callable[[socket.socket, Slot], None]) -> None:
         self.slots, self._serve_one = slots, serve
-        self._jobs: queue.SimpleQueue[tuple[socket.socket, Slot]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[socket.socket, Slot] | None] = queue.SimpleQueue()
         self._idle = 0  # threads waiting for a job that no job put in the queue is meant for yet
         self._idle_lock = threading.Lock()
+        self._closed = False
         super().__init__(address, socketserver.BaseRequestHandler, bind_and_activate=True)
 
     def process_request(self, request: Any, client_address: Any) -> None:
@@ -170,14 +171,22 @@ class Listener(socketserver.TCPServer):
         if spawn:
             threading.Thread(target=self._work, name="dpgate-connection", daemon=True).start()
 
+    def server_close(self) -> None:
+        """Stop listening; the idle threads end (busy ones when their connection does)."""
+        super().server_close()
+        with self._idle_lock:
+            self._closed, idle, self._idle = True, self._idle, 0
+        for _ in range(idle):
+            self._jobs.put(None)
+
     def _work(self) -> None:
-        while True:
-            request, slot = self._jobs.get()
+        while (job := self._jobs.get()) is not None:
+            request, slot = job
             try:
                 self._serve_one(request, slot)  # releases the slot, then closes the socket
             finally:
                 self.slots.release(slot)
             with self._idle_lock:
-                if self._idle >= self.slots.max_connections:
+                if self._closed or self._idle >= self.slots.max_connections:
                     return
                 self._idle += 1
