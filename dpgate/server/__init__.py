@@ -9,7 +9,8 @@ Modules: :mod:`~dpgate.server._protocol` (framing), :mod:`~dpgate.server._scram`
 :mod:`~dpgate.server._catalog` (introspection answered from the declared schema),
 :mod:`~dpgate.ledger._provenance` (per-analyst charges and deliveries in the
 ledger), :mod:`~dpgate.server._session` (one analyst's statements, SQLSTATEs),
-:mod:`~dpgate.server.server` (the listener).
+:mod:`~dpgate.server._admission` (connection slots from accept, the authentication
+deadline, per-analyst limits), :mod:`~dpgate.server.server` (the listener).
 
 Analyst model.  The gateway's per-cell budget bounds the privacy loss of every
 individual over *everything released to anyone*: that is the guarantee that

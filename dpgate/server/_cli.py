@@ -40,14 +40,21 @@ __all__ = ["serve", "user"]
 @click.option("--confidence", type=float, default=0.95, show_default=True, help="Default confidence 1−δ.")
 @click.option("--policy", type=click.Choice(["minimal", "paper", "no_reuse"]), default="minimal", show_default=True)
 @click.option("--max-connections", type=click.IntRange(min=1), default=100, show_default=True,
-              help="Connections served at once (one thread each).")
+              help="Connections served at once (one thread each), counted from accept: authenticated or not.")
+@click.option("--max-connections-per-analyst", type=click.IntRange(min=1), default=None,
+              help="Connections one analyst may hold at once (default: a quarter of --max-connections, at least 1).")
+@click.option("--auth-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              help="Seconds from accept within which a client must finish startup and authentication.")
+@click.option("--idle-timeout", type=click.FloatRange(min=0), default=3600.0, show_default=True,
+              help="Seconds an authenticated connection may stay without sending a message; 0: no limit.")
 @click.option("--fixed-latency", type=click.FloatRange(min=0, min_open=True, max=86_400), default=None,
               help="Seconds S: answer every statement that reads data S after it began (the next multiple of S "
                    "if it overruns), so response times do not depend on the data. Default: off.")
 def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budget: float, users_path: str, host: str,
           port: int, tls_cert: str | None, tls_key: str | None, allow_insecure_password: bool,
           require_tls: bool | None, accuracy: float | None, confidence: float, policy: Any,
-          max_connections: int, fixed_latency: float | None) -> None:
+          max_connections: int, max_connections_per_analyst: int | None, auth_timeout: float, idle_timeout: float,
+          fixed_latency: float | None) -> None:
     """Serve the gateway over the PostgreSQL wire protocol (psql, psycopg, JDBC, BI tools).
 
     Logs one line per statement to stderr: analyst, statement hash, kind, source, ε — never values.
@@ -72,7 +79,8 @@ def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budg
         server = Server(gw, users, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                         allow_insecure_password=allow_insecure_password, require_tls=require_tls,
                         defaults={"accuracy": accuracy, "confidence": confidence},
-                        max_connections=max_connections)
+                        max_connections=max_connections, max_connections_per_analyst=max_connections_per_analyst,
+                        auth_timeout=auth_timeout, idle_timeout=idle_timeout)
     except BaseException:
         gw.close()
         raise

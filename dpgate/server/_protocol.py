@@ -22,7 +22,8 @@ from typing import Any, Protocol
 from dpgate.errors import InterfaceError
 
 __all__ = [
-    "PROTOCOL_V3", "SSL_REQUEST", "GSSENC_REQUEST", "CANCEL_REQUEST", "MAX_MESSAGE",
+    "PROTOCOL_V3", "SSL_REQUEST", "GSSENC_REQUEST", "CANCEL_REQUEST", "MAX_MESSAGE", "MAX_STARTUP",
+    "MAX_AUTH_MESSAGE",
     "ProtocolError", "Field", "Bind", "Parse",
     "read_startup", "read_message", "parse_startup", "parse_parse", "parse_bind", "parse_describe",
     "parse_execute", "parse_sasl_initial", "cstring_payload",
@@ -38,6 +39,9 @@ GSSENC_REQUEST = 80877104
 CANCEL_REQUEST = 80877102
 #: The largest message accepted (bytes); a longer length field is a protocol error.
 MAX_MESSAGE = 1 << 24
+#: Before authentication, from anyone: the largest startup packet and SASL message (bytes).  libpq's are a
+#: few hundred bytes; a stranger's longer length field is refused before any of the rest is read.
+MAX_STARTUP = MAX_AUTH_MESSAGE = 8192
 
 
 class ProtocolError(InterfaceError):
@@ -62,18 +66,18 @@ def _exactly(sock: _Recv, n: int) -> bytes:
 def read_startup(sock: _Recv) -> tuple[int, bytes]:
     """Read one startup-phase packet: ``(request code, rest of the payload)``."""
     (length,) = struct.unpack("!i", _exactly(sock, 4))
-    if not 8 <= length <= 10_000:
+    if not 8 <= length <= MAX_STARTUP:
         raise ProtocolError(f"invalid startup packet length {length}")
     body = _exactly(sock, length - 4)
     (code,) = struct.unpack("!i", body[:4])
     return code, body[4:]
 
 
-def read_message(sock: _Recv) -> tuple[bytes, bytes]:
-    """Read one typed message: ``(type byte, payload)``."""
+def read_message(sock: _Recv, limit: int = MAX_MESSAGE) -> tuple[bytes, bytes]:
+    """Read one typed message: ``(type byte, payload)``; a length over ``limit`` bytes is a ProtocolError."""
     head = _exactly(sock, 5)
     (length,) = struct.unpack("!i", head[1:])
-    if not 4 <= length <= MAX_MESSAGE:
+    if not 4 <= length <= limit:
         raise ProtocolError(f"invalid message length {length} for message type {head[:1]!r}")
     return head[:1], _exactly(sock, length - 4)
 

@@ -1,6 +1,6 @@
 """``dpgate serve``: the gateway behind the PostgreSQL wire protocol, one thread per connection.
 
-Why one module of about 520 lines: a connection's life — startup, TLS, authentication, the
+Why one module of about 540 lines: a connection's life — startup, TLS, authentication, the
 message loop of both query protocols — is one state machine over one socket; the statements are
 in :mod:`dpgate.server._session`, the wire format in :mod:`dpgate.server._protocol`.
 
@@ -17,12 +17,12 @@ close the gateway.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import ipaddress
 import secrets
 import socket
-import socketserver
 import ssl
 import struct
 import threading
@@ -36,6 +36,7 @@ from dpgate.errors import InvalidArgument
 from dpgate.gateway import Gateway
 from dpgate.ledger import _provenance
 from dpgate.server import _protocol as pq
+from dpgate.server._admission import Deadline, Listener, Slot, Slots
 from dpgate.server._catalog import SERVER_VERSION
 from dpgate.server._scram import DEFAULT_ITERATIONS, MECHANISM, Decoy, ScramError, ServerExchange
 from dpgate.server._session import LOG, Outcome, Session, SqlError
@@ -89,11 +90,11 @@ class _Shared:
     users: Mapping[str, Analyst]
     defaults: dict[str, Any]
     tls: ssl.SSLContext | None
-    max_connections: int
-    auth_timeout: float
+    slots: Slots
+    idle_timeout: float | None
     closing: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    connections: dict[int, _Handler] = field(default_factory=dict)
+    connections: dict[int, _Handler] = field(default_factory=dict)  # authenticated, by backend pid
     next_pid: int = 1000
     free: set[tuple[str, str, str]] = field(default_factory=set)  # statements quoted free (Session.free)
     require_tls: bool = False  # refuse clients that did not start TLS
@@ -114,8 +115,10 @@ class Server:
             Default (``None``): on when ``host`` is not a loopback address, off on loopback.
             Turning it off on a non-loopback address logs a warning.
         defaults: per-session DB-API defaults (``accuracy``, ``confidence``, ``intervals``, ``allow_partial``).
-        max_connections: connections served at once; more are refused with SQLSTATE 53300.
-        auth_timeout: seconds a new connection has to finish startup and authentication.
+        max_connections: connections served at once, counted from accept; more get 53300 (:mod:`._admission`).
+        auth_timeout: seconds from accept by which startup and authentication must be over.
+        max_connections_per_analyst: one analyst's connections (default: max_connections // 4, at least 1).
+        idle_timeout: seconds an authenticated connection may go without a message (then 57P05); 0: no limit.
 
     Raises:
         InvalidArgument: TLS required without ``tls_cert``/``tls_key``, or no TLS on a non-loopback
@@ -125,7 +128,8 @@ class Server:
     def __init__(self, gateway: Gateway, users: Mapping[str, Analyst], *, host: str = "127.0.0.1", port: int = 5433,
                  tls_cert: str | None = None, tls_key: str | None = None, allow_insecure_password: bool = False,
                  defaults: Mapping[str, Any] | None = None, max_connections: int = 100,
-                 auth_timeout: float = 60.0, require_tls: bool | None = None) -> None:
+                 auth_timeout: float = 60.0, max_connections_per_analyst: int | None = None,
+                 idle_timeout: float | None = 3600.0, require_tls: bool | None = None) -> None:
         if require_tls is None:
             require_tls = not is_loopback(host)
         elif not require_tls and not is_loopback(host):
@@ -152,22 +156,22 @@ class Server:
                 "network is trusted."
             )
         _provenance.ensure_table(gateway.ledger)
-        self._shared = _Shared(gateway, dict(users), dict(defaults or {}), tls, max_connections, auth_timeout,
-                               require_tls=require_tls, decoy=_decoy(gateway, users))
-        shared = self._shared
-
-        class Handler(_Handler):
-            state = shared
-
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self._tcp = socketserver.ThreadingTCPServer((host, port), Handler, bind_and_activate=True)
-        self._tcp.daemon_threads = True
+        per_analyst = max_connections_per_analyst or max(1, max_connections // 4)
+        slots = Slots(max_connections, per_analyst, auth_timeout)
+        shared = self._shared = _Shared(gateway, dict(users), dict(defaults or {}), tls, slots, idle_timeout or None,
+                                        require_tls=require_tls, decoy=_decoy(gateway, users))
+        self._tcp = Listener((host, port), slots, lambda sock, slot: _Handler(shared, sock, slot).run())
         self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
         """The port listened on."""
         return int(self._tcp.server_address[1])
+
+    @property
+    def open_connections(self) -> int:
+        """Connections holding a slot now (authenticated or not)."""
+        return len(self._shared.slots)
 
     @property
     def gateway(self) -> Gateway:
@@ -190,6 +194,7 @@ class Server:
         shared.closing.set()
         self._tcp.shutdown()
         self._tcp.server_close()
+        shared.slots.drop_unauthenticated()
         with shared.lock:
             handlers = list(shared.connections.values())
         for h in handlers:
@@ -199,11 +204,13 @@ class Server:
         shared.gateway.close()
 
 
-class _Handler(socketserver.BaseRequestHandler):
-    state: _Shared
+class _Handler:
+    """One connection, served by its own thread from accept to close."""
 
-    def setup(self) -> None:
-        self.sock: Any = self.request
+    def __init__(self, state: _Shared, sock: socket.socket, slot: Slot) -> None:
+        self.state, self.slot = state, slot
+        self.sock: Any = sock
+        self.io = Deadline(lambda: self.sock, slot.deadline)  # every read and write until authenticated
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # replies are whole; never wait to batch
         self.busy = threading.Lock()  # held while a message is being processed
         self.finished = threading.Event()
@@ -211,10 +218,10 @@ class _Handler(socketserver.BaseRequestHandler):
         self.out: list[bytes] = []
         self.pid, self.secret = 0, secrets.randbits(31)
 
-    def handle(self) -> None:
+    def run(self) -> None:
         try:
             self._serve()
-        except (EOFError, ConnectionError, OSError, ssl.SSLError):
+        except (EOFError, ConnectionError, OSError, ssl.SSLError):  # TimeoutError (a deadline) is an OSError
             pass
         except pq.ProtocolError as exc:
             self._fatal("08P01", f"protocol violation: {exc}")
@@ -223,6 +230,9 @@ class _Handler(socketserver.BaseRequestHandler):
                 self.state.connections.pop(self.pid, None)
             if self.session is not None:
                 self.session.close()
+            self.state.slots.release(self.slot)  # before the close: the descriptor's number may be reused
+            with contextlib.suppress(OSError):
+                self.sock.close()
             self.finished.set()
 
     def interrupt_if_idle(self) -> None:
@@ -254,7 +264,6 @@ class _Handler(socketserver.BaseRequestHandler):
 
     # -- startup and authentication ------------------------------------------------------------
     def _serve(self) -> None:
-        self.sock.settimeout(self.state.auth_timeout)  # like PostgreSQL's authentication_timeout
         params = self._startup()
         if params is None:
             return
@@ -265,16 +274,19 @@ class _Handler(socketserver.BaseRequestHandler):
         analyst = self._authenticate(params.get("user", ""))
         if analyst is None:
             return
-        with self.state.lock:
-            full = len(self.state.connections) >= self.state.max_connections
-            if not full:
-                self.state.next_pid += 1
-                self.pid = self.state.next_pid
-                self.state.connections[self.pid] = self
-        if full:
-            self._fatal("53300", f"sorry, too many clients already (max_connections = {self.state.max_connections})")
+        if (refused := self.state.slots.authenticated(self.slot, analyst.name)) is not None:
+            self._fatal("53300", refused)
             return
-        self.sock.settimeout(None)
+        with self.busy:  # not interrupted by a shutdown before the session is ready (the loop checks it then)
+            self._open_session(params, analyst)
+        self._loop()
+
+    def _open_session(self, params: dict[str, str], analyst: Analyst) -> None:
+        with self.state.lock:
+            self.state.next_pid += 1
+            self.pid = self.state.next_pid
+            self.state.connections[self.pid] = self
+        self.sock.settimeout(self.state.idle_timeout)
         self.session = Session(self.state.gateway, analyst, params.get("database", analyst.name),
                                self.state.defaults, free=self.state.free)
         reported = {"server_version": SERVER_VERSION, "server_encoding": "UTF8", "client_encoding": "UTF8",
@@ -286,24 +298,28 @@ class _Handler(socketserver.BaseRequestHandler):
         self._send(pq.authentication(0), *(pq.parameter_status(k, v) for k, v in reported.items()),
                    pq.backend_key_data(self.pid, self.secret), pq.ready_for_query("I"))
         self._flush()
-        self._loop()
 
     def _startup(self) -> dict[str, str] | None:
+        encrypted = False
         while True:
-            code, payload = pq.read_startup(self.sock)
+            code, payload = pq.read_startup(self.io)
+            if code in (pq.SSL_REQUEST, pq.GSSENC_REQUEST) and (payload or encrypted):
+                return None  # malformed, or a second one inside TLS: PostgreSQL closes too, without a word
             if code == pq.SSL_REQUEST:
                 if self.state.tls is None:
-                    self.sock.sendall(b"N")
+                    self.io.sendall(b"N")
                     continue
-                self.sock.sendall(b"S")
+                self.io.sendall(b"S")
+                self.io.arm()  # the handshake too ends by the deadline
                 self.sock = self.state.tls.wrap_socket(self.sock, server_side=True)
+                encrypted = True
                 continue
             if code == pq.GSSENC_REQUEST:
-                self.sock.sendall(b"N")
+                self.io.sendall(b"N")
                 continue
             if code == pq.CANCEL_REQUEST:
-                pid, secret = struct.unpack("!ii", payload[:8])
-                self._cancel(pid, secret)
+                if len(payload) == 8:  # anything else is not a cancel request: ignored, like PostgreSQL does
+                    self._cancel(*struct.unpack("!ii", payload))
                 return None
             if code >> 16 != 3:
                 self._fatal("0A000", f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}: dpgate speaks 3.0")
@@ -323,16 +339,16 @@ class _Handler(socketserver.BaseRequestHandler):
     def _authenticate(self, user: str) -> Analyst | None:
         analyst = self.state.users.get(user)
         exchange = ServerExchange(analyst.verifier if analyst else None, name=user, decoy=self.state.decoy)
-        self.sock.sendall(pq.authentication(10, MECHANISM.encode() + b"\x00\x00"))
+        self.io.sendall(pq.authentication(10, MECHANISM.encode() + b"\x00\x00"))
         try:
-            kind, payload = pq.read_message(self.sock)
+            kind, payload = pq.read_message(self.io, pq.MAX_AUTH_MESSAGE)
             if kind != b"p":
                 raise ScramError("expected a SASLInitialResponse")
             mechanism, first = pq.parse_sasl_initial(payload)
             if mechanism != MECHANISM:
                 raise ScramError(f"unsupported SASL mechanism {mechanism!r}")
-            self.sock.sendall(pq.authentication(11, exchange.server_first(first)))
-            kind, payload = pq.read_message(self.sock)
+            self.io.sendall(pq.authentication(11, exchange.server_first(first)))
+            kind, payload = pq.read_message(self.io, pq.MAX_AUTH_MESSAGE)
             if kind != b"p":
                 raise ScramError("expected a SASLResponse")
             final = exchange.server_final(payload)
@@ -351,8 +367,12 @@ class _Handler(socketserver.BaseRequestHandler):
         prepared: dict[str, _Prepared] = {}
         portals: dict[str, _Portal] = {}
         skipping = False  # after an error in the extended protocol, discard until Sync
-        while True:
-            kind, payload = pq.read_message(self.sock)
+        while not self.state.closing.is_set():
+            try:
+                kind, payload = pq.read_message(self.sock)
+            except TimeoutError:
+                self._fatal("57P05", f"terminating connection due to idle-session timeout ({self.state.idle_timeout:g} s)")
+                return
             with self.busy:
                 if kind == b"X":
                     return
@@ -409,9 +429,7 @@ class _Handler(socketserver.BaseRequestHandler):
                         self._flush()
                     else:
                         skipping = True
-            if self.state.closing.is_set():
-                self._fatal("57P01", "terminating connection due to administrator command (dpgate is shutting down)")
-                return
+        self._fatal("57P01", "terminating connection due to administrator command (dpgate is shutting down)")
 
     def _simple(self, text: str) -> None:
         session = self.session

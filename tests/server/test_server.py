@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 import warnings
 from pathlib import Path
 
@@ -214,7 +215,12 @@ def test_connections_beyond_the_limit_are_refused(tmp_path: Path) -> None:
     with thread_server(tmp_path, max_connections=1) as s:
         with psycopg.connect(dsn(s.port), autocommit=True) as first:
             with pytest.raises(psycopg.OperationalError, match="too many clients"):
-                psycopg.connect(dsn(s.port, "bob"))
+                psycopg.connect(dsn(s.port, "bob", sslmode="disable"))
+            with pytest.raises(psycopg.OperationalError, match="error response during SSL exchange"):
+                psycopg.connect(dsn(s.port, "bob"))  # refused before the SSLRequest is read: libpq hides the text
             assert first.execute("SHOW dpgate.accuracy").fetchone() == ("25.0",)
+        deadline = time.monotonic() + 5
+        while s.open_connections and time.monotonic() < deadline:  # the first one's thread lets its slot go
+            time.sleep(0.01)
         with psycopg.connect(dsn(s.port, "bob"), autocommit=True) as again:  # the slot is free again
             assert again.execute("SELECT current_schema()").fetchone() == ("public",)
