@@ -268,3 +268,49 @@ def test_gateway_query_never_lets_an_engine_exception_through() -> None:
             gw.query("SELECT COUNT(*) FROM t WHERE k < 2", accuracy=30)
         assert_withheld(info.value, SECRET, "J. Doe")
         assert gw.spent == 0.0
+
+
+def test_changed_csv_behind_a_live_server_is_a_fixed_error(tmp_path: Any) -> None:
+    """The report of issue 27 on a real ``dpgate serve --data file.csv``: a line of the CSV
+    changed after the server started reached the client verbatim (``XX000 … Original Line: …``)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from _dpserve import PUMS_CSV, PUMS_YAML, ROOT, dsn, users_file
+
+    data = tmp_path / "PUMS.csv"
+    shutil.copy(PUMS_CSV, data)
+    users_file(tmp_path, {"alice": 1.0})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dpgate.cli", "serve", "--data", str(data), "--schema", str(PUMS_YAML),
+         "--ledger", str(tmp_path / "ledger.db"), "--budget", "1", "--users", str(tmp_path / "users.yaml"),
+         "--port", "0", "--accuracy", "25"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env={**__import__("os").environ,
+                                                                            "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stderr is not None
+        port = None
+        for line in proc.stderr:
+            if "listening on" in line:
+                port = int(line.rsplit(":", 1)[1].split()[0])
+                break
+        assert port is not None, "the server did not start"
+        with psycopg.connect(dsn(port), autocommit=True, connect_timeout=10) as con:
+            assert con.execute("SELECT COUNT(*) FROM pums WHERE age < 40").fetchone()
+            lines = data.read_text().splitlines()
+            lines[42] = f"{SECRET},1,9,1,0,1"
+            data.write_text("\n".join(lines) + "\n")
+            with pytest.raises(psycopg.Error) as info:
+                con.execute("SELECT COUNT(*) FROM pums WHERE age >= 40").fetchone()
+        text = str(info.value)
+        assert "could not be read" in text and "data owner should check" in text, text
+        assert not [p for p in (SECRET, "J. Doe", "HIV", "Original Line") if p in text], text
+    finally:
+        proc.terminate()
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    assert "J. Doe" not in err  # nor in the server's log
