@@ -94,6 +94,8 @@ _NO_TRY_CAST = {"postgres", "redshift"}
 # ASCII classes spelt out, case-sensitive ``~``: ``\s``, ranges and ``~*`` follow the database's locale.
 _WS = r"[ \t\n\r\f\v]"
 _PLAIN_RE = rf"^{_WS}*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?{_WS}*$"
+#: A plain number whose exponent has at most two significant digits.
+_SHORT_RE = rf"^{_WS}*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?0*[0-9]{{1,2}})?{_WS}*$"
 _SPECIAL_RE = rf"^{_WS}*[-+]?([iI][nN][fF]([iI][nN][iI][tT][yY])?|[nN][aA][nN]){_WS}*$"
 #: A plain number's parts: \2 integer digits (leading zeros dropped), \4 fraction digits, \6\7 exponent.
 _PARTS_RE = rf"^{_WS}*([-+]?)0*([0-9]*)(\.([0-9]*))?([eE]([-+]?)0*([0-9]+))?{_WS}*$"
@@ -204,8 +206,7 @@ def _pg_double(x: exp.Expression) -> exp.Expression:
         exp.If(this=exp.GTE(this=key, expression=lit(309 * 10**20 + _OVERFLOW_DIGITS)), true=inf),
     ], default=double(x.copy()))
     # Short text with an exponent below 100 lies within 1e-299 .. 1e299 (or is 0): cast at once.
-    short = conjunction([like(_PLAIN_RE), exp.LTE(this=exp.Length(this=x.copy()), expression=lit(200)),
-                         exp.Not(this=like("[eE][-+]?0*[1-9][0-9][0-9]"))])
+    short = exp.And(this=like(_SHORT_RE), expression=exp.LTE(this=exp.Length(this=x.copy()), expression=lit(200)))
     return exp.Case(ifs=[exp.If(this=short, true=double(x.copy())), exp.If(this=like(_SPECIAL_RE), true=double(x.copy())),
                          exp.If(this=like(_PLAIN_RE), true=extreme)])
 
