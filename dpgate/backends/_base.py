@@ -105,6 +105,8 @@ _NAME_FAILURES = {
     "CatalogException": "source", "BinderException": "source", "PermissionException": "source",
     "ParserException": "source", "AnalysisException": "source", "IOException": "connection",
     "HTTPException": "connection", "ConnectionException": "connection", "OutOfMemoryException": "resources",
+    # Drivers' errors without a SQLSTATE (a lost connection, a stopped Spark session).
+    "OperationalError": "connection", "InterfaceError": "connection", "Py4JNetworkError": "connection",
 }
 
 

@@ -314,3 +314,36 @@ def test_changed_csv_behind_a_live_server_is_a_fixed_error(tmp_path: Any) -> Non
             proc.kill()
             _, err = proc.communicate()
     assert "J. Doe" not in err  # nor in the server's log
+
+
+class _Engine(Exception):
+    """An engine exception with a SQLSTATE (psycopg's ``sqlstate``) that quotes a row."""
+
+    def __init__(self, code: str | None) -> None:
+        super().__init__(f"invalid input: {SECRET}")
+        self.sqlstate = code
+
+
+@pytest.mark.parametrize(("code", "phrase"), [
+    ("57014", "statement timeout"), ("25006", "read-only transaction"), ("22003", "could not be read"),
+    ("22P02", "could not be read"), ("42P01", "declared tables and columns exist"),
+    ("42501", "may read them"), ("08006", "unreachable"), ("53200", "ran out of resources"),
+    ("XX000", "engine's own log"), (None, "engine's own log"),
+])
+def test_each_class_of_engine_failure_has_a_fixed_message(code: str | None, phrase: str) -> None:
+    from dpgate.backends import engine_failure
+
+    err = engine_failure("postgres", _Engine(code))
+    assert phrase in str(err) and "PostgreSQL" in str(err) and SECRET not in str(err), str(err)
+
+
+def test_duckdb_exceptions_are_classed_by_their_type() -> None:
+    import duckdb
+
+    from dpgate.backends import engine_failure
+
+    for exc, phrase in ((duckdb.ConversionException(SECRET), "could not be read"),
+                        (duckdb.CatalogException(SECRET), "declared tables"),
+                        (duckdb.IOException(SECRET), "unreachable"), (duckdb.InterruptException(SECRET), "timeout")):
+        err = engine_failure("duckdb", exc)
+        assert phrase in str(err) and SECRET not in str(err), str(err)
