@@ -46,7 +46,7 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from dpgate.backends._base import Backend, TableBinding, information_schema_catalog
+from dpgate.backends._base import Backend, TableBinding, engine_failure, information_schema_catalog
 from dpgate.backends._dbapi import DbapiBackend, PostgresBackend
 from dpgate.backends._duckdb import DuckDBBackend
 from dpgate.backends._spark import SparkBackend
@@ -62,6 +62,7 @@ __all__ = [
     "PostgresBackend",
     "SparkBackend",
     "TableBinding",
+    "engine_failure",
     "information_schema_catalog",
     "is_external",
     "is_postgres_url",

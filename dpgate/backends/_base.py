@@ -76,20 +76,69 @@ def checked_select(select: exp.Expression, dialect: str) -> str:
     return select.sql(dialect=dialect, copy=False)
 
 
-#: Engine failures whose cause can be named without quoting the engine's message.
-_SAFE_REASONS = {"25006": "a write in a read-only transaction", "57014": "canceled by the statement timeout"}
+#: Classes of engine failure: (what failed, what the data owner should check).  The message of
+#: each is fixed, so it says nothing about the rows the statement read.
+_FAILURES = {
+    "timeout": ("the statement was canceled by the statement timeout or an interruption",
+                "the engine's load, or raise the statement timeout"),
+    "read-only": ("a write in a read-only transaction", "dpgate's SQL (a write is a bug in dpgate)"),
+    "data": ("a stored value could not be read as its column's type",
+             "that the declared columns hold values of their declared types, and that the files behind "
+             "the tables (a CSV or Parquet file, a view) have not changed since the gateway opened them"),
+    "source": ("the engine refused a statement on the declared tables",
+               "that the declared tables and columns exist with the types the schema expects, "
+               "and that dpgate's account may read them"),
+    "connection": ("the data source is unreachable or its files unreadable",
+                   "the connection, the database server and the files behind the declared tables"),
+    "resources": ("the engine ran out of resources", "its memory, disk and connection limits"),
+    "internal": ("the engine failed", "the engine's own log"),
+}
+_ENGINE_NAMES = {"postgres": "PostgreSQL", "duckdb": "DuckDB", "spark": "Spark"}
+#: SQLSTATE (PostgreSQL, Spark) or its two-character class → class of failure.
+_SQLSTATE_FAILURES = {"57014": "timeout", "25006": "read-only", "22": "data", "42": "source", "3D": "source",
+                      "3F": "source", "08": "connection", "58": "connection", "53": "resources", "54": "resources"}
+#: Exception class names (DuckDB's, Java's through PySpark) → class of failure.
+_NAME_FAILURES = {
+    "InterruptException": "timeout", "QueryCanceledException": "timeout", "ConversionException": "data",
+    "OutOfRangeException": "data", "TypeMismatchException": "data", "InvalidInputException": "data",
+    "NumberFormatException": "data", "ArithmeticException": "data", "DateTimeException": "data",
+    "CatalogException": "source", "BinderException": "source", "PermissionException": "source",
+    "ParserException": "source", "AnalysisException": "source", "IOException": "connection",
+    "HTTPException": "connection", "ConnectionException": "connection", "OutOfMemoryException": "resources",
+    # Drivers' errors without a SQLSTATE (a lost connection, a stopped Spark session).
+    "OperationalError": "connection", "InterfaceError": "connection", "Py4JNetworkError": "connection",
+}
 
 
-def engine_failure(dialect: str, exc: BaseException) -> OperationalError:
-    """The error for a generated statement the engine refused.  The engine's own message is
-    withheld: it can quote row values (``"1e400" is out of range …``), which must not reach
-    an analyst or a log; its SQLSTATE and class are kept (the engine's log has the rest)."""
+def _failure_class(exc: BaseException) -> str:
     code = getattr(exc, "sqlstate", None)  # psycopg
     if code is None and exc.args and isinstance(exc.args[0], dict):  # pg8000
         code = exc.args[0].get("C")
-    reason = _SAFE_REASONS.get(str(code), type(exc).__name__ + (f", SQLSTATE {code}" if code else ""))
-    return OperationalError(f"the {dialect} data source failed ({reason}); its message is withheld because it may "
-                            "quote row values — see the engine's own log.")
+    if code is None and callable(getattr(exc, "getSqlState", None)):  # PySpark
+        try:
+            code = exc.getSqlState()  # type: ignore[attr-defined]
+        except Exception:  # a failed JVM call names nothing
+            code = None
+    code = str(code or "")
+    found = _SQLSTATE_FAILURES.get(code) or _SQLSTATE_FAILURES.get(code[:2])
+    if found:
+        return found
+    for cls in type(exc).__mro__:
+        if cls.__name__ in _NAME_FAILURES:
+            return _NAME_FAILURES[cls.__name__]
+    return "internal"
+
+
+def engine_failure(engine: str, exc: BaseException) -> OperationalError:
+    """The error for a statement the engine refused: the class of failure and what the data
+    owner should check, in a fixed message.  The engine's own message is withheld — from the
+    analyst and from dpgate's logs: it can quote row values (``"1e400" is out of range …``,
+    a CSV file's line), and which statement failed can depend on rows.  The engine's own log
+    (PostgreSQL, Spark) has the rest; raise it ``from None`` so no traceback carries it."""
+    what, check = _FAILURES[_failure_class(exc)]
+    engine = _ENGINE_NAMES.get(engine, engine)
+    return OperationalError(f"the {engine} data source failed: {what}; the data owner should check {check}. "
+                            "(The engine's message is withheld: it may quote row values.)")
 
 
 def columns_of(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, np.ndarray]:

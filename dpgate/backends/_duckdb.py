@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from sqlglot import exp
 
-from dpgate.backends._base import TableBinding, checked_select, information_schema_catalog
+from dpgate.backends._base import TableBinding, checked_select, engine_failure, information_schema_catalog
 from dpgate.errors import InvalidArgumentType, OperationalError, SchemaError, map_exceptions
 
 __all__ = ["DuckDBBackend"]
@@ -73,12 +73,20 @@ class DuckDBBackend:
 
     def catalog(self, tables: Sequence[str]) -> dict[str, TableBinding]:
         """Declared tables found through ``information_schema`` (metadata only)."""
-        return information_schema_catalog(lambda e: self.con.execute(e.sql(dialect="duckdb")).fetchall(), tables)
+        return information_schema_catalog(lambda e: self._fetch(e.sql(dialect="duckdb"), False), tables)
 
     def run(self, select: exp.Select, *, numpy: bool = False) -> Any:
         """Run one generated SELECT (``fetchnumpy`` with ``numpy``)."""
-        res = self.con.execute(checked_select(select, "duckdb"))
-        return res.fetchnumpy() if numpy else res.fetchall()
+        return self._fetch(checked_select(select, "duckdb"), numpy)
+
+    def _fetch(self, sql: str, numpy: bool) -> Any:
+        import duckdb
+
+        try:
+            res = self.con.execute(sql)
+            return res.fetchnumpy() if numpy else res.fetchall()
+        except duckdb.Error as exc:  # e.g. a CSV behind a view that changed: its message quotes the line
+            raise engine_failure("duckdb", exc) from None
 
     def row_hash(self, columns: Sequence[exp.Expression]) -> exp.Expression:
         """DuckDB's ``hash(…)`` (unsigned 64-bit; may change across DuckDB releases)."""

@@ -1,6 +1,6 @@
 """The SQL of the cube: sqlglot expressions mapping a row to its cell, and predicates on cells.
 
-Why one module of about 570 lines: every SQL expression dpgate generates against the data is
+Why one module of about 620 lines: every SQL expression dpgate generates against the data is
 built here, in one place, so that a reviewer of invariant 1 (only generated SQL reaches the
 engine) reads one file.
 
@@ -15,7 +15,12 @@ column's value:
 * NULL is the NULL cell for every kind.  A floating-point NaN counts as NULL (pandas
   does the same, and DuckDB orders NaN above every number, which would otherwise
   clamp it to ``max``).  For integer/binned columns stored as text, the text is
-  ``TRY_CAST`` to DOUBLE and unparseable text counts as NULL.
+  ``TRY_CAST`` to DOUBLE and unparseable text counts as NULL.  A number too large for a
+  double (``'1e400'``) reads as ±infinity, so it is clamped like any value beyond the
+  domain (``max`` / the last bin; ``min`` / the first bin if negative), and one too small
+  (``'1e-400'``) as 0 — DuckDB's and Spark's reading, which PostgreSQL's generated SQL
+  reproduces (:func:`_pg_double`).  No generated expression fails on any stored value:
+  an engine error would tell whether the row meets the query's other conditions.
 * integer ``[min, max]``: cell ``clamp(floor(v), min, max) - min``.
 * binned ``e0 < … < ek``: bin ``i`` holds ``e_i <= v < e_{i+1}``; ``v < e1`` is bin 0
   and ``v >= e_{k-1}`` the last bin (clamping).  A binned column's ``min``/``max``, if
@@ -35,8 +40,8 @@ Engines: expressions are written for the backend's sqlglot dialect
 (``BoundColumn.dialect``).  In DuckDB a GROUP BY keys text categories by the text itself and maps the few
 distinct values to cells in numpy (``BoundColumn.cells_of_text``); other engines join
 them on a ``VALUES`` list or get a portable ``CASE``.  PostgreSQL has no ``TRY_CAST``:
-text is cast only where it matches a number (or boolean) spelling its ``CAST`` accepts,
-else it counts as NULL.  Text that engines parse differently (hex, ``'1_000'``) may land
+text is cast only where it matches a number (or boolean) spelling its ``CAST`` accepts
+and lies in a double's range (else ±infinity or 0, as above), else it counts as NULL.  Text that engines parse differently (hex, ``'1_000'``) may land
 in different cells on different engines; typed columns map identically everywhere
 (NaN included: PostgreSQL and Spark, like DuckDB, treat ``NaN = NaN`` as true).
 
@@ -85,8 +90,18 @@ _FEW_VALUES = 2**16
 
 #: Dialects without a ``TRY_CAST`` (sqlglot would write a plain ``CAST``, which fails on bad text).
 _NO_TRY_CAST = {"postgres", "redshift"}
-#: Text PostgreSQL's ``CAST(… AS DOUBLE PRECISION)`` accepts (DuckDB's TRY_CAST accepts the same numbers).
-_NUMBER_RE = r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$|^\s*[-+]?(inf|infinity|nan)\s*$"
+# Text PostgreSQL's ``CAST(… AS DOUBLE PRECISION)`` accepts (DuckDB's TRY_CAST accepts the same numbers).
+# ASCII classes spelt out, case-sensitive ``~``: ``\s``, ranges and ``~*`` follow the database's locale.
+_WS = r"[ \t\n\r\f\v]"
+_PLAIN_RE = rf"^{_WS}*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?{_WS}*$"
+#: A plain number whose exponent has at most two significant digits.
+_SHORT_RE = rf"^{_WS}*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?0*[0-9]{{1,2}})?{_WS}*$"
+_SPECIAL_RE = rf"^{_WS}*[-+]?([iI][nN][fF]([iI][nN][iI][tT][yY])?|[nN][aA][nN]){_WS}*$"
+#: A plain number's parts: \2 integer digits (leading zeros dropped), \4 fraction digits, \6\7 exponent.
+_PARTS_RE = rf"^{_WS}*([-+]?)0*([0-9]*)(\.([0-9]*))?([eE]([-+]?)0*([0-9]+))?{_WS}*$"
+#: Leading 20 digits of 2**1024 - 2**970 (rounded down) and of 2**-1075 (rounded up): text at or above the
+#: first (x 10**309) is out of range for a double, at or below the second (x 10**-323) rounds to zero.
+_OVERFLOW_DIGITS, _UNDERFLOW_DIGITS = 17976931348623158079, 24703282292062327209
 _BOOL_TEXTS = ("t", "true", "f", "false", "y", "yes", "n", "no", "on", "off", "1", "0")
 
 
@@ -150,6 +165,52 @@ def numeric_category(value: str) -> int | float | None:
     return None
 
 
+def _pg_double(x: exp.Expression) -> exp.Expression:
+    """PostgreSQL's ``TRY_CAST(x AS DOUBLE PRECISION)`` of text ``x``, which fails on no row.
+
+    ``CAST`` raises on text that is not a number and on a number out of a double's range
+    (``'1e400'``, ``'1e-400'``), so an error would tell whether some row meets a query's
+    conditions.  Text is cast only where it is a number within range; a number beyond the
+    largest double is ±infinity and one that rounds to zero is 0, as DuckDB and Spark read
+    them (the decision looks at 20 digits, so text less than 1e-19 (relative) above 2**-1075
+    reads as 0 here and as the smallest subnormal there); anything else is NULL.
+    """
+
+    def lit(v: str | int) -> exp.Expression:
+        return exp.Literal.string(v) if isinstance(v, str) else number(v)
+
+    def part(groups: str) -> exp.Expression:
+        return exp.Anonymous(this="REGEXP_REPLACE", expressions=[x.copy(), lit(_PARTS_RE), lit(groups)])
+
+    def like(pattern: str) -> exp.Expression:
+        return exp.RegexpLike(this=x.copy(), expression=lit(pattern))
+
+    def double(v: exp.Expression) -> exp.Expression:
+        return exp.Cast(this=v, to=exp.DataType.build("DOUBLE PRECISION", dialect="postgres"))
+
+    # |x| = 0.d × 10**e with d its significant digits; key = e·10**20 + d's first 20 digits orders
+    # magnitudes exactly (NUMERIC), and is compared with those of the underflow and overflow thresholds.
+    digits = exp.func("ltrim", part(r"\2\4"), lit("0"))
+    e = exp.Sub(this=exp.Add(this=exp.Cast(this=part(r"\60\7"), to=sql_type("BIGINT")),
+                             expression=exp.Length(this=digits.copy())),
+                expression=exp.Length(this=part(r"\4")))
+    key = exp.Add(this=exp.Mul(this=exp.Paren(this=e), expression=lit(10**20)),
+                  expression=exp.Cast(this=exp.func("rpad", digits, lit(20), lit("0")), to=sql_type("DECIMAL")))
+    inf = exp.Case(ifs=[exp.If(this=like(f"^{_WS}*-"), true=double(lit("-Infinity")))], default=double(lit("Infinity")))
+    zero = double(lit(0))
+    extreme = exp.Case(ifs=[
+        exp.If(this=exp.Not(this=like("^[^eE]*[1-9]")), true=zero.copy()),
+        exp.If(this=like("[eE]-0*[1-9][0-9]{12}"), true=zero.copy()),  # exponents beyond 12 digits
+        exp.If(this=like("[eE][+]?0*[1-9][0-9]{12}"), true=inf.copy()),
+        exp.If(this=exp.LT(this=key.copy(), expression=lit(-323 * 10**20 + _UNDERFLOW_DIGITS)), true=zero),
+        exp.If(this=exp.GTE(this=key, expression=lit(309 * 10**20 + _OVERFLOW_DIGITS)), true=inf),
+    ], default=double(x.copy()))
+    # Short text with an exponent below 100 lies within 1e-299 .. 1e299 (or is 0): cast at once.
+    short = exp.And(this=like(_SHORT_RE), expression=exp.LTE(this=exp.Length(this=x.copy()), expression=lit(200)))
+    return exp.Case(ifs=[exp.If(this=short, true=double(x.copy())), exp.If(this=like(_SPECIAL_RE), true=double(x.copy())),
+                         exp.If(this=like(_PLAIN_RE), true=extreme)])
+
+
 @dataclass(frozen=True)
 class BoundColumn:
     """A declared column bound to its physical column in the source."""
@@ -165,12 +226,12 @@ class BoundColumn:
             return exp.TryCast(this=x, to=sql_type(to))
         if self.dialect not in _NO_TRY_CAST:
             return exp.TryCast(this=x, to=sql_type(to), safe=True)
+        x = exp.Cast(this=x, to=sql_type("TEXT"))  # any stored type: its text, cast only where it converts
         if to == "BOOLEAN":
             text = exp.Lower(this=exp.Trim(this=x.copy()))
-            ok: exp.Expression = exp.In(this=text, expressions=[exp.Literal.string(t) for t in _BOOL_TEXTS])
-        else:
-            ok = exp.RegexpILike(this=x.copy(), expression=exp.Literal.string(_NUMBER_RE))
-        return exp.Case(ifs=[exp.If(this=ok, true=exp.Cast(this=x, to=sql_type(to)))])
+            ok = exp.In(this=text, expressions=[exp.Literal.string(t) for t in _BOOL_TEXTS])
+            return exp.Case(ifs=[exp.If(this=ok, true=exp.Cast(this=x, to=sql_type(to)))])
+        return _pg_double(x)
 
     def raw(self) -> exp.Expression:
         return exp.column(self.name, quoted=True)

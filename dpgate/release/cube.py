@@ -42,10 +42,11 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from dpgate.backends import open_backend
+from dpgate.backends import engine_failure, open_backend
 from dpgate.compile.query import LinearQuery, union_grid
 from dpgate.errors import (
     DPGateInternalError,
+    Error,
     InvalidArgument,
     OperationalError,
     SchemaError,
@@ -122,7 +123,12 @@ class Cube:
     def _bind(self) -> None:
         with self._lock:
             self._check_open()
-            found = self._backend.catalog([t.name for t in self.schema.tables])
+            try:
+                found = self._backend.catalog([t.name for t in self.schema.tables])
+            except Error:
+                raise
+            except Exception as exc:
+                raise engine_failure(self.dialect, exc) from None
         self._tables: dict[str, tuple[exp.Table, dict[str, BoundColumn]]] = {}
         missing_tables, missing_cols = [], []
         for t in self.schema.tables:
@@ -151,7 +157,12 @@ class Cube:
         """Run one generated statement against the data (the only path that reads rows)."""
         with self._lock:
             self._check_open()
-            return self._backend.run(expression, numpy=numpy)
+            try:
+                return self._backend.run(expression, numpy=numpy)
+            except Error:
+                raise
+            except Exception as exc:  # a backend that let an engine error through: never its message
+                raise engine_failure(self.dialect, exc) from None
 
     def _check_open(self) -> None:
         if self._closed:
