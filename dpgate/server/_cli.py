@@ -13,6 +13,10 @@ import click
 __all__ = ["serve", "user"]
 
 
+#: Seconds between the interpreter's thread switches in ``dpgate serve`` (Python's default: 0.005).
+SWITCH_INTERVAL = 0.0001
+
+
 @click.command()
 @click.option("--data", required=True, help="A .duckdb, .csv or .parquet file (never modified).")
 @click.option("--schema", "schema_path", required=True, type=click.Path(exists=True, dir_okay=False),
@@ -69,6 +73,10 @@ def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budg
     if "://" in ledger and ledger_key is None:
         raise click.BadParameter("a PostgreSQL ledger needs --ledger-key: the path of a key file that every "
                                  "server host shares (created with a new ledger).", param_hint="--ledger-key")
+    # One analyst's CPU-bound statement holds the interpreter lock; others wait for it to be handed
+    # over, every 5 ms by default.  A shorter interval keeps a light statement's latency near its
+    # own work beside a heavy one (tests/server/test_server_fuzz.py), at a small cost in throughput.
+    sys.setswitchinterval(SWITCH_INTERVAL)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     schema = Schema.load(schema_path)
