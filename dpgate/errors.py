@@ -89,7 +89,12 @@ class DataError(DatabaseError):
 
 
 class OperationalError(DatabaseError):
-    """PEP 249: an error in the database's operation, not necessarily under the caller's control."""
+    """PEP 249: an error in the database's operation, not necessarily under the caller's control.
+
+    ``sqlstate``: for a data source's failure, the SQLSTATE of its class of failure
+    (``dpgate.backends``), which ``dpgate serve`` sends; None otherwise."""
+
+    sqlstate: str | None = None
 
 
 class IntegrityError(DatabaseError):

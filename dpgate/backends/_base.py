@@ -93,6 +93,11 @@ _FAILURES = {
     "resources": ("the engine ran out of resources", "its memory, disk and connection limits"),
     "internal": ("the engine failed", "the engine's own log"),
 }
+#: The SQLSTATE ``dpgate serve`` sends for each class of failure (PostgreSQL's codes for the same
+#: conditions: query_canceled, read_only_sql_transaction, data_exception, system_error,
+#: connection_failure, insufficient_resources).
+FAILURE_SQLSTATES = {"timeout": "57014", "read-only": "25006", "data": "22000", "source": "58000",
+                     "connection": "08006", "resources": "53000", "internal": "58000"}
 _ENGINE_NAMES = {"postgres": "PostgreSQL", "duckdb": "DuckDB", "spark": "Spark"}
 #: SQLSTATE (PostgreSQL, Spark) or its two-character class → class of failure.
 _SQLSTATE_FAILURES = {"57014": "timeout", "25006": "read-only", "22": "data", "42": "source", "3D": "source",
@@ -135,10 +140,13 @@ def engine_failure(engine: str, exc: BaseException) -> OperationalError:
     analyst and from dpgate's logs: it can quote row values (``"1e400" is out of range …``,
     a CSV file's line), and which statement failed can depend on rows.  The engine's own log
     (PostgreSQL, Spark) has the rest; raise it ``from None`` so no traceback carries it."""
-    what, check = _FAILURES[_failure_class(exc)]
+    failure = _failure_class(exc)
+    what, check = _FAILURES[failure]
     engine = _ENGINE_NAMES.get(engine, engine)
-    return OperationalError(f"the {engine} data source failed: {what}; the data owner should check {check}. "
-                            "(The engine's message is withheld: it may quote row values.)")
+    err = OperationalError(f"the {engine} data source failed: {what}; the data owner should check {check}. "
+                           "(The engine's message is withheld: it may quote row values.)")
+    err.sqlstate = FAILURE_SQLSTATES[failure]  # for dpgate serve: the class of failure, never the engine's code
+    return err
 
 
 def columns_of(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, np.ndarray]:

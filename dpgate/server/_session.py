@@ -22,6 +22,7 @@ NotEstimable                           55000    object_not_in_prerequisite_state
 InvalidRequirement, DataError          22023    invalid_parameter_value
 other ProgrammingError (parameters…)   42P02    undefined_parameter
 LedgerError                            58000    system_error
+a data source's failure                57014, 25006, 22000, 58000, 08006 or 53000, by its class
 anything else                          XX000    internal_error
 =====================================  =======  ===================================
 
@@ -103,6 +104,8 @@ def sqlstate(exc: BaseException) -> str:
     """The SQLSTATE of a dpgate error (see the module docstring)."""
     if isinstance(exc, errors.SchemaError):
         return "42703" if "column" in str(exc).lower() else "42P01"
+    if isinstance(exc, errors.OperationalError) and exc.sqlstate is not None:
+        return exc.sqlstate  # a data source's failure, by its class (dpgate.backends)
     return next((code for cls, code in _SQLSTATES if isinstance(exc, cls)), "XX000")
 
 

@@ -306,6 +306,7 @@ def test_changed_csv_behind_a_live_server_is_a_fixed_error(tmp_path: Any) -> Non
             with pytest.raises(psycopg.Error) as info:
                 con.execute("SELECT COUNT(*) FROM pums WHERE age >= 40").fetchone()
         text = str(info.value)
+        assert info.value.sqlstate == "22000", info.value.sqlstate  # data_exception: its class, not XX000
         assert "could not be read" in text and "data owner should check" in text, text
         assert not [p for p in (SECRET, "J. Doe", "HIV", "Original Line") if p in text], text
     finally:
@@ -326,17 +327,20 @@ class _Engine(Exception):
         self.sqlstate = code
 
 
-@pytest.mark.parametrize(("code", "phrase"), [
-    ("57014", "statement timeout"), ("25006", "read-only transaction"), ("22003", "could not be read"),
-    ("22P02", "could not be read"), ("42P01", "declared tables and columns exist"),
-    ("42501", "may read them"), ("08006", "unreachable"), ("53200", "ran out of resources"),
-    ("XX000", "engine's own log"), (None, "engine's own log"),
+@pytest.mark.parametrize(("code", "phrase", "sent"), [
+    ("57014", "statement timeout", "57014"), ("25006", "read-only transaction", "25006"),
+    ("22003", "could not be read", "22000"), ("22P02", "could not be read", "22000"),
+    ("42P01", "declared tables and columns exist", "58000"), ("42501", "may read them", "58000"),
+    ("08006", "unreachable", "08006"), ("53200", "ran out of resources", "53000"),
+    ("XX000", "engine's own log", "58000"), (None, "engine's own log", "58000"),
 ])
-def test_each_class_of_engine_failure_has_a_fixed_message(code: str | None, phrase: str) -> None:
+def test_each_class_of_engine_failure_has_a_fixed_message(code: str | None, phrase: str, sent: str) -> None:
     from dpgate.backends import engine_failure
+    from dpgate.server._session import sqlstate
 
     err = engine_failure("postgres", _Engine(code))
     assert phrase in str(err) and "PostgreSQL" in str(err) and SECRET not in str(err), str(err)
+    assert sqlstate(err) == sent  # dpgate serve sends the class's code, never the engine's own
 
 
 def test_duckdb_exceptions_are_classed_by_their_type() -> None:
