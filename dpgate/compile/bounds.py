@@ -14,7 +14,11 @@ Decimal ``1E+999999999`` writes a billion digits); refusals quote at most
 
 from __future__ import annotations
 
+import contextvars
 import numbers
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from fractions import Fraction
 
@@ -23,7 +27,7 @@ from dpgate.errors import QueryTooComplex, UnsupportedQuery
 __all__ = [
     "EXCERPT", "MAX_MESSAGE", "MAX_NUMBER_DIGITS", "MAX_EXPONENT", "MAX_PARAMETER_LENGTH", "LARGEST_EXPONENT",
     "excerpt", "bounded_message", "skip_blank", "check_number_text", "number_order", "refuse_out_of_range",
-    "check_parameter", "too_many_outputs"]
+    "check_parameter", "too_many_outputs", "deadline", "check_deadline"]
 
 #: Most characters of the input a refusal quotes.
 EXCERPT = 80
@@ -192,3 +196,32 @@ def too_many_outputs(n_outputs: int, max_outputs: int) -> QueryTooComplex:
         f"max_outputs = {max_outputs}; group by fewer or coarser columns, or raise the limit with "
         "Gateway(max_outputs=...) / connect(max_outputs=...)."
     )
+
+
+#: When the statement being worked on in this thread must be refused, if it is still being
+#: compiled or planned (``time.monotonic()``), or None.
+_DEADLINE: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar("dpgate_deadline", default=None)
+
+
+@contextmanager
+def deadline(seconds: float | None) -> Iterator[None]:
+    """Within the block, compiling and planning refuse a statement after ``seconds`` (None: never).
+
+    Checked (:func:`check_deadline`) between the groups the compiler weighs and the outputs the
+    planner decides — never once a release has begun, so a refused statement has read no data
+    and spent nothing, and the gateway's lock is given up as the refusal unwinds."""
+    token = _DEADLINE.set(None if seconds is None else (time.monotonic() + seconds, seconds))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def check_deadline() -> None:
+    """Raise :class:`QueryTooComplex` if this thread's statement is past its :func:`deadline`."""
+    found = _DEADLINE.get()
+    if found is not None and time.monotonic() > found[0]:
+        raise QueryTooComplex(
+            f"this statement was still being compiled or planned after its deadline of {found[1]:g} s "
+            "(nothing was read or spent); ask for fewer groups or outputs, or split it."
+        )

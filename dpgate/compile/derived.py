@@ -30,6 +30,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpgate.compile.aggregates import DERIVED_KINDS, Derivation, derived_kind, unparen
+from dpgate.compile.bounds import check_deadline
 from dpgate.compile.cells import walk
 from dpgate.compile.post import build as build_post
 from dpgate.compile.query import LinearQuery, union_grid
@@ -101,6 +102,7 @@ def compile_derived(
     _remap_group_positions(linear_tree, originals)
     c = Compilation(linear_tree, schema, dialect, max_outputs)
     for stage in STAGES:
+        check_deadline()
         stage(c)
     # The outputs as written: group outputs keep the compiled name, derived ones their alias or SQL text.
     compiled = iter(o for o in c.outputs if not o.name.startswith(_PREFIX))

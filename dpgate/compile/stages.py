@@ -44,7 +44,7 @@ from dpgate.compile.aggregates import (
     no_aggregates,
     unparen,
 )
-from dpgate.compile.bounds import too_many_outputs
+from dpgate.compile.bounds import check_deadline, too_many_outputs
 from dpgate.compile.cells import walk
 from dpgate.compile.evaluate import Evaluator
 from dpgate.compile.post import PostProcess
@@ -214,6 +214,7 @@ def compile_tree(
     """Compile a parsed (and bound) SELECT tree, not modified, by running :data:`STAGES` (``max_outputs``: :func:`weigh`)."""
     c = Compilation(tree, Schema.load(schema), dialect, max_outputs)
     for stage in STAGES:
+        check_deadline()
         stage(c)
     return CompiledStatement(
         table=c.table.name,

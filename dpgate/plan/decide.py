@@ -47,6 +47,7 @@ from typing import Literal, cast
 
 import numpy as np
 
+from dpgate.compile.bounds import check_deadline
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import InvalidRequirement
 from dpgate.inference import ErrorLaw, IncrementalBLUE, minimal_scale, single_release_scale
@@ -209,6 +210,7 @@ def plan(
         restrictable = dict(zip(asks, _restrictable_many(blue, charged if charged is not None else np.zeros(0),
                                                          [live[i] for i in asks]), strict=True))
         for i in block:
+            check_deadline()
             q, h = queries[i], hs[i]
             if q.is_zero:
                 place(i, Step(q, "exact"))

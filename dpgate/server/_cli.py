@@ -51,6 +51,9 @@ SWITCH_INTERVAL = 0.0001
               help="Seconds from accept within which a client must finish startup and authentication.")
 @click.option("--idle-timeout", type=click.FloatRange(min=0), default=3600.0, show_default=True,
               help="Seconds an authenticated connection may stay without sending a message; 0: no limit.")
+@click.option("--statement-deadline", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="Seconds a statement may spend being compiled and planned before it is refused (54000, "
+                   "nothing read or spent); 0: no limit.")
 @click.option("--fixed-latency", type=click.FloatRange(min=0, min_open=True, max=86_400), default=None,
               help="Seconds S: answer every statement that reads data S after it began (the next multiple of S "
                    "if it overruns), so response times do not depend on the data. Default: off.")
@@ -58,7 +61,7 @@ def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budg
           port: int, tls_cert: str | None, tls_key: str | None, allow_insecure_password: bool,
           require_tls: bool | None, accuracy: float | None, confidence: float, policy: Any,
           max_connections: int, max_connections_per_analyst: int | None, auth_timeout: float, idle_timeout: float,
-          fixed_latency: float | None) -> None:
+          statement_deadline: float, fixed_latency: float | None) -> None:
     """Serve the gateway over the PostgreSQL wire protocol (psql, psycopg, JDBC, BI tools).
 
     Logs one line per statement to stderr: analyst, statement hash, kind, source, ε — never values.
@@ -88,7 +91,7 @@ def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budg
                         allow_insecure_password=allow_insecure_password, require_tls=require_tls,
                         defaults={"accuracy": accuracy, "confidence": confidence},
                         max_connections=max_connections, max_connections_per_analyst=max_connections_per_analyst,
-                        auth_timeout=auth_timeout, idle_timeout=idle_timeout)
+                        auth_timeout=auth_timeout, idle_timeout=idle_timeout, statement_deadline=statement_deadline)
     except BaseException:
         gw.close()
         raise

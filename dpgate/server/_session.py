@@ -52,7 +52,7 @@ from sqlglot import exp
 
 from dpgate import errors
 from dpgate.compile import CompiledStatement
-from dpgate.compile.bounds import bounded_message, check_parameter, excerpt, skip_blank
+from dpgate.compile.bounds import bounded_message, check_parameter, deadline, excerpt, skip_blank
 from dpgate.compile.statement import check_length, check_statement, dialect_of
 from dpgate.dbapi import Connection, connect
 from dpgate.dbapi._rows import Prepared
@@ -204,6 +204,8 @@ class Session:
     cancelled: threading.Event = field(default_factory=threading.Event)
     #: Statements quoted free (see ``_check_cap``), shared by the server's sessions: free is free for everyone.
     free: set[tuple[str, str, str]] = field(default_factory=set)
+    #: Seconds a statement may spend being compiled and planned before it is refused (None: no limit).
+    statement_deadline: float | None = None
     _conn: Connection | None = None
 
     @property
@@ -220,7 +222,13 @@ class Session:
 
     # -- statements --------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Outcome:
-        """Run one statement and log it (one line, no values).  Raises SqlError."""
+        """Run one statement and log it (one line, no values).  Raises SqlError.
+
+        Compiling and planning it must end within :attr:`statement_deadline` (then 54000)."""
+        with deadline(self.statement_deadline):
+            return self._execute(sql, params)
+
+    def _execute(self, sql: str, params: Sequence[Any]) -> Outcome:
         kind = "session"
         try:
             _bounded(sql, params)

@@ -92,6 +92,7 @@ class _Shared:
     tls: ssl.SSLContext | None
     slots: Slots
     idle_timeout: float | None
+    statement_deadline: float | None
     closing: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     connections: dict[int, _Handler] = field(default_factory=dict)  # authenticated, by backend pid
@@ -119,6 +120,8 @@ class Server:
         auth_timeout: seconds from accept by which startup and authentication must be over.
         max_connections_per_analyst: one analyst's connections (default: max_connections // 4, at least 1).
         idle_timeout: seconds an authenticated connection may go without a message (then 57P05); 0: no limit.
+        statement_deadline: seconds a statement may spend being compiled and planned, under the
+            gateway's lock or not, before it is refused (54000; nothing read or spent); 0: no limit.
 
     Raises:
         InvalidArgument: TLS required without ``tls_cert``/``tls_key``, or no TLS on a non-loopback
@@ -129,7 +132,8 @@ class Server:
                  tls_cert: str | None = None, tls_key: str | None = None, allow_insecure_password: bool = False,
                  defaults: Mapping[str, Any] | None = None, max_connections: int = 100,
                  auth_timeout: float = 60.0, max_connections_per_analyst: int | None = None,
-                 idle_timeout: float | None = 3600.0, require_tls: bool | None = None) -> None:
+                 idle_timeout: float | None = 3600.0, require_tls: bool | None = None,
+                 statement_deadline: float | None = 10.0) -> None:
         if require_tls is None:
             require_tls = not is_loopback(host)
         elif not require_tls and not is_loopback(host):
@@ -159,6 +163,7 @@ class Server:
         per_analyst = max_connections_per_analyst or max(1, max_connections // 4)
         slots = Slots(max_connections, per_analyst, auth_timeout)
         shared = self._shared = _Shared(gateway, dict(users), dict(defaults or {}), tls, slots, idle_timeout or None,
+                                        statement_deadline or None,
                                         require_tls=require_tls, decoy=_decoy(gateway, users))
         self._tcp = Listener((host, port), slots, lambda sock, slot: _Handler(shared, sock, slot).run())
         self._thread: threading.Thread | None = None
@@ -288,7 +293,8 @@ class _Handler:
             self.state.connections[self.pid] = self
         self.sock.settimeout(self.state.idle_timeout)
         self.session = Session(self.state.gateway, analyst, params.get("database", analyst.name),
-                               self.state.defaults, free=self.state.free)
+                               self.state.defaults, free=self.state.free,
+                               statement_deadline=self.state.statement_deadline)
         reported = {"server_version": SERVER_VERSION, "server_encoding": "UTF8", "client_encoding": "UTF8",
                     "DateStyle": "ISO, MDY", "TimeZone": "UTC", "IntervalStyle": "postgres",
                     "integer_datetimes": "on", "standard_conforming_strings": "on", "is_superuser": "off",
