@@ -290,9 +290,11 @@ class LinearQuery:
 
 
 def _int_tuple(bp: Sequence[int]) -> tuple[int, ...]:
-    """Breakpoints as a tuple of Python ints (``tolist`` is the fast path for integer arrays)."""
-    if isinstance(bp, np.ndarray) and bp.dtype.kind in "iu":
-        return tuple(bp.tolist())
+    """Breakpoints as a tuple of Python ints (``tolist`` is the fast path for integer arrays, and for
+    sequences of integers: a wide column has hundreds of thousands of breakpoints)."""
+    arr = bp if isinstance(bp, np.ndarray) else np.asarray(bp)
+    if arr.dtype.kind in "iu":
+        return tuple(arr.tolist())
     return tuple(int(b) for b in bp)
 
 
