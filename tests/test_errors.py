@@ -129,3 +129,34 @@ def test_map_exceptions_message_forms() -> None:
     with pytest.raises(QuerySyntaxError, match="at line 3"):
         with map_exceptions({ValueError: QuerySyntaxError}, lambda exc: f"SQL does not parse {exc}."):
             raise ValueError("at line 3")
+
+
+#: Built-in exceptions dpgate may raise, each for a protocol that names it (never for a user's mistake).
+ALLOWED_BUILTIN_RAISES = {
+    ("dbapi/_cursor.py", "StopIteration"),  # the iterator protocol of a PEP 249 cursor
+    ("server/_protocol.py", "EOFError"),  # a client closed the socket; the handler ends the connection
+    ("server/_admission.py", "TimeoutError"),  # a socket's deadline passed (socket.timeout's class)
+    ("inference/_factors.py", "IndexError"),  # a sequence's __getitem__ past its end
+    ("backends/_dbapi.py", "NotImplementedError"),  # an abstract method of a backend subclass
+    ("cli.py", "FileNotFoundError"),  # the CLI's exit code 3 for a missing file
+    ("backends/__init__.py", "FileNotFoundError"),  # the same, for `dpgate serve --data`
+}
+
+
+def test_every_raise_is_a_dpgate_error_or_a_named_protocol_exception() -> None:
+    """A raise of a built-in exception class is in :data:`ALLOWED_BUILTIN_RAISES`; every other
+    error dpgate raises is a ``dpgate.Error`` (which a caller catches with one ``except``)."""
+    import ast
+    import builtins
+    from pathlib import Path
+
+    package = Path(dpgate.__file__).parent
+    found = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                name = target.id if isinstance(target, ast.Name) else None
+                if name and isinstance(getattr(builtins, name, None), type):
+                    found.add((path.relative_to(package).as_posix(), name))
+    assert found <= ALLOWED_BUILTIN_RAISES, sorted(found - ALLOWED_BUILTIN_RAISES)

@@ -31,7 +31,7 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
 from dpgate._validate import finite, finite_array, nonnegative_finite, positive_finite
-from dpgate.errors import InvalidArgument
+from dpgate.errors import InvalidArgument, InvalidArgumentType
 from dpgate.inference._basis_form import BasisForm
 from dpgate.inference._blocks import EXTEND_RTOL, covers_every_atom
 from dpgate.inference._blue import Estimate
@@ -156,7 +156,8 @@ class IncrementalBLUE:
         """Refuse a state pickled before the two forms (no ``_form``): a checkpoint that
         fails to load is replayed from the ledger instead of failing at its first use."""
         if "_form" not in state:
-            raise TypeError("This IncrementalBLUE was pickled by an older dpgate build.")
+            raise InvalidArgumentType("This IncrementalBLUE was pickled by an older dpgate build: replay its "
+                                      "ledger instead of loading this state (the gateway does so itself).")
         self.__dict__.update(state)
 
     def _atom_vector(self, v: ArrayLike, name: str) -> NDArray[np.float64]:

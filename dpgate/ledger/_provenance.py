@@ -111,9 +111,11 @@ class _AnalystCosts:
         runs: dict[str, list[RecordedRelease]] = {}
         for table, text, alpha, sensitivity in self.pending:
             try:
-                state = self._state(schema, table)
+                state = None if schema is None else self._state(schema, table)
                 query = LinearQuery.from_json(text)
             except (Error, ValueError, KeyError, TypeError):
+                state = None
+            if state is None:  # a release outside the schema (or with none given): α on every cell
                 self.unpriced += int(release_units(np.ones(1), alpha, 1.0)[0])
                 continue
             runs.setdefault(state.table.name.lower(), []).append(RecordedRelease(0, query, 0.0, 0.0, 0.0, alpha,
@@ -123,9 +125,7 @@ class _AnalystCosts:
         self.pending = []
         return self.unpriced + sum(s.costs.charge_units for s in self.tables.values())
 
-    def _state(self, schema: Schema | None, table: str) -> TableState:
-        if schema is None:
-            raise KeyError(table)
+    def _state(self, schema: Schema, table: str) -> TableState:
         t = schema.table(table)
         found = self.tables.get(t.name.lower())
         if found is None:
