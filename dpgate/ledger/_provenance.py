@@ -67,8 +67,9 @@ from dpgate.schema.domains import Schema
 __all__ = ["ensure_table", "charging", "record_delivery", "analyst_spent", "analyst_quote", "analyst_history",
            "statement_hash"]
 
-#: A release as an analyst is charged for it: its table, query (ledger JSON), α and S.
-_Release = tuple[str, str, float, float]
+#: A release as an analyst is charged for it: its table, query (its ledger JSON, or the query itself
+#: when it is only being quoted), α and S.
+_Release = tuple[str, "str | LinearQuery", float, float]
 
 
 def _now() -> str:
@@ -112,7 +113,7 @@ class _AnalystCosts:
         for table, text, alpha, sensitivity in self.pending:
             try:
                 state = None if schema is None else self._state(schema, table)
-                query = LinearQuery.from_json(text)
+                query = text if isinstance(text, LinearQuery) else LinearQuery.from_json(text)
             except (Error, ValueError, KeyError, TypeError):
                 state = None
             if state is None:  # a release outside the schema (or with none given): α on every cell
@@ -283,7 +284,7 @@ def analyst_quote(ledger: Ledger, analyst: str, schema: Schema, table: str,
         mine = view.costs(analyst)
         before = mine.units(schema)
         trial = mine.copy()
-    trial.pending.extend((table, q.to_json(), float(alpha), float(q.sensitivity)) for q, alpha in releases)
+    trial.pending.extend((table, q, float(alpha), float(q.sensitivity)) for q, alpha in releases)
     return to_epsilon(before), to_epsilon(trial.units(schema)) - to_epsilon(before)
 
 
