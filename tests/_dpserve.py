@@ -28,6 +28,17 @@ def users_file(tmp: Path, caps: dict[str, float]) -> Path:
     return path
 
 
+def ledger_records(tmp: Path) -> int:
+    """How many releases the ledger file of a :func:`thread_server` in ``tmp`` holds (read apart from dpgate)."""
+    import sqlite3
+
+    con = sqlite3.connect(tmp / "ledger.db")
+    try:
+        return int(con.execute("SELECT COUNT(*) FROM dpgate_records").fetchone()[0])
+    finally:
+        con.close()
+
+
 @contextlib.contextmanager
 def thread_server(tmp: Path, *, budget: float = 1.0, caps: dict[str, float] | None = None,
                   ledger: str | None = None, ledger_key: str | None = None, **options: Any) -> Iterator[Server]:

@@ -9,20 +9,13 @@ from pathlib import Path
 
 import psycopg  # the test extra: a missing client fails, never skips
 import pytest
-from _dpserve import dsn, thread_server
+from _dpserve import dsn, ledger_records, thread_server
 
 from dpgate.server import _session
 
 YOUNG = "SELECT COUNT(*) FROM pums WHERE age < 40"
 OLD = "SELECT COUNT(*) FROM pums WHERE age >= 60"  # other cells: below the global per-cell maximum
 
-
-def _records(tmp: Path) -> int:
-    con = sqlite3.connect(tmp / "ledger.db")
-    try:
-        return int(con.execute("SELECT COUNT(*) FROM dpgate_records").fetchone()[0])
-    finally:
-        con.close()
 
 
 @pytest.mark.parametrize("precheck", [True, False], ids=["before-reading", "at-record-time"])
@@ -44,7 +37,7 @@ def test_cap_zero_gets_no_fresh_release_below_the_global_maximum(tmp_path: Path,
             assert "carol" in str(err.value) and "cap 0" in str(err.value)
             assert carol.execute("SHOW dpgate.budget").fetchone()[2] == 0.0
             assert carol.execute(YOUNG).fetchone()[0] > 0  # history stays free for her
-    assert _records(tmp_path) == 1
+    assert ledger_records(tmp_path) == 1
 
 
 def test_an_analyst_pays_their_own_per_cell_cost(tmp_path: Path) -> None:
@@ -62,7 +55,7 @@ def test_an_analyst_pays_their_own_per_cell_cost(tmp_path: Path) -> None:
             # per cell, not a sum: a count on cells he has not paid for yet costs him no more
             assert bob.execute("SELECT COUNT(*) FROM pums WHERE age BETWEEN 40 AND 49").fetchone()[0] > 0
             assert bob.execute("SHOW dpgate.budget").fetchone()[2] == pytest.approx(mine[2])
-    assert _records(tmp_path) == 3
+    assert ledger_records(tmp_path) == 3
 
 
 def _tamper(tmp: Path, statement: str) -> None:
@@ -100,7 +93,7 @@ def test_tampered_provenance_is_refused_when_caps_are_read(tmp_path: Path, chang
                     assert "provenance" in str(err.value) and "tampered" in str(err.value)
             else:
                 assert alice.execute("SHOW dpgate.budget").fetchone()[2] == pytest.approx(spent)
-    before = _records(tmp_path)
+    before = ledger_records(tmp_path)
     with thread_server(tmp_path, caps={"alice": 0.5, "bob": 0.5}) as s:
         for who in ("alice", "bob"):
             with psycopg.connect(dsn(s.port, who), autocommit=True) as con:
@@ -108,4 +101,4 @@ def test_tampered_provenance_is_refused_when_caps_are_read(tmp_path: Path, chang
                                   "SHOW dpgate.history"):
                     with pytest.raises(psycopg.errors.SystemError, match="tampered"):
                         con.execute(statement).fetchone()
-    assert _records(tmp_path) == before
+    assert ledger_records(tmp_path) == before

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psycopg  # the test extra: a missing client fails, never skips
 import pytest
-from _dpserve import PASSWORDS, dsn, psql, thread_server
+from _dpserve import PASSWORDS, dsn, ledger_records, psql, thread_server
 
 from dpgate import dbapi
 from dpgate.server import _session
@@ -29,13 +29,6 @@ class DataSpy:
 
         gw._cube._execute = spy
 
-
-def _records(tmp: Path) -> int:
-    con = sqlite3.connect(tmp / "ledger.db")
-    try:
-        return int(con.execute("SELECT COUNT(*) FROM dpgate_records").fetchone()[0])
-    finally:
-        con.close()
 
 
 def _charges(tmp: Path, analyst: str) -> list[float]:
@@ -96,7 +89,7 @@ def test_explain_from_every_client_is_typed_and_free(tmp_path: Path) -> None:
             budget = con.execute("SHOW dpgate.budget").fetchone()
         assert budget[2] == 0.0 and budget[5] == 0.0 and s.gateway.spent == 0.0
         assert spy.calls == 0  # a quote reads no data
-    assert _records(tmp_path) == 0
+    assert ledger_records(tmp_path) == 0
 
 
 def test_quote_is_the_charge_then_history_is_free(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,7 +140,7 @@ def test_analyst_cap_refusal_reads_no_data(tmp_path: Path) -> None:
             with pytest.raises(psycopg.errors.ConfigurationLimitExceeded) as err:
                 bob.execute("SELECT /*+ dpgate accuracy=10 */ COUNT(*) FROM pums WHERE age < 50")  # > 0.08 left
             assert "has ε = 0.08017 left of their cap 0.2" in str(err.value) and spy.calls == reads
-        assert s.gateway.spent == pytest.approx(_charges(tmp_path, "bob")[0]) and _records(tmp_path) == 1
+        assert s.gateway.spent == pytest.approx(_charges(tmp_path, "bob")[0]) and ledger_records(tmp_path) == 1
 
 
 def test_record_time_hook_stays_authoritative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,7 +153,7 @@ def test_record_time_hook_stays_authoritative(tmp_path: Path, monkeypatch: pytes
             carol.execute(SQL.format(30))
         assert "Answering this statement needs ε = " in (msg := str(err.value)) and "more for its next release" in msg
         assert spy.calls > 0  # without the pre-check the data was read, though nothing was released
-    assert _records(tmp_path) == 0
+    assert ledger_records(tmp_path) == 0
 
 
 def test_information_schema_from_the_declared_schema(tmp_path: Path) -> None:
