@@ -5,8 +5,8 @@ leaves open)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from types import MappingProxyType
 from typing import Any
 
@@ -17,11 +17,11 @@ from dpgate.dbapi._cursor import Cursor
 from dpgate.dbapi._rows import NO_ROWS, Prepared, ResultSet, explain_set, result_set
 from dpgate.errors import (
     DPGateInternalError,
-    Error,
     InterfaceError,
     NotSupportedError,
     ProgrammingError,
     UnsupportedQuery,
+    map_exceptions,
 )
 from dpgate.gateway import Gateway
 from dpgate.plan.explain import Explanation, strip_explain
@@ -225,15 +225,10 @@ class Connection:
         return gw.quote(stmt, req.accuracy, req.confidence)
 
 
-@contextmanager
-def _every_failure_a_dpgate_error() -> Iterator[None]:
+def _every_failure_a_dpgate_error() -> AbstractContextManager[None]:
     """The DB-API contract: every failure is a dpgate.Error (any other exception is a dpgate bug)."""
-    try:
-        yield
-    except Error:
-        raise
-    except Exception as exc:
-        raise DPGateInternalError(f"unexpected {type(exc).__name__} while running a statement: {exc}") from exc
+    return map_exceptions({Exception: DPGateInternalError},
+                          lambda exc: f"unexpected {type(exc).__name__} while running a statement: {exc}")
 
 
 def _resolved(stmt: CompiledStatement, settings: Mapping[str, Any]) -> tuple[str, Requirement | float]:
