@@ -42,7 +42,10 @@ from dataclasses import dataclass
 
 from dpgate.errors import InvalidArgument
 
-__all__ = ["Latency", "Timer"]
+__all__ = ["MAX_SECONDS", "Latency", "Timer"]
+
+#: Longest fixed latency (a day, as ``dpgate serve --fixed-latency`` allows).
+MAX_SECONDS = 86_400
 
 
 class Timer:
@@ -64,8 +67,9 @@ class Latency:
     def __post_init__(self) -> None:
         s = self.seconds
         if s is not None and (isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s)
-                              or s <= 0):
-            raise InvalidArgument(f"fixed_latency must be a positive, finite number of seconds or None, got {s!r}.")
+                              or not 0 < s <= MAX_SECONDS):
+            raise InvalidArgument(f"fixed_latency must be a positive number of seconds up to {MAX_SECONDS} (a day) "
+                                  f"or None, got {s!r}.")
 
     def deadline(self, start: float, now: float) -> float:
         """When a statement begun at ``start`` may answer, ``now`` being when its work ended: the

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpgate._validate import nonnegative_finite
 from dpgate.compile.bounds import bounded_message, excerpt
 from dpgate.errors import InvalidArgument
 from dpgate.gateway import Gateway
@@ -134,6 +135,8 @@ class Server:
                  auth_timeout: float = 60.0, max_connections_per_analyst: int | None = None,
                  idle_timeout: float | None = 3600.0, require_tls: bool | None = None,
                  statement_deadline: float | None = 10.0) -> None:
+        if statement_deadline is not None:  # validated here too: the server is embeddable without the CLI
+            statement_deadline = nonnegative_finite(statement_deadline, "statement_deadline")
         if require_tls is None:
             require_tls = not is_loopback(host)
         elif not require_tls and not is_loopback(host):

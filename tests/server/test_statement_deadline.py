@@ -53,3 +53,10 @@ def test_dpgate_serve_refuses_a_statement_past_its_deadline_with_54000(tmp_path:
                 c.execute(GROUP_BY)
             assert info.value.sqlstate == "54000" and "deadline" in str(info.value)
         assert s.gateway.spent == 0.0
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), "10"])
+def test_a_bad_deadline_is_refused_before_the_server_starts(tmp_path: Path, bad: object) -> None:
+    with pytest.raises(dpgate.InvalidArgument, match="statement_deadline"):
+        with thread_server(tmp_path, statement_deadline=bad):
+            pass

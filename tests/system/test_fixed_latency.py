@@ -97,7 +97,7 @@ def test_an_overrun_answers_at_the_next_multiple():
     assert rule.deadline(10.0, 10.0) == 11.0
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, math.inf, math.nan, True, "1"])
+@pytest.mark.parametrize("bad", [0, -1.0, math.inf, math.nan, True, "1", 86_400.5, 1e300])
 def test_bad_values_are_refused(frame, bad):
     with pytest.raises(InvalidArgument, match="fixed_latency"):
         dpgate.Gateway(frame, SCHEMA, budget=1.0, fixed_latency=bad)
