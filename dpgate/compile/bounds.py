@@ -27,7 +27,8 @@ from dpgate.errors import QueryTooComplex, UnsupportedQuery
 __all__ = [
     "EXCERPT", "MAX_MESSAGE", "MAX_NUMBER_DIGITS", "MAX_EXPONENT", "MAX_PARAMETER_LENGTH", "LARGEST_EXPONENT",
     "excerpt", "bounded_message", "skip_blank", "check_number_text", "number_order", "refuse_out_of_range",
-    "check_parameter", "too_many_outputs", "deadline", "check_deadline"]
+    "check_parameter", "too_many_outputs", "deadline", "check_deadline", "DEFAULT_MAX_MEMORY", "memory_budget",
+    "reserve_memory"]
 
 #: Most characters of the input a refusal quotes.
 EXCERPT = 80
@@ -225,3 +226,61 @@ def check_deadline() -> None:
             f"this statement was still being compiled or planned after its deadline of {found[1]:g} s "
             "(nothing was read or spent); ask for fewer groups or outputs, or split it."
         )
+
+
+#: Default ``Gateway(max_memory=...)``: bytes of large arrays one statement may build.
+DEFAULT_MAX_MEMORY = 2**30
+
+
+class _MemoryBudget:
+    """One statement's memory budget: its limit and what it has reserved so far."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+
+
+#: The memory budget of the statement being compiled or planned in this thread, or None.
+_MEMORY: contextvars.ContextVar[_MemoryBudget | None] = contextvars.ContextVar("dpgate_memory", default=None)
+
+
+@contextmanager
+def memory_budget(nbytes: int) -> Iterator[None]:
+    """Within the block, compiling and planning may build large arrays (query weight grids, the
+    grids of the atoms and of the per-cell costs) of at most ``nbytes`` in all; beyond, they
+    refuse the statement (:func:`reserve_memory`).  A block inside another keeps the outer
+    one's budget (one statement, one budget)."""
+    if _MEMORY.get() is not None:
+        yield
+        return
+    token = _MEMORY.set(_MemoryBudget(int(nbytes)))
+    try:
+        yield
+    finally:
+        _MEMORY.reset(token)
+
+
+def reserve_memory(nbytes: int, what: str) -> None:
+    """Count ``nbytes`` — ``what``, about to be built — against this thread's statement's
+    :func:`memory_budget` (outside one, against :data:`DEFAULT_MAX_MEMORY` alone).
+
+    The count is of every large array the statement builds, freed or not: an upper bound
+    on its working memory.  Refusing happens before the array is built and before anything
+    is read or spent, and the gateway's live state is untouched (statements are planned on
+    copies).
+
+    Raises:
+        QueryTooComplex: the statement would pass its budget.
+    """
+    budget = _MEMORY.get()
+    used, limit = (0, DEFAULT_MAX_MEMORY) if budget is None else (budget.used, budget.limit)
+    if used + nbytes > limit:
+        raise QueryTooComplex(
+            f"this statement would build {what} of {nbytes / 2**20:,.0f} MiB, beyond its memory budget of "
+            f"{limit / 2**20:,.0f} MiB ({used / 2**20:,.0f} MiB used so far; nothing was read or spent); "
+            "group by fewer or coarser columns, use fewer distinct range boundaries, or raise the "
+            "budget with Gateway(max_memory=...) / connect(max_memory=...)."
+        )
+    if budget is not None:
+        budget.used += nbytes

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from dpgate.compile.bounds import reserve_memory
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema.domains import Table
 
@@ -44,6 +45,8 @@ _WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern")
 MAX_DENOMINATOR = 10**6
 #: Largest grid one query may use (boxes); beyond it the query is refused.
 MAX_GRID_BOXES = 2**22
+#: Weight grids larger than this count against the statement's memory budget.
+_COUNTED_WEIGHTS = 4096
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,6 +112,8 @@ class LinearQuery:
                 denominator ≤ ``MAX_DENOMINATOR``.
         """
         w = np.asarray(weights, dtype=float)
+        if w.size > _COUNTED_WEIGHTS:
+            reserve_memory(16 * w.size, "a query's weights")  # the floats given and the integers kept
         if not np.isfinite(w).all():
             raise UnsupportedQuery(
                 "the query's weights are not finite (e.g. division by zero or an overflow in SUM's "

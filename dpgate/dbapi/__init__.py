@@ -131,6 +131,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpgate import errors
+from dpgate.compile.bounds import DEFAULT_MAX_MEMORY
 from dpgate.dbapi._connection import Connection
 from dpgate.dbapi._cursor import Cursor
 from dpgate.dbapi._rows import (
@@ -206,6 +207,7 @@ def connect(
     max_atoms: int | None = None,
     max_outputs: int | None = None,
     fixed_latency: float | None = None,
+    max_memory: int | None = None,
 ) -> Connection:
     """Open a DB-API connection that answers counting queries with differential privacy.
 
@@ -241,6 +243,8 @@ def connect(
         fixed_latency: seconds S: a statement that reads data is answered S after it began
             (the next multiple of S if its work overruns), whatever the data (see
             :class:`~dpgate.Gateway` and the README's threat model); default: as soon as ready.
+        max_memory: bytes of large arrays one statement may build while it is compiled and
+            planned (default 1 GiB); a larger one raises ``QueryTooComplex``, nothing spent.
 
     Raises:
         OperationalError: the database file cannot be opened.
@@ -252,7 +256,7 @@ def connect(
         given = [n for n, v in (("schema", schema), ("budget", budget), ("ledger", ledger),
                                 ("ledger_key", ledger_key), ("policy", policy), ("seed", seed),
                                 ("max_atoms", max_atoms), ("max_outputs", max_outputs),
-                                ("fixed_latency", fixed_latency)) if v is not None]
+                                ("fixed_latency", fixed_latency), ("max_memory", max_memory)) if v is not None]
         given += ["new_ledger"] if new_ledger else []
         if given:
             raise InterfaceError(
@@ -281,6 +285,7 @@ def connect(
                 max_atoms=DEFAULT_MAX_ATOMS if max_atoms is None else max_atoms,
                 max_outputs=DEFAULT_MAX_OUTPUTS if max_outputs is None else max_outputs,
                 fixed_latency=fixed_latency,
+                max_memory=DEFAULT_MAX_MEMORY if max_memory is None else max_memory,
             )
         except TypeError as exc:
             raise InterfaceError(str(exc)) from None

@@ -29,7 +29,7 @@ from dpgate.answer.combine import assemble, measured_queries, output_parts, plan
 from dpgate.answer.result import Result
 from dpgate.compile import CompiledStatement, SetOption
 from dpgate.compile import cache as compile_cache
-from dpgate.compile.bounds import too_many_outputs
+from dpgate.compile.bounds import DEFAULT_MAX_MEMORY, memory_budget, too_many_outputs
 from dpgate.compile.derived import refuse_derived
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import Error, InvalidArgument, InvalidRequirement, NotEstimable, ProgrammingError
@@ -114,6 +114,7 @@ class Gateway(Extensions):
             gives the time per thousand groups).
         fixed_latency: seconds S: a statement that reads data answers S after it began (or at the next
             multiple of S if its work overruns), so its timing does not reveal the data (``gateway._latency``).
+        max_memory: bytes of arrays one statement may build (default 1 GiB; ``compile.bounds.reserve_memory``).
 
     Example:
         >>> import dpgate, dpgate.datasets
@@ -142,15 +143,17 @@ class Gateway(Extensions):
         max_atoms: int = DEFAULT_MAX_ATOMS,
         max_outputs: int = DEFAULT_MAX_OUTPUTS,
         fixed_latency: float | None = None,
+        max_memory: int = DEFAULT_MAX_MEMORY,
     ):
         budget = positive_finite(budget, "budget", error=InvalidRequirement)
         self.policy = check_policy(policy)
         self.schema = Schema.load(schema)
         self.dialect = dialect
-        for name, limit in (("max_atoms", max_atoms), ("max_outputs", max_outputs)):
+        for name, limit in (("max_atoms", max_atoms), ("max_outputs", max_outputs), ("max_memory", max_memory)):
             if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                 raise InvalidArgument(f"{name} must be an integer ≥ 1, got {limit!r}.")
-        self.max_atoms, self.max_outputs, self._latency = max_atoms, max_outputs, Latency(fixed_latency)
+        self.max_atoms, self.max_outputs, self.max_memory = max_atoms, max_outputs, max_memory
+        self._latency = Latency(fixed_latency)
         self._cube = Cube(data, self.schema)
         # A digest of the private data: the ledger stores only a keyed MAC of it, never the value.
         self._fingerprinted: tuple[Schema, str] | None = (self.schema, self.schema.fingerprint())
@@ -470,8 +473,9 @@ class Gateway(Extensions):
     ) -> CompiledStatement | SetOption:
         """:meth:`compile`, also of ``SET dpgate.*``: what a DB-API connection compiles, once per statement,
         before it routes it; ``max_outputs``: a larger exact statement is refused before per-group work."""
-        return compile_cache.compiled(sql, params, self.schema, self._schema_fingerprint(), self.dialect,
-                                      max_outputs=max_outputs)
+        with memory_budget(self.max_memory):
+            return compile_cache.compiled(sql, params, self.schema, self._schema_fingerprint(), self.dialect,
+                                          max_outputs=max_outputs)
 
     def _schema_fingerprint(self) -> str:
         """``self.schema.fingerprint()``, computed once per schema object."""
@@ -524,8 +528,9 @@ class Gateway(Extensions):
         """Plan ``stmt`` on a refined copy of its table's state (nothing of a refused statement
         stays in the live state).  AVG / VAR / STDDEV plan their components (``dpgate.answer.combine``)."""
         queries = measured_queries(stmt)
-        state = self._history.state(stmt.table).refined(queries, isolate=True)
-        return plan(state, queries, accuracy, plan_confidence(stmt, confidence), policy)
+        with memory_budget(self.max_memory):
+            state = self._history.state(stmt.table).refined(queries, isolate=True)
+            return plan(state, queries, accuracy, plan_confidence(stmt, confidence), policy)
 
     def _measure(
         self,

@@ -32,7 +32,7 @@ __all__ = ["LedgerHistory", "collector_paused"]
 #: (``dpgate.ledger._checkpoint``); closing it checkpoints whatever it added.
 CHECKPOINT_AFTER = 64
 #: Layout of the checkpointed inference state (a checkpoint of another layout is replayed).
-STATE_LAYOUT = 4  # 4: the incremental BLUE holds its representation as a Form
+STATE_LAYOUT = 5  # 5: cost atoms in blocks (plan.cost_grid); 4: the incremental BLUE holds its representation as a Form
 
 
 class LedgerHistory:

@@ -11,7 +11,12 @@ Tables are charged independently and summed, since one person may appear in
 every table.
 
 The costs live on *atoms* (blocks of cells on which every query is constant),
-which is exact because ``B`` is constant on each atom.
+which is exact because ``B`` is constant on each atom.  The atoms may come in several
+*blocks*, each a partition of the domain by some of its columns (the cost grid's main
+grid and its side grids, :mod:`dpgate.plan.cost_grid`); every release is charged in one
+block, so ``B = Σ_b B_b`` and the table costs ``k · Σ_b max B_b`` — exact when the
+blocks' columns are disjoint, an upper bound (never an under-count) otherwise, since
+``max (B_1 + B_2) ≤ max B_1 + max B_2``.
 
 Exact arithmetic.  Costs are integers in units of ``2^-50`` (:data:`UNITS_PER_EPSILON`),
 each release's per-atom cost rounded *up* (by less than ``2^-50 ≈ 8.9e-16``), so a
@@ -106,6 +111,8 @@ class CellCosts:
     def __init__(self, n_atoms: int, rows_per_individual: int = 1) -> None:
         self.units = np.zeros(n_atoms, dtype=np.int64)
         self.k = int(rows_per_individual)
+        #: Where each block of atoms starts (the first at 0; see the module docstring).
+        self.starts: tuple[int, ...] = (0,)
 
     @property
     def units(self) -> np.ndarray:
@@ -117,7 +124,8 @@ class CellCosts:
         self._units = value
         self._borrowed = False  # set by copy(): the array is another object's until first written
         self._floats: np.ndarray | None = None  # per_atom is derived lazily: planners read it often
-        self._max: int | None = None  # so is max B (a max over Python ints is slow)
+        self._max: int | None = None  # so is Σ_b max B_b (a max over Python ints is slow)
+        self._tops: list[int] | None = None  # and each block's max (several blocks only)
 
     @property
     def per_atom(self) -> np.ndarray:
@@ -129,10 +137,32 @@ class CellCosts:
 
     @property
     def charge_units(self) -> int:
-        """``k · max_j B_j`` in units of ``2^-50``, exact."""
+        """``k · Σ_b max_j B_bj`` in units of ``2^-50``, exact (``k · max_j B_j`` for one block)."""
         if self._max is None:
-            self._max = int(self.units.max(initial=0))
+            self._max = sum(self._block_tops())
         return self.k * self._max
+
+    def _block_tops(self) -> list[int]:
+        """Each block's largest cost, in units (computed once per array: costs only grow)."""
+        if len(self.starts) == 1:
+            if self._max is None:
+                self._max = int(self._units.max(initial=0))
+            return [self._max]
+        if self._tops is None:
+            self._tops = _tops(self._units, self.starts)
+        return self._tops
+
+    def _blocks_of(self, atoms: np.ndarray) -> np.ndarray:
+        """The block of each of ``atoms``."""
+        return np.searchsorted(np.asarray(self.starts), atoms, side="right") - 1
+
+    def _raised(self, atoms: np.ndarray, values: np.ndarray) -> list[int]:
+        """The blocks' maxima if ``atoms`` took ``values`` (costs only grow)."""
+        tops = list(self._block_tops())
+        blocks = self._blocks_of(atoms)
+        for b in np.unique(blocks).tolist():
+            tops[b] = max(tops[b], int(values[blocks == b].max()))
+        return tops
 
     @property
     def charge(self) -> float:
@@ -143,18 +173,21 @@ class CellCosts:
         """Atoms were refined: atom ``i`` came from old atom ``parent[i]``."""
         self.regrid(lambda units: units[parent])
 
-    def regrid(self, expand: Callable[[np.ndarray], np.ndarray]) -> None:
+    def regrid(self, expand: Callable[[np.ndarray], np.ndarray], starts: tuple[int, ...] | None = None) -> None:
         """Atoms were refined: the new per-atom costs are ``expand(units)`` (each new atom
-        takes the cost of the old one it is part of)."""
+        takes the cost of the old one it is part of; a new block's atoms cost 0), and the
+        blocks start at ``starts`` (unchanged when None)."""
         top, old, borrowed = self._max, self._units, self._borrowed
         self.units = expand(old)
         self._borrowed = borrowed and np.may_share_memory(self._units, old)  # still another's array
-        self._max = top  # every old atom has a piece
+        if starts is not None:
+            self.starts = tuple(starts)
+        self._max = top  # every old atom has a piece, and a new block adds 0
 
     def increase_units(self, h: np.ndarray, alpha: float, sensitivity: float) -> int:
         """Exact charge increase, in units, if ``h`` were released at budget ``alpha``."""
         new = _plus(self.units, release_units(h, alpha, sensitivity))
-        return self.k * int(new.max(initial=0)) - self.charge_units
+        return self.k * sum(_tops(new, self.starts)) - self.charge_units
 
     def increase(self, h: np.ndarray, alpha: float, sensitivity: float) -> float:
         """Charge increase if ``h`` (weights over atoms) were released at budget ``alpha`` (nearest float)."""
@@ -176,10 +209,12 @@ class CellCosts:
             units = self.units.astype(new.dtype)
         else:
             units = self.units if in_place and not self._borrowed else self.units.copy()
+        top, tops = self._max, (self._raised(atoms, new) if len(self.starts) > 1 else None)
         units[atoms] = new
-        top = self._max
         self.units = units
-        if top is not None:  # costs only grow: the new max is the old one or one just written
+        if tops is not None:
+            self._tops, self._max = tops, sum(tops)
+        elif top is not None:  # costs only grow: the new max is the old one or one just written
             self._max = max(top, int(new.max()))
 
     def add_disjoint(self, charges: Sequence[tuple[np.ndarray, np.ndarray]], alpha: float,
@@ -199,22 +234,29 @@ class CellCosts:
         marked[atoms] = True
         if np.count_nonzero(marked) != atoms.size:
             return None
+        blocks = self._blocks_of(atoms[[0, -1]]) if atoms.size else np.zeros(2, dtype=np.intp)
+        if len(self.starts) > 1 and (blocks[0] != blocks[1] or np.unique(self._blocks_of(atoms)).size > 1):
+            return None
         new = _plus(self.units[atoms], _nonzero_units(np.concatenate([w for _, w in charges]),
                                                       float(alpha), float(sensitivity)))
         if new.dtype != np.int64:
             return None
-        top = self.charge_units // self.k
+        # The block they all fall in; the others' maxima stay as they are.
+        tops = list(self._block_tops())
+        rest = self.charge_units // self.k - tops[int(blocks[0])]
+        top = tops[int(blocks[0])]
         if self._borrowed:
             self._units, self._borrowed = self._units.copy(), False
         self.units[atoms] = new
         live = sizes > 0
-        tops = np.full(sizes.size, top, dtype=np.int64)
+        block_tops = np.full(sizes.size, top, dtype=np.int64)
         if live.any():
-            tops[live] = np.maximum.reduceat(new, (np.cumsum(sizes) - sizes)[live])
-        running = np.maximum.accumulate(np.maximum(tops, top))
-        self.units = self.units  # the setter forgets the derived floats and max
-        self._max = int(running[-1]) if running.size else top
-        return [self.k * int(t) for t in running]
+            block_tops[live] = np.maximum.reduceat(new, (np.cumsum(sizes) - sizes)[live])
+        running = np.maximum.accumulate(np.maximum(block_tops, top))
+        self.units = self.units  # the setter forgets the derived floats and maxima
+        tops[int(blocks[0])] = int(running[-1]) if running.size else top
+        self._tops, self._max = (tops if len(tops) > 1 else None), rest + tops[int(blocks[0])]
+        return [self.k * (rest + int(t)) for t in running]
 
     def charge_with(self, releases: Sequence[tuple[np.ndarray, np.ndarray, float, float]]) -> float:
         """:attr:`charge` if ``releases`` — ``(atoms, weights, α, S)``, each as :meth:`add_sparse`
@@ -231,7 +273,10 @@ class CellCosts:
             small = all(i.dtype == np.int64 for i in incs) and sum(int(i.max()) for i in incs) < _FAST
             added = np.zeros(cells.size, dtype=np.int64 if small else object)
             np.add.at(added, where, np.concatenate(incs if small else [i.astype(object) for i in incs]))
-        top = max(self.charge_units // self.k, int(_plus(self.units[cells], added).max()))
+        raised = _plus(self.units[cells], added)
+        if len(self.starts) > 1:
+            return to_epsilon(self.k * sum(self._raised(cells, raised)))
+        top = max(self.charge_units // self.k, int(raised.max()))
         return to_epsilon(self.k * top)
 
     def copy(self) -> CellCosts:
@@ -239,6 +284,13 @@ class CellCosts:
         one's array until its first in-place write (copy on write: a statement answered from
         history copies nothing; the array can hold a cell per box of a 10⁶-box grid)."""
         out = CellCosts(0, self.k)
-        out._units, out._floats, out._max = self._units, self._floats, self._max
+        out._units, out._floats, out._max, out.starts = self._units, self._floats, self._max, self.starts
+        out._tops = None if self._tops is None else list(self._tops)
         out._borrowed = True  # Python ints are immutable: a shallow copy of the array is independent too
         return out
+
+
+def _tops(units: np.ndarray, starts: tuple[int, ...]) -> list[int]:
+    """Each block's largest value (0 for an empty one)."""
+    ends = (*starts[1:], units.size)
+    return [int(units[s:e].max(initial=0)) for s, e in zip(starts, ends, strict=True)]

@@ -36,6 +36,7 @@ from typing import cast
 
 import numpy as np
 
+from dpgate.compile.bounds import reserve_memory
 from dpgate.compile.query import LinearQuery, breakpoint_array, expand_grid
 from dpgate.errors import InvalidArgument, SchemaError, UnsupportedQuery
 from dpgate.plan._joint import _joint_boxes, _known_joint_split, _not_refined, joint_split
@@ -72,7 +73,7 @@ class _Grid:
                 f"query on table {query.table!r} given to a partition of table {self.table.name!r}."
             )
 
-    def _holds(self, query: LinearQuery) -> bool:
+    def holds(self, query: LinearQuery) -> bool:
         """Whether every breakpoint of ``query`` is already one of the grid's."""
         sets = self.__dict__.get("_sets")
         if sets is None or sets[0] is not self._bps:
@@ -180,7 +181,7 @@ class AtomPartition(_Grid):
                 ``max_atoms`` atoms; the partition is then left unchanged.
         """
         self._check_table(query)
-        if self._n == self._labels.size and self._holds(query):
+        if self._n == self._labels.size and self.holds(query):
             return None  # every grid box is an atom: a query on the grid is constant on each
         before = self._labels
         key = (id(before), self._bps, self.max_atoms, self.max_grid, _query_key(query))
@@ -202,6 +203,8 @@ class AtomPartition(_Grid):
 
     def _refine(self, query: LinearQuery) -> np.ndarray | None:
         cols, bps = self._merged_grid(query)
+        # Labels and the (atom, weight) keys over the merged grid, and their ranks.
+        reserve_memory(24 * math.prod(len(b) for b in bps), "the inference atoms' grid")
         # Each atom splits into at most the query's number of weights: only then can it refuse.
         if self._n * np.size(query.numerators) > self.max_atoms:
             bound = self._atoms_at_least(query, cols, bps)
@@ -516,9 +519,10 @@ class BoxGrid(_Grid):
             UnsupportedQuery: as :meth:`refine`.
         """
         self._check_table(query)
-        if self._holds(query):
+        if self.holds(query):
             return None
         cols, bps = self._merged_grid(query)
+        reserve_memory(16 * math.prod(len(b) for b in bps), "a grid of per-cell costs")  # the costs, and their expansion
         old_cols, old_bps, old_shape = self._columns, self._bps, self.shape
         self._columns, self._bps, self._labels = cols, bps, None
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import threading
 import weakref
 from collections.abc import Iterator, Sequence, Set
 from contextlib import contextmanager
@@ -26,13 +25,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from dpgate.compile.bounds import reserve_memory
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import UnsupportedQuery
 from dpgate.inference import IncrementalBLUE
 from dpgate.plan._repeats import _NO_REPEATS, Repeats, isolation_key
 from dpgate.plan._view import TableView, _frozen
 from dpgate.plan.accounting import CellCosts
-from dpgate.plan.atoms import AtomPartition, BoxGrid, GridVersion, joint_split
+from dpgate.plan.atoms import AtomPartition, joint_split
+from dpgate.plan.cost_grid import COST_MAX_BOXES, CostGrid
 from dpgate.schema.domains import Table
 
 __all__ = [
@@ -49,9 +50,6 @@ _NO_CHARGE: Charge = (np.zeros(0, dtype=np.int64), np.zeros(0))
 #: statement that would split the atoms further is estimated from its exact repeats only
 #: (see :meth:`TableState.hold`).
 DEFAULT_MAX_ATOMS = 20_000
-#: Limit on a table's cost atoms, the boxes of the grid of every release's breakpoints
-#: (per-cell accounting is cheap per box: int64 sums and a max; 128 MiB of costs at most).
-COST_MAX_BOXES = 2**24
 #: A query with more distinct weights than this (e.g. ``SUM(age)`` over 101 ages) is kept
 #: outside the atoms: splitting every atom by each of its weights would multiply the atoms
 #: of every later GROUP BY by that many.  Its support still refines the atoms.
@@ -149,14 +147,14 @@ class TableState:
       a GROUP BY is held whole or not at all.  Estimating from a subset of history is
       still an unbiased estimator with an exact error law: only reuse is lost.
     * ``cost_atoms`` — the boxes of the grid of every release's breakpoints (a
-      :class:`~dpgate.plan.atoms.BoxGrid`, up to :data:`COST_MAX_BOXES`; costs are cheap per
-      box) — carry the per-cell accounting: every release refines them, so its cost
-      ``(α/S)|q_j|`` is charged on exactly the cells it touches, whether or not the
-      inference atoms hold it — except
-      a query with more than :data:`MAX_ATOM_WEIGHTS` distinct weights (``SUM(income)``),
-      charged ``α`` on its support (``|q_j|/S ≤ 1``: an upper bound; pricing 500 001
-      weights exactly takes seconds).  They refine ``atoms`` (every query held by the
-      atoms refines them too), so a query constant on the atoms is constant on them.
+      :class:`~dpgate.plan.cost_grid.CostGrid`: a main grid up to :data:`COST_MAX_BOXES`,
+      and side grids for releases beyond it) — carry the per-cell accounting: every release
+      refines them, so its cost ``(α/S)|q_j|`` is charged on exactly the cells it touches,
+      whether or not the inference atoms hold it — except a query with more than
+      :data:`MAX_ATOM_WEIGHTS` distinct weights (``SUM(income)``), charged ``α`` on its
+      support (``|q_j|/S ≤ 1``: an upper bound; pricing 500 001 weights exactly takes
+      seconds).  The main grid refines ``atoms`` (every query held by the atoms refines it
+      too), so a query constant on the atoms is constant on it.
 
     ``queries``, ``record_ids``, ``alphas`` and ``sensitivities`` list the releases
     the atoms hold, in order (row ``i`` of ``blue`` is record ``record_ids[i]``).
@@ -166,7 +164,7 @@ class TableState:
     atoms: AtomPartition
     blue: IncrementalBLUE
     costs: CellCosts
-    cost_atoms: BoxGrid
+    cost_atoms: CostGrid
     queries: list[LinearQuery] = field(default_factory=list)
     record_ids: list[int] = field(default_factory=list)
     alphas: list[float] = field(default_factory=list)
@@ -182,11 +180,12 @@ class TableState:
     #: and one left outside stays outside: a repeat needs no refinement.
     _known: dict[tuple[object, ...], bool] | None = field(default=None, repr=False)
     #: By :func:`_held_key`, how the cost atoms hold each query refined into them:
-    #: ``"exact"`` (constant on them), ``"support"`` (only its support is) or ``"all"``
-    #: (neither fits the limits: charged ``S`` on every cost atom).
+    #: ``"exact"`` (constant on the main grid), ``"support"`` (only its support is), and the
+    #: same on side grid ``b`` as ``"exact@b"`` / ``"support@b"`` (beyond the main grid's limit).
     _cost_kind: dict[tuple[object, ...], str] = field(default_factory=dict, repr=False)
-    #: Whether the cost atoms refine the inference atoms (true unless a query the atoms
-    #: hold did not fit the cost atoms' limits).
+    #: Whether the main cost grid refines the inference atoms (true unless a query the atoms
+    #: hold did not fit its limit; then the one-box side grid exists, for what is charged
+    #: from the atoms).
     _costs_refine: bool = field(default=True, repr=False)
     #: Cached :meth:`_atom_members`, with the label arrays of the partitions it was made for.
     _members: tuple[object, object, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = field(default=None, repr=False)
@@ -205,7 +204,7 @@ class TableState:
     def new(cls, table: Table, max_atoms: int = DEFAULT_MAX_ATOMS) -> TableState:
         """Empty history on the one-atom partitions (at most ``max_atoms`` inference atoms)."""
         atoms = AtomPartition(table, max_atoms=max_atoms)
-        cost_atoms = BoxGrid(table, max_grid=COST_MAX_BOXES)
+        cost_atoms = CostGrid(table)
         return cls(
             table, atoms, IncrementalBLUE(atoms.cell_sizes, keep_rows=False),
             CellCosts(1, table.max_rows_per_individual), cost_atoms,
@@ -219,8 +218,9 @@ class TableState:
         narrow = [q for q in live if _held(q)]
         if len(narrow) > 1:
             split, run = joint_split(self.table, narrow)  # run: its leading disjoint queries
-            if split is not None and self._cost_split(split):
-                self._cost_kind.update((_held_key(q), "exact") for q in (*narrow[:run], split))
+            if split is not None:  # together, on the main grid or else on one side grid
+                kind = "exact" if self._cost_split(split) else f"exact@{self._side_split(split)}"
+                self._cost_kind.update((_held_key(q), kind) for q in (*narrow[:run], split))
         for q in live:
             key = _held_key(q)
             if key in self._cost_kind:
@@ -229,18 +229,33 @@ class TableState:
                 self._cost_kind[key] = "exact"
             elif self._cost_split(_support(self.table, q)):  # a wide query: priced per weight, too slow
                 self._cost_kind[key] = "support"
+            elif _held(q):
+                self._cost_kind[key] = f"exact@{self._side_split(q)}"
             else:
-                self._cost_kind[key] = "all"
+                self._cost_kind[key] = f"support@{self._side_split(_support(self.table, q))}"
 
     def _cost_split(self, query: LinearQuery) -> bool:
-        """Refine the cost atoms (and split the costs with them) by ``query``; False when over their limits."""
-        try:
-            expand = self.cost_atoms.regrid(query)
-        except UnsupportedQuery:
+        """Refine the main cost grid (and split the costs with it) by ``query``; False when over its limit."""
+        regrid = self.cost_atoms.refine_main(query)
+        if regrid is False:
             return False
-        if expand is not None:
-            self.costs.regrid(expand)
+        if regrid is not None:
+            self.costs.regrid(*regrid)
         return True
+
+    def _side_split(self, query: LinearQuery) -> int:
+        """Refine a side cost grid (and the costs with it) by ``query``; returns its block."""
+        block, regrid = self.cost_atoms.refine_side(query)
+        if regrid is not None:
+            self.costs.regrid(*regrid)
+        return block
+
+    def _uniform_block(self) -> None:
+        """Make the one-box side grid (what is charged from the atoms once the main grid does
+        not refine them), appended: the blocks located so far keep their numbers."""
+        _, regrid = self.cost_atoms.add_uniform()
+        if regrid is not None:
+            self.costs.regrid(*regrid)
 
     def charges(self, queries: Sequence[LinearQuery]) -> list[Charge]:
         """What a release of each of ``queries`` is charged as, over the cost atoms: the cost
@@ -249,7 +264,7 @@ class TableState:
         cost), or on every one.  The queries must have been refined into the cost atoms
         (:meth:`_charge_refine`); disjoint ones are located by one pass over the cost atoms.
         """
-        memo = _charge_memo(self.cost_atoms)
+        memo = self.cost_atoms.located()
         todo = [q for q in queries if not q.is_zero and _charge_key(q) not in memo]
         exact = [q for q in todo if _held(q) and self._cost_kind.get(_held_key(q)) == "exact"]
         split, run = joint_split(self.table, exact) if len(exact) > 1 else (None, 0)
@@ -265,7 +280,7 @@ class TableState:
         """:meth:`charges` of disjoint ``queries`` from the codes of their joint split
         (code ``base + 1 + rank`` for each query's distinct non-zero weights, in order:
         :func:`~dpgate.plan.atoms.joint_split`)."""
-        codes, boxes = self.cost_atoms.boxes_by_cell(split)  # codes on the split's own columns: small
+        codes, boxes = self.cost_atoms.main.boxes_by_cell(split)  # codes on the split's own columns: small
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(int(codes.max(initial=0)) + 2))
         out, base = [], 0
@@ -280,19 +295,19 @@ class TableState:
 
     def _charge_one(self, query: LinearQuery) -> Charge:
         """:meth:`charges` of one query: from its own few non-zero boxes when it is charged
-        exactly (:meth:`~dpgate.plan.atoms.BoxGrid.nonzero_weights`), else as a dense vector."""
-        kind = self._cost_kind[_held_key(query)]
-        if kind == "exact":
-            found = self.cost_atoms.nonzero_weights(query)
-            if found is not None:
-                return found
-            v = self.cost_atoms.vector(query)
-        elif kind == "support":
-            v = self.cost_atoms.vector(_support(self.table, query)) * query.sensitivity
-        else:
-            v = np.full(self.cost_atoms.n_atoms, query.sensitivity)
+        exactly (:meth:`~dpgate.plan.atoms.BoxGrid.nonzero_weights`), else as a dense vector over
+        its block (numbered among all blocks: :class:`~dpgate.plan.cost_grid.CostGrid`)."""
+        kind, _, where = self._cost_kind[_held_key(query)].partition("@")
+        block = int(where or 0)
+        grid, offset = self.cost_atoms.block(block), self.cost_atoms.starts[block]
+        located, scale = (query, 1.0) if kind == "exact" else (_support(self.table, query), query.sensitivity)
+        found = grid.nonzero_weights(located)
+        if found is not None:
+            return found[0] + offset, found[1] * scale
+        reserve_memory(24 * grid.n_atoms, "a release's per-cell charge")
+        v = grid.vector(located) * scale
         on = np.flatnonzero(v)
-        return on, v[on]
+        return on + offset, v[on]
 
     def charge(self, query: LinearQuery, h: np.ndarray) -> Charge:
         """What a release of ``query`` (``h``: its inference vector) is charged as: by
@@ -318,8 +333,9 @@ class TableState:
         charged as: ``h`` on the cost atoms inside each atom (they refine the atoms), or
         ``S`` on every cost atom when they do not."""
         members = self._atom_members()
-        if members is None:
-            return np.arange(self.cost_atoms.n_atoms), np.full(self.cost_atoms.n_atoms, sensitivity)
+        if members is None:  # on the one-box side grid, at its largest weight
+            assert self.cost_atoms.uniform is not None  # made when the main grid stopped refining the atoms
+            return np.array([self.cost_atoms.starts[self.cost_atoms.uniform]]), np.array([sensitivity])
         of, order, starts = members
         support = np.flatnonzero(h)
         lens = starts[support + 1] - starts[support]
@@ -341,7 +357,7 @@ class TableState:
         ``order[starts[a]:starts[a + 1]]``; ``None`` when the cost atoms do not refine the atoms."""
         if not self._costs_refine:
             return None
-        keys = (self.cost_atoms.version, self.atoms.labels.base)
+        keys = (self.cost_atoms.main.version, self.atoms.labels.base)
         found = self._members
         if found is None or found[0] != keys[0] or found[1] is not keys[1]:
             of = self.cost_atoms.atom_of(self.atoms)
@@ -361,8 +377,9 @@ class TableState:
         parent = self.atoms.refine(query)
         if not query.is_zero and self._cost_kind.get(_held_key(query)) != "exact":
             self._charge_refine([query])
-            if self._cost_kind[_held_key(query)] != "exact":
-                self._costs_refine = False
+            if self._cost_kind[_held_key(query)] != "exact" and self._costs_refine:
+                self._costs_refine = False  # the main cost grid no longer refines the atoms
+                self._uniform_block()
         if parent is None:
             return
         if self._deferring:  # one split of the BLUE for many refinements
@@ -610,25 +627,6 @@ class TableState:
         grid = query.expand(self.table, self.atoms.columns, self.atoms.breakpoints) / query.denominator
         weights = np.where(keep[self.atoms.labels], grid, 0.0)
         return LinearQuery.from_grid(self.table, self.atoms.columns, self.atoms.breakpoints, weights)
-
-
-#: :meth:`TableState.charges` by :func:`_held_key`, per recent cost grid (a planning copy's
-#: charges hold for the live state once it is refined alike).
-_CHARGES: dict[GridVersion, dict[tuple[object, ...], Charge]] = {}
-_CHARGES_MAX = 4
-
-
-_CHARGES_LOCK = threading.Lock()
-
-
-def _charge_memo(grid: BoxGrid) -> dict[tuple[object, ...], Charge]:
-    with _CHARGES_LOCK:
-        found = _CHARGES.get(grid.version)
-        if found is None:
-            while len(_CHARGES) >= _CHARGES_MAX:
-                del _CHARGES[next(iter(_CHARGES))]
-            found = _CHARGES[grid.version] = {}
-        return found
 
 
 #: Released rows are handed to the BLUE as a sparse matrix above this many dense entries
