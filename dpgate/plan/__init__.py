@@ -1,7 +1,8 @@
 """Stage "plan": answer from history, or choose the cheapest fresh measurement.
 
 - :mod:`~dpgate.plan.requirement` — the analyst's ``±accuracy`` at ``confidence``, resolved once;
-- :mod:`~dpgate.plan.atoms` — partitions of a table's domain (inference atoms, the cost grid);
+- :mod:`~dpgate.plan.atoms` — partitions of a table's domain (inference atoms, box grids);
+- :mod:`~dpgate.plan.cost_grid` — the cost atoms: a main grid and side grids beyond its limit;
 - :mod:`~dpgate.plan.state` — a table's released history on atoms, live and frozen;
 - :mod:`~dpgate.plan.seam` — what the extensions (model, warm starts) may use of a gateway;
 - :mod:`~dpgate.plan.accounting` — per-cell system cost (Xiao & Xiong, Theorem 5.5);
