@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -302,8 +303,10 @@ def _ask(gw: dpgate.Gateway, sql: str, accuracy: float) -> dict[str, Any]:
     return row
 
 
-def _after(gw: dpgate.Gateway, path: str, rows: int, workdir: Path) -> dict[str, Any]:
-    """Fresh COUNTs on the session's gateway and on new ones, then its close and re-opens."""
+def _after(held: list[dpgate.Gateway], path: str, rows: int, workdir: Path) -> dict[str, Any]:
+    """Fresh COUNTs on the session's gateway (taken from ``held``, so that closing it frees it) and on
+    new ones, then its close and re-opens."""
+    gw = held.pop()
     out: dict[str, Any] = {"after_session": [], "new_gateway": []}
     acc = AFTER_ACCURACY * rows
     for k, sql in enumerate(AFTER):
@@ -315,6 +318,9 @@ def _after(gw: dpgate.Gateway, path: str, rows: int, workdir: Path) -> dict[str,
     t0 = time.perf_counter()
     gw.close()
     out["close_seconds"] = round(time.perf_counter() - t0, 3)
+    del gw  # the re-opens below start from the ledger alone, not beside the session's memory
+    gc.collect()
+    out["rss_after_close_mb"] = _status()["VmRSS"]
     out["ledger_bytes"] = ledger.stat().st_size
     state = Path(str(ledger) + ".state")
     out["checkpoint_bytes"] = state.stat().st_size if state.exists() else None
@@ -350,21 +356,21 @@ def child_main(conn: Connection, path: str, rows: int, memory_limit_gb: float, w
     warnings.simplefilter("ignore", dpgate.Warning)  # seeded noise, announced once per gateway
     work = Path(workdir)
     t0 = time.perf_counter()
-    gw = _gateway(path, work / "session" / "ledger.db")
+    held = [_gateway(path, work / "session" / "ledger.db")]
     conn.send({"event": "ready", "open_seconds": round(time.perf_counter() - t0, 3), **_status()})
     while True:
         msg = conn.recv()
         if msg[0] == "stmt":
             step = SESSION[msg[1]]
-            conn.send(_ask(gw, step.sql, step.accuracy * rows * step.unit))
+            conn.send(_ask(held[0], step.sql, step.accuracy * rows * step.unit))
         elif msg[0] == "after":
             try:
-                conn.send(_after(gw, path, rows, work))
+                conn.send(_after(held, path, rows, work))
             except BaseException as e:  # noqa: BLE001 - report, then stop
                 conn.send({"error": f"{type(e).__name__}: {e}"[:500], "where": _where(e)})
             return
         else:
-            gw.close()
+            held[0].close()
             return
 
 
@@ -409,6 +415,9 @@ def summarise(rows: list[dict[str, Any]], after: dict[str, Any] | None, n_sessio
         "refused": sum(r.get("outcome") == "refused" for r in rows),
         "memory_failures": [r["index"] for r in rows if r.get("outcome") == "memory"],
         "other_failures": [r["index"] for r in rows if r.get("outcome") in ("error", "died", "timeout")],
+        "first_memory_failure": next(({k: r.get(k) for k in ("index", "sql", "message", "where")}
+                                      for r in rows if r.get("outcome") == "memory"), None),
+        "rss_mb_after_every_10th_statement": [r.get("rss_mb") for r in rows[9::10]],
         "peak_rss_mb": max((r.get("hwm_mb", 0) for r in rows), default=None),
         "final_rss_mb": rows[-1].get("rss_mb") if rows else None,
         "fresh_statements": len(fresh), "first_20_fresh": stats(first), "last_20_fresh": stats(last),
@@ -424,15 +433,15 @@ def summarise(rows: list[dict[str, Any]], after: dict[str, Any] | None, n_sessio
     }
     if last and first and s["first_20_fresh"]["p50_ratio_to_raw"]:
         s["last_over_first_p50"] = _r(s["last_20_fresh"]["p50_ratio_to_raw"] / s["first_20_fresh"]["p50_ratio_to_raw"])
-    if after and "after_session" in after:
-        a = _median([r["seconds"] for r in after["after_session"]])
-        n = _median([r["seconds"] for r in after["new_gateway"]])
+    if after and "after_session" in after:  # medians over the statements answered
+        a = _median([r["seconds"] for r in after["after_session"] if r["outcome"] == "answered"])
+        n = _median([r["seconds"] for r in after["new_gateway"] if r["outcome"] == "answered"])
         raw = _median(after.get("raw_seconds", []))
         s.update(fresh_count_after_seconds=_r(a, 4), fresh_count_new_gateway_seconds=_r(n, 4),
                  fresh_count_raw_seconds=_r(raw, 4),
                  fresh_count_after_over_new=_r(a / n if a and n else None),
                  fresh_count_after_over_raw=_r(a / raw if a and raw else None),
-                 fresh_count_sources=[r.get("sources") for r in after["after_session"]],
+                 fresh_count_outcomes=[r.get("sources") or r["outcome"] for r in after["after_session"]],
                  reopen_seconds=_r(_median(after["reopen_seconds"])),
                  reopen_without_checkpoint_seconds=after.get("reopen_without_checkpoint_seconds"),
                  close_seconds=after["close_seconds"], epsilon_total=_r(after["epsilon_total"], 6),
