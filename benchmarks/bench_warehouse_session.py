@@ -34,11 +34,12 @@ when the kernel allows it, else the process's peak so far).  The same statement'
 DuckDB SQL (the text itself, or its raw form for the ``w317`` view) is timed by the parent on
 its own read-only connection, median of 3, interleaved (once before the statement, twice after).
 
-After the session, in the child: five distinct fresh COUNTs never asked before, each on the
-session's gateway and on a new gateway (own file ledger; construction not timed), interleaved,
-medians; then the session's gateway is closed (checkpoint written) and re-opened on its ledger
-three times (the constructor's time, median), and once more with its checkpoint moved aside
-(the re-open after a crash, reported but not a target).
+After the session, in the child: five distinct fresh COUNTs never asked before (``AFTER``), each
+on the session's gateway and on a new gateway (own file ledger; construction not timed),
+interleaved, medians over those answered; then the session's gateway is closed (its checkpoint
+written).  Then, in a new process capped alike (also when the session's process died), the
+constructor ``Gateway(...)`` on the session's ledger is timed three times (median), and once more
+with the checkpoint moved aside (the re-open after a crash; reported, not a target).
 
 Prints a line per statement and a summary, and writes ``benchmarks/results/warehouse_session.json``
 (rewritten after every statement, ``"complete": false`` until the end): the rows, the summary
@@ -60,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gc
 import json
 import multiprocessing as mp
 import os
@@ -239,8 +239,8 @@ SESSION: tuple[Step, ...] = (
     Step(f"SELECT COUNT(*) {W}", 0.001, "exact repeat"),
 )
 #: Fresh COUNTs never asked in the session (income cuts no statement made), for after it.
-AFTER = tuple(f"SELECT COUNT(*) {W} WHERE income BETWEEN {1111 + 7 * k} AND {2222 + 11 * k}" for k in range(5))
-AFTER_ACCURACY = 0.001
+AFTER = tuple(f"SELECT COUNT(*) {W} WHERE age BETWEEN {21 + k} AND {57 + k} AND educ <= {7 + k}" for k in range(5))
+AFTER_ACCURACY = 0.0005
 
 
 # -- the child: one gateway, the session, then the measurements after it --------------------
@@ -304,8 +304,8 @@ def _ask(gw: dpgate.Gateway, sql: str, accuracy: float) -> dict[str, Any]:
 
 
 def _after(held: list[dpgate.Gateway], path: str, rows: int, workdir: Path) -> dict[str, Any]:
-    """Fresh COUNTs on the session's gateway (taken from ``held``, so that closing it frees it) and on
-    new ones, then its close and re-opens."""
+    """Fresh COUNTs on the session's gateway (taken from ``held``) and on new ones, then its close
+    (which writes its checkpoint)."""
     gw = held.pop()
     out: dict[str, Any] = {"after_session": [], "new_gateway": []}
     acc = AFTER_ACCURACY * rows
@@ -314,39 +314,46 @@ def _after(held: list[dpgate.Gateway], path: str, rows: int, workdir: Path) -> d
         with _gateway(path, workdir / f"new{k}" / "ledger.db") as fresh:
             out["new_gateway"].append({"sql": sql, **_ask(fresh, sql, acc)})
     out["epsilon_total"] = gw.spent
-    ledger = Path(gw.ledger.path)
     t0 = time.perf_counter()
     gw.close()
     out["close_seconds"] = round(time.perf_counter() - t0, 3)
-    del gw  # the re-opens below start from the ledger alone, not beside the session's memory
-    gc.collect()
-    out["rss_after_close_mb"] = _status()["VmRSS"]
-    out["ledger_bytes"] = ledger.stat().st_size
-    state = Path(str(ledger) + ".state")
-    out["checkpoint_bytes"] = state.stat().st_size if state.exists() else None
-    reopen = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        again = _gateway(path, ledger)
-        reopen.append(time.perf_counter() - t0)
-        again.close()
-    out["reopen_seconds"] = [round(t, 3) for t in reopen]
-    if state.exists():  # the re-open after a crash: no checkpoint to start from
+    out.update(_status())
+    return out
+
+
+def reopen_main(conn: Connection, path: str, ledger: str, memory_limit_gb: float) -> None:
+    """A new process (capped as the session's): time ``Gateway(...)`` on the session's ledger three
+    times, then once with its checkpoint moved aside (a re-open after a crash)."""
+    limit = int(memory_limit_gb * GIB)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    warnings.simplefilter("ignore", dpgate.Warning)
+    state = Path(ledger + ".state")
+    out: dict[str, Any] = {"ledger_bytes": Path(ledger).stat().st_size,
+                           "checkpoint_bytes": state.stat().st_size if state.exists() else None}
+
+    def timed(key: str) -> float | None:
+        try:
+            t0 = time.perf_counter()
+            again = _gateway(path, Path(ledger))
+            seconds = time.perf_counter() - t0
+            again.close()
+            return round(seconds, 3)
+        except Exception as e:  # noqa: BLE001 - reported
+            out[f"{key}_error"] = f"{type(e).__name__}: {e}"[:300]
+            return None
+
+    out["reopen_seconds"] = [timed("reopen") for _ in range(3)]
+    out["reopen_rss_mb"] = _status()["VmRSS"]
+    if state.exists():
         aside = state.with_suffix(".aside")
         state.rename(aside)
         try:
-            t0 = time.perf_counter()
-            again = _gateway(path, ledger)
-            out["reopen_without_checkpoint_seconds"] = round(time.perf_counter() - t0, 3)
-            again.close()
-        except Exception as e:  # noqa: BLE001 - reported, not a target
-            out["reopen_without_checkpoint_error"] = f"{type(e).__name__}: {e}"[:300]
-        finally:
-            if aside.exists():  # the checkpoint that re-open wrote gives way to the session's
-                state.unlink(missing_ok=True)
-                aside.rename(state)
+            out["reopen_without_checkpoint_seconds"] = timed("reopen_without_checkpoint")
+        finally:  # the checkpoint that re-open wrote gives way to the session's
+            state.unlink(missing_ok=True)
+            aside.rename(state)
     out.update(_status())
-    return out
+    conn.send(out)
 
 
 def child_main(conn: Connection, path: str, rows: int, memory_limit_gb: float, workdir: str) -> None:
@@ -396,7 +403,8 @@ def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def summarise(rows: list[dict[str, Any]], after: dict[str, Any] | None, n_session: int) -> dict[str, Any]:
+def summarise(rows: list[dict[str, Any]], after: dict[str, Any] | None, reopen: dict[str, Any] | None,
+              n_session: int) -> dict[str, Any]:
     answered = [r for r in rows if r.get("outcome") == "answered"]
     fresh = [r for r in answered if r["sources"].get("fresh")]
     first, last = fresh[:20], fresh[-20:]
@@ -442,10 +450,12 @@ def summarise(rows: list[dict[str, Any]], after: dict[str, Any] | None, n_sessio
                  fresh_count_after_over_new=_r(a / n if a and n else None),
                  fresh_count_after_over_raw=_r(a / raw if a and raw else None),
                  fresh_count_outcomes=[r.get("sources") or r["outcome"] for r in after["after_session"]],
-                 reopen_seconds=_r(_median(after["reopen_seconds"])),
-                 reopen_without_checkpoint_seconds=after.get("reopen_without_checkpoint_seconds"),
-                 close_seconds=after["close_seconds"], epsilon_total=_r(after["epsilon_total"], 6),
-                 ledger_bytes=after["ledger_bytes"], checkpoint_bytes=after["checkpoint_bytes"])
+                 close_seconds=after["close_seconds"], epsilon_total=_r(after["epsilon_total"], 6))
+    if reopen and "reopen_seconds" in reopen:
+        times = [t for t in reopen["reopen_seconds"] if t is not None]
+        s.update(reopen_seconds=_r(_median(times)) if len(times) == 3 else None,
+                 reopen_without_checkpoint_seconds=reopen.get("reopen_without_checkpoint_seconds"),
+                 ledger_bytes=reopen["ledger_bytes"], checkpoint_bytes=reopen["checkpoint_bytes"])
     s["targets"] = _targets(s, n_session)
     return s
 
@@ -506,15 +516,18 @@ def main() -> None:
     }
     rows: list[dict[str, Any]] = []
     after: dict[str, Any] | None = None
+    reopen: dict[str, Any] | None = None
 
     def write() -> None:
-        out["summary"] = summarise(rows, after, len(session))
+        out["summary"] = summarise(rows, after, reopen, len(session))
         out["statements"] = rows
         out["after"] = after
+        out["reopen"] = reopen
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=1))
 
     ctx = mp.get_context("spawn")
+    ledger = workdir / "session" / "ledger.db"
     parent_end, child_end = ctx.Pipe()
     child = ctx.Process(target=child_main, args=(child_end, str(path), n_rows, args.memory_limit_gb, str(workdir)))
     child.start()
@@ -584,6 +597,18 @@ def main() -> None:
         child.join()
         out["session_exit_code"] = child.exitcode
         write()
+        if ledger.exists():  # also after a session process that died: its ledger is what a restart reads
+            parent_end, child_end = ctx.Pipe()
+            child = ctx.Process(target=reopen_main, args=(child_end, str(path), str(ledger), args.memory_limit_gb))
+            child.start()
+            child_end.close()
+            got = receive(args.statement_timeout)
+            reopen = got if isinstance(got, dict) else {"error": got}
+            child.join(60)
+            if child.is_alive():
+                child.kill()
+            child.join()
+            write()
         raw.close()
         shutil.rmtree(workdir, ignore_errors=True)
     summary = out["summary"]
