@@ -328,7 +328,8 @@ def reopen_main(conn: Connection, path: str, ledger: str, memory_limit_gb: float
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     warnings.simplefilter("ignore", dpgate.Warning)
     state = Path(ledger + ".state")
-    out: dict[str, Any] = {"ledger_bytes": Path(ledger).stat().st_size,
+    files = [Path(ledger + suffix) for suffix in ("", "-wal")]  # SQLite: records not yet in the main file
+    out: dict[str, Any] = {"ledger_bytes": sum(f.stat().st_size for f in files if f.exists()),
                            "checkpoint_bytes": state.stat().st_size if state.exists() else None}
 
     def timed(key: str) -> float | None:
@@ -602,7 +603,7 @@ def main() -> None:
             child = ctx.Process(target=reopen_main, args=(child_end, str(path), str(ledger), args.memory_limit_gb))
             child.start()
             child_end.close()
-            got = receive(args.statement_timeout)
+            got = receive(max(600.0, args.statement_timeout))
             reopen = got if isinstance(got, dict) else {"error": got}
             child.join(60)
             if child.is_alive():
