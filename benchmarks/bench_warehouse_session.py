@@ -404,8 +404,19 @@ def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None else round(x, nd)
 
 
+def _growth(rows: list[dict[str, Any]], ready_rss: float) -> list[dict[str, Any]]:
+    """Each statement's RSS after it minus the RSS before it."""
+    out, before = [], ready_rss
+    for r in rows:
+        if "rss_mb" in r:
+            out.append({"index": r["index"], "mb": round(r["rss_mb"] - before, 1), "sql": r["sql"]})
+            before = r["rss_mb"]
+    return out
+
+
 def summarise(rows: list[dict[str, Any]], after: dict[str, Any] | None, reopen: dict[str, Any] | None,
-              n_session: int) -> dict[str, Any]:
+              n_session: int, ready_rss: float) -> dict[str, Any]:
+    """The summary of the rows so far, with issue 28's targets (``ready_rss``: RSS before statement 1)."""
     answered = [r for r in rows if r.get("outcome") == "answered"]
     fresh = [r for r in answered if r["sources"].get("fresh")]
     first, last = fresh[:20], fresh[-20:]
@@ -427,6 +438,8 @@ def summarise(rows: list[dict[str, Any]], after: dict[str, Any] | None, reopen: 
         "first_memory_failure": next(({k: r.get(k) for k in ("index", "sql", "message", "where")}
                                       for r in rows if r.get("outcome") == "memory"), None),
         "rss_mb_after_every_10th_statement": [r.get("rss_mb") for r in rows[9::10]],
+        "first_statement_over_1_5_gb": next((r["index"] for r in rows if r.get("hwm_mb", 0) > 1.5 * 1024), None),
+        "largest_rss_growth": sorted(_growth(rows, ready_rss), key=lambda x: -x["mb"])[:5],
         "peak_rss_mb": max((r.get("hwm_mb", 0) for r in rows), default=None),
         "final_rss_mb": rows[-1].get("rss_mb") if rows else None,
         "fresh_statements": len(fresh), "first_20_fresh": stats(first), "last_20_fresh": stats(last),
@@ -520,7 +533,7 @@ def main() -> None:
     reopen: dict[str, Any] | None = None
 
     def write() -> None:
-        out["summary"] = summarise(rows, after, reopen, len(session))
+        out["summary"] = summarise(rows, after, reopen, len(session), out["gateway_open"]["VmRSS"])
         out["statements"] = rows
         out["after"] = after
         out["reopen"] = reopen
@@ -613,8 +626,10 @@ def main() -> None:
         raw.close()
         shutil.rmtree(workdir, ignore_errors=True)
     summary = out["summary"]
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("targets", "slowest")}, indent=1))
-    print("slowest:", json.dumps(summary["slowest"], indent=1))
+    skip = ("targets", "slowest", "largest_rss_growth", "first_20_fresh", "last_20_fresh")
+    print(json.dumps({k: v for k, v in summary.items() if k not in skip}))
+    for key in skip[1:]:
+        print(f"{key}: {json.dumps(summary[key])}")
     for name, t in summary["targets"].items():
         mark = {True: "PASS", False: "FAIL", None: "n/a"}[t["pass"]]
         print(f"{mark:4s}  {name}: {t['value']}")
