@@ -563,6 +563,7 @@ def main() -> None:
 
     ready = receive(600)
     if not isinstance(ready, dict):
+        shutil.rmtree(workdir, ignore_errors=True)
         sys.exit(f"the session process did not start: {ready} (exit code {child.exitcode})")
     out["gateway_open"] = ready
     print(f"{'#':>3s} {'kind':20s} {'gw s':>8s} {'raw ms':>8s} {'gw/raw':>7s} {'RSS MB':>7s} {'peak MB':>8s}  sources")
