@@ -107,19 +107,22 @@ QUERIES: list[tuple[str, str, str | None]] = [
 GROUP_BY = {name for name, sql, _ in QUERIES if "GROUP BY" in sql}
 
 
-def build(path: Path, scale: int) -> None:
+def build(path: Path, scale: int, extra_columns: tuple[str, ...] = ()) -> None:
+    """Write the table (and its views) to ``path``.  ``extra_columns``: more SELECT items over
+    ``h.v`` (the cell) and ``r.i`` (the unit), ``{seed}`` standing for the seed (``bench_warehouse_session``)."""
     with _file("NETTRACE.n4096.npy").open("rb") as fh:
         counts = np.load(fh, allow_pickle=False).astype(np.int64) * scale
     seed = int(np.random.default_rng(14).integers(2**31))
     tmp = path.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
     con = duckdb.connect(str(tmp))
+    extra = "".join(f",\n               {c.format(seed=seed)}" for c in extra_columns)
     con.register("h", pd.DataFrame({"v": np.arange(4096, dtype=np.int64), "c": counts}))
     con.execute(
         f"""CREATE TABLE warehouse AS
         SELECT h.v AS income,
                'region_' || lpad(CAST(hash(h.v, r.i, {seed}) % 50 AS VARCHAR), 2, '0') AS region,
-               CAST(hash(h.v, r.i, {seed + 1}) % 100 AS BIGINT) AS age
+               CAST(hash(h.v, r.i, {seed + 1}) % 100 AS BIGINT) AS age{extra}
         FROM h, range(h.c) AS r(i)
         ORDER BY hash(h.v, r.i, {seed + 2})"""
     )
