@@ -529,7 +529,7 @@ class Gateway(Extensions):
         stays in the live state).  AVG / VAR / STDDEV plan their components (``dpgate.answer.combine``)."""
         queries = measured_queries(stmt)
         with memory_budget(self.max_memory):
-            state = self._history.state(stmt.table).refined(queries, isolate=True)
+            state = self._history.planning_state(stmt.table, queries)
             return plan(state, queries, accuracy, plan_confidence(stmt, confidence), policy)
 
     def _measure(

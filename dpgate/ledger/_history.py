@@ -7,6 +7,16 @@ or a re-opened ledger), from the ledger's verified checkpoint when there is one
 (``dpgate.ledger._checkpoint``).  A statement this gateway recorded itself is applied from
 its :class:`~dpgate.plan.plan.Plan` (:meth:`LedgerHistory.applied`): by installing the plan's
 planning copy, which holds exactly what applying its records would give.
+
+Local histories.  A table's inference atoms are the product of every cut its held queries
+make, so a session of GROUP BYs over different columns reaches their limit (``max_atoms``)
+early; a statement beyond it would be answered from its exact repeats only.  Such a
+statement is planned instead on a *local history* (:meth:`LedgerHistory.planning_state`):
+the releases of the statements whose columns all lie among its own, replayed for inference
+only, with the table's per-cell costs (every release, exactly).  Estimating from part of the
+history is unbiased with an exact error law; which releases take part depends only on the
+statements' columns, never on data.  A local plan is never installed as the table's state:
+its records are applied like any other (:meth:`LedgerHistory.sync`).
 """
 
 from __future__ import annotations
@@ -32,7 +42,9 @@ __all__ = ["LedgerHistory", "collector_paused"]
 #: (``dpgate.ledger._checkpoint``); closing it checkpoints whatever it added.
 CHECKPOINT_AFTER = 64
 #: Layout of the checkpointed inference state (a checkpoint of another layout is replayed).
-STATE_LAYOUT = 5  # 5: cost atoms in blocks (plan.cost_grid); 4: the incremental BLUE holds its representation as a Form
+STATE_LAYOUT = 6  # 6: statement runs kept for local histories; 5: cost atoms in blocks (plan.cost_grid)
+#: Local histories kept, the most recently used ones (:meth:`LedgerHistory.planning_state`).
+_LOCAL_KEPT = 8
 
 
 class LedgerHistory:
@@ -49,6 +61,13 @@ class LedgerHistory:
     def __init__(self, schema: Schema, ledger: Ledger, max_atoms: int) -> None:
         self.schema, self.ledger, self.max_atoms = schema, ledger, max_atoms
         self.tables: dict[str, TableState] = {}
+        #: Per table, each recorded statement's columns (lower-cased) and releases, in ledger order.
+        self.runs: dict[str, list[tuple[frozenset[str], tuple[RecordedRelease, ...]]]] = {}
+        #: Per table, the columns of each recorded statement some of whose releases the table's
+        #: atoms left outside (only a local history combines those with others).
+        self.outside: dict[str, list[frozenset[str]]] = {}
+        #: Local histories by (table, columns): the state and how many of the table's runs it has seen.
+        self._local: dict[tuple[str, frozenset[str]], tuple[TableState, int]] = {}
         #: Tables (lower-cased) with at least one release from seeded noise (replaced on change).
         self.insecure: frozenset[str] = frozenset()
         #: The id of the last record the states include.
@@ -63,6 +82,49 @@ class LedgerHistory:
         if key not in self.tables:
             self.tables[key] = TableState.new(t, self.max_atoms)
         return self.tables[key]
+
+    def planning_state(self, table: str, queries: Sequence[LinearQuery]) -> TableState:
+        """A copy of ``table``'s state refined for a statement's ``queries``
+        (:meth:`TableState.refined`), or that of a local history (module docstring) when some
+        of them stay outside the table's atoms, or some release over their columns did, and
+        the local history holds at least as many of them.  A local copy is never installed
+        (``refined_for`` None: its records are applied as records)."""
+        state = self.state(table).refined(queries, isolate=True)
+        columns = frozenset(c.lower() for q in queries for c in q.columns)
+        left = self.outside.get(self.schema.table(table).name.lower(), ())
+        if not state.outside and not any(cols <= columns for cols in left):
+            return state
+        trial = self._local_state(table, columns).refined(queries, isolate=True)
+        if len(trial.outside) > len(state.outside):
+            return state
+        trial.refined_for = None
+        return trial
+
+    def _local_state(self, table: str, columns: frozenset[str]) -> TableState:
+        """The releases of ``table``'s statements over ``columns`` only, for inference, with
+        the table's costs.  Kept for the last few column sets and brought up to date with
+        the statements recorded since (refining never writes what a planning copy shares)."""
+        t = self.schema.table(table)
+        key = (t.name.lower(), columns)
+        runs = self.runs.get(key[0], [])
+        found = self._local.pop(key, None)
+        state, seen = found if found is not None else (TableState.new(t, self.max_atoms), 0)
+        for cols, items in runs[seen:]:
+            if cols <= columns:
+                state.record_inference(items)
+        state.adopt_costs(self.state(table))
+        while len(self._local) >= _LOCAL_KEPT:
+            del self._local[next(iter(self._local))]
+        self._local[key] = (state, len(runs))
+        return state
+
+    def _ran(self, table: str, items: Sequence[RecordedRelease]) -> None:
+        """Note a recorded statement's releases (for local histories)."""
+        cols = frozenset(c.lower() for it in items for c in it.query.columns)
+        key = self.schema.table(table).name.lower()
+        self.runs.setdefault(key, []).append((cols, tuple(items)))
+        if any(self.tables[key].left_outside(it.query) for it in items):
+            self.outside.setdefault(key, []).append(cols)
 
     def spent(self) -> float:
         """The system cost of the states: Σ over tables of ``k · max_j B_j``."""
@@ -91,7 +153,7 @@ class LedgerHistory:
         records = self.ledger.records()  # chain-verified by the ledger
         found = _checkpoint.load(self.ledger, self._header(), records)
         if found is not None:
-            count, (tables, insecure) = found
+            count, (tables, insecure, self.runs, self.outside) = found
             self.tables, self.insecure, self.last_id = tables, insecure, records[count - 1].id
             self.checkpointed = count
         self.sync(records)
@@ -101,7 +163,7 @@ class LedgerHistory:
     def save_checkpoint(self, records: Sequence[LedgerRecord]) -> None:
         """Checkpoint the states after ``records`` (all the ledger's records, all applied)."""
         if records and records[-1].id == self.last_id and len(records) > self.checkpointed:
-            _checkpoint.save(self.ledger, self._header(), records, (self.tables, self.insecure))
+            _checkpoint.save(self.ledger, self._header(), records, (self.tables, self.insecure, self.runs, self.outside))
             self.checkpointed = len(records)
 
     def _header(self) -> dict[str, Any]:
@@ -112,10 +174,10 @@ class LedgerHistory:
     def _apply(self, recs: Sequence[LedgerRecord], queries: Sequence[LinearQuery]) -> None:
         """Apply one statement's records (:meth:`TableState.record_many`: one batched update)."""
         self._note_security(recs)
-        self.state(recs[0].table).record_many(
-            [RecordedRelease(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
-             for r, q in zip(recs, queries, strict=True)]
-        )
+        items = [RecordedRelease(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
+                 for r, q in zip(recs, queries, strict=True)]
+        self.state(recs[0].table).record_many(items)
+        self._ran(recs[0].table, items)
         self.last_id = recs[-1].id
 
     def applied(self, plan: Plan, records: Sequence[LedgerRecord], charges: RecordedCharges) -> None:
@@ -129,10 +191,11 @@ class LedgerHistory:
         if records and records[0].id == self.last_id + 1 and plan.installable:
             self._note_security(records)
             state = plan.refined
-            state.record_as_planned(
-                [RecordedRelease(r.id, m.query, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
-                 for r, m in zip(records, parts, strict=True)], charges.costs, [m.h for m in parts])
+            items = [RecordedRelease(r.id, m.query, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
+                     for r, m in zip(records, parts, strict=True)]
+            state.record_as_planned(items, charges.costs, [m.h for m in parts])
             self.tables[state.table.name.lower()] = state
+            self._ran(state.table.name, items)
             self.last_id = records[-1].id
             return  # others' later records are synced before the next use (no ledger read here)
         # The measured queries (offset 0, no label or group) are exactly what ``from_json`` gives back.

@@ -23,12 +23,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 
 from dpgate.compile.bounds import reserve_memory
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import UnsupportedQuery
 from dpgate.inference import IncrementalBLUE
+from dpgate.inference._sparse import stacked_rows
 from dpgate.plan._repeats import _NO_REPEATS, Repeats, isolation_key
 from dpgate.plan._view import TableView, _frozen
 from dpgate.plan.accounting import CellCosts
@@ -508,7 +508,7 @@ class TableState:
             key, factor = isolation_key(it.query)
             self.isolated[key] = self.isolated.get(key, _NO_REPEATS).plus(factor, it.scale, it.value, it.lattice)
         if held:
-            rows = _stacked([self.atoms.vector(it.query) for it in held] if vectors is None else
+            rows = stacked_rows([self.atoms.vector(it.query) for it in held] if vectors is None else
                             [v for i, v in enumerate(vectors) if i not in outside])
             for it in held:
                 self._row_of[_charge_key(it.query)] = len(self.queries)
@@ -541,6 +541,21 @@ class TableState:
         """Only the per-cell costs of :meth:`record_many` (one analyst's share of history)."""
         self._charge_refine([it.query for it in items])
         self._add_costs(items)
+
+    def record_inference(self, items: Sequence[RecordedRelease]) -> None:
+        """:meth:`record_many` without the costs: a local history replays part of the table's
+        releases for inference only, then charges as the table does (:meth:`adopt_costs`)."""
+        queries = [it.query for it in items]
+        self._charge_refine(queries)
+        self._append(items, self.hold(queries))
+
+    def adopt_costs(self, table_state: TableState) -> None:
+        """Take (copies of) the per-cell costs of ``table_state``, which holds every release."""
+        self.costs, self.cost_atoms = table_state.costs.copy(), copy.copy(table_state.cost_atoms)
+        self._cost_kind, self._members = dict(table_state._cost_kind), None
+        self._costs_refine = all(self.cost_atoms.main.holds(q) for q in self.queries)
+        if not self._costs_refine:
+            self._uniform_block()
 
     def _remember(self, queries: Sequence[LinearQuery], held: bool) -> None:
         """Note whether the atoms hold ``queries`` (just recorded on them, or outside them)."""
@@ -592,6 +607,10 @@ class TableState:
         if "_row_of" not in state:  # a checkpoint written before the map existed
             self._row_of = {_charge_key(q): i for i, q in enumerate(self.queries)}
 
+    def left_outside(self, query: LinearQuery) -> bool:
+        """Whether ``query`` was recorded outside the atoms (:meth:`hold`)."""
+        return (self._known or {}).get(_held_key(query)) is False
+
     def released_row(self, query: LinearQuery) -> int | None:
         """The row of ``blue`` that is exactly ``query``'s vector (a repeat of a release the
         atoms hold), or None."""
@@ -627,19 +646,3 @@ class TableState:
         grid = query.expand(self.table, self.atoms.columns, self.atoms.breakpoints) / query.denominator
         weights = np.where(keep[self.atoms.labels], grid, 0.0)
         return LinearQuery.from_grid(self.table, self.atoms.columns, self.atoms.breakpoints, weights)
-
-
-#: Released rows are handed to the BLUE as a sparse matrix above this many dense entries
-#: (32 MB): a tree's 8 191 nodes over 4 096 atoms have 13 non-zeros per atom, not 4 096.
-_SPARSE_ROWS = 1 << 22
-
-
-def _stacked(vectors: Sequence[np.ndarray]) -> np.ndarray | sp.csr_matrix:
-    """The vectors as the rows of one matrix: sparse when the dense one would be large."""
-    if len(vectors) * vectors[0].size <= _SPARSE_ROWS:
-        return np.array(vectors)
-    nonzero = [np.flatnonzero(v) for v in vectors]
-    indptr = np.zeros(len(vectors) + 1, dtype=np.int64)
-    np.cumsum([i.size for i in nonzero], out=indptr[1:])
-    data = np.concatenate([v[i] for v, i in zip(vectors, nonzero, strict=True)])
-    return sp.csr_matrix((data, np.concatenate(nonzero), indptr), shape=(len(vectors), vectors[0].size))
