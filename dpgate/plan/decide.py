@@ -49,7 +49,7 @@ import numpy as np
 
 from dpgate.compile.bounds import check_deadline
 from dpgate.compile.query import LinearQuery
-from dpgate.errors import InvalidRequirement
+from dpgate.errors import DPGateInternalError, InvalidRequirement
 from dpgate.inference import ErrorLaw, IncrementalBLUE, minimal_scale, single_release_scale
 from dpgate.inference._blue import ESTIMABLE_RTOL
 from dpgate.plan._replay import answers
@@ -100,13 +100,9 @@ MAX_RESTRICTION = 3
 _TIE = 1e-12
 # Tie ranks of the candidates (lower wins a tie): separate atom counts, Q itself, restrictions.
 _ATOMS, _SELF, _RESTRICTED = 0, 1, 2
-#: Smallest noise scale a release is planned at.  An accuracy so fine that it needs a
-#: smaller scale (e.g. 1e-300) costs at least ``S·2^40 ≈ 1.1e12·S`` here, which any real
-#: budget refuses with ``BudgetExhausted``; without the floor the scale rounds to 0.
+#: Smallest noise scale a release is planned at (a finer accuracy costs ≥ ``S·2^40``: refused by any budget).
 MIN_SCALE = 2.0**-40
-#: Largest noise scale a release is planned at.  A coarser accuracy (e.g. 1e17) is met
-#: by this scale for ``S·2^-40`` of budget; beyond it the lattice ratio ``exp(−γ/b)``
-#: rounds to 1 and no interval could be certified.
+#: Largest noise scale a release is planned at (beyond, the lattice ratio ``exp(−γ/b)`` rounds to 1).
 MAX_SCALE = 2.0**40
 
 
@@ -243,21 +239,17 @@ def plan(
                 blue, own_blue = blue.copy(), True
             ms = [m for _, m, _ in alone]  # weights do not depend on the values (0 here)
             blue.extend(np.array([m.h for m in ms]), [m.scale for m in ms], np.zeros(len(ms)), [m.lattice for m in ms])
-        for k, i in enumerate(later):
+        for i in later:
             q, h = queries[i], hs[i]
             assert h is not None
             if not own_blue:
                 blue, own_blue = blue.copy(), True
             candidates = _candidates(state, blue, costs, q, h, accuracy, confidence, policy)
             _, rank, parts = min(candidates, key=lambda c: (c[0], c[1]))
-            # Q itself, which history does not determine: next to its own release history gets
-            # zero weight, so the BLUE is that release alone and its law is known in closed form.
-            # The step is still answered by the replayed estimate (not ``alone``): the same
-            # computation a later repeat of Q is answered by from history, so both give one value.
-            by_itself = rank == _SELF and not blue.estimable(h)
-            followed = k < len(later) - 1 or n_block < len(columns) - 1
-            blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy, alone=by_itself,
-                                    followed=followed)
+            # Verified on the estimator that answers it — the replayed BLUE, as a later repeat of Q
+            # is answered — even when history does not determine Q (its release is then nearly
+            # alone, but the reported law is the BLUE's, not the closed form's).
+            blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy)
             before = costs.charge
             for m in parts:
                 add(m)
@@ -341,8 +333,11 @@ def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: fl
             scale = max(scale, found if found is not None else scale)
         else:
             scale = _alone_scale(q, accuracy, confidence, policy)
-    m = measurement(state, q, scale, h=h)
     alone = est is None or not est.estimable  # its own release is the answer
+    # Combined with its repeats, a release can have a wider certified half-width than alone
+    # (at low confidence): checked, as every fresh step is.
+    _, (m,) = _verified(state, iso, h, [measurement(state, q, scale, h=h)], accuracy, confidence, policy,
+                        alone=alone, followed=False)
     return Step(q, "fresh", h, (m,), alone=alone, isolated=iso)
 
 
@@ -498,8 +493,13 @@ def _verified(
 
     ``alone``: the estimator is the one release in ``parts`` by itself, whose law is known
     without the state; ``blue`` is then appended to only when a later step of the plan
-    (``followed``) reads it."""
-    for _ in range(16):
+    (``followed``) reads it.
+
+    Raises:
+        DPGateInternalError: no scale was found that meets the requirement (never silently
+            wider than asked)."""
+    shrink = 2.0**-9
+    for _ in range(64):  # the shrink doubles from 2⁻⁹ to ½: far below any usable scale
         if alone:
             (m,) = parts
             halfwidth = ErrorLaw([1.0], [m.scale], lattice=[m.lattice]).halfwidth(confidence)
@@ -510,7 +510,12 @@ def _verified(
             halfwidth = trial.estimate(h).halfwidth(confidence)
         if policy == "no_reuse" or meets(halfwidth, accuracy):
             break
-        parts = [measurement(state, m.query, m.scale * (1 - 2.0**-9)) for m in parts]
+        parts = [measurement(state, m.query, m.scale * (1 - shrink), h=m.h) for m in parts]
+        shrink = min(0.5, 2 * shrink)  # slightly first; a far miss shrinks fast
+    else:
+        raise DPGateInternalError(
+            f"no release scale meets ±{accuracy:g} at {confidence:g} (certified half-width {halfwidth:g}); "
+            "nothing was spent.")
     if alone:
         trial = blue
         if followed:
