@@ -163,6 +163,7 @@ def plan(
 
     blue = state.blue
     own_blue = False  # plan copies the state's BLUE only when it appends to it
+    replayed: IncrementalBLUE | None = None  # Plan.replayed
     steps: list[Step | None] = [None] * len(queries)
     order = 0
 
@@ -258,13 +259,16 @@ def plan(
             followed = k < len(later) - 1 or n_block < len(columns) - 1
             blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy, alone=by_itself,
                                     followed=followed)
+            if len(queries) == 1 and not by_itself:  # the statement's one step, verified on its replay
+                replayed = blue
             before = costs.charge
             for m in parts:
                 add(m)
             place(i, Step(q, "fresh", h, tuple(parts), costs.charge - before))
         for i in block:
             planned.setdefault(queries[i], i)
-    return Plan.of([s for s in steps if s is not None], state, priced, RecordedCharges(start, tuple(after), costs))
+    return Plan.of([s for s in steps if s is not None], state, priced, RecordedCharges(start, tuple(after), costs),
+                   replayed)
 
 
 @dataclass(frozen=True, slots=True)
