@@ -11,7 +11,8 @@ query takes a measurable time.  Then it reports:
   history), beside the p50 of the same ``COUNT(*)`` run by hand in DuckDB on the same data
   (best of three per query);
 * **fresh vs a new gateway**: the same probes' ``gw.query`` p50 on a new gateway (a file
-  ledger of its own, no history) — what history adds to a fresh answer;
+  ledger of its own, no history) — what history adds to a fresh answer; both split into the
+  planning (``Gateway._plan``: the decision on history) and the rest;
 * **checkpoint vs ledger**: after ``gw.close()`` (which checkpoints the inference state to
   ``<ledger>.state``), the two files' sizes and the time ``close`` took;
 * **re-open**: ``Gateway(...)`` on the ledger from its checkpoint, and after a crash (the
@@ -71,16 +72,32 @@ def _build(gw: dpgate.Gateway, releases: int, batch: int, rng: np.random.Generat
     return time.perf_counter() - t0
 
 
-def _fresh(gw: dpgate.Gateway, sqls: list[str]) -> list[float]:
-    """Seconds per ``gw.query`` of each SQL (each must be answered fresh)."""
-    out = []
-    for sql in sqls:
+def _fresh(gw: dpgate.Gateway, sqls: list[str]) -> tuple[list[float], list[float]]:
+    """Seconds per ``gw.query`` of each SQL (each must be answered fresh), and of its planning
+    (``Gateway._plan``: the decision on history; the rest is compiling, the scan, noise, the
+    ledger's commit and the answer)."""
+    out, plans, inside = [], [], [0.0]
+    inner = gw._plan
+
+    def timed(*a, **k):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
-        answer = gw.query(sql, accuracy=5.0, confidence=0.95).answer
-        out.append(time.perf_counter() - t0)
-        if answer.source != "fresh":
-            raise RuntimeError(f"{sql} was answered from {answer.source}, not fresh")
-    return out
+        try:
+            return inner(*a, **k)
+        finally:
+            inside[0] += time.perf_counter() - t0
+
+    gw._plan = timed  # type: ignore[method-assign]
+    try:
+        for sql in sqls:
+            inside[0], t0 = 0.0, time.perf_counter()
+            answer = gw.query(sql, accuracy=5.0, confidence=0.95).answer
+            out.append(time.perf_counter() - t0)
+            plans.append(inside[0])
+            if answer.source != "fresh":
+                raise RuntimeError(f"{sql} was answered from {answer.source}, not fresh")
+    finally:
+        del gw._plan
+    return out, plans
 
 
 def _raw(df: pd.DataFrame, name: str, sqls: list[str]) -> list[float]:
@@ -138,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         gw = dpgate.Gateway(df, schema, budget=1e9, ledger=path, seed=args.seed)
         out["build_s"] = _build(gw, args.releases, args.batch, rng)
         print(f"built {args.releases} releases in {out['build_s']:.1f} s", flush=True)
-        fresh = _fresh(gw, sqls)
+        fresh, fresh_plan = _fresh(gw, sqls)
         t0 = time.perf_counter()
         gw.close()
         out["close_s"] = time.perf_counter() - t0
@@ -148,11 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         out["reopen_replay_s"] = _reopen(df, schema, path)
         new = dpgate.Gateway(df, schema, budget=1e9, ledger=os.path.join(tmp, "new.db"), seed=args.seed)
         _fresh(new, warm)  # warm up (first compile, first scan) on other ranges
-        baseline = _fresh(new, sqls)
+        baseline, baseline_plan = _fresh(new, sqls)
         new.close()
     raw = _raw(df, table.name, sqls)
     out.update({
         "fresh_p50_ms": _ms(fresh), "raw_p50_ms": _ms(raw), "new_gateway_fresh_p50_ms": _ms(baseline),
+        "fresh_plan_p50_ms": _ms(fresh_plan), "fresh_rest_p50_ms": _ms([a - b for a, b in zip(fresh, fresh_plan, strict=True)]),
+        "new_gateway_plan_p50_ms": _ms(baseline_plan),
         "fresh_over_raw": _ms(fresh) / _ms(raw), "fresh_over_new_gateway": _ms(fresh) / _ms(baseline),
         "ledger_mb": ledger_mb, "checkpoint_mb": state_mb, "checkpoint_over_ledger": state_mb / ledger_mb,
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
