@@ -311,12 +311,11 @@ class Gateway(Extensions):
             planned = self._plan(stmt, accuracy, confidence, policy)
             steps: Sequence[Step] = planned.steps
             clock.reads_data = any(s.kind == "fresh" for s in steps)  # decided by the plan: public
-            if clock.reads_data:
-                steps, blue = self._measure(stmt, sql, planned, accuracy, confidence, policy, allow_partial)
-            else:
-                blue = planned.refined.blue
+            steps, blue, replayed = (self._measure(stmt, sql, planned, accuracy, confidence, policy, allow_partial)
+                                     if clock.reads_data else (steps, planned.refined.blue, False))
             secure = self._history.secure(stmt.table)
-            out = assemble(stmt, lambda c: answers(blue, steps, accuracy, c, policy, secure=secure), confidence)
+            out = assemble(stmt, lambda c: answers(blue, steps, accuracy, c, policy, secure=secure, replayed=replayed),
+                           confidence)
         result = Result(out, stmt, float(sum(s.increase for s in steps)))
         return result.rounded() if round else result
 
@@ -525,8 +524,7 @@ class Gateway(Extensions):
             self._warned_seeded = True
 
     def _plan(self, stmt: CompiledStatement, accuracy: float, confidence: float, policy: str) -> Plan:
-        """Plan ``stmt`` on a refined copy of its table's state (nothing of a refused statement
-        stays in the live state).  AVG / VAR / STDDEV plan their components (``dpgate.answer.combine``)."""
+        """Plan ``stmt`` on a refined copy of its table's (or a local) history; AVG/VAR/STDDEV plan their components."""
         queries = measured_queries(stmt)
         with memory_budget(self.max_memory):
             state = self._history.planning_state(stmt.table, queries)
@@ -541,11 +539,10 @@ class Gateway(Extensions):
         confidence: float,
         policy: str,
         allow_partial: bool,
-    ) -> tuple[list[Step], IncrementalBLUE]:
-        """Under the ledger lock: re-plan if others released meanwhile, check the
-        budget, measure, record, commit — and only then hand values back, with a
-        copy of the inference state as it was before this statement's releases.
-        ``planned``: the statement's plan, on its planning copy (:meth:`TableState.refined`)."""
+    ) -> tuple[list[Step], IncrementalBLUE, bool]:
+        """Under the ledger lock: re-plan if others released meanwhile, check the budget, measure, record,
+        commit — and only then hand values back, with the inference state before this statement's releases
+        (a copy), or (third: True) after them (``Plan.replayed``, revalued); ``planned``: the statement's plan."""
         self._warn_if_seeded()
         with self._ledger.transaction() as tx:
             seen = self._history.last_id
@@ -558,15 +555,18 @@ class Gateway(Extensions):
             spent = self._history.spent()
             if not fits(spent, needed, self.budget):
                 if allow_partial:
-                    return [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps], before
+                    return [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps], before, False
                 raise refusal(state.blue, steps, needed, spent, self.budget, accuracy, confidence,
                               secure=self._history.secure(state.table.name))
             charges = planned.recorded_charges()
             values, records = self._record(tx, state, planned.measurements, sql, "query", spent, charges)
         # Committed (fsync'd): only now may anything derived from the values leave.
+        if planned.replayed is not None:
+            planned.replayed.revalue(values)
         self._history.applied(planned, records, charges)
         it = iter(values)
-        return [s.measured(tuple(next(it) for _ in s.measurements)) if s.measurements else s for s in steps], before
+        measured = [s.measured(tuple(next(it) for _ in s.measurements)) if s.measurements else s for s in steps]
+        return (measured, before, False) if planned.replayed is None else (measured, planned.replayed, True)
 
     def _record(
         self, tx: LedgerTransaction, state: TableState, parts: Sequence[Measurement], sql: str, kind: str,

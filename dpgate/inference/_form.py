@@ -278,6 +278,13 @@ class Form(ABC):
         self._m = m + 1
         self._add(h, h / scale, scale)
 
+    def revalue(self, y: NDArray[np.float64]) -> None:
+        """The last ``y.size`` rows' values become ``y`` (see :meth:`IncrementalBLUE.revalue`)."""
+        m = self._m
+        self._own()
+        self._y[m - y.size: m] = y
+        self._memo = {key: found for key, found in self._memo.items() if key[0] != "estimate"}
+
     def split(self, p: NDArray[np.intp], d: NDArray[np.float64]) -> None:
         """New atom i is a piece of old atom ``p[i]``, of size ``d[i]`` (checked by the façade)."""
         self._memo = {}

@@ -261,6 +261,21 @@ class IncrementalBLUE:
         self._form.store(H, b, y, g)
         return True
 
+    def revalue(self, values: ArrayLike) -> None:
+        """The released values of the last ``len(values)`` rows become ``values``: rows appended
+        as placeholders while a statement was planned, before its values existed.  The design
+        (rows, scales, lattice steps) is unchanged, so remembered projections and solves are
+        kept and remembered estimates (which read the values) dropped: exactly the state that
+        appending the rows with these values gives, without a second projection or solve.
+
+        Raises:
+            InvalidArgument: more values than rows, or a value that is not finite.
+        """
+        y = finite_array(values, "values", ndim=1)
+        if y.size > self.n_rows:
+            raise InvalidArgument(f"{y.size} values for the last rows of a history of {self.n_rows}.")
+        self._form.revalue(y)
+
     def split(self, parent: ArrayLike, cell_sizes: ArrayLike) -> None:
         """Refine the partition: new atom i is a piece of old atom ``parent[i]``.
 

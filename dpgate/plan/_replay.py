@@ -20,7 +20,7 @@ __all__ = ["answers", "refusal"]
 
 def answers(
     blue: IncrementalBLUE, steps: Sequence[Step], accuracy: float, confidence: float, policy: str,
-    *, secure: bool,
+    *, secure: bool, replayed: bool = False,
 ) -> tuple[Answer, ...]:
     """Answer each step with the estimator its decision was verified on.
 
@@ -34,6 +34,9 @@ def answers(
     statement's later releases would lower the variance but can widen the certified
     interval by a lattice step.)  An ``alone`` step is its own release.  Which
     estimator is used depends only on the design, so coverage is unaffected.
+
+    ``replayed``: ``blue`` already holds the steps' measurements with their values, appended
+    so (its plan's :attr:`~dpgate.plan.plan.Plan.replayed`, revalued): nothing is replayed.
     """
     ordered = sorted(range(len(steps)), key=lambda i: steps[i].order)
     # The last step that reads the replayed history: nothing after it needs appending.
@@ -41,6 +44,8 @@ def answers(
                if not steps[i].alone and steps[i].kind != "exact" and steps[i].isolated is None
                and steps[i].same_as is None]
     last_reader = readers[-1] if readers else -1
+    if replayed:
+        last_reader = -1  # nothing to append
     replay = blue.copy() if any(steps[i].measurements for i in ordered[:last_reader + 1]) else blue
     out: list[Answer | None] = [None] * len(steps)
     laws: dict[tuple[float, float], tuple[ErrorLaw, float]] = {}  # a GROUP BY's alone groups share one law

@@ -157,8 +157,8 @@ def plan(
         priced.append(m)
         after.append(costs.charge_units)
 
-    blue = state.blue
-    own_blue = False  # plan copies the state's BLUE only when it appends to it
+    blue, own_blue = state.blue, False  # plan copies the state's BLUE only when it appends to it
+    replayed: IncrementalBLUE | None = None  # Plan.replayed
     steps: list[Step | None] = [None] * len(queries)
     order = 0
 
@@ -246,17 +246,18 @@ def plan(
                 blue, own_blue = blue.copy(), True
             candidates = _candidates(state, blue, costs, q, h, accuracy, confidence, policy)
             _, rank, parts = min(candidates, key=lambda c: (c[0], c[1]))
-            # Verified on the estimator that answers it — the replayed BLUE, as a later repeat of Q
-            # is answered — even when history does not determine Q (its release is then nearly
-            # alone, but the reported law is the BLUE's, not the closed form's).
+            # Verified on the estimator that answers it (the replayed BLUE), not a closed form.
             blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy)
+            if len(queries) == 1:  # the statement's one step, verified on its replay
+                replayed = blue
             before = costs.charge
             for m in parts:
                 add(m)
             place(i, Step(q, "fresh", h, tuple(parts), costs.charge - before))
         for i in block:
             planned.setdefault(queries[i], i)
-    return Plan.of([s for s in steps if s is not None], state, priced, RecordedCharges(start, tuple(after), costs))
+    return Plan.of([s for s in steps if s is not None], state, priced, RecordedCharges(start, tuple(after), costs),
+                   replayed)
 
 
 @dataclass(frozen=True, slots=True)

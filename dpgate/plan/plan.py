@@ -110,13 +110,21 @@ class Plan:
     charged: tuple[Measurement, ...] = field(repr=False)
     charges: RecordedCharges = field(repr=False)
     installable: bool = False
+    #: The planner's BLUE holding exactly :attr:`refined`'s history and then :attr:`measurements`,
+    #: appended one by one as placeholders valued 0 — the very state :func:`~dpgate.plan.decide.answers`
+    #: replays — when planning built it (a statement of one output measured with history), else
+    #: None.  Once the values exist it is that state (:meth:`IncrementalBLUE.revalue`), so the
+    #: answer takes no second append, projection or solve; answering consumes it.
+    replayed: IncrementalBLUE | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, steps: Sequence[Step], refined: TableState, charged: Sequence[Measurement],
-           charges: RecordedCharges) -> Plan:
-        """The plan of ``steps`` decided on ``refined``; ``charged``, ``charges``: as priced then."""
+           charges: RecordedCharges, replayed: IncrementalBLUE | None = None) -> Plan:
+        """The plan of ``steps`` decided on ``refined``; ``charged``, ``charges``: as priced then;
+        ``replayed``: see :attr:`replayed`."""
         measurements = tuple(m for s in steps for m in s.measurements)
-        return cls(tuple(steps), refined, measurements, tuple(charged), charges, _installable(refined, measurements))
+        return cls(tuple(steps), refined, measurements, tuple(charged), charges, _installable(refined, measurements),
+                   replayed)
 
     @classmethod
     def of_releases(cls, refined: TableState, releases: Sequence[Measurement], charges: RecordedCharges) -> Plan:

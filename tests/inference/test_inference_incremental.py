@@ -750,3 +750,28 @@ def test_a_state_pickled_before_the_two_forms_is_refused() -> None:
     old.__dict__ = {"_d": np.ones(3), "_m": 0, "_r": 0, "_info": None}
     with pytest.raises(TypeError, match="older dpgate build"):
         pickle.loads(pickle.dumps(old))
+
+
+def test_revalue_gives_the_state_appending_the_values_gives() -> None:
+    """Rows appended as placeholders while planning, then revalued once the values exist: the
+    same estimates, bit for bit, as appending them with their values (and no stale estimate)."""
+    rng = np.random.default_rng(5)
+    d = rng.integers(1, 4, 12).astype(float)
+    base = IncrementalBLUE(d)
+    for _ in range(8):
+        base.append(rng.integers(0, 2, 12).astype(float), scale=2.0, value=float(rng.normal(50, 5)))
+    h = rng.integers(0, 2, 12).astype(float)
+    q = h  # estimable once h is appended
+    planned, direct = base.copy(), base.copy()
+    planned.append(h, 1.5, 0.0)
+    before = planned.estimate(q)  # remembered, with the placeholder
+    planned.revalue([42.5])
+    direct.append(h, 1.5, 42.5)
+    got, want = planned.estimate(q), direct.estimate(q)
+    assert got.estimable and want.estimable
+    assert got.value == want.value and got.variance == want.variance and got.value != before.value
+    np.testing.assert_array_equal(planned.values, direct.values)
+    with pytest.raises(InvalidArgument):
+        planned.revalue(np.zeros(planned.n_rows + 1))
+    with pytest.raises(InvalidArgument):
+        planned.revalue([float("nan")])
