@@ -56,6 +56,7 @@ from dpgate.inference._blocks import (
     general_block,
     merged,
     mixed_block,
+    orthogonal_rows,
     project_blocks,
     second_pass,
     sparse_coefficients,
@@ -284,6 +285,32 @@ class BasisForm(Form):
         S = self._S
         PS = S.t_times(P).T  # Pᵀ S
         S.border(-Linv @ PS, Linv)
+        self._r = r + k
+        self._fresh = False
+        return True
+
+    def extend_orthogonal(self, H: NDArray[np.float64] | sp.csr_matrix, b: NDArray[np.float64],
+                          y: NDArray[np.float64], g: NDArray[np.float64]) -> bool:
+        """Non-zero rows with pairwise disjoint supports, each D-orthogonal to the basis (a first
+        GROUP BY: ``_blocks.orthogonal_rows``), as one block whatever their number — the
+        one-row formulas of :meth:`append` with ``c = 0``: V gains ``g_i/‖g_i‖_D`` (a frozen
+        block of its own), C the rows ``[0, diag(‖g_i‖_D)]`` and S the diagonal block
+        ``diag(1/‖g_i‖_D)``.  False (nothing changed) when the rows are not such."""
+        Gs = (sp.diags(1.0 / b) @ sp.csr_matrix(H)).tocsr()
+        found = orthogonal_rows(self._vblocks(), self._d, Gs, self._r)
+        if found is None:
+            return False
+        norms, Vnew = found
+        self._memo = {}
+        r, k = self._r, norms.size
+        self.store(H, b, y, g)
+        C = np.zeros((k, r + k))
+        C[np.arange(k), r + np.arange(k)] = norms
+        self._C.add_frozen(C)
+        self._blocks, self._V, self._rv = [*self._vblocks(), Block(Vnew)], np.zeros((8, self.n_atoms)), 0
+        diag = np.zeros((k, k))  # np.diag writes through a flat iterator: 50× slower at k = 4 096
+        diag[np.arange(k), np.arange(k)] = 1.0 / norms
+        self._S.border(np.zeros((k, r)), diag)
         self._r = r + k
         self._fresh = False
         return True

@@ -27,7 +27,7 @@ from dpgate._blas import threads_for
 from dpgate.inference._sparse import matmul, sparse_worth
 
 __all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "Block", "combined_classes", "covers_every_atom", "disjoint",
-           "disjoint_block", "equal_columns", "general_block", "merged", "mixed_block", "project_blocks",
+           "disjoint_block", "equal_columns", "general_block", "merged", "mixed_block", "orthogonal_rows", "project_blocks",
            "second_pass", "sparse_coefficients", "sparse_rows", "threads_for_blocks", "times_and_back"]
 
 EXTEND_RTOL = 1e-9
@@ -261,9 +261,37 @@ def disjoint_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.fl
         Linv = solve_triangular(L, np.eye(L.shape[0]), lower=True)
     rows = np.zeros((Linv.shape[0], G.shape[1]))
     rows[:, j] = Linv[:, i] * v  # L⁻¹G: an atom is in one group at most
-    if r:
+    if r and P.any():  # P = 0: the residuals are the rows themselves (no O(k r n) product of zeros)
         rows -= _combine(blocks, Linv @ P.T, G.shape[1])
     return P, np.asarray(L, dtype=np.float64), Linv, rows
+
+
+def orthogonal_rows(blocks: list[Block], d: NDArray[np.float64], G: sp.csr_matrix,
+                    r: int) -> tuple[NDArray[np.float64], NDArray[np.float64]] | None:
+    """``(norms, new basis rows)`` for non-zero rows G (sparse, scaled) with pairwise disjoint
+    supports, each D-orthogonal to the basis (``V D Gᵀ = 0``: a first GROUP BY, or one over
+    atoms no release touched); None otherwise.
+
+    Appending such rows one by one, each row's coefficients on the basis (and on the rows
+    before it) are zero, so its residual is the row itself: the basis gains ``g_i/‖g_i‖_D``
+    and no Gram–Schmidt or factorisation is needed, whatever the number of rows — O(nnz r)
+    for the coefficients, and the new rows written once.
+    """
+    G = sp.csr_matrix(G, copy=True)
+    G.sum_duplicates()
+    G.eliminate_zeros()
+    k, n = G.shape
+    per_row = np.diff(G.indptr)
+    if r + k > n or not (per_row > 0).all() or np.bincount(G.indices, minlength=n).max(initial=0) > 1:
+        return None
+    X = sp.csr_matrix((G.data * d[G.indices], G.indices, G.indptr), shape=G.shape)  # the rows of G D
+    if r and sparse_coefficients(blocks, X, r).any():
+        return None
+    owner = np.repeat(np.arange(k), per_row)
+    norms = np.sqrt(np.bincount(owner, weights=G.data * X.data, minlength=k))
+    rows = np.zeros((k, n))
+    rows[owner, G.indices] = G.data / norms[owner]
+    return norms, rows
 
 
 def general_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float64],

@@ -69,6 +69,12 @@ class Rows:
         self._t += k
         self._w = max(self._w, w)
 
+    def add_frozen(self, rows: NDArray[np.float64]) -> None:
+        """Append rows (k × w) as a frozen block of their own, not copied into the tail (a large
+        block: a GROUP BY's thousands of groups); the caller never writes them again."""
+        self._blocks = [*self._parts(), rows]
+        self._tail, self._t, self._w = np.zeros((16, 8)), 0, 0
+
     def _parts(self) -> list[NDArray[np.float64]]:
         return [*self._blocks, self._tail[: self._t]] if self._t else self._blocks
 
@@ -193,7 +199,16 @@ class Root:
         """``S ← [[S, 0], [q, s]]`` for k new directions: q is k × r, s (k × k) lower triangular."""
         k, r = s.shape[0], self.size
         if r == 0:  # S is s itself (a first block): nothing to fold
-            self._S0, self._X, self._Z = np.array(s, dtype=np.float64), np.zeros((k, 0)), np.zeros((k, 0))
+            self._S0, self._X, self._Z = np.asarray(s, dtype=np.float64), np.zeros((k, 0)), np.zeros((k, 0))
+            return
+        if self._X.shape[1] + k > min(MAX_RANK, (r + k) // 8) and not q.any():
+            # New directions orthogonal to the old ones (q = 0) that would be folded anyway:
+            # S becomes diag(S, s), written once instead of an (r + k)² (p + k) product.
+            self.fold()
+            S = np.zeros((r + k, r + k))
+            S[:r, :r] = self._S0
+            S[r:, r:] = s
+            self._S0, self._X, self._Z = S, np.zeros((r + k, 0)), np.zeros((r + k, 0))
             return
         pad = np.zeros((k, self._X.shape[1]))
         self._X = np.concatenate([np.concatenate([self._X, pad]), np.concatenate([np.zeros((r, k)), np.eye(k)])],

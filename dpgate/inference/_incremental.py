@@ -215,7 +215,8 @@ class IncrementalBLUE:
         if (b <= 0).any() or (g < 0).any():
             raise InvalidArgument("scales must be positive and lattice steps non-negative.")
         if k > _CHUNK:
-            if self._span(H, b, y, g):
+            if self._span(H, b, y, g) or (isinstance(self._form, BasisForm)
+                                          and self._form.extend_orthogonal(H, b, y, g)):
                 return
             # In chunks: Gram–Schmidt inside a block is O(k² n); against the basis it is one
             # matrix product per chunk.
