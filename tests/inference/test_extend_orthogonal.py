@@ -6,6 +6,7 @@ further overlapping release."""
 from __future__ import annotations
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -69,6 +70,11 @@ def test_large_disjoint_release_equals_appends(seed: int, sparse: bool) -> None:
     block.extend(sp.csr_matrix(H) if sparse else H, scales, values)
     assert isinstance(block.form, BasisForm) and len(block.form._C._blocks) == 1  # one block, not chunks
     _same(seq, block, _queries(rng, H, uncovered, n))
+    _same(seq, pickle.loads(pickle.dumps(block)), _queries(rng, H, uncovered, n))  # a checkpoint
+    rebuilt = block.copy()
+    assert isinstance(rebuilt.form, BasisForm)
+    rebuilt.form._refresh()  # S rebuilt from C (sparse block and all)
+    _same(seq, rebuilt, _queries(rng, H, uncovered, n))
     assert block.estimable_with(np.eye(n)[uncovered[0]], np.eye(n)[uncovered[0]])
     assert not block.estimable_with(np.eye(n)[uncovered[0]], H[0])
 
