@@ -152,8 +152,8 @@ class BasisForm(Form):
         if self._r == d.size:  # V spans every atom: the residual is zero (half the work skipped)
             dv = d * v
             with threads_for_blocks(blocks):
-                return np.concatenate([B.rows @ B.gather(dv) for B in blocks]), np.zeros(v.shape)
-        if len(blocks) == 1 and blocks[0].cols is None:
+                return np.concatenate([B.times(B.gather(dv)) for B in blocks]), np.zeros(v.shape)
+        if len(blocks) == 1 and blocks[0].cols is None and isinstance(blocks[0].rows, np.ndarray):
             V = blocks[0].rows
             c = V @ (d * v)
             res = v - c @ V
@@ -441,7 +441,7 @@ class BasisForm(Form):
         res = X.copy()
         d = self._d
         for B in self._vblocks():
-            res -= B.spread((B.gather(X * d) @ B.rows.T) @ B.rows)
+            res -= B.spread(B.left(B.times(B.gather(X * d).T).T))
         return res
 
     def restrictions_possible(self, Q: NDArray[np.float64], left_out: list[NDArray[np.intp]]) -> list[bool]:
@@ -456,7 +456,8 @@ class BasisForm(Form):
         out = []
         for idx in left_out:
             dv = d[idx] * Q[idx]
-            c = np.concatenate([B.rows[:, idx if B.cols is None else B.cols[idx]] @ dv for B in blocks])
+            c = np.concatenate([np.asarray(B.rows[:, idx if B.cols is None else B.cols[idx]] @ dv).ravel()
+                                for B in blocks])
             a = float(dv @ Q[idx]) - float(c @ c)  # ‖res(h_out)‖²
             p = float(dv @ res[idx])  # ⟨res(Q), h_out⟩
             K = R - 2.0 * p + a  # ‖res(h_keep)‖²
