@@ -75,6 +75,10 @@ def test_large_disjoint_release_equals_appends(seed: int, sparse: bool) -> None:
     assert isinstance(rebuilt.form, BasisForm)
     rebuilt.form._refresh()  # S rebuilt from C (sparse block and all)
     _same(seq, rebuilt, _queries(rng, H, uncovered, n))
+    # A repeat of the groups: their coordinates are read from C's (sparse) rows.
+    for ea, eb in zip(seq.estimate_many(H[:20], list(range(20))), block.estimate_many(H[:20], list(range(20))),
+                      strict=True):
+        assert eb.value == pytest.approx(ea.value, rel=1e-9) and eb.variance == pytest.approx(ea.variance, rel=1e-9)
     assert block.estimable_with(np.eye(n)[uncovered[0]], np.eye(n)[uncovered[0]])
     assert not block.estimable_with(np.eye(n)[uncovered[0]], H[0])
 
