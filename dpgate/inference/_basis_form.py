@@ -26,7 +26,9 @@ Storage.  Nothing a copy may share is ever written: V is kept as row blocks that
 never written after they are filled (``_blocks``), C as frozen row blocks and S as
 ``diag(S₀, I)(I + XZᵀ)`` (``_factors``), so :meth:`BasisForm.copy` costs O(r p),
 not O(m r + r² + r n); y, b, γ are copied on the first write after a copy (``_form``).
-A block of releases enters at once (``_blocks``: disjoint groups, new directions, or any mix).
+A block of releases enters at once (``_blocks``: disjoint groups, new directions, or any mix);
+a GROUP BY on atoms no release touched, as sparse basis rows, sparse C rows and a diagonal S
+(:meth:`BasisForm.extend_orthogonal`).
 
 Splitting atoms (new atom i is a piece of old atom ``parent[i]``): ``V ← V[:, parent]``
 (recorded, not copied: ``_blocks.Block``) and ``d ← new sizes``.  V stays orthonormal because the sizes of the pieces of

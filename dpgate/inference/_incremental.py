@@ -195,7 +195,9 @@ class IncrementalBLUE:
         on the new directions, C gains the rows ``[Pᵀ, L]`` and the square root of M
         becomes ``[[S, 0], [−L⁻¹PᵀS, L⁻¹]]`` (the one-row formula of :meth:`append`
         with ρ → L).  Otherwise — or when a row is zero or adds a direction only barely
-        — the rows are appended one by one.
+        — the rows are appended one by one.  More than ``_CHUNK`` rows go in chunks of that
+        many, unless they span every atom (:meth:`_span`) or are disjoint and touch no atom
+        the history touches (a first GROUP BY: ``BasisForm.extend_orthogonal``, one sparse block).
 
         Raises:
             InvalidArgument: On a wrong shape or non-finite / non-positive numbers.
