@@ -26,7 +26,9 @@ Storage.  Nothing a copy may share is ever written: V is kept as row blocks that
 never written after they are filled (``_blocks``), C as frozen row blocks and S as
 ``diag(S₀, I)(I + XZᵀ)`` (``_factors``), so :meth:`BasisForm.copy` costs O(r p),
 not O(m r + r² + r n); y, b, γ are copied on the first write after a copy (``_form``).
-A block of releases enters at once (``_blocks``: disjoint groups, new directions, or any mix).
+A block of releases enters at once (``_blocks``: disjoint groups, new directions, or any mix);
+a GROUP BY on atoms no release touched, as sparse basis rows, sparse C rows and a diagonal S
+(:meth:`BasisForm.extend_orthogonal`).
 
 Splitting atoms (new atom i is a piece of old atom ``parent[i]``): ``V ← V[:, parent]``
 (recorded, not copied: ``_blocks.Block``) and ``d ← new sizes``.  V stays orthonormal because the sizes of the pieces of
@@ -56,6 +58,7 @@ from dpgate.inference._blocks import (
     general_block,
     merged,
     mixed_block,
+    orthogonal_rows,
     project_blocks,
     second_pass,
     sparse_coefficients,
@@ -151,8 +154,8 @@ class BasisForm(Form):
         if self._r == d.size:  # V spans every atom: the residual is zero (half the work skipped)
             dv = d * v
             with threads_for_blocks(blocks):
-                return np.concatenate([B.rows @ B.gather(dv) for B in blocks]), np.zeros(v.shape)
-        if len(blocks) == 1 and blocks[0].cols is None:
+                return np.concatenate([B.times(B.gather(dv)) for B in blocks]), np.zeros(v.shape)
+        if len(blocks) == 1 and blocks[0].cols is None and isinstance(blocks[0].rows, np.ndarray):
             V = blocks[0].rows
             c = V @ (d * v)
             res = v - c @ V
@@ -288,6 +291,28 @@ class BasisForm(Form):
         self._fresh = False
         return True
 
+    def extend_orthogonal(self, H: NDArray[np.float64] | sp.csr_matrix, b: NDArray[np.float64],
+                          y: NDArray[np.float64], g: NDArray[np.float64]) -> bool:
+        """Non-zero rows with pairwise disjoint supports, each D-orthogonal to the basis (a first
+        GROUP BY: ``_blocks.orthogonal_rows``), as one block whatever their number — the
+        one-row formulas of :meth:`append` with ``c = 0``: V gains ``g_i/‖g_i‖_D`` (a frozen
+        block of its own), C the rows ``[0, diag(‖g_i‖_D)]`` (kept sparse) and S the diagonal
+        block ``diag(1/‖g_i‖_D)`` (kept as a vector when S is diagonal).  False (nothing changed) when the rows are not such."""
+        Gs = (sp.diags(1.0 / b) @ sp.csr_matrix(H)).tocsr()
+        found = orthogonal_rows(self._vblocks(), self._d, Gs, self._r)
+        if found is None:
+            return False
+        norms, Vnew = found
+        self._memo = {}
+        r, k = self._r, norms.size
+        self.store(H, b, y, g)
+        self._C.add_frozen(sp.csr_matrix((norms, r + np.arange(k), np.arange(k + 1)), shape=(k, r + k)))
+        self._blocks, self._V, self._rv = [*self._vblocks(), Block(Vnew)], np.zeros((8, self.n_atoms)), 0
+        self._S.border(np.zeros((k, r)), 1.0 / norms)  # a diagonal block
+        self._r = r + k
+        self._fresh = False
+        return True
+
     def _extend_mixed(self, H: NDArray[np.float64], G: NDArray[np.float64], b: NDArray[np.float64],
                       y: NDArray[np.float64], g: NDArray[np.float64], norms: NDArray[np.float64]) -> bool:
         """Any block of non-zero rows: which add directions is decided in order, as
@@ -418,7 +443,7 @@ class BasisForm(Form):
         res = X.copy()
         d = self._d
         for B in self._vblocks():
-            res -= B.spread((B.gather(X * d) @ B.rows.T) @ B.rows)
+            res -= B.spread(B.left(B.times(B.gather(X * d).T).T))
         return res
 
     def restrictions_possible(self, Q: NDArray[np.float64], left_out: list[NDArray[np.intp]]) -> list[bool]:
@@ -433,7 +458,8 @@ class BasisForm(Form):
         out = []
         for idx in left_out:
             dv = d[idx] * Q[idx]
-            c = np.concatenate([B.rows[:, idx if B.cols is None else B.cols[idx]] @ dv for B in blocks])
+            c = np.concatenate([np.asarray(B.rows[:, idx if B.cols is None else B.cols[idx]] @ dv).ravel()
+                                for B in blocks])
             a = float(dv @ Q[idx]) - float(c @ c)  # ‖res(h_out)‖²
             p = float(dv @ res[idx])  # ⟨res(Q), h_out⟩
             K = R - 2.0 * p + a  # ‖res(h_keep)‖²

@@ -5,6 +5,10 @@ share them), and a block of releases can be added at once: disjoint rows (a
 GROUP BY's groups) through the Cholesky factor of their small Gram matrix, other
 rows by block Gram–Schmidt and an LQ factorisation.
 
+A block's rows are dense, or sparse for a GROUP BY recorded on atoms no earlier release
+touched (:func:`orthogonal_rows`: each basis row is a scaled group, k rows with as many
+non-zeros as atoms in all, not k × n numbers).
+
 A block keeps the atoms it was filled on: splitting atoms only records which old
 atom each new one is a piece of (``cols``), since a basis row is constant on the
 pieces (``V ← V[:, parent]``).  Products with it aggregate a vector over the pieces
@@ -27,7 +31,7 @@ from dpgate._blas import threads_for
 from dpgate.inference._sparse import matmul, sparse_worth
 
 __all__ = ["EXTEND_RTOL", "MAX_BLOCKS", "Block", "combined_classes", "covers_every_atom", "disjoint",
-           "disjoint_block", "equal_columns", "general_block", "merged", "mixed_block", "project_blocks",
+           "disjoint_block", "equal_columns", "general_block", "merged", "mixed_block", "orthogonal_rows", "project_blocks",
            "second_pass", "sparse_coefficients", "sparse_rows", "threads_for_blocks", "times_and_back"]
 
 EXTEND_RTOL = 1e-9
@@ -39,15 +43,30 @@ MAX_BLOCKS = 4
 
 @dataclass(frozen=True, eq=False)
 class Block:
-    """Basis rows over the atoms they were filled on; ``cols[j]`` is the column of current
-    atom j (``None``: the current atoms themselves)."""
+    """Basis rows over the atoms they were filled on (dense, or sparse: :func:`orthogonal_rows`);
+    ``cols[j]`` is the column of current atom j (``None``: the current atoms themselves)."""
 
-    rows: NDArray[np.float64]
+    rows: NDArray[np.float64] | sp.csr_matrix
     cols: NDArray[np.intp] | None = None
 
     @property
     def size(self) -> int:
         return int(self.rows.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a product reads."""
+        R = self.rows
+        return int(R.nbytes) if isinstance(R, np.ndarray) else int(R.data.nbytes + R.indices.nbytes)
+
+    def times(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``rows @ x`` (x over the block's columns: a vector, or one column per vector)."""
+        return np.asarray(self.rows @ x)
+
+    def left(self, w: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``w @ rows`` (w: coefficients on the block's rows, a vector or one row per vector)."""
+        R = self.rows
+        return np.asarray(w @ R) if isinstance(R, np.ndarray) else np.asarray(R.T @ w.T).T
 
     @cached_property
     def _pieces(self) -> sp.csr_matrix:
@@ -72,13 +91,15 @@ class Block:
         return y if self.cols is None else y[..., self.cols]
 
     def dense(self) -> NDArray[np.float64]:
-        """The rows over the current atoms."""
-        return self.spread(self.rows)
+        """The rows over the current atoms (dense)."""
+        R = self.rows
+        return self.spread(R if isinstance(R, np.ndarray) else R.toarray())
 
     @cached_property
     def column_classes(self) -> NDArray[np.intp]:
         """For each of the block's own columns, a class id: equal ids, equal columns."""
-        return equal_columns(self.rows)
+        R = self.rows
+        return equal_columns(R) if isinstance(R, np.ndarray) else _sparse_equal_columns(R)
 
     def classes(self) -> NDArray[np.intp]:
         """:attr:`column_classes` of the current atoms."""
@@ -111,6 +132,22 @@ def equal_columns(A: NDArray[np.float64]) -> NDArray[np.intp]:
     return cls
 
 
+def _sparse_equal_columns(A: sp.csr_matrix) -> NDArray[np.intp]:
+    """:func:`equal_columns` of sparse rows with at most one non-zero per column (disjoint
+    groups, :func:`orthogonal_rows`): equal columns are those with the same row and value, or none."""
+    C = sp.csc_matrix(A)
+    C.eliminate_zeros()
+    count = np.diff(C.indptr)
+    if count.max(initial=0) > 1:
+        return equal_columns(C.toarray())
+    row = np.full(C.shape[1], -1.0)
+    value = np.zeros(C.shape[1])
+    has = count == 1
+    row[has] = C.indices
+    value[has] = C.data
+    return np.unique(np.stack([row, value], axis=1), axis=0, return_inverse=True)[1].reshape(-1).astype(np.intp)
+
+
 def combined_classes(ids: list[NDArray[np.intp]]) -> NDArray[np.intp]:
     """Class ids of the tuples ``(ids[0][j], ids[1][j], …)``: equal tuples, equal ids."""
     out = ids[0]
@@ -126,8 +163,15 @@ def merged(blocks: list[Block]) -> list[Block]:
         return blocks
     rest = sum(B.size for B in blocks[1:])
     if rest <= blocks[0].size:
-        return [blocks[0], Block(np.concatenate([B.dense() for B in blocks[1:]]))]
-    return [Block(np.concatenate([B.dense() for B in blocks]))]
+        return [blocks[0], _joined(blocks[1:])]
+    return [_joined(blocks)]
+
+
+def _joined(blocks: list[Block]) -> Block:
+    """One block of the rows of ``blocks`` on the current atoms: sparse if they all are."""
+    if all(not isinstance(B.rows, np.ndarray) for B in blocks):
+        return Block(sp.vstack([B.rows if B.cols is None else B.rows[:, B.cols] for B in blocks], format="csr"))
+    return Block(np.concatenate([B.dense() for B in blocks]))
 
 
 #: Rows of a matrix read together by :func:`times_and_back` (about this many bytes: cache-sized),
@@ -165,7 +209,7 @@ def second_pass(r: NDArray[np.float64], v: NDArray[np.float64]) -> NDArray[np.bo
 
 def threads_for_blocks(blocks: list[Block]) -> contextlib.AbstractContextManager[None]:
     """:func:`~dpgate._blas.threads_for` the products that read every block's rows."""
-    return threads_for(sum(B.rows.nbytes for B in blocks))
+    return threads_for(sum(B.nbytes for B in blocks))
 
 
 def project_blocks(
@@ -177,7 +221,11 @@ def project_blocks(
     cs, res = [], v.copy()
     with threads_for_blocks(blocks):
         for B in blocks:
-            c, back = times_and_back(B.rows, B.gather(dv).T)
+            if isinstance(B.rows, np.ndarray):
+                c, back = times_and_back(B.rows, B.gather(dv).T)
+            else:
+                c = B.times(B.gather(dv).T)
+                back = np.asarray(B.rows.T @ c)
             res -= B.spread(back.T)
             cs.append(c)
     return (np.concatenate(cs).T if cs else np.zeros((*v.shape[:-1], 0))), res
@@ -210,7 +258,8 @@ def sparse_coefficients(blocks: list[Block], X: sp.csr_matrix, r: int) -> NDArra
     P = np.zeros((r, X.shape[0]))
     top = 0
     for B in blocks:
-        P[top: top + B.size] = np.asarray(B.gather_sparse(X) @ B.rows.T).T
+        prod = B.gather_sparse(X) @ B.rows.T
+        P[top: top + B.size] = (prod.toarray() if sp.issparse(prod) else np.asarray(prod)).T
         top += B.size
     return P
 
@@ -222,7 +271,7 @@ def _coefficients(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.flo
     top = 0
     with threads_for_blocks(blocks):
         for B in blocks:
-            P[top: top + B.size] = B.rows @ B.gather(G * d).T
+            P[top: top + B.size] = B.times(B.gather(G * d).T)
             top += B.size
     return P
 
@@ -233,7 +282,7 @@ def _combine(blocks: list[Block], W: NDArray[np.float64], n: int) -> NDArray[np.
     top = 0
     with threads_for_blocks(blocks):
         for B in blocks:
-            out += B.spread(W[:, top: top + B.size] @ B.rows)
+            out += B.spread(B.left(W[:, top: top + B.size]))
             top += B.size
     return out
 
@@ -261,9 +310,35 @@ def disjoint_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.fl
         Linv = solve_triangular(L, np.eye(L.shape[0]), lower=True)
     rows = np.zeros((Linv.shape[0], G.shape[1]))
     rows[:, j] = Linv[:, i] * v  # L⁻¹G: an atom is in one group at most
-    if r:
+    if r and P.any():  # P = 0: the residuals are the rows themselves (no O(k r n) product of zeros)
         rows -= _combine(blocks, Linv @ P.T, G.shape[1])
     return P, np.asarray(L, dtype=np.float64), Linv, rows
+
+
+def orthogonal_rows(blocks: list[Block], d: NDArray[np.float64], G: sp.csr_matrix,
+                    r: int) -> tuple[NDArray[np.float64], sp.csr_matrix] | None:
+    """``(norms, new basis rows)`` (sparse) for non-zero rows G (sparse, scaled) with pairwise disjoint
+    supports, each D-orthogonal to the basis (``V D Gᵀ = 0``: a first GROUP BY, or one over
+    atoms no release touched); None otherwise.
+
+    Appending such rows one by one, each row's coefficients on the basis (and on the rows
+    before it) are zero, so its residual is the row itself: the basis gains ``g_i/‖g_i‖_D``
+    and no Gram–Schmidt or factorisation is needed, whatever the number of rows — O(nnz r)
+    for the coefficients, and the new rows kept sparse.
+    """
+    G = sp.csr_matrix(G, copy=True)
+    G.sum_duplicates()
+    G.eliminate_zeros()
+    k, n = G.shape
+    per_row = np.diff(G.indptr)
+    if r + k > n or not (per_row > 0).all() or np.bincount(G.indices, minlength=n).max(initial=0) > 1:
+        return None
+    X = sp.csr_matrix((G.data * d[G.indices], G.indices, G.indptr), shape=G.shape)  # the rows of G D
+    if r and sparse_coefficients(blocks, X, r).any():
+        return None
+    owner = np.repeat(np.arange(k), per_row)
+    norms = np.sqrt(np.bincount(owner, weights=G.data * X.data, minlength=k))
+    return norms, sp.csr_matrix((G.data / norms[owner], G.indices, G.indptr), shape=(k, n))
 
 
 def general_block(blocks: list[Block], d: NDArray[np.float64], G: NDArray[np.float64],

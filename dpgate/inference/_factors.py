@@ -13,14 +13,18 @@ Here both are append-only:
   ``S ← S(I + a bᵀ)`` and the bordering ``S ← [[S, 0], [qᵀ, s]]`` of a new direction
   are both ``W ← W(I + low rank)`` for ``W = I + XZᵀ``, since
   ``(I + XZᵀ)(I + abᵀ) = I + [X, a + X(Zᵀa)][Z, b]ᵀ``; past :data:`MAX_RANK` columns
-  they are folded into a new S₀ (one matrix product, O(r² p)).
+  they are folded into a new S₀ (one matrix product, O(r² p)).  S₀ may be kept as its
+  diagonal (a vector): a GROUP BY released on its own has ``S = diag(1/‖g_i‖)``, and its
+  thousands of groups would otherwise make an r × r array of zeros.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TypeAlias
 
 import numpy as np
+import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from dpgate._blas import threads_for
@@ -35,11 +39,15 @@ MAX_RANK = 32
 _PANEL = 32
 
 
+#: A frozen block of C: dense, or sparse (a GROUP BY's ``[0, diag(‖g_i‖)]``, :meth:`Rows.add_frozen`).
+_Block: TypeAlias = NDArray[np.float64] | sp.csr_matrix
+
+
 class Rows:
     """C (m × r) as frozen row blocks and an own tail buffer (see the module doc)."""
 
     def __init__(self) -> None:
-        self._blocks: list[NDArray[np.float64]] = []
+        self._blocks: list[_Block] = []
         self._tail = np.zeros((16, 8))
         self._t = 0  # filled rows of the tail
         self._w = 0  # the widest row in the tail
@@ -69,12 +77,19 @@ class Rows:
         self._t += k
         self._w = max(self._w, w)
 
-    def _parts(self) -> list[NDArray[np.float64]]:
+    def add_frozen(self, rows: sp.csr_matrix) -> None:
+        """Append sparse rows (k × w) as a frozen block of their own, not copied into the tail
+        (a GROUP BY's thousands of groups: ``[0, diag(‖g_i‖)]``); never written again."""
+        self._blocks = [*self._parts(), sp.csr_matrix(rows)]
+        self._tail, self._t, self._w = np.zeros((16, 8)), 0, 0
+
+    def _parts(self) -> list[_Block]:
         return [*self._blocks, self._tail[: self._t]] if self._t else self._blocks
 
     def times(self, z: NDArray[np.float64]) -> NDArray[np.float64]:
         """``C z`` (z has r entries)."""
-        parts = [B @ z[: B.shape[1]] if B.shape[1] <= z.size else B[:, : z.size] @ z for B in self._parts()]
+        parts = [np.asarray(B @ z[: B.shape[1]] if B.shape[1] <= z.size else B[:, : z.size] @ z)
+                 for B in self._parts()]
         return np.concatenate(parts) if parts else np.zeros(0)
 
     def times_and_gram(self, z: NDArray[np.float64], r: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -82,10 +97,15 @@ class Rows:
         C (10 000 × 4 000 after a long history) is read from memory once, not twice."""
         parts, out = [], np.zeros((r, *z.shape[1:]))
         blocks = self._parts()
-        with threads_for(sum(B.nbytes for B in blocks)):
+        with threads_for(sum(_nbytes(B) for B in blocks)):
             for B in blocks:
                 w = min(B.shape[1], r)
-                y, back = times_and_back(B[:, :w], z[:w])
+                if isinstance(B, np.ndarray):
+                    y, back = times_and_back(B[:, :w], z[:w])
+                else:
+                    Bw = B[:, :w] if w < B.shape[1] else B
+                    y = np.asarray(Bw @ z[:w])
+                    back = np.asarray(Bw.T @ y)
                 out[:w] += back
                 parts.append(y)
         return (np.concatenate(parts) if parts else np.zeros((0, *z.shape[1:]))), out
@@ -96,7 +116,7 @@ class Rows:
             if i < B.shape[0]:
                 out = np.zeros(r)
                 w = min(B.shape[1], r)
-                out[:w] = B[i, :w]
+                out[:w] = B[i, :w] if isinstance(B, np.ndarray) else B[[i]].toarray()[0, :w]
                 return out
             i -= B.shape[0]
         raise IndexError("row index out of range")
@@ -108,7 +128,7 @@ class Rows:
         top = 0
         for B in parts:
             w = min(B.shape[1], r)
-            out[top: top + B.shape[0], :w] = B[:, :w]
+            out[top: top + B.shape[0], :w] = B[:, :w] if isinstance(B, np.ndarray) else B[:, :w].toarray()
             top += B.shape[0]
         return out
 
@@ -118,7 +138,11 @@ class Rows:
 _JOINED_BYTES = 1 << 22
 
 
-def _compacted(blocks: list[NDArray[np.float64]]) -> list[NDArray[np.float64]]:
+def _nbytes(B: _Block) -> int:
+    return int(B.nbytes) if isinstance(B, np.ndarray) else int(B.data.nbytes + B.indices.nbytes)
+
+
+def _compacted(blocks: list[_Block]) -> list[_Block]:
     """``blocks`` with the last two joined (zero-padded to the wider) while the earlier one
     has no more rows than the later and the joined block stays under :data:`_JOINED_BYTES`.
 
@@ -129,6 +153,8 @@ def _compacted(blocks: list[NDArray[np.float64]]) -> list[NDArray[np.float64]]:
     out = list(blocks)
     while len(out) > 1:
         a, b = out[-2], out[-1]
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):  # a sparse block stays as it is
+            break
         w = max(a.shape[1], b.shape[1])
         if a.shape[0] > b.shape[0] or 8 * w * (a.shape[0] + b.shape[0]) > _JOINED_BYTES:
             break
@@ -137,6 +163,13 @@ def _compacted(blocks: list[NDArray[np.float64]]) -> list[NDArray[np.float64]]:
         joined[a.shape[0]:, : b.shape[1]] = b
         out[-2:] = [joined]
     return out
+
+
+def _s0_times(S0: NDArray[np.float64], v: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``S₀ v`` (or ``S₀ᵀ v`` for ``S₀ᵀ``) for a dense S₀ or a diagonal one (a vector)."""
+    if S0.ndim == 1:
+        return S0 * v if v.ndim == 1 else S0[:, None] * v
+    return matmul(S0, v)
 
 
 class Root:
@@ -162,7 +195,7 @@ class Root:
         w = v + self._X @ (self._Z.T @ v) if self._X.shape[1] else v.copy()
         r0 = self._S0.shape[0]
         with threads_for(self._S0.nbytes):  # S₀ is r × r: 128 MB at rank 4 000
-            w[:r0] = matmul(self._S0, w[:r0])
+            w[:r0] = _s0_times(self._S0, w[:r0])
         return w
 
     def t_times(self, v: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -170,7 +203,7 @@ class Root:
         r0 = self._S0.shape[0]
         w = v.copy()
         with threads_for(self._S0.nbytes):
-            w[:r0] = matmul(self._S0.T, v[:r0])
+            w[:r0] = _s0_times(self._S0.T, v[:r0])
         if self._X.shape[1]:
             w += self._Z @ (self._X.T @ w)
         return w
@@ -190,11 +223,25 @@ class Root:
             self.fold()
 
     def border(self, q: NDArray[np.float64], s: NDArray[np.float64]) -> None:
-        """``S ← [[S, 0], [q, s]]`` for k new directions: q is k × r, s (k × k) lower triangular."""
+        """``S ← [[S, 0], [q, s]]`` for k new directions: q is k × r, s (k × k) lower triangular,
+        or a vector: the diagonal of a diagonal s."""
         k, r = s.shape[0], self.size
         if r == 0:  # S is s itself (a first block): nothing to fold
-            self._S0, self._X, self._Z = np.array(s, dtype=np.float64), np.zeros((k, 0)), np.zeros((k, 0))
+            self._S0, self._X, self._Z = np.asarray(s, dtype=np.float64), np.zeros((k, 0)), np.zeros((k, 0))
             return
+        if self._X.shape[1] + k > min(MAX_RANK, (r + k) // 8) and not q.any():
+            # New directions orthogonal to the old ones (q = 0) that would be folded anyway:
+            # S becomes diag(S, s), written once instead of an (r + k)² (p + k) product.
+            self.fold()
+            if self._S0.ndim == 1 and s.ndim == 1:
+                S = np.concatenate([self._S0, s])
+            else:
+                S = np.zeros((r + k, r + k))
+                S[:r, :r] = _dense(self._S0)
+                S[r:, r:] = _dense(s)
+            self._S0, self._X, self._Z = S, np.zeros((r + k, 0)), np.zeros((r + k, 0))
+            return
+        s = _dense(s)
         pad = np.zeros((k, self._X.shape[1]))
         self._X = np.concatenate([np.concatenate([self._X, pad]), np.concatenate([np.zeros((r, k)), np.eye(k)])],
                                  axis=1)
@@ -231,7 +278,7 @@ class Root:
         # earlier rows of the block added (not the row's own), zero beyond.
         W = np.zeros((total, k))
         with threads_for(self._S0.nbytes):
-            W[:r0] = self._S0.T @ P[:r0]
+            W[:r0] = _s0_times(self._S0.T, P[:r0])
         W[r0:size] = P[r0:]
         own = np.flatnonzero(adds)
         Lx = np.array(L, dtype=np.float64)
@@ -280,9 +327,15 @@ class Root:
         if self._X.shape[1]:
             Y = self._X.copy()
             with threads_for(8 * r * r):  # two r × r × p products
-                Y[:r0] = self._S0 @ Y[:r0]
+                Y[:r0] = _s0_times(self._S0, Y[:r0])
                 S = Y @ self._Z.T  # the new array, added to in place (no r × r identity or copy of S₀)
-            S[:r0, :r0] += self._S0
+            if self._S0.ndim == 1:
+                S[np.arange(r0), np.arange(r0)] += self._S0
+            else:
+                S[:r0, :r0] += self._S0
+        elif self._S0.ndim == 1:  # diag(S₀, I) stays diagonal
+            self._S0 = np.concatenate([self._S0, np.ones(r - r0)])
+            return
         else:
             S = np.zeros((r, r))
             S[:r0, :r0] = self._S0
@@ -292,4 +345,13 @@ class Root:
     def dense(self) -> NDArray[np.float64]:
         """S as one array."""
         self.fold()
-        return self._S0
+        return _dense(self._S0)
+
+
+def _dense(S: NDArray[np.float64]) -> NDArray[np.float64]:
+    """S as a square array (a vector is the diagonal of a diagonal S)."""
+    if S.ndim == 2:
+        return S
+    out = np.zeros((S.size, S.size))
+    out[np.arange(S.size), np.arange(S.size)] = S
+    return out

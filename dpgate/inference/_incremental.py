@@ -195,7 +195,9 @@ class IncrementalBLUE:
         on the new directions, C gains the rows ``[Pᵀ, L]`` and the square root of M
         becomes ``[[S, 0], [−L⁻¹PᵀS, L⁻¹]]`` (the one-row formula of :meth:`append`
         with ρ → L).  Otherwise — or when a row is zero or adds a direction only barely
-        — the rows are appended one by one.
+        — the rows are appended one by one.  More than ``_CHUNK`` rows go in chunks of that
+        many, unless they span every atom (:meth:`_span`) or are disjoint and touch no atom
+        the history touches (a first GROUP BY: ``BasisForm.extend_orthogonal``, one sparse block).
 
         Raises:
             InvalidArgument: On a wrong shape or non-finite / non-positive numbers.
@@ -215,7 +217,8 @@ class IncrementalBLUE:
         if (b <= 0).any() or (g < 0).any():
             raise InvalidArgument("scales must be positive and lattice steps non-negative.")
         if k > _CHUNK:
-            if self._span(H, b, y, g):
+            if self._span(H, b, y, g) or (isinstance(self._form, BasisForm)
+                                          and self._form.extend_orthogonal(H, b, y, g)):
                 return
             # In chunks: Gram–Schmidt inside a block is O(k² n); against the basis it is one
             # matrix product per chunk.

@@ -372,12 +372,16 @@ class AtomPartition(_Grid):
         for q in queries:
             nums = np.asarray(q.numerators, dtype=np.int64).ravel()
             weights.append(np.unique(nums[nums != 0]) / q.denominator)
-        table = np.zeros((len(queries), 1 + sum(w.size for w in weights)))
-        base = 0
-        for k, w in enumerate(weights):
-            table[k, base + 1: base + 1 + w.size] = w
-            base += w.size
-        return table[:, self.atom_numerators(split)]
+        # Code c > 0 is query owner[c]'s weight value[c]: written atom by atom into C-ordered rows
+        # (gathering columns of a k × codes table gave Fortran-ordered rows, so every later pass
+        # over one vector strode across all of them, and the table was k × n too).
+        owner = np.concatenate([[-1], np.repeat(np.arange(len(queries)), [w.size for w in weights])])
+        value = np.concatenate([[0.0], *weights])
+        codes = np.asarray(self.atom_numerators(split))
+        out = np.zeros((len(queries), codes.size))
+        hit = np.flatnonzero(codes)
+        out[owner[codes[hit]], hit] = value[codes[hit]]
+        return out
 
     def _located(self, queries: Sequence[LinearQuery], cols: tuple[str, ...]) -> np.ndarray:
         """The vectors of queries over the columns ``cols``, as rows: each query's slab index on
