@@ -33,15 +33,18 @@ import numpy as np
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema.domains import Table
 
-__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "breakpoint_array", "expand_grid", "slab_starts",
-           "union_grid"]
+__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "breakpoint_array", "decode_runs", "encode_runs",
+           "expand_grid", "slab_starts", "union_grid"]
 
 #: Cached properties of a :class:`LinearQuery` that depend only on its grid and weights.
-_WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern")
+_WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern", "_more_weights_than")
 
 #: Weights must be rationals with at most this denominator (SQL constants with
 #: up to six decimals); the noise lattice needs exact integer true answers.
 MAX_DENOMINATOR = 10**6
+#: How many leading (and as many evenly spaced) weights :meth:`LinearQuery.has_more_weights_than`
+#: sorts before it sorts them all.
+_WEIGHT_SAMPLE = 4096
 #: Largest grid one query may use (boxes); beyond it the query is refused.
 MAX_GRID_BOXES = 2**22
 
@@ -223,6 +226,23 @@ class LinearQuery:
         """True when every weight is zero (the answer is the public offset)."""
         return not np.any(self.numerators)
 
+    def has_more_weights_than(self, limit: int) -> bool:
+        """Whether the query has more than ``limit`` distinct weights (zero included).  A subset —
+        a prefix and an evenly spaced sample — with that many decides it without sorting a wide
+        query's weights (``SUM(income)``'s 500 001 are all distinct).  Memoised per ``limit``."""
+        memo = self.__dict__.setdefault("_more_weights_than", {})
+        found = memo.get(limit)
+        if found is None:
+            flat = self.numerators.ravel()
+            if flat.size <= limit:
+                found = False
+            else:
+                sample = np.concatenate((flat[:_WEIGHT_SAMPLE], flat[::max(1, flat.size // _WEIGHT_SAMPLE)]))
+                found = bool(np.unique(sample).size > limit) or (
+                    flat.size > _WEIGHT_SAMPLE and bool(np.unique(flat).size > limit))
+            memo[limit] = found
+        return found
+
     @functools.cached_property
     def pattern(self) -> tuple[object, ...]:
         """The query's grid and weight pattern (weights by SHA-256 digest, independent of the
@@ -258,8 +278,8 @@ class LinearQuery:
             {
                 "table": self.table,
                 "columns": list(self.columns),
-                "breakpoints": [list(b) for b in self.breakpoints],
-                "numerators": self.numerators.tolist(),
+                "breakpoints": [_runs_or(breakpoint_array(b), list(b)) for b in self.breakpoints],
+                "numerators": _runs_or(self.numerators, None),
                 "denominator": self.denominator,
                 "offset": str(self.offset),
             },
@@ -268,13 +288,15 @@ class LinearQuery:
 
     @classmethod
     def from_json(cls, text: str, *, label: str = "", group: tuple[tuple[str, Any], ...] = ()) -> LinearQuery:
-        """Inverse of :meth:`to_json`."""
+        """Inverse of :meth:`to_json`; also reads the plain lists that ledgers written before the
+        run encoding (:func:`encode_runs`) hold."""
         d = json.loads(text)
+        bps = tuple(_int_tuple(decode_runs(b)) for b in d["breakpoints"])
         return cls(
             d["table"],
             tuple(d["columns"]),
-            tuple(tuple(b) for b in d["breakpoints"]),
-            np.array(d["numerators"], dtype=np.int64).reshape([len(b) for b in d["breakpoints"]]),
+            bps,
+            decode_runs(d["numerators"]).reshape([len(b) for b in bps]),
             int(d["denominator"]),
             Fraction(d["offset"]),
             label=label,
@@ -289,13 +311,70 @@ class LinearQuery:
         return f"<LinearQuery{lab} on {self.table} [{grid}] S={self.sensitivity:g}{extra}{grp}>"
 
 
-def _int_tuple(bp: Sequence[int]) -> tuple[int, ...]:
+def _int_tuple(bp: Sequence[int] | np.ndarray) -> tuple[int, ...]:
     """Breakpoints as a tuple of Python ints (``tolist`` is the fast path for integer arrays, and for
-    sequences of integers: a wide column has hundreds of thousands of breakpoints)."""
+    sequences of integers: a wide column has hundreds of thousands of breakpoints).  Unit slabs
+    ``0, 1, …, n − 1`` (a wide column's usual grid) are one shared tuple per ``n``."""
+    if isinstance(bp, tuple) and len(bp) > 32 and bp is _unit_breakpoints(len(bp)):
+        return bp
     arr = bp if isinstance(bp, np.ndarray) else np.asarray(bp)
     if arr.dtype.kind in "iu":
+        if arr.ndim == 1 and arr.size > 32 and arr[0] == 0 and arr[-1] == arr.size - 1 \
+                and bool((np.diff(arr) == 1).all()):
+            return _unit_breakpoints(int(arr.size))
         return tuple(arr.tolist())
     return tuple(int(b) for b in bp)
+
+
+@functools.lru_cache(maxsize=16)
+def _unit_breakpoints(n: int) -> tuple[int, ...]:
+    """``(0, 1, …, n − 1)``, one tuple per ``n``: queries on unit slabs share it (memory, and
+    :func:`expand_grid` recognises the same slabs by identity)."""
+    return tuple(range(n))
+
+
+#: Arrays shorter than this are written as plain JSON lists (runs would save nothing worth a format).
+_RUNS_MIN_SIZE = 16
+
+
+def encode_runs(values: np.ndarray) -> dict[str, Any] | None:
+    """A 1-D int64 array as ``{"start": a0, "steps": [[d, k], …]}`` — the first value and the
+    run-length encoding of the differences (``k`` successive steps of ``d``) — when that is shorter
+    than the plain list, else None (the plain list is kept).  ``SUM(income)``'s 500 001 weights
+    ``0, 1, …`` are one step run.  A pure function of the values, so the ledger text of a query stays
+    canonical; :func:`decode_runs` inverts it."""
+    arr = np.asarray(values, dtype=np.int64).ravel()
+    if arr.size < _RUNS_MIN_SIZE:
+        return None
+    diffs = np.diff(arr)
+    change = np.flatnonzero(diffs[1:] != diffs[:-1]) + 1
+    if 2 * (change.size + 1) + 1 >= arr.size:
+        return None
+    starts = np.concatenate(([0], change))
+    counts = np.diff(np.concatenate((starts, [diffs.size])))
+    return {"start": int(arr[0]), "steps": np.stack((diffs[starts], counts), axis=1).tolist()}
+
+
+def _runs_or(array: np.ndarray, plain: list[int] | None) -> Any:
+    """:func:`encode_runs` of ``array``, or the plain list ledgers always held
+    (``plain``, else ``array.tolist()``) when runs would not be shorter: a query without long runs
+    keeps its former ledger text exactly."""
+    runs = encode_runs(array) if array.size >= _RUNS_MIN_SIZE else None
+    if runs is not None:
+        return runs
+    return plain if plain is not None else array.tolist()
+
+
+def decode_runs(encoded: Any) -> np.ndarray:
+    """Inverse of :func:`encode_runs` (a plain list, as older ledgers hold, reads as itself)."""
+    if isinstance(encoded, dict):
+        steps = np.asarray(encoded["steps"], dtype=np.int64).reshape(-1, 2)
+        out = np.empty(int(steps[:, 1].sum()) + 1, dtype=np.int64)
+        out[0] = int(encoded["start"])
+        np.cumsum(np.repeat(steps[:, 0], steps[:, 1]), out=out[1:])
+        out[1:] += out[0]
+        return out
+    return np.asarray(encoded, dtype=np.int64).ravel()
 
 
 def _as_fraction(x: Fraction | int | float) -> Fraction:
