@@ -26,7 +26,7 @@ How each node type is evaluated is looked up in one table
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -87,6 +87,7 @@ class Evaluator:
         self._env: dict[str, Val] | None = None
         self._grid: dict[str, tuple[int, int, np.ndarray]] = {}
         self._sampled: dict[int, Val] = {}
+        self._sorted: dict[str, tuple[int, np.ndarray]] = {}
 
     # -- columns ---------------------------------------------------------------
     def column(self, node: exp.Column) -> Column:
@@ -170,10 +171,17 @@ class Evaluator:
         self.cuts.setdefault(col.name, {0}).update(range(col.n_cells))
 
     # -- phase 2 -------------------------------------------------------------------
-    def set_grid(self, columns: list[str]) -> tuple[list[str], list[np.ndarray]]:
-        """Fix the grid for the columns (declaration order); returns (columns, breakpoints)."""
+    def grid_boxes(self, columns: Iterable[str]) -> int:
+        """How many boxes :meth:`set_grid` of ``columns`` would have."""
+        return math.prod(len(self.cuts.get(c, {0})) for c in set(columns))
+
+    def set_grid(self, columns: list[str], fixed: Mapping[str, int] | None = None) -> tuple[list[str], list[np.ndarray]]:
+        """Fix the grid for the columns (declaration order); returns (columns, breakpoints).
+
+        ``fixed``: columns held at one cell each (one slab, sampled at that cell): a GROUP BY's
+        group at a time, on a grid whose other columns are wide."""
         cols = [c.name for c in self.table.columns if c.name in set(columns)]
-        bps = [np.array(sorted(self.cuts.get(c, {0})), dtype=np.int64) for c in cols]
+        bps = [np.array([fixed[c]], dtype=np.int64) if fixed and c in fixed else self._sorted_cuts(c) for c in cols]
         boxes = math.prod(len(b) for b in bps)
         if boxes > MAX_GRID_BOXES:
             sizes = ", ".join(f"{c}: {len(b)} slabs" for c, b in zip(cols, bps, strict=True))
@@ -184,6 +192,21 @@ class Evaluator:
         self._grid = {c: (ax, len(cols), b) for ax, (c, b) in enumerate(zip(cols, bps, strict=True))}
         self._sampled = {}
         return cols, bps
+
+    def grid_breakpoints(self, column: str) -> np.ndarray:
+        """All breakpoints of ``column`` (as :meth:`set_grid` without ``fixed`` would use)."""
+        return self._sorted_cuts(column)
+
+    def _sorted_cuts(self, column: str) -> np.ndarray:
+        """The breakpoints of ``column``, sorted once per set of cuts (they only grow, so their
+        number tells whether they changed): a wide column's are sorted once, not per group."""
+        cuts = self.cuts.get(column, {0})
+        hit = self._sorted.get(column)
+        if hit is None or hit[0] != len(cuts):
+            arr = np.array(sorted(cuts), dtype=np.int64)
+            arr.setflags(write=False)
+            hit = self._sorted[column] = (len(cuts), arr)
+        return hit[1]
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -111,8 +111,10 @@ class LinearQuery:
             UnsupportedQuery: a weight is not finite or not a rational with a
                 denominator ≤ ``MAX_DENOMINATOR``.
         """
-        w = np.asarray(weights, dtype=float)
-        if not np.isfinite(w).all():
+        w = np.asarray(weights)
+        if w.dtype.kind not in "iu":  # integer weights (exact numerators) are finite and need no rationalising
+            w = np.asarray(w, dtype=float)
+        if w.dtype.kind == "f" and not np.isfinite(w).all():
             raise UnsupportedQuery(
                 "the query's weights are not finite (e.g. division by zero or an overflow in SUM's "
                 "expression); make every row's contribution a finite number."
@@ -393,6 +395,10 @@ def _rationalise(w: np.ndarray) -> tuple[np.ndarray, int]:
     Weights come from SQL decimal constants, so each is close to a rational with a
     small denominator; we recover it and refuse weights that are not.
     """
+    if w.dtype.kind in "iu":  # exact integers (from_grid's callers on numerators)
+        if w.size and np.abs(w).max() >= 2**62:
+            raise UnsupportedQuery("the query's weights are too large; scale the expression down.")
+        return w.astype(np.int64, order="C"), 1
     # Fast path for integer weights (counts): the general path below would find
     # denominator 1 and the same numerators, after a costly np.unique.
     if np.abs(w).max(initial=0.0) < 2**62:
@@ -464,15 +470,24 @@ def union_grid(table: Table, queries: Sequence[LinearQuery]) -> tuple[list[str],
     """The coarsest grid refining every query's grid: the columns they use, in declaration
     order, each with the union of their breakpoints (every query's start at 0)."""
     bps: dict[str, set[int]] = {}
+    same: dict[str, tuple[int, ...] | None] = {}  # the one tuple all queries use for a column, if so
     names: dict[str, str] = {}  # as written → declared (a GROUP BY's groups repeat their columns)
     for q in queries:
         for c, bp in zip(q.columns, q.breakpoints, strict=True):
             name = names.get(c)
             if name is None:
                 name = names[c] = table.column(c).name
-            bps.setdefault(name, set()).update(bp)
-    cols = [c.name for c in table.columns if c.name in bps]
-    return cols, [tuple(sorted(bps[c])) for c in cols]
+            if name not in same:
+                same[name] = bp
+            elif same[name] is not bp:
+                first = same[name]
+                if first is not None:  # a second tuple: from now on a union of sets
+                    bps[name] = set(first)
+                    same[name] = None
+                bps[name].update(bp)
+    cols = [c.name for c in table.columns if c.name in same]
+    # One shared tuple (a wide column's unit slabs) is its own union: no set of its 500 000 starts.
+    return cols, [one if (one := same[c]) is not None else tuple(sorted(bps[c])) for c in cols]
 
 
 #: Long breakpoint tuples already seen as arrays, by identity (grids keep their tuples, so a
