@@ -472,14 +472,20 @@ def union_grid(table: Table, queries: Sequence[LinearQuery]) -> tuple[list[str],
     bps: dict[str, set[int]] = {}
     same: dict[str, tuple[int, ...] | None] = {}  # the one tuple all queries use for a column, if so
     names: dict[str, str] = {}  # as written → declared (a GROUP BY's groups repeat their columns)
+    units: dict[str, int] = {}  # declared → its number of cells
     for q in queries:
         for c, bp in zip(q.columns, q.breakpoints, strict=True):
             name = names.get(c)
             if name is None:
-                name = names[c] = table.column(c).name
+                column = table.column(c)
+                name = names[c] = column.name
+                units[name] = column.n_cells
             if name not in same:
                 same[name] = bp
-            elif same[name] is not bp:
+            elif same[name] is not bp and len(same[name] or ()) != units[name]:
+                if len(bp) == units[name]:  # unit slabs (every cell starts one) are every union
+                    same[name] = bp
+                    continue
                 first = same[name]
                 if first is not None:  # a second tuple: from now on a union of sets
                     bps[name] = set(first)
