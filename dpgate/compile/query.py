@@ -248,9 +248,11 @@ class LinearQuery:
     @functools.cached_property
     def pattern(self) -> tuple[object, ...]:
         """The query's grid and weight pattern (weights by SHA-256 digest, independent of the
-        denominator): what an atom refinement by it depends on.  Computed once per query."""
+        denominator): what an atom refinement by it depends on.  Computed once per query.
+        Its breakpoints hash once (a :class:`HashOnceTuple`, equal to the plain tuple): planning
+        looks the pattern up in several dictionaries, and a wide column has 500 000 breakpoints."""
         digest = hashlib.sha256(np.ascontiguousarray(self.numerators, dtype=np.int64).tobytes()).digest()
-        return (tuple(c.lower() for c in self.columns), self.breakpoints, digest)
+        return (tuple(c.lower() for c in self.columns), HashOnceTuple(self.breakpoints), digest)
 
     def expand(self, table: Table, columns: Sequence[str], breakpoints: Sequence[Sequence[int]]) -> np.ndarray:
         """Numerators on a finer grid (which must refine this query's grid).
@@ -311,6 +313,21 @@ class LinearQuery:
         lab = f" {self.label!r}" if self.label else ""
         grp = f" group={dict(self.group)}" if self.group else ""
         return f"<LinearQuery{lab} on {self.table} [{grid}] S={self.sensitivity:g}{extra}{grp}>"
+
+
+class HashOnceTuple(tuple):  # type: ignore[type-arg]
+    """A tuple that computes its hash once (CPython's tuples hash all their items on every call).
+    Equal to, and hashes like, the plain tuple of the same items, so dictionaries keyed by either
+    (checkpoints written before it existed) find each other; pickled as its items only."""
+
+    def __hash__(self) -> int:
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = self.__dict__["_hash"] = tuple.__hash__(self)
+        return found
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (HashOnceTuple, (tuple(self),))
 
 
 def _int_tuple(bp: Sequence[int] | np.ndarray) -> tuple[int, ...]:
