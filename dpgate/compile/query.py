@@ -315,7 +315,7 @@ class LinearQuery:
         return f"<LinearQuery{lab} on {self.table} [{grid}] S={self.sensitivity:g}{extra}{grp}>"
 
 
-class HashOnceTuple(tuple):  # type: ignore[type-arg]
+class HashOnceTuple(tuple):
     """A tuple that computes its hash once (CPython's tuples hash all their items on every call).
     Equal to, and hashes like, the plain tuple of the same items, so dictionaries keyed by either
     (checkpoints written before it existed) find each other; pickled as its items only."""

@@ -6,12 +6,13 @@ release reads like its group, e.g. ``COUNT where sex = 1, age 0–29``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpgate.compile.query import LinearQuery
+from dpgate.compile.query import LinearQuery, breakpoint_array
 from dpgate.ledger._records import LedgerRecord
 from dpgate.schema.domains import Column, Schema, Table
 
@@ -49,7 +50,7 @@ def describe(query: LinearQuery, table: Table) -> str:
         other = tuple(a for a in range(nz.ndim) if a != axis)
         touched = nz.any(axis=other) if other else nz
         # Slab k covers the cells edges[k] … edges[k + 1] − 1: a cell mask without a Python loop per cell.
-        edges = np.append(np.asarray(bps, dtype=np.int64), col.n_cells)
+        edges = np.append(breakpoint_array(bps), col.n_cells)
         cells = np.flatnonzero(np.repeat(touched, np.diff(edges)))
         covered *= int(np.count_nonzero(touched))
         if cells.size < col.n_cells:
@@ -88,6 +89,26 @@ def history_frame(records: Sequence[LedgerRecord], schema: Schema) -> pd.DataFra
 
     cols = ["id", "kind", "table", "sql", "alpha", "sensitivity", "scale", "lattice",
             "noise", "value", "cost_after", "secure", "created_at", "session", "query"]
-    rows = [{"measured": describe(LinearQuery.from_json(r.query), schema.table(r.table)),
-             **{c: getattr(r, c) for c in cols}} for r in records]
+    rows = [{"measured": _described(r.query, schema.table(r.table)), **{c: getattr(r, c) for c in cols}}
+            for r in records]
     return pd.DataFrame(rows, columns=[*cols[:4], "measured", *cols[4:]])
+
+
+def _described(text: str, table: Table) -> str:
+    """:func:`describe` of the query whose ledger JSON is ``text``, once per text and table
+    (a repeated statement's releases share their text, and ``history`` is read again and again:
+    a wide query's weights are decoded once, not on every read)."""
+    # A long text (an older ledger's plain list of 500 000 weights) is kept by its digest only.
+    key = (id(table), text if len(text) <= 4096 else hashlib.sha256(text.encode()).hexdigest())
+    hit = _DESCRIBED.get(key)
+    if hit is None or hit[0] is not table:
+        if len(_DESCRIBED) >= _DESCRIBED_MAX:
+            _DESCRIBED.clear()
+        hit = _DESCRIBED[key] = (table, describe(LinearQuery.from_json(text), table))
+    return hit[1]
+
+
+#: Descriptions by (table identity, query JSON or its digest); the entry holds the table, so its id is not
+#: reused meanwhile.
+_DESCRIBED: dict[tuple[int, str], tuple[Table, str]] = {}
+_DESCRIBED_MAX = 4096
