@@ -240,8 +240,7 @@ class LinearQuery:
                 found = False
             else:
                 sample = np.concatenate((flat[:_WEIGHT_SAMPLE], flat[::max(1, flat.size // _WEIGHT_SAMPLE)]))
-                found = bool(np.unique(sample).size > limit) or (
-                    flat.size > _WEIGHT_SAMPLE and bool(np.unique(flat).size > limit))
+                found = _distinct(sample) > limit or (flat.size > _WEIGHT_SAMPLE and _distinct(flat) > limit)
             memo[limit] = found
         return found
 
@@ -283,7 +282,7 @@ class LinearQuery:
                 "table": self.table,
                 "columns": list(self.columns),
                 "breakpoints": [_runs_or(breakpoint_array(b), list(b)) for b in self.breakpoints],
-                "numerators": _runs_or(self.numerators, None),
+                "numerators": _numerator_runs(self.numerators),
                 "denominator": self.denominator,
                 "offset": str(self.offset),
             },
@@ -300,7 +299,7 @@ class LinearQuery:
             d["table"],
             tuple(d["columns"]),
             bps,
-            decode_runs(d["numerators"]).reshape([len(b) for b in bps]),
+            _decode_numerators(d["numerators"], [len(b) for b in bps]),
             int(d["denominator"]),
             Fraction(d["offset"]),
             label=label,
@@ -313,6 +312,12 @@ class LinearQuery:
         lab = f" {self.label!r}" if self.label else ""
         grp = f" group={dict(self.group)}" if self.group else ""
         return f"<LinearQuery{lab} on {self.table} [{grid}] S={self.sensitivity:g}{extra}{grp}>"
+
+
+def _distinct(values: np.ndarray) -> int:
+    """How many distinct values ``values`` holds (a sort: np.unique hashes, slower on wide arrays)."""
+    ordered = np.sort(values, axis=None)
+    return int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1 if ordered.size else 0
 
 
 class HashOnceTuple(tuple):
@@ -382,6 +387,27 @@ def _runs_or(array: np.ndarray, plain: list[int] | None) -> Any:
     if runs is not None:
         return runs
     return plain if plain is not None else array.tolist()
+
+
+def _numerator_runs(numerators: np.ndarray) -> Any:
+    """The numerators' JSON: runs (:func:`encode_runs`) of the values read with the longest axis
+    innermost — ``{"start", "steps", "axes"}``, ``axes`` the order read when it is not the
+    declared one (``SUM(income) … GROUP BY sex, married`` varies along income, not married) —
+    or the plain nested list ledgers always held when runs would not be shorter."""
+    axes = sorted(range(numerators.ndim), key=lambda a: (numerators.shape[a], a))  # the longest last
+    if numerators.ndim < 2 or axes[-1] == numerators.ndim - 1:
+        return _runs_or(numerators, None)
+    runs = encode_runs(np.transpose(numerators, axes)) if numerators.size >= _RUNS_MIN_SIZE else None
+    return numerators.tolist() if runs is None else {**runs, "axes": axes}
+
+
+def _decode_numerators(encoded: Any, shape: list[int]) -> np.ndarray:
+    """Inverse of :func:`_numerator_runs`, for a grid of ``shape``."""
+    flat = decode_runs(encoded)
+    axes = encoded.get("axes") if isinstance(encoded, dict) else None
+    if axes is None:
+        return flat.reshape(shape)
+    return np.transpose(flat.reshape([shape[a] for a in axes]), np.argsort(axes))
 
 
 def decode_runs(encoded: Any) -> np.ndarray:
