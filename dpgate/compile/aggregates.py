@@ -289,6 +289,11 @@ def group_columns(select: exp.Select, items: Sequence[SelectItem], ev: Evaluator
 
 
 # -- weights -------------------------------------------------------------------------------------------
+#: Largest number of weights (numerators) the per-group queries of one statement may hold when
+#: its grid is too large to evaluate at once (512 MiB of int64): :func:`_weights_by_group`.
+MAX_WIDE_BOXES = 2**26
+
+
 def group_weights(
     ev: Evaluator,
     where: exp.Expr | None,
@@ -335,16 +340,29 @@ def _weights_by_group(
     table: Table, label: str, used: list[str], keys: Sequence[tuple[int, ...]] | None,
 ) -> list[LinearQuery]:
     """:func:`group_weights` one group at a time: the grid with the group columns held at the
-    group's cells (each a one-slab axis), so its weights are that group's slice of the full grid."""
-    out = []
+    group's cells (each a one-slab axis), so its weights are that group's slice of the full grid.
+
+    Each group's query is still dense on its grid (up to three slabs per group column times the
+    other columns' slabs), so the statement's queries together are bounded by
+    :data:`MAX_WIDE_BOXES` — a clean refusal before memory runs out, not after."""
+    key_list = list(keys if keys is not None else itertools.product(*[range(c.n_cells) for c in group_cols]))
+    out: list[LinearQuery] = []
     labels = [c.labels() for c in group_cols]
-    for key in keys if keys is not None else itertools.product(*[range(c.n_cells) for c in group_cols]):
+    for key in key_list:
+        if ev.wide_boxes > MAX_WIDE_BOXES:
+            raise UnsupportedQuery(
+                f"this statement's queries would hold more than {MAX_WIDE_BOXES} weights ({len(out)} of the "
+                f"{len(key_list)} groups of GROUP BY {', '.join(c.name for c in group_cols)} hold {ev.wide_boxes}), "
+                "more than the limit; group by fewer columns, filter on fewer columns, or split the statement by "
+                "group (WHERE col = …)."
+            )
         check_deadline()
         cols, bps = ev.set_grid(used, fixed={c.name: k for c, k in zip(group_cols, key, strict=True)})
         w = np.broadcast_to(_weights(ev, where, terms), ev.shape)
         full_bps = [ev.grid_breakpoints(c) for c in cols]
         gax = [cols.index(c.name) for c in group_cols]
         out.append(_group_query(table, cols, full_bps, gax, key, group_cols, labels, w, offset, label))
+        ev.wide_boxes += out[-1].numerators.size
     return out
 
 

@@ -94,6 +94,7 @@ class Evaluator:
         self._grid: dict[str, tuple[int, int, np.ndarray]] = {}
         self._sampled: dict[int, Val] = {}
         self._sorted: dict[str, tuple[int, np.ndarray]] = {}
+        self.wide_boxes = 0  # weights of the per-group queries built so far (aggregates._weights_by_group)
 
     # -- columns ---------------------------------------------------------------
     def column(self, node: exp.Column) -> Column:

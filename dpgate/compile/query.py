@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from dpgate.compile._runs import decode_numerators, decode_runs, encode_runs, numerator_runs, runs_or
+from dpgate.compile._wide import HashOnceTuple, more_distinct_than, unit_breakpoints
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema.domains import Table
 
@@ -42,9 +44,6 @@ _WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern", "_more
 #: Weights must be rationals with at most this denominator (SQL constants with
 #: up to six decimals); the noise lattice needs exact integer true answers.
 MAX_DENOMINATOR = 10**6
-#: How many leading (and as many evenly spaced) weights :meth:`LinearQuery.has_more_weights_than`
-#: sorts before it sorts them all.
-_WEIGHT_SAMPLE = 4096
 #: Largest grid one query may use (boxes); beyond it the query is refused.
 MAX_GRID_BOXES = 2**22
 
@@ -229,19 +228,12 @@ class LinearQuery:
         return not np.any(self.numerators)
 
     def has_more_weights_than(self, limit: int) -> bool:
-        """Whether the query has more than ``limit`` distinct weights (zero included).  A subset —
-        a prefix and an evenly spaced sample — with that many decides it without sorting a wide
-        query's weights (``SUM(income)``'s 500 001 are all distinct).  Memoised per ``limit``."""
+        """Whether the query has more than ``limit`` distinct weights (zero included), decided on a
+        sample first (:func:`~dpgate.compile._wide.more_distinct_than`).  Memoised per ``limit``."""
         memo = self.__dict__.setdefault("_more_weights_than", {})
         found = memo.get(limit)
         if found is None:
-            flat = self.numerators.ravel()
-            if flat.size <= limit:
-                found = False
-            else:
-                sample = np.concatenate((flat[:_WEIGHT_SAMPLE], flat[::max(1, flat.size // _WEIGHT_SAMPLE)]))
-                found = _distinct(sample) > limit or (flat.size > _WEIGHT_SAMPLE and _distinct(flat) > limit)
-            memo[limit] = found
+            found = memo[limit] = more_distinct_than(self.numerators, limit)
         return found
 
     @functools.cached_property
@@ -281,8 +273,8 @@ class LinearQuery:
             {
                 "table": self.table,
                 "columns": list(self.columns),
-                "breakpoints": [_runs_or(breakpoint_array(b), list(b)) for b in self.breakpoints],
-                "numerators": _numerator_runs(self.numerators),
+                "breakpoints": [runs_or(breakpoint_array(b), list(b)) for b in self.breakpoints],
+                "numerators": numerator_runs(self.numerators),
                 "denominator": self.denominator,
                 "offset": str(self.offset),
             },
@@ -299,7 +291,7 @@ class LinearQuery:
             d["table"],
             tuple(d["columns"]),
             bps,
-            _decode_numerators(d["numerators"], [len(b) for b in bps]),
+            decode_numerators(d["numerators"], [len(b) for b in bps]),
             int(d["denominator"]),
             Fraction(d["offset"]),
             label=label,
@@ -314,112 +306,19 @@ class LinearQuery:
         return f"<LinearQuery{lab} on {self.table} [{grid}] S={self.sensitivity:g}{extra}{grp}>"
 
 
-def _distinct(values: np.ndarray) -> int:
-    """How many distinct values ``values`` holds (a sort: np.unique hashes, slower on wide arrays)."""
-    ordered = np.sort(values, axis=None)
-    return int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1 if ordered.size else 0
-
-
-class HashOnceTuple(tuple):
-    """A tuple that computes its hash once (CPython's tuples hash all their items on every call).
-    Equal to, and hashes like, the plain tuple of the same items, so dictionaries keyed by either
-    (checkpoints written before it existed) find each other; pickled as its items only."""
-
-    def __hash__(self) -> int:
-        found = self.__dict__.get("_hash")
-        if found is None:
-            found = self.__dict__["_hash"] = tuple.__hash__(self)
-        return found
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (HashOnceTuple, (tuple(self),))
-
-
 def _int_tuple(bp: Sequence[int] | np.ndarray) -> tuple[int, ...]:
     """Breakpoints as a tuple of Python ints (``tolist`` is the fast path for integer arrays, and for
     sequences of integers: a wide column has hundreds of thousands of breakpoints).  Unit slabs
     ``0, 1, …, n − 1`` (a wide column's usual grid) are one shared tuple per ``n``."""
-    if isinstance(bp, tuple) and len(bp) > 32 and bp is _unit_breakpoints(len(bp)):
+    if isinstance(bp, tuple) and len(bp) > 32 and bp is unit_breakpoints(len(bp)):
         return bp
     arr = bp if isinstance(bp, np.ndarray) else np.asarray(bp)
     if arr.dtype.kind in "iu":
         if arr.ndim == 1 and arr.size > 32 and arr[0] == 0 and arr[-1] == arr.size - 1 \
                 and bool((np.diff(arr) == 1).all()):
-            return _unit_breakpoints(int(arr.size))
+            return unit_breakpoints(int(arr.size))
         return tuple(arr.tolist())
     return tuple(int(b) for b in bp)
-
-
-@functools.lru_cache(maxsize=16)
-def _unit_breakpoints(n: int) -> tuple[int, ...]:
-    """``(0, 1, …, n − 1)``, one tuple per ``n``: queries on unit slabs share it (memory, and
-    :func:`expand_grid` recognises the same slabs by identity)."""
-    return tuple(range(n))
-
-
-#: Arrays shorter than this are written as plain JSON lists (runs would save nothing worth a format).
-_RUNS_MIN_SIZE = 16
-
-
-def encode_runs(values: np.ndarray) -> dict[str, Any] | None:
-    """A 1-D int64 array as ``{"start": a0, "steps": [[d, k], …]}`` — the first value and the
-    run-length encoding of the differences (``k`` successive steps of ``d``) — when that is shorter
-    than the plain list, else None (the plain list is kept).  ``SUM(income)``'s 500 001 weights
-    ``0, 1, …`` are one step run.  A pure function of the values, so the ledger text of a query stays
-    canonical; :func:`decode_runs` inverts it."""
-    arr = np.asarray(values, dtype=np.int64).ravel()
-    if arr.size < _RUNS_MIN_SIZE:
-        return None
-    diffs = np.diff(arr)
-    change = np.flatnonzero(diffs[1:] != diffs[:-1]) + 1
-    if 2 * (change.size + 1) + 1 >= arr.size:
-        return None
-    starts = np.concatenate(([0], change))
-    counts = np.diff(np.concatenate((starts, [diffs.size])))
-    return {"start": int(arr[0]), "steps": np.stack((diffs[starts], counts), axis=1).tolist()}
-
-
-def _runs_or(array: np.ndarray, plain: list[int] | None) -> Any:
-    """:func:`encode_runs` of ``array``, or the plain list ledgers always held
-    (``plain``, else ``array.tolist()``) when runs would not be shorter: a query without long runs
-    keeps its former ledger text exactly."""
-    runs = encode_runs(array) if array.size >= _RUNS_MIN_SIZE else None
-    if runs is not None:
-        return runs
-    return plain if plain is not None else array.tolist()
-
-
-def _numerator_runs(numerators: np.ndarray) -> Any:
-    """The numerators' JSON: runs (:func:`encode_runs`) of the values read with the longest axis
-    innermost — ``{"start", "steps", "axes"}``, ``axes`` the order read when it is not the
-    declared one (``SUM(income) … GROUP BY sex, married`` varies along income, not married) —
-    or the plain nested list ledgers always held when runs would not be shorter."""
-    axes = sorted(range(numerators.ndim), key=lambda a: (numerators.shape[a], a))  # the longest last
-    if numerators.ndim < 2 or axes[-1] == numerators.ndim - 1:
-        return _runs_or(numerators, None)
-    runs = encode_runs(np.transpose(numerators, axes)) if numerators.size >= _RUNS_MIN_SIZE else None
-    return numerators.tolist() if runs is None else {**runs, "axes": axes}
-
-
-def _decode_numerators(encoded: Any, shape: list[int]) -> np.ndarray:
-    """Inverse of :func:`_numerator_runs`, for a grid of ``shape``."""
-    flat = decode_runs(encoded)
-    axes = encoded.get("axes") if isinstance(encoded, dict) else None
-    if axes is None:
-        return flat.reshape(shape)
-    return np.transpose(flat.reshape([shape[a] for a in axes]), np.argsort(axes))
-
-
-def decode_runs(encoded: Any) -> np.ndarray:
-    """Inverse of :func:`encode_runs` (a plain list, as older ledgers hold, reads as itself)."""
-    if isinstance(encoded, dict):
-        steps = np.asarray(encoded["steps"], dtype=np.int64).reshape(-1, 2)
-        out = np.empty(int(steps[:, 1].sum()) + 1, dtype=np.int64)
-        out[0] = int(encoded["start"])
-        np.cumsum(np.repeat(steps[:, 0], steps[:, 1]), out=out[1:])
-        out[1:] += out[0]
-        return out
-    return np.asarray(encoded, dtype=np.int64).ravel()
 
 
 def _as_fraction(x: Fraction | int | float) -> Fraction:
