@@ -524,12 +524,14 @@ def set_condition(cols: list[BoundColumn], bps: Sequence[Sequence[int]], mask: n
     n = col.decl.n_cells
     # As arrays (one shared array per long breakpoint tuple): a wide column has 500 002 slabs.
     bp = breakpoint_array(bps[0])
-    ends = np.append(bp[1:], n)
+
+    def ends(slabs: np.ndarray) -> np.ndarray:  # where each of ``slabs`` ends (no copy of all the ends)
+        return np.where(slabs + 1 < bp.size, bp[np.minimum(slabs + 1, bp.size - 1)], n)
     if mask.ndim == 1:  # runs of selected slabs, found in numpy (a 500 001-cell column is one pass)
         on = np.flatnonzero(mask)
         cut = np.flatnonzero(np.diff(on) > 1)
         firsts, lasts = on[np.r_[0, cut + 1]], on[np.r_[cut, on.size - 1]]
-        here = col.ranges_condition(list(zip(bp[firsts].tolist(), ends[lasts].tolist(), strict=True)))
+        here = col.ranges_condition(list(zip(bp[firsts].tolist(), ends(lasts).tolist(), strict=True)))
         return here if here is not None else exp.true()
     rows = mask.reshape(mask.shape[0], -1)
     keys = np.packbits(rows, axis=1)
@@ -547,7 +549,7 @@ def set_condition(cols: list[BoundColumn], bps: Sequence[Sequence[int]], mask: n
         # Runs of adjacent slabs are one range each.
         cut = np.flatnonzero(np.diff(slabs) > 1)
         firsts, lasts = slabs[np.r_[0, cut + 1]], slabs[np.r_[cut, slabs.size - 1]]
-        ranges = list(zip(bp[firsts].tolist(), ends[lasts].tolist(), strict=True))
+        ranges = list(zip(bp[firsts].tolist(), ends(lasts).tolist(), strict=True))
         here = col.ranges_condition(ranges)
         rest = set_condition(cols[1:], bps[1:], mask[int(slabs[0])])
         conj = [e for e in (here, rest) if e is not None and not (isinstance(e, exp.Boolean) and e.this is True)]
