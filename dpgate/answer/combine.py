@@ -59,13 +59,19 @@ __all__ = [
 
 
 def _normalized(q: LinearQuery) -> LinearQuery:
-    """``q / max|q|``: sensitivity 1 (same atoms and reuse; only the unit changes)."""
+    """``q / max|q|``: sensitivity 1 (same atoms and reuse; only the unit changes).  Kept on ``q``
+    (a cached statement's components are normalised once, so a repeat finds the weight
+    digests and hashes of the first planning already computed)."""
+    found = q.__dict__.get("_normalized")
+    if found is not None:
+        return found
     top = int(np.max(np.abs(q.numerators), initial=0))
     if top == 0:
         return q
     g = math.gcd(int(np.gcd.reduce(q.numerators.ravel())), top)
-    return LinearQuery(q.table, q.columns, q.breakpoints, q.numerators // g, top // g, q.offset,
-                       label=q.label, group=q.group)
+    found = q.__dict__["_normalized"] = LinearQuery(
+        q.table, q.columns, q.breakpoints, q.numerators // g, top // g, q.offset, label=q.label, group=q.group)
+    return found
 
 
 def measured_queries(stmt: CompiledStatement) -> tuple[LinearQuery, ...]:

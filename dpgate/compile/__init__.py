@@ -8,7 +8,9 @@ weights), :mod:`~dpgate.compile.evaluate` and :mod:`~dpgate.compile.nodes`
 (row-level expressions on cells, one handler per node type),
 :mod:`~dpgate.compile.cells` (values, constants, bins),
 :mod:`~dpgate.compile.post` (ORDER BY / LIMIT / HAVING on released rows) and
-:mod:`~dpgate.compile.bounds` (numbers, parameters and messages bounded on their text, first).
+:mod:`~dpgate.compile.bounds` (numbers, parameters and messages bounded on their text, first);
+:mod:`~dpgate.compile.query` holds the result, with :mod:`~dpgate.compile._runs` (its compact
+ledger JSON) and :mod:`~dpgate.compile._wide` (helpers that keep 500 000-cell columns cheap).
 
 The compiler reads SQL with sqlglot (DuckDB dialect by default) and turns each
 output column of each group into a linear query ``θ = Σ_cells w(cell)·count(cell) + c``

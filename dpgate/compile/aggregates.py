@@ -16,9 +16,10 @@ from typing import Any, Literal, NamedTuple, cast
 import numpy as np
 from sqlglot import exp
 
+from dpgate.compile.bounds import check_deadline
 from dpgate.compile.cells import NULL, NUM, Val, constant, walk
 from dpgate.compile.evaluate import Evaluator
-from dpgate.compile.query import LinearQuery
+from dpgate.compile.query import MAX_GRID_BOXES, LinearQuery
 from dpgate.errors import UnsupportedQuery
 from dpgate.schema.domains import Column, Table
 
@@ -288,6 +289,11 @@ def group_columns(select: exp.Select, items: Sequence[SelectItem], ev: Evaluator
 
 
 # -- weights -------------------------------------------------------------------------------------------
+#: Largest number of weights (numerators) the per-group queries of one statement may hold when
+#: its grid is too large to evaluate at once (512 MiB of int64): :func:`_weights_by_group`.
+MAX_WIDE_BOXES = 2**26
+
+
 def group_weights(
     ev: Evaluator,
     where: exp.Expr | None,
@@ -299,15 +305,92 @@ def group_weights(
     *,
     keys: Sequence[tuple[int, ...]] | None = None,
 ) -> list[LinearQuery]:
-    """The LinearQuery of every group key (``keys``: cell tuples; default every cell) for one aggregate output."""
+    """The LinearQuery of every group key (``keys``: cell tuples; default every cell) for one aggregate output.
+
+    When the grid of every column used is larger than the compiler's limit but is within it with
+    the group columns held at one cell (``SUM(income) … GROUP BY educ``: 17 × 500 002 boxes, or
+    500 002 per group), each group is evaluated on its own slice: the same queries, never the
+    whole grid at once."""
     used: set[str] = {c.name for c in group_cols}
     for part in [where, *[p for _, a in terms for p in (a.arg, a.cond)]]:
         if part is not None:
             used |= ev.columns_in(part)
+    if group_cols and ev.grid_boxes(used) > MAX_GRID_BOXES \
+            and ev.grid_boxes(used - {c.name for c in group_cols}) <= MAX_GRID_BOXES:
+        return _weights_by_group(ev, where, terms, offset, group_cols, table, label, sorted(used), keys)
     cols, bps = ev.set_grid(sorted(used))
+    w = _weights(ev, where, terms)
     shape = ev.shape
+    w = np.broadcast_to(w, shape)
+    if not group_cols:
+        return [LinearQuery.from_grid(table, cols, _ints(bps), w, offset, label=label)]
+    gax = [cols.index(c.name) for c in group_cols]
+    out = []
+    labels = [c.labels() for c in group_cols]  # once: a column's labels list all its cells
+    for key in keys if keys is not None else itertools.product(*[range(c.n_cells) for c in group_cols]):
+        sel: list[Any] = [slice(None)] * len(cols)
+        for ax, k in zip(gax, key, strict=True):
+            sel[ax] = slice(k, k + 1)
+        out.append(_group_query(table, cols, bps, gax, key, group_cols, labels, w[tuple(sel)], offset, label))
+    return out
+
+
+def _weights_by_group(
+    ev: Evaluator, where: exp.Expr | None, terms: Terms, offset: Fraction, group_cols: Sequence[Column],
+    table: Table, label: str, used: list[str], keys: Sequence[tuple[int, ...]] | None,
+) -> list[LinearQuery]:
+    """:func:`group_weights` one group at a time: the grid with the group columns held at the
+    group's cells (each a one-slab axis), so its weights are that group's slice of the full grid.
+
+    Each group's query is still dense on its grid (up to three slabs per group column times the
+    other columns' slabs), so the statement's queries together are bounded by
+    :data:`MAX_WIDE_BOXES` — a clean refusal before memory runs out, not after."""
+    key_list = list(keys if keys is not None else itertools.product(*[range(c.n_cells) for c in group_cols]))
+    out: list[LinearQuery] = []
+    labels = [c.labels() for c in group_cols]
+    for key in key_list:
+        if ev.wide_boxes > MAX_WIDE_BOXES:
+            raise UnsupportedQuery(
+                f"this statement's queries would hold more than {MAX_WIDE_BOXES} weights ({len(out)} of the "
+                f"{len(key_list)} groups of GROUP BY {', '.join(c.name for c in group_cols)} hold {ev.wide_boxes}), "
+                "more than the limit; group by fewer columns, filter on fewer columns, or split the statement by "
+                "group (WHERE col = …)."
+            )
+        check_deadline()
+        cols, bps = ev.set_grid(used, fixed={c.name: k for c, k in zip(group_cols, key, strict=True)})
+        w = np.broadcast_to(_weights(ev, where, terms), ev.shape)
+        full_bps = [ev.grid_breakpoints(c) for c in cols]
+        gax = [cols.index(c.name) for c in group_cols]
+        out.append(_group_query(table, cols, full_bps, gax, key, group_cols, labels, w, offset, label))
+        ev.wide_boxes += out[-1].numerators.size
+    return out
+
+
+def _group_query(
+    table: Table, cols: list[str], bps: list[np.ndarray], gax: list[int], key: tuple[int, ...],
+    group_cols: Sequence[Column], labels: list[list[Any]], slab: np.ndarray, offset: Fraction, label: str,
+) -> LinearQuery:
+    """The query of group ``key``: ``slab`` (the weights with one slab on each group axis ``gax``)
+    placed in the group's slab of the grid ``bps`` with the group axes cut at ``{0, k, k + 1}``."""
+    index: list[Any] = [slice(None)] * len(cols)
+    new_bps = list(bps)
+    new_shape = [len(b) for b in bps]
+    for ax, k, c in zip(gax, key, group_cols, strict=True):
+        small = sorted({0, k, k + 1} - {c.n_cells})
+        new_bps[ax] = np.array(small)
+        new_shape[ax] = len(small)
+        index[ax] = small.index(k)
+    weights = np.zeros(new_shape)
+    weights[tuple(slice(i, i + 1) if isinstance(i, int) else i for i in index)] = slab
+    group = tuple((c.name, names[k]) for c, names, k in zip(group_cols, labels, key, strict=True))
+    return LinearQuery.from_grid(table, cols, _ints(new_bps), weights, offset, label=label, group=group)
+
+
+def _weights(ev: Evaluator, where: exp.Expr | None, terms: Terms) -> Any:
+    """``Σ coef · contribution`` of an output's terms on the evaluator's current grid (cells where
+    ``where`` holds; elsewhere 0)."""
     base = ev.truth(where)
-    w = np.zeros(shape)
+    w: Any = np.zeros(ev.shape)
     for coef, agg in terms:
         mask = base if agg.cond is None else np.logical_and(base, ev.truth(agg.cond))
         if agg.arg is None:
@@ -323,29 +406,7 @@ def group_weights(
             _finite_where(val, mask, agg.node)
             contrib = np.where(val.null, 0.0, val.v)
         w = w + float(coef) * np.where(mask, contrib, 0.0)
-    w = np.broadcast_to(w, shape)
-    if not group_cols:
-        return [LinearQuery.from_grid(table, cols, _ints(bps), w, offset, label=label)]
-    gax = [cols.index(c.name) for c in group_cols]
-    out = []
-    labels = [c.labels() for c in group_cols]  # once: a column's labels list all its cells
-    for key in keys if keys is not None else itertools.product(*[range(c.n_cells) for c in group_cols]):
-        index: list[Any] = [slice(None)] * len(cols)
-        new_bps = list(bps)
-        new_shape = list(shape)
-        for ax, k, c in zip(gax, key, group_cols, strict=True):
-            small = sorted({0, k, k + 1} - {c.n_cells})
-            new_bps[ax] = np.array(small)
-            new_shape[ax] = len(small)
-            index[ax] = small.index(k)
-        sel: list[Any] = [slice(None)] * len(cols)
-        for ax, k in zip(gax, key, strict=True):
-            sel[ax] = slice(k, k + 1)
-        weights = np.zeros(new_shape)
-        weights[tuple(slice(i, i + 1) if isinstance(i, int) else i for i in index)] = w[tuple(sel)]
-        group = tuple((c.name, names[k]) for c, names, k in zip(group_cols, labels, key, strict=True))
-        out.append(LinearQuery.from_grid(table, cols, _ints(new_bps), weights, offset, label=label, group=group))
-    return out
+    return w
 
 
 def _ints(breakpoints: list[np.ndarray]) -> Sequence[Sequence[int]]:

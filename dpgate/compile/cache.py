@@ -18,7 +18,11 @@ __all__ = ["compiled"]
 
 #: Compiled statements kept (the oldest are dropped all at once beyond this).
 KEPT = 1024
+#: Weights (numerators) the kept statements may hold together, 256 MiB of int64: a wide GROUP BY's
+#: queries hold up to 1.5 million each, and a session of them must not keep every one for the process.
+KEPT_WEIGHTS = 2**25
 _COMPILED: dict[tuple[Any, ...], CompiledStatement] = {}
+_KEPT_WEIGHTS = [0]  # what the kept statements hold (approximate across threads: a bound, not an account)
 _PLAIN = (str, int, float, bool, type(None))
 
 
@@ -48,7 +52,11 @@ def compiled(sql: str, params: Sequence[Any] | Mapping[str, Any] | None, schema:
         return found
     stmt = compile_statement(sql, schema, dialect=dialect, params=params, max_outputs=max_outputs)
     if isinstance(stmt, CompiledStatement) and key is not None:
-        if len(_COMPILED) >= KEPT:
+        weights = sum(q.numerators.size for q in stmt.queries)
+        if len(_COMPILED) >= KEPT or _KEPT_WEIGHTS[0] + weights > KEPT_WEIGHTS:
             _COMPILED.clear()
-        _COMPILED[key] = stmt
+            _KEPT_WEIGHTS[0] = 0
+        if weights <= KEPT_WEIGHTS:
+            _COMPILED[key] = stmt
+            _KEPT_WEIGHTS[0] += weights
     return stmt

@@ -158,12 +158,23 @@ def _centred(
         shifted_ranges = tuple(None if r is None else (r[0] - c, r[1] - c) for r in ranges)
         if c:
             for g, (comps, cols, bps, expanded) in zip(groups, grids, strict=True):
-                w = [e / q.denominator for q, e in zip(comps, expanded, strict=True)]
+                w: list[np.ndarray] = [e / q.denominator for q, e in zip(comps, expanded, strict=True)] \
+                    if not _integral(comps, expanded, c) else list(expanded)
                 shifted = [w[0], w[1] - c * w[0], *([w[2] - 2 * c * w[1] + c * c * w[0]] if len(w) > 2 else [])]
                 for p, q, wi in zip(d.parts, comps, shifted, strict=True):
                     out[g * n + p] = LinearQuery.from_grid(table, cols, bps, wi, label=q.label, group=q.group)
         centred.append(Derivation(d.kind, d.parts, c, shifted_ranges))
     return tuple(out), tuple(centred)
+
+
+def _integral(comps: list[LinearQuery], expanded: list[np.ndarray], c: int) -> bool:
+    """Whether the shifted weights can be computed on the integer numerators: every denominator 1
+    and every intermediate value below 2⁵², where float arithmetic is exact too — the same
+    weights, without float copies of a wide column's arrays."""
+    if any(q.denominator != 1 for q in comps):
+        return False
+    top = max((int(np.abs(e).max(initial=0)) for e in expanded), default=0)
+    return (abs(c) + 1) ** (len(comps) - 1) * (top + 1) < 2**52
 
 
 def _expanded(

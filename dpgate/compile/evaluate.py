@@ -26,7 +26,7 @@ How each node type is evaluated is looked up in one table
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,10 @@ from dpgate.schema.domains import Column, Table
 __all__ = ["Evaluator"]
 
 
+#: Every column's first breakpoint.
+_ZERO = np.zeros(1, dtype=np.int64)
+
+
 def _bool_arrays(*xs: Any) -> bool:
     """Whether every argument is a boolean numpy array (where ``~`` is logical NOT, unlike on Python bools)."""
     return all(isinstance(x, np.ndarray) and x.dtype == bool for x in xs)
@@ -81,12 +85,16 @@ class Evaluator:
         # Case-insensitive name → column (names are unique case-insensitively): one dict lookup
         # instead of Table.has_column / Table.column scans per reference.
         self._by_name: dict[str, Column] = {c.name.lower(): c for c in table.columns}
-        self.cuts: dict[str, set[int]] = {}  # declared column name → breakpoints
+        # Declared column name → arrays of breakpoints, united when a grid is set (a wide column's
+        # 500 000 change points stay one array, never a set of Python ints).
+        self._cuts: dict[str, list[np.ndarray]] = {}
         self._memo1d: dict[int, tuple[str, np.ndarray | None, Val]] = {}
         self._cols: dict[int, frozenset[str]] = {}
         self._env: dict[str, Val] | None = None
         self._grid: dict[str, tuple[int, int, np.ndarray]] = {}
         self._sampled: dict[int, Val] = {}
+        self._sorted: dict[str, tuple[int, np.ndarray]] = {}
+        self.wide_boxes = 0  # weights of the per-group queries built so far (aggregates._weights_by_group)
 
     # -- columns ---------------------------------------------------------------
     def column(self, node: exp.Column) -> Column:
@@ -160,20 +168,32 @@ class Evaluator:
             val = Val(val.kind, _as_vector(val.v, n), _as_vector(val.null, n, bool), val.col, val.text)
             self._memo1d[id(node)] = (name, cells, val)
             changes = change_points(val)
-            self.cuts.setdefault(name, {0}).update((changes if cells is None else cells[changes]).tolist())
+            self._cuts.setdefault(name, [_ZERO]).append(changes if cells is None else np.asarray(cells)[changes])
             return
         for child in children(node):
             self.prepare(child)
 
     def need_unit(self, col: Column) -> None:
         """Make every cell of ``col`` its own slab (GROUP BY columns)."""
-        self.cuts.setdefault(col.name, {0}).update(range(col.n_cells))
+        self._cuts.setdefault(col.name, [_ZERO]).append(np.arange(col.n_cells, dtype=np.int64))
+
+    @property
+    def cuts(self) -> dict[str, set[int]]:
+        """Declared column name → its breakpoints (a copy, for inspection)."""
+        return {name: set(self._sorted_cuts(name).tolist()) for name in self._cuts}
 
     # -- phase 2 -------------------------------------------------------------------
-    def set_grid(self, columns: list[str]) -> tuple[list[str], list[np.ndarray]]:
-        """Fix the grid for the columns (declaration order); returns (columns, breakpoints)."""
+    def grid_boxes(self, columns: Iterable[str]) -> int:
+        """How many boxes :meth:`set_grid` of ``columns`` would have."""
+        return math.prod(len(self._sorted_cuts(c)) for c in set(columns))
+
+    def set_grid(self, columns: list[str], fixed: Mapping[str, int] | None = None) -> tuple[list[str], list[np.ndarray]]:
+        """Fix the grid for the columns (declaration order); returns (columns, breakpoints).
+
+        ``fixed``: columns held at one cell each (one slab, sampled at that cell): a GROUP BY's
+        group at a time, on a grid whose other columns are wide."""
         cols = [c.name for c in self.table.columns if c.name in set(columns)]
-        bps = [np.array(sorted(self.cuts.get(c, {0})), dtype=np.int64) for c in cols]
+        bps = [np.array([fixed[c]], dtype=np.int64) if fixed and c in fixed else self._sorted_cuts(c) for c in cols]
         boxes = math.prod(len(b) for b in bps)
         if boxes > MAX_GRID_BOXES:
             sizes = ", ".join(f"{c}: {len(b)} slabs" for c, b in zip(cols, bps, strict=True))
@@ -184,6 +204,22 @@ class Evaluator:
         self._grid = {c: (ax, len(cols), b) for ax, (c, b) in enumerate(zip(cols, bps, strict=True))}
         self._sampled = {}
         return cols, bps
+
+    def grid_breakpoints(self, column: str) -> np.ndarray:
+        """All breakpoints of ``column`` (as :meth:`set_grid` without ``fixed`` would use)."""
+        return self._sorted_cuts(column)
+
+    def _sorted_cuts(self, column: str) -> np.ndarray:
+        """The breakpoints of ``column``, united and sorted once per list of cuts (it only grows,
+        so its length tells whether it changed): a wide column's are sorted once, not per group."""
+        cuts = self._cuts.get(column, [_ZERO])
+        hit = self._sorted.get(column)
+        if hit is None or hit[0] != len(cuts):
+            arr = np.sort(np.concatenate(cuts).astype(np.int64, copy=False))  # a sort: np.unique hashes, slower here
+            arr = arr[np.concatenate(([True], arr[1:] != arr[:-1]))]
+            arr.setflags(write=False)
+            hit = self._sorted[column] = (len(cuts), arr)
+        return hit[1]
 
     @property
     def shape(self) -> tuple[int, ...]:

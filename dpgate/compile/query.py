@@ -11,9 +11,8 @@ The representation is canonical: columns on which ``w`` is constant are
 dropped, adjacent slabs with identical weight slices are merged, and the
 fraction is reduced.  Two SQL texts that denote the same weight function and
 offset therefore compile to equal ``LinearQuery`` objects with equal hashes,
-which is what lets the gateway find them in history.
-
-Labels (output name, group key) are metadata and not part of equality.
+which is what lets the gateway find them in history.  Labels (output name, group
+key) are metadata and not part of equality.
 """
 
 from __future__ import annotations
@@ -30,23 +29,23 @@ from typing import Any
 
 import numpy as np
 
+from dpgate.compile._runs import decode_numerators, decode_runs, encode_runs, numerator_runs, runs_or
+from dpgate.compile._wide import HashOnceTuple, more_distinct_than, unit_breakpoints
 from dpgate.compile.bounds import reserve_memory
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema.domains import Table
 
-__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "breakpoint_array", "expand_grid", "slab_starts",
-           "union_grid"]
+__all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "breakpoint_array", "decode_runs", "encode_runs",
+           "expand_grid", "slab_starts", "union_grid"]
 
 #: Cached properties of a :class:`LinearQuery` that depend only on its grid and weights.
-_WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern")
+_WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern", "_more_weights_than")
 
 #: Weights must be rationals with at most this denominator (SQL constants with
 #: up to six decimals); the noise lattice needs exact integer true answers.
 MAX_DENOMINATOR = 10**6
 #: Largest grid one query may use (boxes); beyond it the query is refused.
 MAX_GRID_BOXES = 2**22
-#: Weight grids larger than this count against the statement's memory budget.
-_COUNTED_WEIGHTS = 4096
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,10 +110,12 @@ class LinearQuery:
             UnsupportedQuery: a weight is not finite or not a rational with a
                 denominator ≤ ``MAX_DENOMINATOR``.
         """
-        w = np.asarray(weights, dtype=float)
-        if w.size > _COUNTED_WEIGHTS:
-            reserve_memory(16 * w.size, "a query's weights")  # the floats given and the integers kept
-        if not np.isfinite(w).all():
+        w = np.asarray(weights)
+        if w.size > 4096:  # a large grid counts against the statement's memory budget (the weights and integers)
+            reserve_memory(16 * w.size, "a query's weights")
+        if w.dtype.kind not in "iu":  # integer weights (exact numerators) are finite and need no rationalising
+            w = np.asarray(w, dtype=float)
+        if w.dtype.kind == "f" and not np.isfinite(w).all():
             raise UnsupportedQuery(
                 "the query's weights are not finite (e.g. division by zero or an overflow in SUM's "
                 "expression); make every row's contribution a finite number."
@@ -228,12 +229,23 @@ class LinearQuery:
         """True when every weight is zero (the answer is the public offset)."""
         return not np.any(self.numerators)
 
+    def has_more_weights_than(self, limit: int) -> bool:
+        """Whether the query has more than ``limit`` distinct weights (zero included), decided on a
+        sample first (:func:`~dpgate.compile._wide.more_distinct_than`).  Memoised per ``limit``."""
+        memo = self.__dict__.setdefault("_more_weights_than", {})
+        found = memo.get(limit)
+        if found is None:
+            found = memo[limit] = more_distinct_than(self.numerators, limit)
+        return found
+
     @functools.cached_property
     def pattern(self) -> tuple[object, ...]:
         """The query's grid and weight pattern (weights by SHA-256 digest, independent of the
-        denominator): what an atom refinement by it depends on.  Computed once per query."""
+        denominator): what an atom refinement by it depends on.  Computed once per query.
+        Its breakpoints hash once (a :class:`HashOnceTuple`, equal to the plain tuple): planning
+        looks the pattern up in several dictionaries, and a wide column has 500 000 breakpoints."""
         digest = hashlib.sha256(np.ascontiguousarray(self.numerators, dtype=np.int64).tobytes()).digest()
-        return (tuple(c.lower() for c in self.columns), self.breakpoints, digest)
+        return (tuple(c.lower() for c in self.columns), HashOnceTuple(self.breakpoints), digest)
 
     def expand(self, table: Table, columns: Sequence[str], breakpoints: Sequence[Sequence[int]]) -> np.ndarray:
         """Numerators on a finer grid (which must refine this query's grid).
@@ -263,8 +275,8 @@ class LinearQuery:
             {
                 "table": self.table,
                 "columns": list(self.columns),
-                "breakpoints": [list(b) for b in self.breakpoints],
-                "numerators": self.numerators.tolist(),
+                "breakpoints": [runs_or(breakpoint_array(b), list(b)) for b in self.breakpoints],
+                "numerators": numerator_runs(self.numerators),
                 "denominator": self.denominator,
                 "offset": str(self.offset),
             },
@@ -273,13 +285,15 @@ class LinearQuery:
 
     @classmethod
     def from_json(cls, text: str, *, label: str = "", group: tuple[tuple[str, Any], ...] = ()) -> LinearQuery:
-        """Inverse of :meth:`to_json`."""
+        """Inverse of :meth:`to_json`; also reads the plain lists that ledgers written before the
+        run encoding (:func:`encode_runs`) hold."""
         d = json.loads(text)
+        bps = tuple(_int_tuple(decode_runs(b)) for b in d["breakpoints"])
         return cls(
             d["table"],
             tuple(d["columns"]),
-            tuple(tuple(b) for b in d["breakpoints"]),
-            np.array(d["numerators"], dtype=np.int64).reshape([len(b) for b in d["breakpoints"]]),
+            bps,
+            decode_numerators(d["numerators"], [len(b) for b in bps]),
             int(d["denominator"]),
             Fraction(d["offset"]),
             label=label,
@@ -294,11 +308,17 @@ class LinearQuery:
         return f"<LinearQuery{lab} on {self.table} [{grid}] S={self.sensitivity:g}{extra}{grp}>"
 
 
-def _int_tuple(bp: Sequence[int]) -> tuple[int, ...]:
+def _int_tuple(bp: Sequence[int] | np.ndarray) -> tuple[int, ...]:
     """Breakpoints as a tuple of Python ints (``tolist`` is the fast path for integer arrays, and for
-    sequences of integers: a wide column has hundreds of thousands of breakpoints)."""
+    sequences of integers: a wide column has hundreds of thousands of breakpoints).  Unit slabs
+    ``0, 1, …, n − 1`` (a wide column's usual grid) are one shared tuple per ``n``."""
+    if isinstance(bp, tuple) and len(bp) > 32 and bp is unit_breakpoints(len(bp)):
+        return bp
     arr = bp if isinstance(bp, np.ndarray) else np.asarray(bp)
     if arr.dtype.kind in "iu":
+        if arr.ndim == 1 and arr.size > 32 and arr[0] == 0 and arr[-1] == arr.size - 1 \
+                and bool((np.diff(arr) == 1).all()):
+            return unit_breakpoints(int(arr.size))
         return tuple(arr.tolist())
     return tuple(int(b) for b in bp)
 
@@ -319,6 +339,10 @@ def _rationalise(w: np.ndarray) -> tuple[np.ndarray, int]:
     Weights come from SQL decimal constants, so each is close to a rational with a
     small denominator; we recover it and refuse weights that are not.
     """
+    if w.dtype.kind in "iu":  # exact integers (from_grid's callers on numerators)
+        if w.size and np.abs(w).max() >= 2**62:
+            raise UnsupportedQuery("the query's weights are too large; scale the expression down.")
+        return w.astype(np.int64, order="C"), 1
     # Fast path for integer weights (counts): the general path below would find
     # denominator 1 and the same numerators, after a costly np.unique.
     if np.abs(w).max(initial=0.0) < 2**62:
@@ -390,15 +414,30 @@ def union_grid(table: Table, queries: Sequence[LinearQuery]) -> tuple[list[str],
     """The coarsest grid refining every query's grid: the columns they use, in declaration
     order, each with the union of their breakpoints (every query's start at 0)."""
     bps: dict[str, set[int]] = {}
+    same: dict[str, tuple[int, ...] | None] = {}  # the one tuple all queries use for a column, if so
     names: dict[str, str] = {}  # as written → declared (a GROUP BY's groups repeat their columns)
+    units: dict[str, int] = {}  # declared → its number of cells
     for q in queries:
         for c, bp in zip(q.columns, q.breakpoints, strict=True):
             name = names.get(c)
             if name is None:
-                name = names[c] = table.column(c).name
-            bps.setdefault(name, set()).update(bp)
-    cols = [c.name for c in table.columns if c.name in bps]
-    return cols, [tuple(sorted(bps[c])) for c in cols]
+                column = table.column(c)
+                name = names[c] = column.name
+                units[name] = column.n_cells
+            if name not in same:
+                same[name] = bp
+            elif same[name] is not bp and len(same[name] or ()) != units[name]:
+                if len(bp) == units[name]:  # unit slabs (every cell starts one) are every union
+                    same[name] = bp
+                    continue
+                first = same[name]
+                if first is not None:  # a second tuple: from now on a union of sets
+                    bps[name] = set(first)
+                    same[name] = None
+                bps[name].update(bp)
+    cols = [c.name for c in table.columns if c.name in same]
+    # One shared tuple (a wide column's unit slabs) is its own union: no set of its 500 000 starts.
+    return cols, [one if (one := same[c]) is not None else tuple(sorted(bps[c])) for c in cols]
 
 
 #: Long breakpoint tuples already seen as arrays, by identity (grids keep their tuples, so a

@@ -49,7 +49,7 @@ from dpgate.compile.cells import walk
 from dpgate.compile.evaluate import Evaluator
 from dpgate.compile.post import PostProcess
 from dpgate.compile.post import build as build_post
-from dpgate.compile.query import LinearQuery
+from dpgate.compile.query import MAX_GRID_BOXES, LinearQuery
 from dpgate.compile.statement import Hints
 from dpgate.errors import DPGateInternalError, SchemaError, UnsupportedQuery
 from dpgate.schema.domains import Column, Schema, Table
@@ -459,6 +459,10 @@ def reachable_keys(ev: Evaluator, where: exp.Expr | None, cols: tuple[Column, ..
     if where is None:
         return declared
     names = {col.name for col in cols} | set(ev.columns_in(where))
+    group_names = {col.name for col in cols}
+    if ev.grid_boxes(names) > MAX_GRID_BOXES and ev.grid_boxes(names - group_names) <= MAX_GRID_BOXES:
+        # A wide column cut for an aggregate (SUM(income)) and read by WHERE: one group at a time.
+        return [key for key in declared if _reaches(ev, where, sorted(names), cols, key)]
     grid_cols, bps = ev.set_grid(sorted(names))
     truth = np.broadcast_to(np.asarray(ev.truth(where), dtype=bool), ev.shape)
     group_axes = [grid_cols.index(col.name) for col in cols]
@@ -470,6 +474,17 @@ def reachable_keys(ev: Evaluator, where: exp.Expr | None, cols: tuple[Column, ..
     if any(len(bps[ax]) != col.n_cells for ax, col in zip(group_axes, cols, strict=True)):
         raise DPGateInternalError("a GROUP BY column lost its unit slabs")
     return [key for key in declared if reach[tuple(key[i] for i in order)]]
+
+
+def _reaches(ev: Evaluator, where: exp.Expr, names: list[str], cols: tuple[Column, ...], key: tuple[int, ...]) -> bool:
+    """Whether ``where`` is TRUE on some cell of group ``key`` (its columns held at its cells)."""
+    check_deadline()
+    fixed: dict[str, int] = {}
+    for col, k in zip(cols, key, strict=True):
+        if fixed.setdefault(col.name, k) != k:  # GROUP BY a, a: one cell cannot hold two values
+            return False
+    ev.set_grid(names, fixed=fixed)
+    return bool(np.asarray(ev.truth(where), dtype=bool).any())
 
 
 #: The compiler, stage by stage (see the module docstring); compile_tree runs them in this order.

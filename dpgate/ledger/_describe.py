@@ -6,12 +6,13 @@ release reads like its group, e.g. ``COUNT where sex = 1, age 0–29``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpgate.compile.query import LinearQuery
+from dpgate.compile.query import LinearQuery, breakpoint_array
 from dpgate.ledger._records import LedgerRecord
 from dpgate.schema.domains import Column, Schema, Table
 
@@ -36,22 +37,23 @@ def describe(query: LinearQuery, table: Table) -> str:
     nz = query.numerators != 0
     if not nz.any():
         return "constant"
-    weights = np.unique(query.numerators[nz]) / query.denominator
-    if weights.size == 1:
-        w = float(weights[0])
-        what = "COUNT" if w == 1 else f"{w:g} × COUNT"
+    # The least and greatest nonzero weight (one weight when they agree): no sort of a wide query's weights.
+    lo, hi = (float(x) / query.denominator for x in (query.numerators[nz].min(), query.numerators[nz].max()))
+    if lo == hi:
+        what = "COUNT" if lo == 1 else f"{lo:g} × COUNT"
     else:
-        what = f"SUM of weights {float(weights.min()):g}…{float(weights.max()):g}"
+        what = f"SUM of weights {lo:g}…{hi:g}"
     parts = []
     covered = 1
     for axis, (name, bps) in enumerate(zip(query.columns, query.breakpoints, strict=True)):
         col = table.column(name)
         other = tuple(a for a in range(nz.ndim) if a != axis)
-        slabs = np.flatnonzero(nz.any(axis=other) if other else nz)
-        edges = [*bps, col.n_cells]
-        cells = [c for k in slabs for c in range(edges[k], edges[k + 1])]
-        covered *= len(slabs)
-        if len(cells) < col.n_cells:
+        touched = nz.any(axis=other) if other else nz
+        # Slab k covers the cells edges[k] … edges[k + 1] − 1: a cell mask without a Python loop per cell.
+        edges = np.append(breakpoint_array(bps), col.n_cells)
+        cells = np.flatnonzero(np.repeat(touched, np.diff(edges)))
+        covered *= int(np.count_nonzero(touched))
+        if cells.size < col.n_cells:
             parts.append(_cells(col, cells))
     text = what + (" where " + ", ".join(parts) if parts else " of every row")
     if covered > int(nz.sum()):  # the support is not a product of per-column sets
@@ -59,16 +61,24 @@ def describe(query: LinearQuery, table: Table) -> str:
     return text
 
 
-def _cells(col: Column, cells: list[int]) -> str:
-    labels = col.labels()
-    shown = ["NULL" if labels[c] is None else str(labels[c]) for c in cells]
-    if col.kind == "integer" and len(cells) > 2 and cells == list(range(cells[0], cells[-1] + 1)) \
-            and cells[-1] < col.null_cell:
-        return f"{col.name} {shown[0]}–{shown[-1]}"
-    if len(shown) == 1:
+def _cells(col: Column, cells: np.ndarray) -> str:
+    """The cells ``cells`` (increasing indices) of ``col`` in words; reads the labels of the cells shown only."""
+    n = int(cells.size)
+    first, last = int(cells[0]), int(cells[-1])
+    if col.kind == "integer" and n > 2 and last - first == n - 1 and last < col.null_cell:
+        lo, _ = col.int_range()
+        return f"{col.name} {lo + first}–{lo + last}"
+    shown_cells = cells.tolist() if n <= 8 else [*cells[:4].tolist(), last]
+    if col.kind == "integer":  # an integer cell's label is its value (no list of a wide column's labels)
+        lo, _ = col.int_range()
+        labels: Any = {c: None if c >= col.null_cell else lo + c for c in shown_cells}
+    else:
+        labels = col.labels()
+    shown = ["NULL" if labels[c] is None else str(labels[c]) for c in shown_cells]
+    if n == 1:
         return f"{col.name} = {shown[0]}" if shown[0] != "NULL" else f"{col.name} IS NULL"
-    if len(shown) > 8:
-        return f"{col.name} ∈ {{{', '.join(shown[:4])}, … {shown[-1]}}} ({len(shown)} values)"
+    if n > 8:
+        return f"{col.name} ∈ {{{', '.join(shown[:4])}, … {shown[-1]}}} ({n} values)"
     return f"{col.name} ∈ {{{', '.join(shown)}}}"
 
 
@@ -79,6 +89,26 @@ def history_frame(records: Sequence[LedgerRecord], schema: Schema) -> pd.DataFra
 
     cols = ["id", "kind", "table", "sql", "alpha", "sensitivity", "scale", "lattice",
             "noise", "value", "cost_after", "secure", "created_at", "session", "query"]
-    rows = [{"measured": describe(LinearQuery.from_json(r.query), schema.table(r.table)),
-             **{c: getattr(r, c) for c in cols}} for r in records]
+    rows = [{"measured": _described(r.query, schema.table(r.table)), **{c: getattr(r, c) for c in cols}}
+            for r in records]
     return pd.DataFrame(rows, columns=[*cols[:4], "measured", *cols[4:]])
+
+
+def _described(text: str, table: Table) -> str:
+    """:func:`describe` of the query whose ledger JSON is ``text``, once per text and table
+    (a repeated statement's releases share their text, and ``history`` is read again and again:
+    a wide query's weights are decoded once, not on every read)."""
+    # A long text (an older ledger's plain list of 500 000 weights) is kept by its digest only.
+    key = (id(table), text if len(text) <= 4096 else hashlib.sha256(text.encode()).hexdigest())
+    hit = _DESCRIBED.get(key)
+    if hit is None or hit[0] is not table:
+        if len(_DESCRIBED) >= _DESCRIBED_MAX:
+            _DESCRIBED.clear()
+        hit = _DESCRIBED[key] = (table, describe(LinearQuery.from_json(text), table))
+    return hit[1]
+
+
+#: Descriptions by (table identity, query JSON or its digest); the entry holds the table, so its id is not
+#: reused meanwhile.
+_DESCRIBED: dict[tuple[int, str], tuple[Table, str]] = {}
+_DESCRIBED_MAX = 4096

@@ -48,11 +48,28 @@ def _isolation_key(query: LinearQuery) -> tuple[str, float]:
     nums = np.asarray(query.numerators, dtype=np.int64).ravel()
     nonzero = np.flatnonzero(nums)
     g = int(np.gcd.reduce(np.abs(nums))) * (1 if nums[nonzero[0]] > 0 else -1)
-    digest = hashlib.sha256(
-        repr((query.table.lower(), query.columns, query.breakpoints, query.numerators.shape)).encode()
-        + (nums // g).tobytes()
-    ).hexdigest()
+    # The text of repr((table, columns, breakpoints, shape)), with a wide column's long breakpoint
+    # tuple written once per tuple (the key is unchanged: ledgers' checkpoints hold it).
+    bps = ", ".join(map(_long_repr, query.breakpoints)) + ("," if len(query.breakpoints) == 1 else "")
+    head = f"({query.table.lower()!r}, {query.columns!r}, ({bps}), {query.numerators.shape!r})"
+    digest = hashlib.sha256(head.encode() + (nums // g).tobytes()).hexdigest()
     return digest, g / query.denominator
+
+
+def _long_repr(values: tuple[int, ...]) -> str:
+    """``repr(values)``, memoised by identity for long tuples (a wide column's unit slabs are one
+    shared tuple; the memo holds it, so its id is not reused meanwhile)."""
+    if len(values) <= 64:
+        return repr(values)
+    hit = _LONG_REPRS.get(id(values))
+    if hit is None or hit[0] is not values:
+        if len(_LONG_REPRS) >= 16:
+            _LONG_REPRS.clear()
+        hit = _LONG_REPRS[id(values)] = (values, repr(values))
+    return hit[1]
+
+
+_LONG_REPRS: dict[int, tuple[tuple[int, ...], str]] = {}
 
 
 @dataclass(frozen=True)

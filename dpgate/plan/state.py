@@ -84,7 +84,7 @@ def _wide(query: LinearQuery) -> bool:
         return False
     found = _wide_cache.get(query)
     if found is None:  # a wide query is sorted once per object (benchmarks/README.md)
-        found = _wide_cache[query] = bool(np.unique(nums).size > MAX_ATOM_WEIGHTS + 1)
+        found = _wide_cache[query] = query.has_more_weights_than(MAX_ATOM_WEIGHTS + 1)
     return found
 
 

@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from dpgate.compile.query import breakpoint_array
 from dpgate.errors import DPGateInternalError
 from dpgate.schema.domains import Column
 
@@ -519,33 +520,38 @@ def set_condition(cols: list[BoundColumn], bps: Sequence[Sequence[int]], mask: n
         return exp.true()
     if not mask.any():
         return exp.false()
-    col, bp = cols[0], list(bps[0])
+    col = cols[0]
     n = col.decl.n_cells
-    ends = bp[1:] + [n]
+    # As arrays (one shared array per long breakpoint tuple): a wide column has 500 002 slabs.
+    bp = breakpoint_array(bps[0])
+
+    def ends(slabs: np.ndarray) -> np.ndarray:  # where each of ``slabs`` ends (no copy of all the ends)
+        return np.where(slabs + 1 < bp.size, bp[np.minimum(slabs + 1, bp.size - 1)], n)
     if mask.ndim == 1:  # runs of selected slabs, found in numpy (a 500 001-cell column is one pass)
         on = np.flatnonzero(mask)
         cut = np.flatnonzero(np.diff(on) > 1)
         firsts, lasts = on[np.r_[0, cut + 1]], on[np.r_[cut, on.size - 1]]
-        here = col.ranges_condition([(bp[a], ends[b]) for a, b in zip(firsts.tolist(), lasts.tolist(), strict=True)])
+        here = col.ranges_condition(list(zip(bp[firsts].tolist(), ends(lasts).tolist(), strict=True)))
         return here if here is not None else exp.true()
-    groups: dict[bytes, list[int]] = {}
-    subs: dict[bytes, np.ndarray] = {}
     rows = mask.reshape(mask.shape[0], -1)
     keys = np.packbits(rows, axis=1)
-    for i in np.flatnonzero(rows.any(axis=1)).tolist():
-        key = keys[i].tobytes()
-        groups.setdefault(key, []).append(i)
-        subs[key] = mask[i]
+    # The slabs of this axis by the pattern of the rest (in order of first appearance, each
+    # group's slabs increasing), grouped in numpy: a wide first axis has 500 000 slabs.
+    on = np.flatnonzero(rows.any(axis=1))
+    patterns = np.ascontiguousarray(keys[on]).view(np.dtype((np.void, keys.shape[1]))).ravel()  # one value per row
+    _, first, inverse = np.unique(patterns, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    by_group = np.argsort(inverse, kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(inverse))))
     parts = []
-    for key, slabs in groups.items():
-        ranges: list[tuple[int, int]] = []
-        for i in slabs:
-            if ranges and ranges[-1][1] == bp[i]:
-                ranges[-1] = (ranges[-1][0], ends[i])
-            else:
-                ranges.append((bp[i], ends[i]))
+    for g in np.argsort(first, kind="stable").tolist():
+        slabs = on[by_group[bounds[g]:bounds[g + 1]]]
+        # Runs of adjacent slabs are one range each.
+        cut = np.flatnonzero(np.diff(slabs) > 1)
+        firsts, lasts = slabs[np.r_[0, cut + 1]], slabs[np.r_[cut, slabs.size - 1]]
+        ranges = list(zip(bp[firsts].tolist(), ends(lasts).tolist(), strict=True))
         here = col.ranges_condition(ranges)
-        rest = set_condition(cols[1:], bps[1:], subs[key])
+        rest = set_condition(cols[1:], bps[1:], mask[int(slabs[0])])
         conj = [e for e in (here, rest) if e is not None and not (isinstance(e, exp.Boolean) and e.this is True)]
         parts.append(conjunction(conj))
     return disjunction(parts)

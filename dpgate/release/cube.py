@@ -294,6 +294,8 @@ class Cube:
         num = np.asarray(query.numerators)
         if num.ndim == 0:
             return int(num), []
+        if query.has_more_weights_than(_MAX_FILTER_TERMS + 1):  # too many terms, known without a sort
+            return None
         vals, counts = np.unique(num, return_counts=True)
         # baseline: the most common weight (0 on ties), so negations stay small.
         best = int(np.argmax(counts))
@@ -343,6 +345,9 @@ class Cube:
         union_size = math.prod(len(b) for b in union_bps)
         n_terms, zero_based = 0, True
         for q in queries:
+            if q.has_more_weights_than(_MAX_BATCH_TERMS + 1):  # a wide query: its weights alone decide
+                n_terms = _MAX_BATCH_TERMS + 1
+                break
             u = set(np.asarray(q.numerators).ravel().tolist())  # a few small weights: no sort
             n_terms += len(u) - 1
             zero_based = zero_based and 0 in u
