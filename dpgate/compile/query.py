@@ -41,8 +41,7 @@ __all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "breakpoint_array
 #: Cached properties of a :class:`LinearQuery` that depend only on its grid and weights.
 _WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern", "_more_weights_than")
 
-#: Weights must be rationals with at most this denominator (SQL constants with
-#: up to six decimals); the noise lattice needs exact integer true answers.
+#: Largest denominator of a weight (SQL constants of six decimals): true answers must be exact integers.
 MAX_DENOMINATOR = 10**6
 #: Largest grid one query may use (boxes); beyond it the query is refused.
 MAX_GRID_BOXES = 2**22
