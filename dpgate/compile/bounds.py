@@ -261,14 +261,16 @@ def memory_budget(nbytes: int) -> Iterator[None]:
         _MEMORY.reset(token)
 
 
-def reserve_memory(nbytes: int, what: str) -> None:
+def reserve_memory(nbytes: int, what: str, *, transient: bool = False) -> None:
     """Count ``nbytes`` — ``what``, about to be built — against this thread's statement's
     :func:`memory_budget` (outside one, against :data:`DEFAULT_MAX_MEMORY` alone).
 
-    The count is of every large array the statement builds, freed or not: an upper bound
-    on its working memory.  Refusing happens before the array is built and before anything
-    is read or spent, and the gateway's live state is untouched (statements are planned on
-    copies).
+    The count is of every large array the statement builds for planning, freed or not: an
+    upper bound on its working memory.  A ``transient`` array (a query's weights while it
+    is compiled: the compiler bounds what a statement keeps, ``MAX_WIDE_BOXES``) must fit
+    in what is left but is not counted.  Refusing happens before the array is built and
+    before anything is read or spent, and the gateway's live state is untouched
+    (statements are planned on copies).
 
     Raises:
         QueryTooComplex: the statement would pass its budget.
@@ -282,5 +284,5 @@ def reserve_memory(nbytes: int, what: str) -> None:
             "group by fewer or coarser columns, use fewer distinct range boundaries, or raise the "
             "budget with Gateway(max_memory=...) / connect(max_memory=...)."
         )
-    if budget is not None:
+    if budget is not None and not transient:
         budget.used += nbytes

@@ -111,7 +111,7 @@ class LinearQuery:
         """
         w = np.asarray(weights)
         if w.size > 4096:  # a large grid counts against the statement's memory budget (the weights and integers)
-            reserve_memory(16 * w.size, "a query's weights")
+            reserve_memory(16 * w.size, "a query's weights", transient=True)
         if w.dtype.kind not in "iu":  # integer weights (exact numerators) are finite and need no rationalising
             w = np.asarray(w, dtype=float)
         if w.dtype.kind == "f" and not np.isfinite(w).all():
