@@ -44,7 +44,7 @@ CHECKPOINT_AFTER = 64
 #: Layout of the checkpointed inference state (a checkpoint of another layout is replayed).
 STATE_LAYOUT = 6  # 6: statement runs kept for local histories; 5: cost atoms in blocks (plan.cost_grid)
 #: Local histories kept, the most recently used ones (:meth:`LedgerHistory.planning_state`).
-_LOCAL_KEPT = 8
+_LOCAL_KEPT = 4
 
 
 class LedgerHistory:
@@ -89,14 +89,18 @@ class LedgerHistory:
         of them stay outside the table's atoms, or some release over their columns did, and
         the local history holds at least as many of them.  A local copy is never installed
         (``refined_for`` None: its records are applied as records)."""
-        state = self.state(table).refined(queries, isolate=True)
         columns = frozenset(c.lower() for q in queries for c in q.columns)
         left = self.outside.get(self.schema.table(table).name.lower(), ())
-        if not state.outside and not any(cols <= columns for cols in left):
-            return state
-        trial = self._local_state(table, columns).refined(queries, isolate=True)
-        if len(trial.outside) > len(state.outside):
-            return state
+        trial, state = None, None
+        if any(cols <= columns for cols in left):  # the table's atoms lack releases over these columns
+            trial = self._local_state(table, columns).refined(queries, isolate=True)
+        if trial is None or trial.outside:
+            state = self.state(table).refined(queries, isolate=True)
+            if not state.outside and trial is None:
+                return state
+            trial = trial or self._local_state(table, columns).refined(queries, isolate=True)
+            if len(trial.outside) > len(state.outside):
+                return state
         trial.refined_for = None
         return trial
 
