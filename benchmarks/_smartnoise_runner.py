@@ -15,6 +15,7 @@ not import dpgate.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import sys
 import time
@@ -88,7 +89,8 @@ def main() -> int:
         "basic_epsilon": float(sum(e for e, _ in total.steps)),
         "odometer_epsilon": float(spent[0]),
         "odometer_delta": float(spent[1]),
-        "snsql_version": getattr(snsql, "__version__", None),
+        "snsql_version": importlib.metadata.version("smartnoise-sql"),
+        "opendp_version": importlib.metadata.version("opendp"),
     }))
     return 0
 

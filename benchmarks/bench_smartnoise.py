@@ -59,6 +59,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from typing import Any
@@ -227,13 +228,16 @@ def _smartnoise_sql(sql: str) -> str:
 
 
 def run_smartnoise(python: str, statements: tuple[tuple[str, float, str], ...]) -> dict[str, Any]:
-    from dpgate import datasets
+    from dpgate.datasets import load_pums
 
-    csv = str(datasets._file("PUMS.csv"))
-    req = {"csv": csv, "delta": 0.0,
-           "statements": [{"sql": _smartnoise_sql(q), "epsilon": smartnoise_epsilon(q, a)} for q, a, _ in statements]}
-    proc = subprocess.run([python, RUNNER], input=json.dumps(req), capture_output=True, text=True, timeout=3600,
-                          check=False)
+    df, _ = load_pums()
+    with tempfile.TemporaryDirectory() as tmp:
+        csv = os.path.join(tmp, "PUMS.csv")
+        df.to_csv(csv, index=False)
+        req = {"csv": csv, "delta": 0.0, "statements": [
+            {"sql": _smartnoise_sql(q), "epsilon": smartnoise_epsilon(q, a)} for q, a, _ in statements]}
+        proc = subprocess.run([python, RUNNER], input=json.dumps(req), capture_output=True, text=True, timeout=3600,
+                              check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"SmartNoise runner failed ({proc.returncode}): {proc.stderr[-2000:]}")
     out: dict[str, Any] = json.loads(proc.stdout)
@@ -342,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     sn_version = None
     for name, stmts in _sessions(args.quick).items():
         sn = run_smartnoise(args.smartnoise_python, stmts)
-        sn_version = sn.get("snsql_version")
+        sn_version = (sn.get("snsql_version"), sn.get("opendp_version"))
         accepted = tuple(st for st, r in zip(stmts, sn["statements"], strict=True) if "error" not in r)
         dp = run_dpgate(accepted, args.seed)
         dp_full = dp if len(accepted) == len(stmts) else run_dpgate(stmts, args.seed)
@@ -361,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"dpgate refused in {name}: #{r['index']} {r['sql']}: {r['error'][:120]}")
     machine = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
                "loadavg_at_end": os.getloadavg(), "wall_seconds": time.perf_counter() - t0,
-               "smartnoise_python": args.smartnoise_python, "snsql_version": sn_version}
+               "smartnoise_python": args.smartnoise_python, "smartnoise_sql_and_opendp_versions": sn_version}
     os.makedirs(RESULTS, exist_ok=True)
     suffix = "_quick" if args.quick else ""
     with open(os.path.join(RESULTS, f"smartnoise{suffix}.json"), "w", encoding="utf-8") as f:
