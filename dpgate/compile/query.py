@@ -44,7 +44,7 @@ _WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern", "_more
 #: Largest denominator of a weight (SQL constants of six decimals): true answers must be exact integers.
 MAX_DENOMINATOR = 10**6
 #: Largest grid one query may use (boxes); beyond it the query is refused.
-MAX_GRID_BOXES = 2**22
+MAX_GRID_BOXES = 2**23
 
 
 @dataclass(frozen=True, eq=False)
