@@ -77,10 +77,10 @@ class Answer:
             default, when whoever built the answer did not say.  An exact answer (a
             public constant) over seeded history is False as well: the flag describes
             the history, not one number.
-        isolated: True when the query's statement cut the table's domain finer than its
-            inference atom limit (``Gateway(max_atoms=...)``) allows, or the query has more
-            than 32 distinct weights: it was then answered on its own, from its exact
-            repeats and rescalings only (never combined with other queries).  Its fresh
+        isolated: True when the query's statement cut the domain finer than the inference
+            atom limit (``Gateway(max_atoms=...)``) allows, even on the local history of its
+            own columns (``dpgate.ledger._history``): it was then answered on its own, from its
+            exact repeats and rescalings only (never combined with other queries).  Its fresh
             releases are still charged their per-cell cost (wide ones: their budget on
             every cell of their support).
         components: for AVG / VAR / STDDEV (``dpgate.answer.combine``), the answers of the linear

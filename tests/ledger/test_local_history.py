@@ -138,3 +138,24 @@ def _truths(df: pd.DataFrame, sql: str) -> dict[object, int]:
     con.register("t", df)
     rows = con.execute(sql).fetchall()
     return {(r[0] if len(r) > 1 else None): int(r[-1]) for r in rows}
+
+
+def test_a_local_history_holds_wide_sums() -> None:
+    """A SUM over a column of more than 32 values stays outside the table's atoms (it would
+    multiply every later GROUP BY's atoms), but a local history over its column holds it: the
+    sum over the rest of the domain is the difference of two released sums, free."""
+    schema = {"tables": {"w": {"columns": {"v": {"type": "integer", "min": 0, "max": 63},
+                                           "g": {"type": "categorical", "values": ["a", "b"]}}}}}
+    rng = np.random.default_rng(4)
+    df = pd.DataFrame({"v": rng.integers(0, 64, 2000), "g": rng.choice(["a", "b"], 2000)})
+    gw = dpgate.Gateway(df, schema, budget=100.0, seed=5)
+    gw.query("SELECT g, COUNT(*) FROM w GROUP BY g", accuracy=30)
+    whole = gw.query("SELECT SUM(v) FROM w", accuracy=2000).answer
+    assert not whole.isolated  # outside the table's atoms, planned on the local history over v
+    assert gw._history.state("w").left_outside(whole.query.linear_part)
+    low = gw.query("SELECT SUM(v) FROM w WHERE v < 32", accuracy=2000).answer
+    assert (low.source, low.isolated) == ("fresh", False)  # planned on the local history over v
+    spent = gw.spent
+    high = gw.query("SELECT SUM(v) FROM w WHERE v >= 32", accuracy=5000).answer
+    assert (high.source, high.isolated, gw.spent) == ("history", False, spent)
+    assert high.value == pytest.approx(whole.value - low.value)
