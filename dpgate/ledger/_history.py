@@ -113,7 +113,7 @@ class LedgerHistory:
         key = (t.name.lower(), columns)
         runs = self.runs.get(key[0], [])
         found = self._local.pop(key, None)
-        state, seen = found if found is not None else (replace(TableState.new(t, self.max_atoms), hold_wide=True), 0)
+        state, seen = found if found is not None else (replace(TableState.new(t, self.max_atoms), hold_wide=self.max_atoms), 0)
         for cols, items in runs[seen:]:
             if cols <= columns:
                 state.record_inference(items)

@@ -195,8 +195,8 @@ class TableState:
     #: queries it was refined for: recording releases of exactly those refines the state it was
     #: made from as the copy was refined, so the copy may become it (:meth:`record_as_planned`).
     refined_for: tuple[tuple[object, ...], ...] | None = field(default=None, repr=False)
-    #: Whether the atoms also hold wide queries (a local history's: its atoms are its columns' only).
-    hold_wide: bool = False
+    #: Wide queries of at most this many weights are held too (a local history's: its atoms are its columns').
+    hold_wide: int = 0
     _deferring: bool = field(default=False, repr=False)
     #: By :func:`_charge_key` (equal keys, equal vectors), the row of ``blue`` a query the
     #: atoms hold was last released as: a repeat's coordinates are that row's.
@@ -455,7 +455,7 @@ class TableState:
             if q.is_zero:
                 continue
             seen = known.get(_held_key(q))
-            if seen is False or (seen is None and _wide(q) and not self.hold_wide):
+            if seen is False or (seen is None and _wide(q) and (not self.hold_wide or q.has_more_weights_than(self.hold_wide))):
                 outside.add(i)
             elif seen is None:
                 new.append(i)

@@ -159,3 +159,28 @@ def test_a_local_history_holds_wide_sums() -> None:
     high = gw.query("SELECT SUM(v) FROM w WHERE v >= 32", accuracy=5000).answer
     assert (high.source, high.isolated, gw.spent) == ("history", False, spent)
     assert high.value == pytest.approx(whole.value - low.value)
+
+
+def test_a_local_history_leaves_out_what_its_atoms_could_never_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SUM(income) has 500 001 weights, more than any atoms limit: a local history over income
+    keeps it outside at once, without trying to split its atoms by them (which took seconds a
+    statement and built grids until the memory budget refused unrelated statements)."""
+    import dpgate.datasets
+    from dpgate.plan.atoms import AtomPartition
+
+    tried: list[int] = []
+    refine = AtomPartition.refine
+
+    def counting(self: AtomPartition, query):  # type: ignore[no-untyped-def]
+        tried.append(query.numerators.size)
+        return refine(self, query)
+
+    monkeypatch.setattr(AtomPartition, "refine", counting)
+    df, schema = dpgate.datasets.load_pums()
+    gw = dpgate.Gateway(df, schema, budget=1e6, seed=6)
+    for sql, acc in [("SELECT sex, SUM(income) FROM pums GROUP BY sex", 2e6),
+                     ("SELECT educ, SUM(income) FROM pums GROUP BY educ", 2e6),
+                     ("SELECT race, sex, COUNT(*) FROM pums WHERE income > 30000 GROUP BY race, sex", 20.0),
+                     ("SELECT AVG(income) FROM pums WHERE educ BETWEEN 1 AND 8", 30.0)]:
+        assert gw.query(sql, accuracy=acc).answers
+    assert tried and max(tried) < gw.max_atoms
