@@ -92,14 +92,15 @@ class LedgerHistory:
         (``refined_for`` None: its records are applied as records)."""
         columns = frozenset(c.lower() for q in queries for c in q.columns)
         left = self.outside.get(self.schema.table(table).name.lower(), ())
-        trial, state = None, None
+        trial = None
         if any(cols <= columns for cols in left):  # the table's atoms lack releases over these columns
             trial = self._local_state(table, columns).refined(queries, isolate=True)
         if trial is None or trial.outside:
             state = self.state(table).refined(queries, isolate=True)
-            if not state.outside and trial is None:
-                return state
-            trial = trial or self._local_state(table, columns).refined(queries, isolate=True)
+            if trial is None:
+                if not state.outside:
+                    return state
+                trial = self._local_state(table, columns).refined(queries, isolate=True)
             if len(trial.outside) > len(state.outside):
                 return state
         trial.refined_for = None
@@ -113,7 +114,9 @@ class LedgerHistory:
         key = (t.name.lower(), columns)
         runs = self.runs.get(key[0], [])
         found = self._local.pop(key, None)
-        state, seen = found if found is not None else (replace(TableState.new(t, self.max_atoms), hold_wide=self.max_atoms), 0)
+        if found is None:  # its atoms are its columns' only: wide queries whose weights fit are held too
+            found = (replace(TableState.new(t, self.max_atoms), hold_wide=self.max_atoms), 0)
+        state, seen = found
         for cols, items in runs[seen:]:
             if cols <= columns:
                 state.record_inference(items)

@@ -50,9 +50,9 @@ _NO_CHARGE: Charge = (np.zeros(0, dtype=np.int64), np.zeros(0))
 #: statement that would split the atoms further is estimated from its exact repeats only
 #: (see :meth:`TableState.hold`).
 DEFAULT_MAX_ATOMS = 20_000
-#: A query with more distinct weights than this (e.g. ``SUM(age)`` over 101 ages) is kept
-#: outside the atoms: splitting every atom by each of its weights would multiply the atoms
-#: of every later GROUP BY by that many.  Its support still refines the atoms.
+#: A query with more distinct weights than this (e.g. ``SUM(age)`` over 101 ages) is kept outside
+#: the table's atoms (a local history over its columns may hold it: ``hold_wide``): splitting every
+#: atom by each of its weights would multiply the atoms of every later GROUP BY by that many.
 MAX_ATOM_WEIGHTS = 32
 
 
@@ -263,7 +263,7 @@ class TableState:
         """What a release of each of ``queries`` is charged as, over the cost atoms: the cost
         atoms it touches and its weight on each — its weights when the cost atoms hold it;
         else ``S`` on those its support meets (``|q_j|/S ≤ 1`` bounds the true per-cell
-        cost), or on every one.  The queries must have been refined into the cost atoms
+        cost); on a side grid beyond the main one's limit.  The queries must have been refined into the cost atoms
         (:meth:`_charge_refine`); disjoint ones are located by one pass over the cost atoms.
         """
         memo = self.cost_atoms.located()
@@ -333,7 +333,7 @@ class TableState:
     def charge_from_atoms(self, h: np.ndarray, sensitivity: float) -> Charge:
         """What a query given by its weights ``h`` over the atoms (e.g. a restriction) is
         charged as: ``h`` on the cost atoms inside each atom (they refine the atoms), or
-        ``S`` on every cost atom when they do not."""
+        ``S`` on the one-box side grid when they do not (an upper bound: ``|h_j| ≤ S``)."""
         members = self._atom_members()
         if members is None:  # on the one-box side grid, at its largest weight
             assert self.cost_atoms.uniform is not None  # made when the main grid stopped refining the atoms
@@ -511,7 +511,7 @@ class TableState:
             self.isolated[key] = self.isolated.get(key, _NO_REPEATS).plus(factor, it.scale, it.value, it.lattice)
         if held:
             rows = stacked_rows([self.atoms.vector(it.query) for it in held] if vectors is None else
-                            [v for i, v in enumerate(vectors) if i not in outside])
+                                [v for i, v in enumerate(vectors) if i not in outside])
             for it in held:
                 self._row_of[_charge_key(it.query)] = len(self.queries)
                 self.queries.append(it.query)
