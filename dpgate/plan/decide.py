@@ -245,7 +245,7 @@ def plan(
             if not own_blue:
                 blue, own_blue = blue.copy(), True
             candidates = _candidates(state, blue, costs, q, h, accuracy, confidence, policy)
-            _, rank, parts = min(candidates, key=lambda c: (c[0], c[1]))
+            *_, parts = min(candidates, key=lambda c: (c[0], c[1]))
             # Verified on the estimator that answers it (the replayed BLUE), not a closed form.
             blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy)
             if len(queries) == 1:  # the statement's one step, verified on its replay
