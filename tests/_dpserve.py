@@ -11,6 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
+
 import dpgate
 from dpgate.datasets import load_pums
 from dpgate.server import Server, add_user
@@ -88,3 +91,22 @@ def psql(port: int, *commands: str, user: str = "alice", password: str | None = 
         args += ["-c", c]
     environment = {**os.environ, "PGPASSWORD": password or PASSWORDS[user], "PGCONNECT_TIMEOUT": "10", **env}
     return subprocess.run(args, capture_output=True, text=True, timeout=60, env=environment)
+
+
+def history_is_shared_and_free(carol: Any, alice: Any, sql: str) -> Any:
+    """On two open connections: ``carol`` (cap 0) is refused a fresh ``sql``; once ``alice`` released
+    it, carol gets it from history, free, charged nothing and shown as a delivery.  Alice's row."""
+    with pytest.raises(psycopg.Error) as err:  # carol's cap is 0: no fresh release for her
+        carol.execute(sql)
+    assert err.value.sqlstate == "53400" and "carol" in str(err.value) and "cap" in str(err.value)
+    alice.execute("SET dpgate.intervals = on")
+    first = alice.execute(sql).fetchone()
+    assert first is not None and first[3] == "fresh"
+    carol.execute("SET dpgate.intervals = on")
+    again = carol.execute(sql).fetchone()  # history is shared: free for carol
+    assert again is not None and again[3] == "history" and again[0] == pytest.approx(first[0])
+    mine = carol.execute("SHOW dpgate.budget").fetchone()
+    assert mine is not None and mine[2] == 0.0 and mine[5] > 0
+    hist = carol.execute("SHOW dpgate.history").fetchall()
+    assert [(h[2], h[4], h[5]) for h in hist] == [("delivery", "history", 0.0)]
+    return first

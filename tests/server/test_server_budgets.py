@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psycopg  # the test extra: a missing client fails, never skips
 import pytest
-from _dpserve import dsn, spawn_server, thread_server, users_file
+from _dpserve import dsn, history_is_shared_and_free, spawn_server, thread_server, users_file
 
 from dpgate.ledger._provenance import statement_hash
 
@@ -41,21 +41,9 @@ def _per_analyst_within_global(charged: dict[str, float], top: float) -> None:
 def test_repeat_from_another_analyst_is_free_and_caps_bind(tmp_path: Path) -> None:
     sql = "SELECT COUNT(*) FROM pums WHERE age < 40"
     with thread_server(tmp_path, caps={"alice": 0.5, "bob": 0.5, "carol": 0.0}) as s:
-        with psycopg.connect(dsn(s.port, "carol"), autocommit=True) as carol:
-            with pytest.raises(psycopg.Error) as err:  # carol's cap is 0: no fresh release for her
-                carol.execute(sql)
-            assert err.value.sqlstate == "53400" and "carol" in str(err.value) and "cap" in str(err.value)
-            with psycopg.connect(dsn(s.port, "alice"), autocommit=True) as alice:
-                alice.execute("SET dpgate.intervals = on")
-                first = alice.execute(sql).fetchone()
-            assert first[3] == "fresh"
-            carol.execute("SET dpgate.intervals = on")
-            again = carol.execute(sql).fetchone()  # history is shared: free for carol
-            assert again[3] == "history" and again[0] == pytest.approx(first[0])
-            mine = carol.execute("SHOW dpgate.budget").fetchone()
-            assert mine[2] == 0.0 and mine[5] > 0
-            hist = carol.execute("SHOW dpgate.history").fetchall()
-            assert [(h[2], h[4], h[5]) for h in hist] == [("delivery", "history", 0.0)]
+        with psycopg.connect(dsn(s.port, "carol"), autocommit=True) as carol, \
+                psycopg.connect(dsn(s.port, "alice"), autocommit=True) as alice:
+            history_is_shared_and_free(carol, alice, sql)
     top, charged, _, _ = _ledger(tmp_path)
     assert set(charged) == {"alice"} and charged["alice"] == pytest.approx(top)
 

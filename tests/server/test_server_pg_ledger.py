@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from _dpserve import dsn, spawn_server, thread_server, users_file
+from _dpserve import dsn, history_is_shared_and_free, spawn_server, thread_server, users_file
 
 from dpgate.ledger._provenance import statement_hash
 
@@ -46,20 +46,8 @@ def test_caps_provenance_and_show_on_a_postgres_ledger(pg_server: Any, tmp_path:
     with thread_server(tmp_path, budget=0.6, caps={"alice": 0.25, "bob": 0.5, "carol": 0.0}, ledger=url,
                        ledger_key=str(tmp_path / "ledger.key")) as s:
         with psycopg.connect(dsn(s.port, "carol"), autocommit=True) as carol:
-            with pytest.raises(psycopg.Error) as err:  # carol's cap is 0: no fresh release for her
-                carol.execute(sql)
-            assert err.value.sqlstate == "53400" and "carol" in str(err.value) and "cap" in str(err.value)
             with psycopg.connect(dsn(s.port, "alice"), autocommit=True) as alice:
-                alice.execute("SET dpgate.intervals = on")
-                first = alice.execute(sql).fetchone()
-                assert first is not None and first[3] == "fresh"
-                carol.execute("SET dpgate.intervals = on")
-                again = carol.execute(sql).fetchone()  # history is shared: free for carol
-                assert again is not None and again[3] == "history" and again[0] == pytest.approx(first[0])
-                mine = carol.execute("SHOW dpgate.budget").fetchone()
-                assert mine is not None and mine[2] == 0.0 and mine[5] > 0
-                hist = carol.execute("SHOW dpgate.history").fetchall()
-                assert [(h[2], h[4], h[5]) for h in hist] == [("delivery", "history", 0.0)]
+                history_is_shared_and_free(carol, alice, sql)
                 refused = None
                 for k in range(60):  # disjoint ranges: each one costs fresh budget, until alice's cap binds
                     lo = (k * 7) % 100
