@@ -30,7 +30,7 @@ import numpy as np
 
 from dpgate.compile.query import MAX_GRID_BOXES, LinearQuery
 from dpgate.errors import UnsupportedQuery
-from dpgate.plan.atoms import AtomPartition, BoxGrid, GridVersion
+from dpgate.plan.atoms import BoxGrid, GridVersion
 from dpgate.schema.domains import Table
 
 __all__ = ["COST_MAX_BOXES", "CostGrid"]
@@ -177,11 +177,6 @@ class CostGrid:
                     del _LOCATED[next(iter(_LOCATED))]
                 found = _LOCATED[self.version] = {}
             return found
-
-    def atom_of(self, coarser: AtomPartition) -> np.ndarray:
-        """For each box of the main grid, the atom of ``coarser`` containing it (the main
-        grid must refine it)."""
-        return self.main.atom_of(coarser)
 
     def __repr__(self) -> str:
         return f"<CostGrid {self.table.name} main={self.main!r} sides={len(self.sides)}>"

@@ -362,7 +362,7 @@ class TableState:
         keys = (self.cost_atoms.main.version, self.atoms.labels.base)
         found = self._members
         if found is None or found[0] != keys[0] or found[1] is not keys[1]:
-            of = self.cost_atoms.atom_of(self.atoms)
+            of = self.cost_atoms.main.atom_of(self.atoms)
             # Atom ids are small: as 16-bit keys numpy's stable sort is a radix sort, O(cost atoms).
             order = np.argsort(of.astype(np.uint16) if self.atoms.n_atoms <= 2**16 else of, kind="stable")
             starts = np.searchsorted(of[order], np.arange(self.atoms.n_atoms + 1))
@@ -492,11 +492,8 @@ class TableState:
         """
         if not items:
             return
-        queries = [it.query for it in items]
-        self._charge_refine(queries)
-        outside = self.hold(queries)
-        self._add_costs(items)
-        self._append(items, outside)
+        self.record_inference(items)
+        self._add_costs(items)  # on the cost atoms, which recording the inference refined alike
 
     def _append(self, items: Sequence[RecordedRelease], outside: Set[int],
                 vectors: Sequence[np.ndarray] | None = None) -> None:
@@ -545,8 +542,8 @@ class TableState:
         self._add_costs(items)
 
     def record_inference(self, items: Sequence[RecordedRelease]) -> None:
-        """:meth:`record_many` without the costs: a local history replays part of the table's
-        releases for inference only, then charges as the table does (:meth:`adopt_costs`)."""
+        """:meth:`record_many` without the costs: what a local history replays of the table's
+        releases (for inference only: it charges as the table does, :meth:`adopt_costs`)."""
         queries = [it.query for it in items]
         self._charge_refine(queries)
         self._append(items, self.hold(queries))
