@@ -3,14 +3,14 @@
 Two honest touches are applied to every ``Answer`` as it is built (both are
 post-processing of released values, so they cost no privacy):
 
-* **Non-negative quantities.**  When every weight of the query is ≥ 0 (counts, sums
-  of non-negative values) its true answer is at least the query's constant offset
-  (0 for a plain count), so the interval is intersected with ``[offset, ∞)`` (and
-  with ``(−∞, offset]`` when every weight is ≤ 0; an interval entirely outside
-  the half-line becomes the single point ``offset``).  Coverage cannot drop: the
-  truth lies in that half-line, so the clipped interval contains it whenever the
-  unclipped one does.  ``value`` is not clipped (it stays the unbiased
-  estimate, and may be negative for a tiny count); ``posterior`` is the unclipped law.
+* **On the support.**  A count is an integer ≥ 0 (at most the declared ``rows``), a sum of
+  non-negative values is ≥ 0, and so on (:mod:`dpgate.inference._support`).  ``value`` is
+  moved into that support and the interval is cut to it — stretched to at least
+  ``[low, low + q]`` when ``θ̂ ± q`` falls below it, so it never collapses to a point.  The
+  truth lies in the support, so the interval contains it whenever ``θ̂ ± q`` does
+  (coverage cannot drop), and it is never wider than ``2q``.  ``unbiased`` (=
+  ``posterior.mean()``) keeps the unrestricted estimate θ̂, which may be negative for a
+  tiny count: use it to average answers.
 * **No binary-float artefacts.**  ``value``, ``low`` and ``high`` are rounded to 15
   significant digits (``497.4999999999999`` → ``497.5``); the change, at most
   5·10⁻¹⁵ relative, is far below any noise.
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from dpgate.errors import InterfaceError
+from dpgate.inference import support_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,9 +55,11 @@ class Answer:
     """One released number with its honest interval.
 
     Attributes:
-        value: the estimate θ̂ (the posterior centre); NaN when ``source == "unavailable"``.
+        value: the estimate θ̂ (the posterior centre) moved into the values the truth can take
+            (a count is never negative: see :attr:`unbiased`); NaN when ``source == "unavailable"``.
         low, high: the narrowest ``confidence`` credible interval, which is also an
-            exact frequentist confidence interval for the true answer.
+            exact frequentist confidence interval for the true answer, on the values the truth
+            can take (module docstring).
         confidence: the stated coverage 1−δ of ``[low, high]``.
         accuracy: the half-width the analyst asked for.
         source: ``"history"``, ``"fresh"``, ``"exact"``, ``"unavailable"`` or ``"model"``
@@ -106,8 +109,8 @@ class Answer:
     components: tuple[Answer, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
-        low, high = _clipped(self.low, self.high, self.query, self.source)
-        for name, x in (("value", self.value), ("low", low), ("high", high)):
+        value, low, high = _on_support(self.value, self.low, self.high, self.query, self.posterior, self.source)
+        for name, x in (("value", value), ("low", low), ("high", high)):
             object.__setattr__(self, name, _tidy(x))
 
     @classmethod
@@ -118,7 +121,7 @@ class Answer:
     ) -> Answer:
         """``Answer(...)`` of these arguments (``components=()``), built faster for dpgate's own answers:
         the same instance, field by field, without the frozen ``__init__``'s per-field ``setattr``."""
-        low, high = _clipped(low, high, query, source)
+        value, low, high = _on_support(value, low, high, query, posterior, source)
         out = object.__new__(cls)
         out.__dict__.update(
             value=_tidy(value), low=_tidy(low), high=_tidy(high), confidence=confidence, accuracy=accuracy,
@@ -147,6 +150,12 @@ class Answer:
         if low <= high:
             value = int(min(max(value, low), high))
         return replace(self, value=value, low=min(low, value), high=max(high, value))
+
+    @property
+    def unbiased(self) -> float:
+        """The unbiased estimate θ̂ (``posterior.mean()``), before :attr:`value` was moved into the
+        values the truth can take: average these, not ``value``, when combining answers."""
+        return self.posterior.mean() if self.posterior is not None else self.value
 
     @property
     def halfwidth(self) -> float:
@@ -265,14 +274,19 @@ def _typed(col: pd.Series, keys: list[Any]) -> pd.Series:
     return col.astype(object).where(col.notna(), None)  # a NULL key is None, not NaN
 
 
-def _clipped(low: float, high: float, q: LinearQuery | None, source: str) -> tuple[float, float]:
-    """The interval intersected with the half-line the truth lies in (module docstring)."""
-    if q is not None and source != "unavailable" and q.weight_sign:
-        off = float(q.offset) if q.offset else 0.0
-        if q.weight_sign > 0:  # the truth is ≥ offset: intersect with [offset, ∞)
-            return max(low, off), max(high, off)
-        return min(low, off), min(high, off)
-    return low, high
+def _on_support(
+    value: float, low: float, high: float, q: LinearQuery | None, posterior: Posterior | None, source: str,
+) -> tuple[float, float, float]:
+    """``value`` and ``low``–``high`` on the values the truth can take (module docstring): the
+    posterior's support, else the query's own (its weights' signs and lattice)."""
+    if q is None or source == "unavailable" or not (low <= high):
+        return value, low, high
+    s = posterior.support if posterior is not None and posterior.support is not None else support_of(q)
+    if s.low <= low and high <= s.high:  # already on it (a rounded answer keeps its integers)
+        return (value if s.low <= value <= s.high else s.clip(value)), low, high
+    low, high = s.interval((low + high) / 2, (high - low) / 2) if math.isfinite(high - low) else (
+        max(low, s.low), min(high, s.high))
+    return s.clip(value), low, high
 
 
 def _tidy(x: Any) -> Any:

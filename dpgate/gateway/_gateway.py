@@ -36,7 +36,7 @@ from dpgate.errors import Error, InvalidArgument, InvalidRequirement, NotEstimab
 from dpgate.errors import Warning as DPGateWarning
 from dpgate.gateway._extensions import Extensions
 from dpgate.gateway._latency import Latency
-from dpgate.inference import IncrementalBLUE
+from dpgate.inference import IncrementalBLUE, Posterior, support_of
 from dpgate.ledger._describe import history_frame
 from dpgate.ledger._history import LedgerHistory, collector_paused
 from dpgate.ledger.core import Ledger, LedgerRecord, LedgerTransaction
@@ -313,9 +313,9 @@ class Gateway(Extensions):
             clock.reads_data = any(s.kind == "fresh" for s in steps)  # decided by the plan: public
             steps, blue, replayed = (self._measure(stmt, sql, planned, accuracy, confidence, policy, allow_partial)
                                      if clock.reads_data else (steps, planned.refined.blue, False))
-            secure = self._history.secure(stmt.table)
-            out = assemble(stmt, lambda c: answers(blue, steps, accuracy, c, policy, secure=secure, replayed=replayed),
-                           confidence)
+            secure, rows = self._history.secure(stmt.table), planned.refined.table.rows
+            out = assemble(stmt, lambda c: answers(blue, steps, accuracy, c, policy, secure=secure, replayed=replayed,
+                                                   rows=rows), confidence)
         result = Result(out, stmt, float(sum(s.increase for s in steps)))
         return result.rounded() if round else result
 
@@ -391,7 +391,8 @@ class Gateway(Extensions):
             pol = check_policy(policy or self.policy)
             planned = self._plan(stmt, req.accuracy, req.confidence, pol)
             blue, zero = planned.refined.blue, zero_valued(planned.steps)
-            return quote(stmt, planned.steps, lambda c: answers(blue, zero, req.accuracy, c, pol, secure=True),
+            return quote(stmt, planned.steps, lambda c: answers(blue, zero, req.accuracy, c, pol, secure=True,
+                                                                rows=planned.refined.table.rows),
                          req.confidence, spent, self.budget)
 
     @single_threaded
@@ -425,10 +426,9 @@ class Gateway(Extensions):
                 "history does not determine this query yet (it is not a linear combination of released "
                 "answers); ask gw.query(...) for it first."
             )
-        off = float(q.offset)
-        return est.posterior.probability(
-            None if low is None else low - off, None if high is None else high - off
-        )
+        off = float(q.offset)  # est is of the linear part: so is its support
+        post = Posterior(est.posterior.center, est.posterior.law, support_of(q.linear_part, state.table.rows))
+        return post.probability(None if low is None else low - off, None if high is None else high - off)
 
     def close(self) -> None:
         """Close the data source and the ledger (if the gateway opened it).
@@ -557,7 +557,7 @@ class Gateway(Extensions):
                 if allow_partial:
                     return [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps], before, False
                 raise refusal(state.blue, steps, needed, spent, self.budget, accuracy, confidence,
-                              secure=self._history.secure(state.table.name))
+                              secure=self._history.secure(state.table.name), rows=state.table.rows)
             charges = planned.recorded_charges()
             values, records = self._record(tx, state, planned.measurements, sql, "query", spent, charges)
         # Committed (fsync'd): only now may anything derived from the values leave.

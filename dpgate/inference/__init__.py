@@ -28,6 +28,7 @@ from dpgate.inference._incremental import IncrementalBLUE
 from dpgate.inference._law import ErrorLaw, halfwidths
 from dpgate.inference._posterior import Posterior
 from dpgate.inference._scale import minimal_scale, single_release_scale
+from dpgate.inference._support import Support, support_of
 
 __all__ = [
     "estimate",
@@ -35,6 +36,8 @@ __all__ = [
     "Estimate",
     "SystemCost",
     "Posterior",
+    "Support",
+    "support_of",
     "ErrorLaw",
     "IncrementalBLUE",
     "minimal_scale",

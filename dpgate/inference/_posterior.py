@@ -13,6 +13,7 @@ from numpy.typing import ArrayLike, NDArray
 from dpgate._validate import finite, points
 from dpgate.errors import InvalidArgument
 from dpgate.inference._law import ErrorLaw
+from dpgate.inference._support import Support
 
 __all__ = ["Posterior"]
 
@@ -26,9 +27,15 @@ class Posterior:
     releases it is also a frequentist confidence interval with coverage
     ≥ 1 − δ.
 
+    With a ``support`` (where the truth can lie: :mod:`dpgate.inference._support`) the law is
+    censored to it: impossible events have probability 0, the cdf is unchanged at every
+    possible value, and intervals are cut to the support (never below the coverage of
+    ``θ̂ ± q``, never wider).  :meth:`mean` stays θ̂, the unbiased estimate, for averaging.
+
     Args:
         center: The point estimate θ̂ (finite).
         law: The law of the error E.
+        support: Where θ can lie, or ``None`` for the real line.
 
     Raises:
         InvalidArgument: If center is not finite.
@@ -42,12 +49,14 @@ class Posterior:
         0.5
     """
 
-    def __init__(self, center: float, law: ErrorLaw) -> None:
+    def __init__(self, center: float, law: ErrorLaw, support: Support | None = None) -> None:
         self.center = finite(center, "The posterior centre")
         self.law = law
+        self.support = support
 
     def __repr__(self) -> str:
-        return f"Posterior(center={self.center!r}, std={self.std()!r}, method={self.law.method!r})"
+        where = "" if self.support is None else f", support=[{self.support.low!r}, {self.support.high!r}]"
+        return f"Posterior(center={self.center!r}, std={self.std()!r}, method={self.law.method!r}{where})"
 
     # ------------------------------------------------------------------ scipy-like
     def cdf(self, x: ArrayLike) -> float | NDArray[np.float64]:
@@ -57,7 +66,11 @@ class Posterior:
             InvalidArgument: If x contains NaN.
         """
         xx, scalar = points(x)
-        out = np.asarray(self.law.cdf(xx - self.center))
+        s = self.support
+        if s is None:
+            out = np.asarray(self.law.cdf(xx - self.center))
+        else:
+            out = s.censor(xx, np.asarray(self.law.cdf(xx - self.center), dtype=float))
         return float(out[0]) if scalar else out
 
     def sf(self, x: ArrayLike) -> float | NDArray[np.float64]:
@@ -67,17 +80,23 @@ class Posterior:
             InvalidArgument: If x contains NaN.
         """
         xx, scalar = points(x)
-        out = np.asarray(self.law.sf(xx - self.center))
+        s = self.support
+        if s is None:
+            out = np.asarray(self.law.sf(xx - self.center))
+        else:
+            out = s.censor(xx, np.asarray(self.law.sf(xx - self.center), dtype=float), 1.0, 0.0)
         return float(out[0]) if scalar else out
 
     def pdf(self, x: ArrayLike) -> float | NDArray[np.float64]:
-        """Density of θ at x.
+        """Density of θ at x (of the unrestricted law; 0 outside the support).
 
         Raises:
             InvalidArgument: If x contains NaN, or θ is known exactly (no density).
         """
         xx, scalar = points(x)
         out = np.asarray(self.law.pdf(xx - self.center))
+        if self.support is not None:
+            out = np.where((xx < self.support.low) | (xx > self.support.high), 0.0, out)
         return float(out[0]) if scalar else out
 
     def ppf(self, q: ArrayLike) -> float | NDArray[np.float64]:
@@ -88,10 +107,24 @@ class Posterior:
         """
         qq, scalar = points(q, "q")
         out = self.center + np.asarray(self.law.ppf(qq))
+        if self.support is not None:
+            out = np.clip(out, self.support.low, self.support.high)
         return float(out[0]) if scalar else out
 
     def interval(self, confidence: float) -> tuple[float, float]:
-        """Narrowest credible interval ``(θ̂ − q, θ̂ + q)`` with certified coverage.
+        """Narrowest credible interval ``(θ̂ − q, θ̂ + q)`` with certified coverage
+        (on the support when there is one: :meth:`Support.interval`).
+
+        Raises:
+            InvalidArgument: If confidence is not in (0, 1).
+        """
+        q = self.law.halfwidth(confidence)
+        if self.support is not None:
+            return self.support.interval(self.center, q)
+        return self.center - q, self.center + q
+
+    def certified_interval(self, confidence: float) -> tuple[float, float]:
+        """``(θ̂ − q, θ̂ + q)``: the certified interval before any cut to the support.
 
         Raises:
             InvalidArgument: If confidence is not in (0, 1).
@@ -100,7 +133,7 @@ class Posterior:
         return self.center - q, self.center + q
 
     def halfwidth(self, confidence: float) -> float:
-        """The q of :meth:`interval`.
+        """The q of ``θ̂ ± q`` (before any cut to the support).
 
         Raises:
             InvalidArgument: If confidence is not in (0, 1).
@@ -108,12 +141,13 @@ class Posterior:
         return self.law.halfwidth(confidence)
 
     def mean(self) -> float:
-        """Posterior mean (= θ̂)."""
+        """θ̂: the unrestricted posterior's mean, an unbiased estimate (also with a support, so that
+        averages of answers stay unbiased)."""
         return self.center
 
     def median(self) -> float:
-        """Posterior median (= θ̂, by symmetry)."""
-        return self.center
+        """Posterior median (θ̂ by symmetry, moved into the support)."""
+        return self.center if self.support is None else self.support.clip(self.center)
 
     def var(self) -> float:
         """Posterior variance ``2 Σ (A_k b_k)²``."""
@@ -140,7 +174,12 @@ class Posterior:
         if lo > hi:
             raise InvalidArgument(f"low ({lo}) must not exceed high ({hi}); swap them.")
         upper = 1.0 if hi == math.inf else float(self.cdf(hi))
-        below = 0.0 if lo == -math.inf else float(self.cdf(lo)) - self._atom(lo)
+        if self.support is not None and lo > self.support.high:
+            return 0.0
+        if lo == -math.inf or (self.support is not None and lo <= self.support.low):
+            below = 0.0  # nothing of the (censored) law lies below the support
+        else:
+            below = float(self.cdf(lo)) - self._atom(lo)
         return float(min(max(upper - below, 0.0), 1.0))
 
     def _atom(self, x: float) -> float:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from dpgate.answer.result import Answer
 from dpgate.errors import BudgetExhausted
-from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior
+from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, Posterior, support_of
 from dpgate.plan.budget import exhausted
 from dpgate.plan.plan import Step, meets
 
@@ -20,7 +20,7 @@ __all__ = ["answers", "refusal"]
 
 def answers(
     blue: IncrementalBLUE, steps: Sequence[Step], accuracy: float, confidence: float, policy: str,
-    *, secure: bool, replayed: bool = False,
+    *, secure: bool, replayed: bool = False, rows: int | None = None,
 ) -> tuple[Answer, ...]:
     """Answer each step with the estimator its decision was verified on.
 
@@ -34,6 +34,9 @@ def answers(
     statement's later releases would lower the variance but can widen the certified
     interval by a lattice step.)  An ``alone`` step is its own release.  Which
     estimator is used depends only on the design, so coverage is unaffected.
+
+    ``rows``: the table's declared row count (bounds each answer's support,
+    :func:`~dpgate.inference._support.support_of`), if any.
 
     ``replayed``: ``blue`` already holds the steps' measurements with their values, appended
     so (its plan's :attr:`~dpgate.plan.plan.Plan.replayed`, revalued): nothing is replayed.
@@ -60,13 +63,13 @@ def answers(
             assert first is not None
             out[i] = replace(first, label=s.query.label, group=s.query.group, query=s.query, epsilon_spent=0.0)
             continue
-        out[i] = _answer(replay, s, accuracy, confidence, policy, secure, laws)
+        out[i] = _answer(replay, s, accuracy, confidence, policy, secure, laws, rows)
     return tuple(a for a in out if a is not None)
 
 
 def _answer(
     blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str, secure: bool,
-    laws: dict[tuple[float, float], tuple[ErrorLaw, float]],
+    laws: dict[tuple[float, float], tuple[ErrorLaw, float]], rows: int | None = None,
 ) -> Answer:
     """``step``'s answer; ``laws``: the error laws (and half-widths at ``confidence``) of the alone
     releases answered so far, by scale and lattice (a GROUP BY's groups share one)."""
@@ -98,8 +101,8 @@ def _answer(
                               q.label, q.group, q, secure, step.isolated is not None)
         law, centre = est.posterior.law, est.posterior.mean()
         width = law.halfwidth(confidence)
-    post = Posterior(centre + off, law)
-    low, high = post.center - width, post.center + width  # Posterior.interval(confidence)
+    post = Posterior(centre + off, law, support_of(q, rows))
+    low, high = post.center - width, post.center + width  # Posterior.interval(confidence), cut by Answer._of
     return Answer._of(
         float(post.center), float(low), float(high), confidence, accuracy,
         "history" if step.kind in ("history", "unavailable") else "fresh", step.increase, post,
@@ -109,12 +112,12 @@ def _answer(
 
 def refusal(
     blue: IncrementalBLUE, steps: Sequence[Step], needed: float, spent: float, budget: float, accuracy: float,
-    confidence: float, *, secure: bool,
+    confidence: float, *, secure: bool, rows: int | None = None,
 ) -> BudgetExhausted:
     """The refusal of a statement that needs ``needed`` more than ``budget − spent`` allows, with what
     history alone would give a single-output statement (its steps replayed with nothing paid)."""
     unpaid = [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps]
-    best = answers(blue, unpaid, accuracy, confidence, "minimal", secure=secure)
+    best = answers(blue, unpaid, accuracy, confidence, "minimal", secure=secure, rows=rows)
     single = best[0] if len(best) == 1 else None
     hint = ""
     if single is not None and math.isfinite(single.value):

@@ -183,8 +183,7 @@ def _certified(a: Answer) -> float:
     at the least possible value (with every release valued 0, that cut would halve a count's width)."""
     if a.posterior is None:
         return a.halfwidth
-    lo, hi = a.posterior.interval(a.confidence)
-    return (hi - lo) / 2 if math.isfinite(hi - lo) else math.inf
+    return a.posterior.halfwidth(a.confidence)
 
 
 def zero_valued(steps: Sequence[Step]) -> list[Step]:

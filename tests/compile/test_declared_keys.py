@@ -136,9 +136,10 @@ def test_intervals_of_counts_are_clipped_at_zero_without_losing_coverage() -> No
         for _ in range(n):
             a = gw.query("SELECT COUNT(*) FROM pums WHERE age = 90", accuracy=3).answer
             assert a.low >= 0.0 and a.high >= 0.0
-            lo, hi = a.posterior.interval(0.95)  # the unclipped interval
-            assert (a.low, a.high) == pytest.approx((max(lo, 0.0), max(hi, 0.0)), rel=1e-14, abs=1e-300)
-            if lo <= truth <= hi:  # the truth is ≥ 0, so clipping never loses it
+            lo, hi = a.posterior.certified_interval(0.95)  # before the cut to [0, rows]
+            assert (a.low, a.high) == pytest.approx(a.posterior.interval(0.95), rel=1e-14, abs=1e-300)
+            assert a.low == max(lo, 0.0) and a.high >= max(hi, (hi - lo) / 2)  # never [0, 0]
+            if lo <= truth <= hi:  # the truth is ≥ 0, so the cut never loses it
                 assert a.low <= truth <= a.high
             hits += a.low <= truth <= a.high
     se = math.sqrt(0.95 * 0.05 / n)
@@ -147,7 +148,7 @@ def test_intervals_of_counts_are_clipped_at_zero_without_losing_coverage() -> No
     with gateway() as gw:
         d = gw.query("SELECT COUNT(*) FILTER (WHERE age = 90) - COUNT(*) FILTER (WHERE age = 91) FROM pums",
                      accuracy=3).answer
-    lo, hi = d.posterior.interval(0.95)
+    lo, hi = d.posterior.certified_interval(0.95)
     assert (d.low, d.high) == pytest.approx((lo, hi), rel=1e-14)
 
 
@@ -158,8 +159,10 @@ def test_weight_sign_is_cached_and_clips_answers_by_it(weights: list[int]) -> No
     q = LinearQuery("t", ("a",), (tuple(range(len(w))),), w, offset=Fraction(2))
     expected = 1 if w.min() >= 0 else -1 if w.max() <= 0 else 0
     assert q.weight_sign == expected and "weight_sign" in vars(q)  # computed once, then cached
-    a = Answer(1.0, -5.0, 10.0, 0.95, 7.5, "fresh", 0.1, query=q)
-    assert (a.low, a.high) == {1: (2.0, 10.0), -1: (-5.0, 2.0), 0: (-5.0, 10.0)}[expected]
+    a = Answer(1.0, -5.0, 10.0, 0.95, 7.5, "fresh", 0.1, query=q)  # θ̂ = 2.5, q = 7.5
+    # cut to the support, and stretched to at least q beside the bound (dpgate.inference._support)
+    want = {1: (2.0, 10.0), -1: (-5.5, 2.0), 0: (-5.0, 10.0)}[expected] if w.any() else (2.0, 2.0)
+    assert (a.low, a.high) == want
 
 
 def test_round_returns_integer_counts_everywhere() -> None:
@@ -167,7 +170,7 @@ def test_round_returns_integer_counts_everywhere() -> None:
         res = gw.query("SELECT sex, COUNT(*) AS n, SUM(age) AS s FROM pums GROUP BY sex", accuracy=30, round=True)
         for a in res.answers:
             assert all(type(x) is int for x in (a.value, a.low, a.high)) and a.low <= a.value <= a.high
-            lo, hi = a.posterior.interval(0.95)
+            lo, hi = a.posterior.certified_interval(0.95)
             assert math.ceil(lo) == a.low and math.floor(hi) == a.high  # inward: coverage unchanged
         assert str(res.to_pandas()["n"].dtype) == "int64"
         spent = gw.spent

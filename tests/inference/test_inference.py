@@ -23,7 +23,7 @@ Q = np.array([1.0, 0.0, 1.0, 0.0])
 def test_public_names() -> None:
     assert sorted(inference.__all__) == sorted(
         ["estimate", "system_cost", "Estimate", "SystemCost", "Posterior", "ErrorLaw",
-         "IncrementalBLUE", "minimal_scale", "single_release_scale", "halfwidths"]
+         "IncrementalBLUE", "minimal_scale", "single_release_scale", "halfwidths", "Support", "support_of"]
     )
     for name in inference.__all__:
         assert hasattr(inference, name)

@@ -152,7 +152,8 @@ def test_session_step(session, i):
         if s["acc"] is not None:
             assert a.high - a.value <= s["acc"] * (1 + 1e-9)
             assert a.value - a.low <= s["acc"] * (1 + 1e-9)
-        assert a.posterior is not None and a.posterior.mean() == pytest.approx(a.value)
+        assert a.posterior is not None and a.posterior.mean() == pytest.approx(a.unbiased)
+        assert a.value == pytest.approx(a.posterior.support.clip(a.unbiased))
     if s["expect"] == "history":
         assert {a.source for a in res.answers} == {"history"}, s["sql"]
         assert all(a.epsilon_spent == 0 for a in res.answers)

@@ -273,7 +273,7 @@ def test_coverage_single_laplace_term_at_95(nettrace_unit_bins, policy):
                 assert a.source == "fresh" and a.posterior.law.n_terms == 1
                 # The exact quantile of one Laplace term, not a normal approximation (the
                 # released interval may then be clipped at 0: read the law's own interval).
-                lo, hi = a.posterior.interval(0.95)
+                lo, hi = a.posterior.certified_interval(0.95)
                 assert (hi - lo) / 2 >= scale * math.log(20) - 2 * gamma
                 assert (hi - lo) / 2 > 1.05 * 1.96 * math.sqrt(2) * scale
                 tally.add((0.95, "one-term"), a.low <= t <= a.high)
