@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench docs clean
 
 $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: $(BIN)/activate
 	$(BIN)/mypy dpgate
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile
+
+# The reference manual (HTML from the docstrings) in docs/manual/: open docs/manual/index.html.
+docs: $(BIN)/activate
+	$(BIN)/python docs/build_manual.py docs/manual
 
 bench: $(BIN)/activate
 	$(BIN)/python benchmarks/run_all.py
