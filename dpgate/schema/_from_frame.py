@@ -81,7 +81,7 @@ def table_from_dataframe(
             stacklevel=3,
         )
     cols = [replace(c, nullable=c.name in flags["nullable"], other=c.name in flags["other"]) for c in cols]
-    return Table(name, tuple(cols), max_rows_per_individual=max_rows_per_individual)
+    return Table(name, tuple(cols), max_rows_per_unit=max_rows_per_individual)
 
 
 def _inferred_column(cname: str, s: Any) -> Column:

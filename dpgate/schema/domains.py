@@ -16,6 +16,7 @@ from typing import Any
 
 from dpgate.errors import SchemaError
 from dpgate.schema._from_frame import table_from_dataframe
+from dpgate.schema._unit import unit_declaration
 from dpgate.schema.tables import NULL_LABEL, OTHER_LABEL, Column, Table
 
 __all__ = ["Column", "Table", "Schema", "NULL_LABEL", "OTHER_LABEL"]
@@ -68,22 +69,16 @@ class Schema:
         for tname, tspec in spec["tables"].items():
             if not isinstance(tspec, Mapping) or not isinstance(tspec.get("columns"), Mapping):
                 raise SchemaError(f"table {tname!r}: needs a 'columns' mapping of column name to declaration.")
-            unknown = set(tspec) - {"columns", "rows", "max_rows_per_individual", "schema", "description"}
+            unknown = set(tspec) - {"columns", "rows", "privacy_unit", "max_rows_per_unit", "max_rows_per_individual",
+                                    "schema", "description"}
             if unknown:
                 raise SchemaError(
                     f"table {tname!r}: unknown keys {sorted(unknown)}; allowed: columns, rows, "
-                    "max_rows_per_individual, schema, description."
+                    "privacy_unit, max_rows_per_unit, schema, description."
                 )
             cols = tuple(Column.from_dict(str(c), cs, str(tname)) for c, cs in tspec["columns"].items())
-            tables.append(
-                Table(
-                    str(tname),
-                    cols,
-                    rows=tspec.get("rows"),
-                    max_rows_per_individual=tspec.get("max_rows_per_individual", 1),
-                    schema=tspec.get("schema"),
-                )
-            )
+            unit = unit_declaration(str(tname), tspec)
+            tables.append(Table(str(tname), cols, rows=tspec.get("rows"), schema=tspec.get("schema"), **unit))
         return cls(tuple(tables))
 
     @classmethod
