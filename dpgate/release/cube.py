@@ -188,7 +188,7 @@ class Cube:
         unit = self._units.get(t.name.lower())
         if unit is None:
             return t, ref, cols
-        bounded = bounded_table(ref, t.name, unit, [cols[c.name.lower()] for c in t.columns], t.max_rows_per_unit,
+        bounded = bounded_table(ref, t.name, unit, [cols[c.name.lower()] for c in t.columns], t.bound(),
                                 self._row_order, self.dialect)
         return t, bounded, cols
 

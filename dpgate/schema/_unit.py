@@ -41,9 +41,11 @@ def check_unit(table: str, unit: Any, k: Any, columns: Sequence[str]) -> None:
     """Refuse a malformed unit declaration with a message that says what to write."""
     where = f"table {table!r}"
     key = "max_rows_per_unit" if unit is not None else "max_rows_per_unit (max_rows_per_individual)"
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:  # True is an int, but not a count
+    if k is None and unit is not None:  # declared without its bound: queries are refused (Table.bound)
+        pass
+    elif isinstance(k, bool) or not isinstance(k, int) or k < 1:  # True is an int, but not a count
         raise SchemaError(f"{where}: {key} must be an integer ≥ 1, got {_shown(k)}.")
-    if k > MAX_ROWS_PER_UNIT:
+    elif k > MAX_ROWS_PER_UNIT:
         raise SchemaError(
             f"{where}: {key} is {_shown(k)}, above the limit of {MAX_ROWS_PER_UNIT}: every charge is multiplied "
             "by it, so no useful answer could be afforded; aggregate the table to fewer rows per person "
@@ -94,4 +96,5 @@ def unit_declaration(table: str, spec: Mapping[str, Any]) -> dict[str, Any]:
             f"table {table!r}: max_rows_per_unit bounds the rows of each person, so it needs "
             "'privacy_unit: <column identifying a person>'; without one a table has one row per person."
         )
-    return {"privacy_unit": unit, "max_rows_per_unit": spec.get("max_rows_per_unit", 1)}
+    # A unit without its bound loads (k None), but every query on the table is refused (Table.bound).
+    return {"privacy_unit": unit, "max_rows_per_unit": spec.get("max_rows_per_unit", None if unit is not None else 1)}

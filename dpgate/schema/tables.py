@@ -340,7 +340,8 @@ class Table:
         max_rows_per_unit: ``k``, how many rows one person may contribute; every charge is
             multiplied by it (see README, "Privacy model").  With a ``privacy_unit`` the bound is
             enforced (rows beyond ``k`` per unit are dropped, :mod:`dpgate.release._bounding`);
-            without one it is the deprecated, unchecked ``max_rows_per_individual``.
+            without one it is the deprecated, unchecked ``max_rows_per_individual``.  ``None``:
+            a unit declared without its bound; every query on the table is refused (:meth:`bound`).
         schema: an SQL schema name the table may be addressed with (``FROM schema.name``), as
             declared by ``schema: PUMS``; ``main`` is always accepted.
         privacy_unit: the physical column identifying a person (``privacy_unit: user_id``), or
@@ -351,7 +352,7 @@ class Table:
     name: str
     columns: tuple[Column, ...]
     rows: int | None = None
-    max_rows_per_unit: int = 1
+    max_rows_per_unit: int | None = 1
     schema: str | None = None
     privacy_unit: str | None = None
 
@@ -400,8 +401,22 @@ class Table:
 
     @property
     def max_rows_per_individual(self) -> int:
+        """``k``, the factor of every charge (:meth:`bound`)."""
+        return self.bound()
+
+    def bound(self) -> int:
         """``k``, the factor of every charge: :attr:`max_rows_per_unit` (enforced with a
-        ``privacy_unit``, the deprecated unchecked declaration without one)."""
+        ``privacy_unit``, the deprecated unchecked declaration without one).
+
+        Raises:
+            SchemaError: the table declares a privacy unit but no bound (before anything is read).
+        """
+        if self.max_rows_per_unit is None:
+            raise SchemaError(
+                f"table {self.name!r} declares privacy_unit {self.privacy_unit!r} but no max_rows_per_unit, so "
+                "it cannot be queried; declare how many rows of one person may count, e.g. 'max_rows_per_unit: 5' "
+                "(rows beyond it are dropped; see the README, \"Privacy units\")."
+            )
         return self.max_rows_per_unit
 
     def to_dict(self) -> dict[str, Any]:
@@ -411,7 +426,8 @@ class Table:
             out["rows"] = self.rows
         if self.privacy_unit is not None:
             out["privacy_unit"] = self.privacy_unit
-            out["max_rows_per_unit"] = self.max_rows_per_unit
+            if self.max_rows_per_unit is not None:
+                out["max_rows_per_unit"] = self.max_rows_per_unit
         elif self.max_rows_per_unit != 1:  # the deprecated unchecked bound, written as it was (same fingerprint)
             out["max_rows_per_individual"] = self.max_rows_per_unit
         if self.schema is not None:

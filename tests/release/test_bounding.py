@@ -209,6 +209,17 @@ def test_the_gateway_orders_rows_by_its_ledgers_key(tmp_path: Any) -> None:
         assert np.array_equal(again._cube.histogram("orders"), histogram(want))
 
 
+def test_a_unit_table_without_its_bound_is_refused_before_anything_is_read() -> None:
+    spec = {"tables": {"orders": {"privacy_unit": "uid", "columns": SPEC["tables"]["orders"]["columns"]}}}
+    with dpgate.Gateway(make_orders(7), spec, budget=10.0, seed=1) as gw:
+        for call in (lambda: gw.query("SELECT COUNT(*) FROM orders", accuracy=10),
+                     lambda: gw.explain("SELECT COUNT(*) FROM orders", accuracy=10),
+                     lambda: gw.warm_start("identity", 1.0, ["status"])):
+            with pytest.raises(dpgate.SchemaError, match="no max_rows_per_unit.*max_rows_per_unit: 5"):
+                call()
+        assert gw.spent == 0
+
+
 def test_the_unit_column_is_never_queried_and_the_charge_is_k_times() -> None:
     df = make_orders(6)
     with dpgate.Gateway(df, SCHEMA, budget=100.0, seed=1) as gw:

@@ -24,7 +24,10 @@ def test_a_unit_and_its_bound_survive_the_file_format() -> None:
     assert s.to_dict()["tables"]["orders"]["privacy_unit"] == "customer_id"
     again = Schema.from_dict(s.to_dict())
     assert again == s and again.fingerprint() == s.fingerprint()
-    assert schema(privacy_unit="customer_id").table("orders").max_rows_per_unit == 1  # default bound
+    unbounded = schema(privacy_unit="customer_id").table("orders")  # loads, but no query on it will
+    assert unbounded.max_rows_per_unit is None and Schema.from_dict(schema(privacy_unit="c").to_dict())
+    with pytest.raises(SchemaError, match="no max_rows_per_unit.*'max_rows_per_unit: 5'"):
+        unbounded.bound()
     assert schema().table("orders").privacy_unit is None  # row-level, as before
 
 
@@ -47,7 +50,6 @@ def test_the_old_key_still_loads_with_a_deprecation_that_says_what_to_write() ->
     ({"privacy_unit": "u", "max_rows_per_unit": True}, "integer ≥ 1, got True"),
     ({"privacy_unit": "u", "max_rows_per_unit": 2.0}, "integer ≥ 1"),
     ({"privacy_unit": "u", "max_rows_per_unit": "5"}, "integer ≥ 1"),
-    ({"privacy_unit": "u", "max_rows_per_unit": None}, "integer ≥ 1"),
     ({"privacy_unit": "u", "max_rows_per_unit": MAX_ROWS_PER_UNIT + 1}, "above the limit"),
     ({"privacy_unit": "u", "max_rows_per_unit": 10**400}, "above the limit"),
     ({"privacy_unit": "u", "max_rows_per_unit": 10**5000}, "integer of 16610 bits, above the limit"),
