@@ -19,11 +19,12 @@ secrecy, though: for any fixed key, a person's kept rows are a function of their
 rows only, so adding or removing a person adds or removes at most ``k`` rows of the
 bounded table, in at most ``k`` cells — what the charge ``k·max_j B_j`` assumes.
 
-What is hashed.  Each declared column enters as its *cell* (an integer, written the
-same by every engine), except text categoricals, which enter as the MD5 of their text
-(their cell is exact string equality, so the text determines it).  Rows that hash alike
-are therefore equal on every cell — interchangeable for every query — so ties, which
-``ROW_NUMBER`` breaks arbitrarily, cannot change any count.  The hash is MD5 on all three
+What is hashed.  Each declared column enters as text every engine writes alike: integer
+columns as their digits, text categoricals as the MD5 of their text, and the others
+(floating-point, decimal, boolean, text read as numbers) as their *cell*; ``N`` for NULL.
+Each part determines the column's cell, so rows that hash alike are equal on every cell —
+interchangeable for every query — and ties, which ``ROW_NUMBER`` breaks arbitrarily,
+cannot change any count.  The hash is MD5 on all three
 engines and the hex digests are compared bytewise (``COLLATE "C"`` on PostgreSQL), so
 DuckDB, PostgreSQL and Spark keep the same rows of the same data.
 
@@ -75,9 +76,12 @@ def unit_column(table: Table, found: Mapping[str, tuple[str, str]]) -> str:
 
 
 def _part(col: BoundColumn) -> exp.Expression:
-    """One column's contribution to the hashed text (never NULL)."""
+    """One column's contribution to the hashed text (never NULL, never containing ``,``)."""
+    null = exp.Literal.string("N")
     if col.decl.kind == "categorical" and col.tclass == "other":
-        return exp.Coalesce(this=exp.MD5(this=col.value()), expressions=[exp.Literal.string("N")])
+        return exp.Coalesce(this=exp.MD5(this=col.value()), expressions=[null])
+    if col.tclass == "int":  # its digits: the same on every engine, and no per-row CASE over many cells
+        return exp.Coalesce(this=exp.Cast(this=col.raw(), to=sql_type("VARCHAR")), expressions=[null])
     return exp.Cast(this=col.cell_index(), to=sql_type("VARCHAR"))
 
 

@@ -72,9 +72,11 @@ def cells(row: Any) -> tuple[int, int, int, int]:
 
 
 def order_of(row: Any, key: str) -> str:
-    a, b, _, p = cells(row)
+    """Integers as their digits, text categories as the MD5 of their text, other columns as their cell."""
+    _, b, _, p = cells(row)
+    amount = "N" if pd.isna(row.amount) else str(int(row.amount))
     status = "N" if pd.isna(row.status) else hashlib.md5(row.status.encode()).hexdigest()
-    return hashlib.md5(",".join([key, str(a), str(b), status, str(p)]).encode()).hexdigest()
+    return hashlib.md5(",".join([key, amount, str(b), status, str(p)]).encode()).hexdigest()
 
 
 def bounded(df: pd.DataFrame, secret: bytes = SECRET, k: int = K) -> pd.DataFrame:
