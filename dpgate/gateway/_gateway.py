@@ -601,8 +601,8 @@ class Gateway(Extensions):
 
         Privacy guarantee:
 
-        * Neighbouring relation: add/remove one row (one row per individual, or
-          ``max_rows_per_individual`` rows, see ``dpgate.plan.accounting``).
+        * Neighbouring relation: add/remove one person (one row, or the
+          ``max_rows_per_unit`` rows kept of a privacy unit, see ``dpgate.plan.accounting``).
         * Sensitivity: ``S = max|q|`` of each query's weights (its linear part; the
           offset is public).
         * Noise law and scale: two-sided geometric (discrete Laplace) noise on the

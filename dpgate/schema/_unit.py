@@ -3,8 +3,9 @@
 A table may declare ``privacy_unit: user_id`` (the physical column identifying a person)
 and ``max_rows_per_unit: k``; dpgate then keeps at most ``k`` rows per person in every
 query it runs (:mod:`dpgate.release._bounding`) and multiplies every charge by ``k``.
-The unit column is *not* a declared column: it has no public domain, and it is never
-grouped on, filtered on or returned — declaring it among ``columns`` is refused.  A
+The unit column is *not* a queryable column: it needs no public domain, and it is never
+grouped on, filtered on or returned.  A declaration file may list it under ``columns``
+(its domain is then ignored); a ``Table`` never holds it among its columns.  A
 table without a unit is row-level (one row per person), as before.
 
 ``max_rows_per_individual: k`` (the unchecked bound of earlier versions) still loads,
@@ -20,7 +21,7 @@ from typing import Any
 
 from dpgate.errors import SchemaError
 
-__all__ = ["MAX_ROWS_PER_UNIT", "check_unit", "unit_declaration"]
+__all__ = ["MAX_ROWS_PER_UNIT", "check_unit", "queryable_columns", "unit_declaration"]
 
 #: Largest ``max_rows_per_unit``: every charge is multiplied by it, so a bound this large
 #: already makes each release cost a million times its budget.
@@ -64,9 +65,19 @@ def check_unit(table: str, unit: Any, k: Any, columns: Sequence[str]) -> None:
         raise SchemaError(f"{where}: privacy_unit must be a valid Unicode name, got {_shown(unit)}.") from None
     if unit.lower() in (c.lower() for c in columns):
         raise SchemaError(
-            f"{where}: the privacy unit {unit!r} is also declared under 'columns'; remove it from 'columns'. "
+            f"{where}: the privacy unit {unit!r} is also one of the table's columns; leave it out of them. "
             "The column identifying a person needs no domain and is never grouped on, filtered on or returned."
         )
+
+
+def queryable_columns(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A table declaration's ``columns`` without its privacy unit: listing the unit there (as
+    SmartNoise's ``private_id`` column is) is accepted and its domain ignored, since the unit is
+    never grouped on, filtered on or returned."""
+    unit, columns = spec.get("privacy_unit"), spec["columns"]
+    if not isinstance(unit, str):
+        return columns
+    return {name: c for name, c in columns.items() if str(name).lower() != unit.lower()}
 
 
 def unit_declaration(table: str, spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from dpgate.errors import SchemaError
 from dpgate.schema._from_frame import table_from_dataframe
-from dpgate.schema._unit import unit_declaration
+from dpgate.schema._unit import queryable_columns, unit_declaration
 from dpgate.schema.tables import NULL_LABEL, OTHER_LABEL, Column, Table
 
 __all__ = ["Column", "Table", "Schema", "NULL_LABEL", "OTHER_LABEL"]
@@ -76,7 +76,7 @@ class Schema:
                     f"table {tname!r}: unknown keys {sorted(unknown)}; allowed: columns, rows, "
                     "privacy_unit, max_rows_per_unit, schema, description."
                 )
-            cols = tuple(Column.from_dict(str(c), cs, str(tname)) for c, cs in tspec["columns"].items())
+            cols = tuple(Column.from_dict(str(c), cs, str(tname)) for c, cs in queryable_columns(tspec).items())
             unit = unit_declaration(str(tname), tspec)
             tables.append(Table(str(tname), cols, rows=tspec.get("rows"), schema=tspec.get("schema"), **unit))
         return cls(tuple(tables))

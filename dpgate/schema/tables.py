@@ -345,8 +345,9 @@ class Table:
         schema: an SQL schema name the table may be addressed with (``FROM schema.name``), as
             declared by ``schema: PUMS``; ``main`` is always accepted.
         privacy_unit: the physical column identifying a person (``privacy_unit: user_id``), or
-            ``None`` for a row-level table (one row per person).  It is *not* a declared column:
-            it is never grouped on, filtered on or returned, only used to bound contributions.
+            ``None`` for a row-level table (one row per person).  It is never among ``columns``
+            (a declaration file listing it there has it removed, :mod:`dpgate.schema._unit`): it is
+            never grouped on, filtered on or returned, only used to bound contributions.
     """
 
     name: str

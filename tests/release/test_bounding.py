@@ -244,9 +244,14 @@ def test_a_unit_table_without_its_bound_is_refused_before_anything_is_read() -> 
         assert gw.spent == 0
 
 
-def test_the_unit_column_is_never_queried_and_the_charge_is_k_times() -> None:
+@pytest.mark.parametrize("listed", [False, True])
+def test_the_unit_column_is_never_queried_and_the_charge_is_k_times(listed: bool) -> None:
+    """Whether or not the declaration lists the unit under ``columns`` (its entry is then ignored)."""
     df = make_orders(6)
-    with dpgate.Gateway(df, SCHEMA, budget=100.0, seed=1) as gw:
+    orders = SPEC["tables"]["orders"]
+    uid = {"uid": {"type": "integer", "min": 0, "max": 100}} if listed else {}
+    schema = {"tables": {"orders": {**orders, "columns": {**orders["columns"], **uid}}}}
+    with dpgate.Gateway(df, schema, budget=100.0, seed=1) as gw:
         for sql in ("SELECT uid, COUNT(*) FROM orders GROUP BY uid", "SELECT COUNT(*) FROM orders WHERE uid = 3",
                     "SELECT SUM(uid) FROM orders"):
             with pytest.raises(dpgate.SchemaError, match="privacy unit"):
