@@ -21,7 +21,7 @@ from typing import Any
 
 from dpgate.errors import SchemaError
 
-__all__ = ["MAX_ROWS_PER_UNIT", "check_unit", "queryable_columns", "unit_declaration"]
+__all__ = ["MAX_ROWS_PER_UNIT", "check_unit", "frame_unit", "queryable_columns", "unit_declaration"]
 
 #: Largest ``max_rows_per_unit``: every charge is multiplied by it, so a bound this large
 #: already makes each release cost a million times its budget.
@@ -78,6 +78,17 @@ def queryable_columns(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     if not isinstance(unit, str):
         return columns
     return {name: c for name, c in columns.items() if str(name).lower() != unit.lower()}
+
+
+def frame_unit(table: str, unit: Any, k: Any, legacy: Any) -> dict[str, Any]:
+    """``Schema.from_dataframe``'s unit keywords as ``Table`` keywords (the same rules as a file's:
+    :func:`unit_declaration`; ``max_rows_per_individual=1`` is its default, not a declaration)."""
+    spec: dict[str, Any] = {} if unit is None else {"privacy_unit": unit}
+    if k is not None:
+        spec["max_rows_per_unit"] = k
+    if legacy != 1:
+        spec["max_rows_per_individual"] = legacy
+    return unit_declaration(table, spec)
 
 
 def unit_declaration(table: str, spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -82,3 +82,22 @@ def test_a_unit_listed_under_columns_is_not_queryable() -> None:
     assert [c.name for c in t.columns] == ["amount"] and not t.has_column("customer_id")
     with pytest.raises(SchemaError, match="also one of the table's columns"):
         Table("orders", (Column("uid", "boolean"), Column("a", "boolean")), privacy_unit="UID")
+
+
+def test_a_dataframe_schema_may_declare_its_unit() -> None:
+    import pandas as pd
+
+    df = pd.DataFrame({"uid": [1, 1, 2], "amount": [3, 4, 5]})
+    t = Schema.from_dataframe(df, "orders", bounds={"amount": (0, 9)}, privacy_unit="uid",
+                              max_rows_per_unit=2).table("orders")
+    assert (t.privacy_unit, t.max_rows_per_unit, [c.name for c in t.columns]) == ("uid", 2, ["amount"])
+    with pytest.raises(SchemaError, match="names no column"):
+        Schema.from_dataframe(df, bounds={"amount": (0, 9)}, privacy_unit="user", max_rows_per_unit=2)
+    with pytest.raises(SchemaError, match="needs 'privacy_unit"):
+        Schema.from_dataframe(df.drop(columns="uid"), bounds={"amount": (0, 9)}, max_rows_per_unit=2)
+    with pytest.raises(SchemaError, match="declares both"):
+        Schema.from_dataframe(df, bounds={"amount": (0, 9)}, privacy_unit="uid", max_rows_per_unit=2,
+                              max_rows_per_individual=2)
+    with pytest.warns(DeprecationWarning, match="max_rows_per_unit: 3"):
+        legacy = Schema.from_dataframe(df.drop(columns="uid"), bounds={"amount": (0, 9)}, max_rows_per_individual=3)
+    assert legacy.tables[0].max_rows_per_individual == 3
