@@ -264,3 +264,19 @@ def test_the_unit_column_is_never_queried_and_the_charge_is_k_times(listed: bool
     with dpgate.Gateway(df.drop(columns="uid"), row_level, budget=100.0, seed=1) as gw:
         gw.query("SELECT COUNT(*) FROM orders WHERE paid", accuracy=10)
         assert unit_level == pytest.approx(K * gw.spent)
+
+
+def test_intervals_cover_the_bounded_truth() -> None:
+    """Seeded gateways (one ledger key): the stated confidence holds for the truth of the bounded
+    table, which differs from the raw table's by more than the intervals' width."""
+    df = make_orders(8)
+    secret = hmac.new(SECRET, ROW_ORDER, hashlib.sha256).digest()  # what a ledger with key SECRET derives
+    truth = int((bounded(df, secret)["amount"].fillna(99) < 10).sum())
+    raw = int((df["amount"].fillna(99) < 10).sum())
+    hits, runs = 0, 120
+    for seed in range(runs):
+        with dpgate.Gateway(df, SCHEMA, budget=10.0, seed=seed, ledger_key=SECRET) as gw:
+            a = gw.query("SELECT COUNT(*) FROM orders WHERE amount < 10", accuracy=4, confidence=0.8).answer
+        assert a.high - a.low < raw - truth
+        hits += a.low <= truth <= a.high
+    assert hits >= 0.8 * runs - 3 * (runs * 0.8 * 0.2) ** 0.5, hits
