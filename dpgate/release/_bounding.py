@@ -26,9 +26,9 @@ columns as their digits, text categoricals as the MD5 of their text, and the oth
 (floating-point, decimal, boolean, text read as numbers) as their *cell*; ``N`` for NULL.
 Each part determines the column's cell, so rows that hash alike are equal on every cell —
 interchangeable for every query — and ties, which ``ROW_NUMBER`` breaks arbitrarily,
-cannot change any count.  The hash is MD5 on all three
-engines and the hex digests are compared bytewise (``COLLATE "C"`` on PostgreSQL), so
-DuckDB, PostgreSQL and Spark keep the same rows of the same data.
+cannot change any count.  The hash is MD5 on all three engines and the hex digests are
+compared bytewise (``COLLATE "C"`` on PostgreSQL), so DuckDB, PostgreSQL and Spark keep
+the same rows of the same data.
 
 Rows whose unit is NULL belong to no known person and are dropped: kept, they would be
 one pseudo-person whose ``k`` rows could change when anyone's unknown rows do.

@@ -25,7 +25,8 @@ the *schema* (public) and the catalog's column types, never from analyst text,
 written in the backend's sqlglot dialect, and runs through the single private
 method :meth:`Cube._execute` (the backend refuses anything but a ``SELECT``).
 Catalog lookups go through the backend's ``catalog``.  Undeclared columns (e.g. an
-identifier ``pid``) are never read.
+identifier ``pid``) are never read, except a table's declared ``privacy_unit``, which only
+partitions its rows to keep at most ``k`` per person (:mod:`dpgate.release._bounding`).
 
 The row → cell mapping and the SQL that computes it live in :mod:`dpgate.release._cube_sql`.
 """
