@@ -114,6 +114,9 @@ class Evaluator:
             hint = ""
             if node.this.args.get("quoted"):
                 hint = " (double quotes name a column; write string constants in single quotes)"
+            if self.table.privacy_unit is not None and node.name.lower() == self.table.privacy_unit.lower():
+                hint = (" (it is the table's privacy unit, which identifies people: it is never grouped on, "
+                        "filtered on or returned)")
             raise SchemaError(
                 f"column {node.name!r} is not declared in table {self.table.name!r}{hint}; declared columns: "
                 f"{[c.name for c in self.table.columns]}."

@@ -308,6 +308,7 @@ def resolve_table(c: Compilation) -> None:
             "query the declared table as is."
         )
     table = schema.table(t.name)
+    table.bound()  # a privacy unit declared without its bound: refused before anything is read
     if t.args.get("catalog") or (t.args.get("db") and not table.addressable_as(t.db)):
         declared = f"'main' and its declared schema {table.schema!r}" if table.schema else "only 'main'"
         prefix = ".".join(p for p in (t.catalog, t.db) if p)

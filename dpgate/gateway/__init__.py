@@ -11,8 +11,8 @@ Pipeline of one ``Gateway.query`` call::
         ─▶ budget check ─▶ [ledger transaction: re-sync, re-plan, check, measure,
            record, commit] ─▶ BLUE over all history ─▶ Result
 
-Privacy guarantee.  Neighbouring relation: add/remove one row (one row per
-individual, or ``max_rows_per_individual`` rows, see ``dpgate.plan.accounting``).
+Privacy guarantee.  Neighbouring relation: add/remove one person (one row, or the
+``max_rows_per_unit`` rows kept of a privacy unit, see ``dpgate.plan.accounting``).
 Each fresh measurement of a linear query ``q`` (sensitivity ``S = max|q|``) adds
 two-sided geometric noise on the lattice ``γ`` (``dpgate.release.noise``) of scale
 ``b = S/α``, which is ``α``-DP for ``q`` and costs cell ``j`` ``(α/S)|q_j|``

@@ -36,6 +36,7 @@ from dpgate.errors import Error, InvalidArgument, InvalidRequirement, NotEstimab
 from dpgate.errors import Warning as DPGateWarning
 from dpgate.gateway._extensions import Extensions
 from dpgate.gateway._latency import Latency
+from dpgate.gateway._ledger_open import ledger_for
 from dpgate.inference import IncrementalBLUE, Posterior, support_of
 from dpgate.ledger._describe import history_frame
 from dpgate.ledger._history import LedgerHistory, collector_paused
@@ -159,9 +160,8 @@ class Gateway(Extensions):
         self._fingerprinted: tuple[Schema, str] | None = (self.schema, self.schema.fingerprint())
         fingerprint = hashlib.sha256(f"{self._cube.fingerprint()}|{self._fingerprinted[1]}".encode()).hexdigest()
         with collector_paused():
-            self._ledger = ledger if isinstance(ledger, Ledger) else Ledger.open(
-                ledger, fingerprint=fingerprint, budget=float(budget), key=ledger_key, new=new_ledger
-            )
+            self._ledger = ledger_for(self._cube, ledger, fingerprint=fingerprint, budget=float(budget),
+                                      key=ledger_key, new=new_ledger)
             self._owns_ledger = not isinstance(ledger, Ledger)
             self._noise = noise_source(seed)
             self._history = LedgerHistory(self.schema, self._ledger, max_atoms)
@@ -601,8 +601,8 @@ class Gateway(Extensions):
 
         Privacy guarantee:
 
-        * Neighbouring relation: add/remove one row (one row per individual, or
-          ``max_rows_per_individual`` rows, see ``dpgate.plan.accounting``).
+        * Neighbouring relation: add/remove one person (one row, or the
+          ``max_rows_per_unit`` rows kept of a privacy unit, see ``dpgate.plan.accounting``).
         * Sensitivity: ``S = max|q|`` of each query's weights (its linear part; the
           offset is public).
         * Noise law and scale: two-sided geometric (discrete Laplace) noise on the

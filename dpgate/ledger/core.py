@@ -69,6 +69,8 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import numbers
 import os
 import pathlib
@@ -530,6 +532,13 @@ class Ledger:
             raise LedgerError(f"The ledger {self.path!r} was opened without its key; its provenance cannot "
                               "be verified or written.")
         return provenance_key(self._key)
+
+    def derived_key(self, purpose: bytes) -> bytes:
+        """``HMAC-SHA256(key, purpose)``: a secret for another use (e.g. the order of a privacy
+        unit's rows, :mod:`dpgate.release._bounding`), the same wherever this ledger's key is."""
+        if self._key is None:
+            raise LedgerError(f"The ledger {self.path!r} was opened without its key; it cannot serve a gateway.")
+        return hmac.new(self._key, purpose, hashlib.sha256).digest()
 
     def close(self) -> None:
         """Close every connection this ledger opened in this process (idempotent)."""

@@ -5,7 +5,8 @@ Neighbouring relation: add/remove one row (unbounded DP).  A release
 by at most ``|q_j|`` when one row in cell ``j`` is added or removed, so it costs
 that row ``(α/S)|q_j|``.  Summing over releases, the loss of a row in cell ``j``
 is ``B_j = Σ_i (α_i/S_i)|q_ij|`` and the system is ``max_j B_j``-DP.  When one
-individual may own up to ``k`` rows of a table (``max_rows_per_individual``), the
+individual may own up to ``k`` rows of a table (``max_rows_per_unit``, enforced by
+:mod:`dpgate.release._bounding` when the table declares a ``privacy_unit``), the
 rows may sit in ``k`` different cells, so the table costs ``k · max_j B_j``.
 Tables are charged independently and summed, since one person may appear in
 every table.

@@ -562,7 +562,7 @@ _TEXT_LOOKUP_LOOP = 4096
 
 
 def grouped_counts(
-    ref: exp.Table, cols: list[BoundColumn], keys: list[exp.Expression | None], where: exp.Expression | None,
+    ref: exp.Expression, cols: list[BoundColumn], keys: list[exp.Expression | None], where: exp.Expression | None,
     direct: Sequence[bool] | None = None,
 ) -> exp.Select:
     """``SELECT k0, …, n``: row counts by the key expressions ``keys[i]`` (each a function of

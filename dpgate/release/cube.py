@@ -25,7 +25,8 @@ the *schema* (public) and the catalog's column types, never from analyst text,
 written in the backend's sqlglot dialect, and runs through the single private
 method :meth:`Cube._execute` (the backend refuses anything but a ``SELECT``).
 Catalog lookups go through the backend's ``catalog``.  Undeclared columns (e.g. an
-identifier ``pid``) are never read.
+identifier ``pid``) are never read, except a table's declared ``privacy_unit``, which only
+partitions its rows to keep at most ``k`` per person (:mod:`dpgate.release._bounding`).
 
 The row → cell mapping and the SQL that computes it live in :mod:`dpgate.release._cube_sql`.
 """
@@ -35,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import secrets
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -52,6 +54,7 @@ from dpgate.errors import (
     SchemaError,
     UnsupportedQuery,
 )
+from dpgate.release._bounding import bounded_table, row_order_key, unit_column
 from dpgate.release._cube_batch import OneColumnBatch, slab_bounds
 from dpgate.release._cube_sql import BoundColumn, disjunction, grouped_counts, leaf_count, set_condition, type_class
 from dpgate.schema._frame_check import check_frame_values
@@ -102,10 +105,11 @@ class Cube:
         [1, 2, 1, 1]
     """
 
-    def __init__(self, data: Any, schema: Any) -> None:
+    def __init__(self, data: Any, schema: Any, *, row_order: bytes | None = None) -> None:
         self.schema = Schema.load(schema)
         self._lock = threading.RLock()
         self._closed = False
+        self.order_rows(secrets.token_bytes(32) if row_order is None else row_order)
         self._backend = open_backend(data, [t.name for t in self.schema.tables])
         self.dialect: str = self._backend.dialect
         try:
@@ -130,6 +134,7 @@ class Cube:
             except Exception as exc:
                 raise engine_failure(self.dialect, exc) from None
         self._tables: dict[str, tuple[exp.Table, dict[str, BoundColumn]]] = {}
+        self._units: dict[str, str] = {}  # table → physical privacy-unit column (unit tables only)
         missing_tables, missing_cols = [], []
         for t in self.schema.tables:
             binding = found.get(t.name.lower())
@@ -144,6 +149,8 @@ class Cube:
                 phys, typ = binding.columns[c.name.lower()]
                 bound[c.name.lower()] = BoundColumn(c, phys, type_class(typ), self.dialect)
             self._tables[t.name.lower()] = (binding.ref, bound)
+            if t.privacy_unit is not None:
+                self._units[t.name.lower()] = unit_column(t, binding.columns)
         if missing_tables or missing_cols:
             parts = []
             if missing_tables:
@@ -168,10 +175,23 @@ class Cube:
         if self._closed:
             raise OperationalError("this Cube is closed.")
 
-    def _table(self, name: str) -> tuple[Table, exp.Table, dict[str, BoundColumn]]:
+    def order_rows(self, secret: bytes) -> None:
+        """Key the order in which a privacy unit's rows are kept (:mod:`dpgate.release._bounding`):
+        the gateway passes a secret derived from its ledger's key, so that every answer of a ledger
+        is about the same bounded table.  Default: a random secret, fixed for this cube's life."""
+        self._row_order = row_order_key(secret)
+
+    def _table(self, name: str) -> tuple[Table, exp.Expression, dict[str, BoundColumn]]:
+        """The table, the relation the generated SQL reads (at most ``k`` rows per privacy unit),
+        and its bound columns."""
         t = self.schema.table(name)
         ref, cols = self._tables[t.name.lower()]
-        return t, ref, cols
+        unit = self._units.get(t.name.lower())
+        if unit is None:
+            return t, ref, cols
+        bounded = bounded_table(ref, t.name, unit, [cols[c.name.lower()] for c in t.columns], t.bound(),
+                                self._row_order, self.dialect)
+        return t, bounded, cols
 
     # -- histograms ------------------------------------------------------------
     def histogram(
@@ -221,7 +241,7 @@ class Cube:
         return self._histogram(ref, [cols[c.name.lower()] for c in decl], bps)
 
     def _histogram(
-        self, ref: exp.Table, cols: list[BoundColumn], bps: list[tuple[int, ...]], mask: np.ndarray | None = None
+        self, ref: exp.Expression, cols: list[BoundColumn], bps: list[tuple[int, ...]], mask: np.ndarray | None = None
     ) -> np.ndarray:
         """Counts on the grid; with ``mask``, only boxes where it is True are counted
         (others are returned as 0) and the rest of the table is filtered out in SQL."""
@@ -401,7 +421,7 @@ class Cube:
         return [out[i] for i in range(len(queries))]
 
     def _numerators_on_union_grid(
-        self, ref: exp.Table, cols: dict[str, BoundColumn], queries: list[LinearQuery],
+        self, ref: exp.Expression, cols: dict[str, BoundColumn], queries: list[LinearQuery],
         union_cols: list[str], union_bps: list[tuple[int, ...]],
     ) -> list[int]:
         """One scan: a histogram on the union grid, restricted to boxes some query weighs,
@@ -512,17 +532,21 @@ class Cube:
             ref, cols = self._tables[t.name.lower()]
             phys = [cols[c.name.lower()] for c in t.columns]
             h.update(repr((t.name.lower(), [(c.name, c.tclass) for c in phys])).encode())
+            unit = [self._units[t.name.lower()]] if t.privacy_unit is not None else []  # it decides the rows kept
+            if unit:
+                h.update(repr(("privacy_unit", unit[0], t.max_rows_per_unit)).encode())
             if frames is not None:
                 import pandas as pd
 
-                df = frames[t.name.lower()][[c.name for c in phys]]
+                df = frames[t.name.lower()][[c.name for c in phys] + unit]
                 rows = pd.util.hash_pandas_object(df, index=False).to_numpy(dtype=np.uint64)
                 h.update(repr((df.shape, [str(c) for c in df.columns], int(rows.sum(dtype=np.uint64)))).encode())
             else:
                 wide = "HUGEINT" if self.dialect == "duckdb" else "DECIMAL(38, 0)"
                 q = exp.select(
                     exp.Count(this=exp.Star()),
-                    exp.Sum(this=exp.cast(self._backend.row_hash([c.raw() for c in phys]), wide)),
+                    exp.Sum(this=exp.cast(self._backend.row_hash([c.raw() for c in phys]
+                                                                  + [exp.column(u, quoted=True) for u in unit]), wide)),
                 ).from_(ref.copy())
                 n, s = self._execute(q)[0]
                 h.update(repr((int(n), int(s or 0))).encode())

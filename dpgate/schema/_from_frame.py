@@ -30,9 +30,9 @@ def table_from_dataframe(
     bounds: Mapping[str, tuple[int, int]] | None,
     bins: Mapping[str, Iterable[float]] | None,
     unsafe_infer_from_data: bool,
-    max_rows_per_individual: int,
     nullable: Iterable[str] = (),
     other: Iterable[str] = (),
+    unit: Mapping[str, Any] | None = None,
 ) -> Table:
     """The table :meth:`dpgate.Schema.from_dataframe` declares (see there)."""
     import pandas as pd
@@ -54,8 +54,13 @@ def table_from_dataframe(
         raise SchemaError(f"columns {twice} are declared both in categories= and in bounds=/bins=; pick one.")
     cols: list[Column] = []
     inferred: list[str] = []
+    unit = dict(unit or {"privacy_unit": None, "max_rows_per_unit": 1})
+    if unit["privacy_unit"] is not None and str(unit["privacy_unit"]) not in {str(c) for c in df.columns}:
+        raise SchemaError(f"privacy_unit={unit['privacy_unit']!r} names no column of the DataFrame.")
     for col in df.columns:
         cname, s = str(col), df[col]
+        if cname == unit["privacy_unit"]:  # identifies people: no domain, never queryable
+            continue
         if cname in declared:
             cols.append(Column.from_dict(cname, {"type": "categorical", "values": list(declared[cname])}, name))
         elif pd.api.types.is_bool_dtype(s.dtype):
@@ -81,7 +86,7 @@ def table_from_dataframe(
             stacklevel=3,
         )
     cols = [replace(c, nullable=c.name in flags["nullable"], other=c.name in flags["other"]) for c in cols]
-    return Table(name, tuple(cols), max_rows_per_individual=max_rows_per_individual)
+    return Table(name, tuple(cols), **unit)
 
 
 def _inferred_column(cname: str, s: Any) -> Column:

@@ -16,6 +16,7 @@ from typing import Any
 
 from dpgate.errors import SchemaError
 from dpgate.schema._from_frame import table_from_dataframe
+from dpgate.schema._unit import frame_unit, queryable_columns, unit_declaration
 from dpgate.schema.tables import NULL_LABEL, OTHER_LABEL, Column, Table
 
 __all__ = ["Column", "Table", "Schema", "NULL_LABEL", "OTHER_LABEL"]
@@ -68,22 +69,16 @@ class Schema:
         for tname, tspec in spec["tables"].items():
             if not isinstance(tspec, Mapping) or not isinstance(tspec.get("columns"), Mapping):
                 raise SchemaError(f"table {tname!r}: needs a 'columns' mapping of column name to declaration.")
-            unknown = set(tspec) - {"columns", "rows", "max_rows_per_individual", "schema", "description"}
+            unknown = set(tspec) - {"columns", "rows", "privacy_unit", "max_rows_per_unit", "max_rows_per_individual",
+                                    "schema", "description"}
             if unknown:
                 raise SchemaError(
                     f"table {tname!r}: unknown keys {sorted(unknown)}; allowed: columns, rows, "
-                    "max_rows_per_individual, schema, description."
+                    "privacy_unit, max_rows_per_unit, schema, description."
                 )
-            cols = tuple(Column.from_dict(str(c), cs, str(tname)) for c, cs in tspec["columns"].items())
-            tables.append(
-                Table(
-                    str(tname),
-                    cols,
-                    rows=tspec.get("rows"),
-                    max_rows_per_individual=tspec.get("max_rows_per_individual", 1),
-                    schema=tspec.get("schema"),
-                )
-            )
+            cols = tuple(Column.from_dict(str(c), cs, str(tname)) for c, cs in queryable_columns(tspec).items())
+            unit = unit_declaration(str(tname), tspec)
+            tables.append(Table(str(tname), cols, rows=tspec.get("rows"), schema=tspec.get("schema"), **unit))
         return cls(tuple(tables))
 
     @classmethod
@@ -124,6 +119,8 @@ class Schema:
         max_rows_per_individual: int = 1,
         nullable: Iterable[str] = (),
         other: Iterable[str] = (),
+        privacy_unit: str | None = None,
+        max_rows_per_unit: int | None = None,
     ) -> Schema:
         """Declare a one-table schema for a pandas DataFrame.
 
@@ -142,6 +139,11 @@ class Schema:
         information about individuals and voids the privacy guarantee for those
         columns — with a warning naming them.
 
+        ``privacy_unit="user_id", max_rows_per_unit=k`` declare the frame's column identifying a
+        person (it needs no domain and is never queryable) and how many rows of one person count
+        (see the README, "Privacy units"); ``max_rows_per_individual`` is their deprecated,
+        unchecked predecessor.
+
         Raises:
             SchemaError: a column has no declared domain (the message shows how to
                 declare it), or a declaration names a column the frame lacks.
@@ -156,7 +158,7 @@ class Schema:
         """
         table = table_from_dataframe(
             df, name, categories=categories, bounds=bounds, bins=bins,
-            unsafe_infer_from_data=unsafe_infer_from_data, max_rows_per_individual=max_rows_per_individual,
-            nullable=nullable, other=other,
+            unsafe_infer_from_data=unsafe_infer_from_data, nullable=nullable, other=other,
+            unit=frame_unit(name, privacy_unit, max_rows_per_unit, max_rows_per_individual),
         )
         return cls((table,))

@@ -40,7 +40,8 @@ The format, as YAML or the same structure as a dict::
 
     tables:
       pums:
-        max_rows_per_individual: 1     # optional, default 1 (see README)
+        privacy_unit: pid              # optional: the column identifying a person
+        max_rows_per_unit: 1           # with privacy_unit: rows kept per person (see README)
         rows: 1000                     # optional public row count
         columns:
           age:     {type: integer, min: 0, max: 100}
@@ -68,6 +69,7 @@ import numpy as np
 
 from dpgate._validate import finite
 from dpgate.errors import DPGateInternalError, SchemaError
+from dpgate.schema._unit import check_unit
 
 __all__ = ["Column", "Table", "NULL_LABEL", "OTHER_LABEL", "MAX_COLUMN_CELLS", "MAX_DECLARED_VALUES"]
 
@@ -335,17 +337,25 @@ class Table:
         name: table name as used in SQL.
         columns: the columns, in declaration order (this order is the cube's axis order).
         rows: optional public row count.
-        max_rows_per_individual: how many rows one person may contribute; sensitivity is
-            multiplied by it (see README, "Privacy model").
+        max_rows_per_unit: ``k``, how many rows one person may contribute; every charge is
+            multiplied by it (see README, "Privacy model").  With a ``privacy_unit`` the bound is
+            enforced (rows beyond ``k`` per unit are dropped, :mod:`dpgate.release._bounding`);
+            without one it is the deprecated, unchecked ``max_rows_per_individual``.  ``None``:
+            a unit declared without its bound; every query on the table is refused (:meth:`bound`).
         schema: an SQL schema name the table may be addressed with (``FROM schema.name``), as
             declared by ``schema: PUMS``; ``main`` is always accepted.
+        privacy_unit: the physical column identifying a person (``privacy_unit: user_id``), or
+            ``None`` for a row-level table (one row per person).  It is never among ``columns``
+            (a declaration file listing it there has it removed, :mod:`dpgate.schema._unit`): it is
+            never grouped on, filtered on or returned, only used to bound contributions.
     """
 
     name: str
     columns: tuple[Column, ...]
     rows: int | None = None
-    max_rows_per_individual: int = 1
+    max_rows_per_unit: int | None = 1
     schema: str | None = None
+    privacy_unit: str | None = None
 
     def __post_init__(self) -> None:
         if not self.columns:
@@ -354,11 +364,7 @@ class Table:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise SchemaError(f"table {self.name!r}: columns declared twice (names are case-insensitive): {dup}.")
-        mrpi = self.max_rows_per_individual
-        if isinstance(mrpi, bool) or not isinstance(mrpi, int) or mrpi < 1:  # True is an int, but not a count
-            raise SchemaError(
-                f"table {self.name!r}: max_rows_per_individual must be an integer ≥ 1, got {_brief(mrpi)}."
-            )
+        check_unit(self.name, self.privacy_unit, self.max_rows_per_unit, [c.name for c in self.columns])
         if self.rows is not None and (isinstance(self.rows, bool) or not isinstance(self.rows, int) or self.rows < 0):
             raise SchemaError(f"table {self.name!r}: rows must be a non-negative integer, got {_brief(self.rows)}.")
         if self.schema is not None and (not isinstance(self.schema, str) or not self.schema.strip()):
@@ -394,13 +400,37 @@ class Table:
         """Size of the full product domain (cells of all columns multiplied)."""
         return math.prod(c.n_cells for c in self.columns)
 
+    @property
+    def max_rows_per_individual(self) -> int:
+        """``k``, the factor of every charge (:meth:`bound`)."""
+        return self.bound()
+
+    def bound(self) -> int:
+        """``k``, the factor of every charge: :attr:`max_rows_per_unit` (enforced with a
+        ``privacy_unit``, the deprecated unchecked declaration without one).
+
+        Raises:
+            SchemaError: the table declares a privacy unit but no bound (before anything is read).
+        """
+        if self.max_rows_per_unit is None:
+            raise SchemaError(
+                f"table {self.name!r} declares privacy_unit {self.privacy_unit!r} but no max_rows_per_unit, so "
+                "it cannot be queried; declare how many rows of one person may count, e.g. 'max_rows_per_unit: 5' "
+                "(rows beyond it are dropped; see the README, \"Privacy units\")."
+            )
+        return self.max_rows_per_unit
+
     def to_dict(self) -> dict[str, Any]:
         """The declaration in the schema file format."""
         out: dict[str, Any] = {"columns": {c.name: c.to_dict() for c in self.columns}}
         if self.rows is not None:
             out["rows"] = self.rows
-        if self.max_rows_per_individual != 1:
-            out["max_rows_per_individual"] = self.max_rows_per_individual
+        if self.privacy_unit is not None:
+            out["privacy_unit"] = self.privacy_unit
+            if self.max_rows_per_unit is not None:
+                out["max_rows_per_unit"] = self.max_rows_per_unit
+        elif self.max_rows_per_unit != 1:  # the deprecated unchecked bound, written as it was (same fingerprint)
+            out["max_rows_per_individual"] = self.max_rows_per_unit
         if self.schema is not None:
             out["schema"] = self.schema
         return out

@@ -13,7 +13,7 @@ Yuan, "ISPE: Adaptive Differentially Private Data Release and Query Estimation"
 (Emory TR-2011-005, 2011).
 
 Strategies (every one raises the per-cell cost of *every* cell of the table by
-exactly ε, so the system cost rises by ``k·ε``, ``k = max_rows_per_individual``):
+exactly ε, so the system cost rises by ``k·ε``, ``k = max_rows_per_unit``):
 
 ``"identity"``
     one count per cell of the product grid of ``columns`` (NULL / ``other``
