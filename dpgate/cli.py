@@ -471,6 +471,16 @@ def _add_server_commands() -> None:
 _add_server_commands()
 
 
+def _add_console_command() -> None:
+    """``dpgate console``, which lives with the console (dpgate.console._cli)."""
+    from dpgate.console._cli import console
+
+    cli.add_command(console)
+
+
+_add_console_command()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run the CLI, turning errors into one line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
