@@ -37,6 +37,8 @@ STATIC = pathlib.Path(__file__).parent / "static"
 _LIMITS = {"q": 200, "analyst": 100, "table": 100, "columns": 300, "page": 7, "size": 3, "token": 200}
 _MAX_PAGE_SIZE = 200
 _TOP_CELLS = 25
+#: The most bars or heat-map cells a chart of ``/cells`` draws; beyond, the page shows the top boxes.
+_MAX_CELLS = 5000
 
 ASGIApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
                    Awaitable[None]]
@@ -134,7 +136,7 @@ def create_app(reader: LedgerReader, token: str | None = None) -> ASGIApp:
                 f'<span>spent <b id=spent>{snap.spent:.6g}</b></span>'
                 f'<span>left <b id=left>{max(0.0, snap.budget - snap.spent):.6g}</b></span>'
                 f'<span>releases <b id=releases>{len(snap.records)}</b> ({paid} raised the cost)</span></p>'
-                + chart("budget", _charts.budget_chart(points, caps)))
+                + chart("budget", _charts.budget_chart(points, caps), marks=len(points)))
         sources = reader.sources(snap)
         if sources:
             body += chart("sources", _charts.sources_chart(sources))
@@ -175,10 +177,15 @@ def create_app(reader: LedgerReader, token: str | None = None) -> ASGIApp:
         body = (form + f'<p class=summary><span>table cost <b id=table-cost>{spend.charge:.6g}</b></span>'
                 f'<span>releases of {escape(t.name)}: {spend.releases}</span>'
                 f'<span>columns restricted: {escape(", ".join(spend.columns) or "none")}</span></p>')
+        if len(columns) <= 2 and spend.count(columns) > _MAX_CELLS:
+            body += (f"<p class=note>{escape(' × '.join(columns))} has {spend.count(columns)} slabs charged apart, "
+                     f"more than a chart shows ({_MAX_CELLS}).</p>")
+            columns = [*columns, "…"]  # the table of the top boxes below
         if len(columns) == 1:
             body += chart("cells", _charts.cells_bar(spend.over(columns), columns[0]))
         elif len(columns) == 2:
-            body += chart("cells", _charts.cells_heatmap(spend.over(columns), columns[0], columns[1]))
+            over = spend.over(columns)
+            body += chart("cells", _charts.cells_heatmap(over, columns[0], columns[1]), marks=len(over))
         else:
             top = spend.top(_TOP_CELLS)
             names = list(spend.columns)

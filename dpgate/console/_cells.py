@@ -54,6 +54,11 @@ class CellSpend:
         top = int(self.units.max()) if self.units.size else 0
         return self.table.max_rows_per_individual * top / UNITS_PER_EPSILON
 
+    def count(self, columns: Sequence[str]) -> int:
+        """How many rows :meth:`over` gives for ``columns``: the product of their slab counts."""
+        return math.prod(len(self.breakpoints[a]) if (a := self._axis(self.table.column(c))) is not None else 1
+                         for c in columns)
+
     def over(self, columns: Sequence[str]) -> list[dict[str, object]]:
         """``B`` over ``columns`` (one or two): per combination of their slabs, the most a row
         with those values was charged (ε), with each slab's label (a value, or a range of cells)."""

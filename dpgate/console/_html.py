@@ -14,7 +14,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["chart", "escape", "layout", "table"]
+__all__ = ["SVG_MARKS", "chart", "escape", "layout", "table"]
+
+#: Charts with more marks than this are drawn on a canvas rather than as SVG.
+SVG_MARKS = 2000
 
 _NAV = (("/", "Budget"), ("/cells", "Where it went"), ("/releases", "Releases"), ("/analysts", "Analysts"))
 
@@ -38,7 +41,7 @@ _SCRIPT = """
   let done = 0;
   charts.forEach(function (el) {
     const name = el.dataset.chart;
-    vegaEmbed('#chart-' + name, JSON.parse(el.textContent), {actions: false, renderer: 'svg'})
+    vegaEmbed('#chart-' + name, JSON.parse(el.textContent), {actions: false, renderer: el.dataset.renderer})
       .then(function (result) { window.dpgateViews[name] = result.view; })
       .catch(function (err) { document.getElementById('chart-' + name).textContent = 'chart error: ' + err; })
       .finally(function () { done += 1; if (done === charts.length) document.body.dataset.rendered = done; });
@@ -53,11 +56,13 @@ def escape(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def chart(name: str, spec: Mapping[str, Any]) -> str:
-    """A chart's place and its specification (``name``: letters, digits and ``-`` only)."""
+def chart(name: str, spec: Mapping[str, Any], *, marks: int = 0) -> str:
+    """A chart's place and its specification (``name``: letters, digits and ``-`` only); drawn as SVG,
+    or on a canvas when it has more than :data:`SVG_MARKS` ``marks`` (thousands of SVG nodes are slow)."""
     text = json.dumps(spec).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return (f'<div id="chart-{name}" class="chart"></div>\n'
-            f'<script type="application/json" id="spec-{name}" data-chart="{name}">{text}</script>')
+    renderer = "canvas" if marks > SVG_MARKS else "svg"
+    return (f'<div id="chart-{name}" class="chart"></div>\n<script type="application/json" id="spec-{name}" '
+            f'data-chart="{name}" data-renderer="{renderer}">{text}</script>')
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, numeric: Sequence[int] = (),

@@ -75,6 +75,7 @@ def run(ledger: str, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, token
     except ModuleNotFoundError as exc:
         raise InvalidArgument(f"The console needs the package {exc.name!r}: pip install 'dpgate[console]'.") from None
     reader = reader_for(os.fspath(ledger), schema_path=schema_path, users_path=users_path, ledger_key=ledger_key)
+    reader.analysts(reader.snapshot())  # read and verify the ledger once before the first page asks
     try:
         uvicorn.run(create_app(reader, token), host=host, port=port, log_level="warning",
                     ssl_certfile=tls_cert, ssl_keyfile=tls_key, limit_concurrency=64, timeout_keep_alive=5,
