@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -47,6 +47,7 @@ class CellSpend:
     breakpoints: tuple[tuple[int, ...], ...]
     units: np.ndarray
     releases: int
+    _labels: dict[int, list[str | None]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def charge(self) -> float:
@@ -61,28 +62,33 @@ class CellSpend:
 
     def over(self, columns: Sequence[str]) -> list[dict[str, object]]:
         """``B`` over ``columns`` (one or two): per combination of their slabs, the most a row
-        with those values was charged (ε), with each slab's label (a value, or a range of cells)."""
+        with those values was charged (ε), with each slab's label (a value, or a range of cells).
+        Only declared cells count (a NULL or ``other`` cell the schema does not declare holds no row)."""
         cols = [self.table.column(c) for c in columns]
         axes = [self._axis(c) for c in cols]
         keep = [a for a in axes if a is not None]
-        other = tuple(a for a in range(self.units.ndim) if a not in keep)
-        top = self.units.max(axis=other) if other and self.units.size else self.units
+        units = self._declared_only()
+        other = tuple(a for a in range(units.ndim) if a not in keep)
+        top = units.max(axis=other) if other and units.size else units
         if len(keep) == 2 and keep[0] > keep[1]:
             top = top.T
         slabs = [self._slabs(c, a) for c, a in zip(cols, axes, strict=True)]
         rows: list[dict[str, object]] = []
         for index in np.ndindex(*(len(s) for s in slabs)):
+            labels = [slabs[k][i] for k, i in enumerate(index)]
+            if any(label is None for label in labels):
+                continue  # a slab of undeclared cells only
             at = tuple(i for i, a in zip(index, axes, strict=True) if a is not None)
             value = int(top[at]) if at else (int(top.max()) if top.size else 0)
-            row: dict[str, object] = {c.name: slabs[k][i] for k, (c, i) in enumerate(zip(cols, index, strict=True))}
+            row: dict[str, object] = {c.name: label for c, label in zip(cols, labels, strict=True)}
             row["order"] = int(index[0])
             row["epsilon"] = value / UNITS_PER_EPSILON
             rows.append(row)
         return rows
 
     def top(self, n: int) -> list[dict[str, object]]:
-        """The ``n`` boxes charged most, each with its slab label per column and ``B`` (ε)."""
-        flat = self.units.ravel()
+        """The ``n`` boxes of declared cells charged most, each with its slab label per column and ``B`` (ε)."""
+        flat = self._declared_only().ravel()
         if not flat.size:
             return []
         n = min(n, flat.size)
@@ -92,23 +98,43 @@ class CellSpend:
         for box in best.tolist():
             where = np.unravel_index(box, self.units.shape)
             row: dict[str, object] = {}
-            for c, bps, k in zip(self.columns, self.breakpoints, where, strict=True):
+            for c, k in zip(self.columns, where, strict=True):
                 col = self.table.column(c)
-                end = bps[k + 1] if k + 1 < len(bps) else col.n_cells
-                row[col.name] = _range_label(col, bps[k], end)
+                row[col.name] = self._slabs(col, self.columns.index(c))[k]
+            if any(v is None for v in row.values()):
+                continue
             row["epsilon"] = int(flat[box]) / UNITS_PER_EPSILON
             out.append(row)
         return out
 
+    def _declared_only(self) -> np.ndarray:
+        """``units`` with 0 on the boxes that hold no declared cell."""
+        units = self.units
+        for axis, c in enumerate(self.columns):
+            declared = self.table.column(c).declared_cells()
+            held = np.add.reduceat(declared.astype(np.int64), np.asarray(self.breakpoints[axis], dtype=np.intp)) > 0
+            if not held.all():
+                shape = [1] * units.ndim
+                shape[axis] = held.size
+                units = units * held.reshape(shape)
+        return units
+
     def _axis(self, col: Column) -> int | None:
         return self.columns.index(col.name) if col.name in self.columns else None
 
-    def _slabs(self, col: Column, axis: int | None) -> list[str]:
+    def _slabs(self, col: Column, axis: int | None) -> list[str | None]:
+        """Each slab's label (``None``: no declared cell in it)."""
         if axis is None:
             return [f"any {col.name}"]
-        bps = self.breakpoints[axis]
-        ends = [*bps[1:], col.n_cells]
-        return [_range_label(col, a, b) for a, b in zip(bps, ends, strict=True)]
+        found = self._labels.get(axis)
+        if found is None:
+            bps = self.breakpoints[axis]
+            ends = [*bps[1:], col.n_cells]
+            declared = col.declared_cells()
+            found = self._labels[axis] = [
+                _range_label(col, np.flatnonzero(declared[a:b]) + a) if declared[a:b].any() else None
+                for a, b in zip(bps, ends, strict=True)]
+        return found
 
 
 def cell_label(col: Column, cell: int) -> str:
@@ -121,15 +147,16 @@ def cell_label(col: Column, cell: int) -> str:
     return "NULL" if label is None else str(label)
 
 
-def _range_label(col: Column, first: int, end: int) -> str:
-    """The cells ``first … end − 1`` of ``col`` in words."""
-    if end - first == 1:
+def _range_label(col: Column, cells: np.ndarray) -> str:
+    """The (declared) cells ``cells``, increasing, of ``col`` in words."""
+    first, last, n = int(cells[0]), int(cells[-1]), int(cells.size)
+    if n == 1:
         return cell_label(col, first)
-    if col.kind == "integer" and end - 1 < col.null_cell:
-        return f"{cell_label(col, first)}–{cell_label(col, end - 1)}"
-    if end - first <= 3:
-        return ", ".join(cell_label(col, c) for c in range(first, end))
-    return f"{cell_label(col, first)} … {cell_label(col, end - 1)} ({end - first} values)"
+    if col.kind == "integer" and last - first == n - 1 and last < col.null_cell:
+        return f"{cell_label(col, first)}–{cell_label(col, last)}"
+    if n <= 3:
+        return ", ".join(cell_label(col, int(c)) for c in cells)
+    return f"{cell_label(col, first)} … {cell_label(col, last)} ({n} values)"
 
 
 def cell_spend(records: Sequence[LedgerRecord], table: Table) -> CellSpend:

@@ -30,7 +30,7 @@ def budget_chart(points: Sequence[Mapping[str, Any]], caps: Sequence[Mapping[str
     """Budget over time: per ``who`` (``global`` or an analyst), ``spent`` after each ``release``
     (a line through the releases, drawn as points), with each cap as a dashed rule."""
     base = alt.Chart().encode(
-        x=alt.X("release:Q", title="release (ledger record id)"),
+        x=alt.X("release:Q", title="release (ledger record id)", axis=alt.Axis(format="d", tickMinStep=1)),
         y=alt.Y("spent:Q", title="ε spent"),
         color=alt.Color("who:N", title="who"),
     )
