@@ -4,8 +4,8 @@ The ledger is written directly (``Ledger.transaction().append_many``) with real 
 (``COUNT`` over an age range and a race) charged to three analysts through dpgate's provenance
 (:func:`dpgate.ledger._provenance.charging`, as ``dpgate serve`` charges them), so no data are
 read and the build takes seconds, not the hours of 10 000 statements.  Then the console serves
-it (uvicorn in a thread) and each page is fetched over HTTP: the first fetch (the snapshot is
-read then) and the median of five more.  ``--quick``: 1 000 releases.
+it (uvicorn in a thread; the ledger read and verified first, as ``dpgate console`` does) and each
+page is fetched over HTTP: the first fetch (``/cells`` prices a table then) and the median of five more.  ``--quick``: 1 000 releases.
 
 Usage::
 
@@ -48,8 +48,8 @@ def build_ledger(path: str, releases: int, seed: int = 0) -> dict[str, float]:
     age, race = table.column("age"), table.column("race")
     rng = random.Random(seed)
     state = TableState.new(table, max_atoms=1)
-    caps = {name: 1e6 for name in ANALYSTS}
-    with Ledger.open(path, fingerprint="bench-console", budget=1e6, new=True) as ledger:
+    caps = {name: 10.0 for name in ANALYSTS}  # above what 10 000 such releases charge one analyst
+    with Ledger.open(path, fingerprint="bench-console", budget=20.0, new=True) as ledger:
         _provenance.ensure_table(ledger)
         done = 0
         while done < releases:
@@ -84,6 +84,9 @@ def serving(path: str, caps: dict[str, float]) -> Iterator[str]:
 
     _, schema = load_pums()
     reader = LedgerReader(path, schema, caps)
+    start = time.perf_counter()
+    reader.analysts(reader.snapshot())  # as `dpgate console` does before serving
+    print(f"read and verified the ledger (records, provenance, analysts' charges) in {time.perf_counter() - start:.2f} s")
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(create_app(reader), log_level="warning"))
