@@ -472,10 +472,11 @@ _add_server_commands()
 
 
 def _add_console_command() -> None:
-    """``dpgate console``, which lives with the console (dpgate.console._cli)."""
-    from dpgate.console._cli import console
+    """``dpgate console`` and ``dpgate serve --http-port``, which live with the console (dpgate.console._cli)."""
+    from dpgate.console._cli import console, with_http_port
 
     cli.add_command(console)
+    with_http_port(cli.commands["serve"])
 
 
 _add_console_command()

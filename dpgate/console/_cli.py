@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import os
+from typing import Any
 
 import click
 
-from dpgate.console._serve import DEFAULT_PORT, TOKEN_ENV, check_access, run
+from dpgate.console._serve import DEFAULT_PORT, TOKEN_ENV, check_access, listening, run, serve_beside
 
-__all__ = ["console"]
+__all__ = ["console", "with_http_port"]
 
 
 @click.command()
@@ -35,3 +37,40 @@ def console(ledger: str, users_path: str | None, schema_path: str | None, ledger
     check_access(host, token, tls_cert, tls_key)
     run(ledger, host=host, port=port, token=token, schema_path=schema_path, users_path=users_path,
         ledger_key=ledger_key, tls_cert=tls_cert, tls_key=tls_key)
+
+
+def with_http_port(serve: click.Command) -> click.Command:
+    """``dpgate serve`` with ``--http-port P`` (and ``--http-token``): the console's pages beside the
+    PostgreSQL port, on the same host, under the same access rules and TLS files (a SQLite ledger only).
+    Changes ``serve`` in place (the server's layer does not know the console) and returns it."""
+    callback = serve.callback
+    assert callback is not None
+    serve.params.append(click.Option(["--http-port"], type=click.IntRange(0, 65535), default=None,
+                                     help="Also serve the web console (dpgate console) on this port of --host."))
+    serve.params.append(click.Option(["--http-token"], default=None,
+                                     help=f"The console's token (default: ${TOKEN_ENV}); needed off loopback."))
+
+    @functools.wraps(callback)
+    def serve_with_console(*args: Any, http_port: int | None = None, http_token: str | None = None,
+                           **kwargs: Any) -> Any:
+        if http_port is None:
+            return callback(*args, **kwargs)
+        ledger, host = kwargs["ledger"], kwargs["host"]
+        if "://" in ledger:
+            raise click.BadParameter("the console reads a SQLite ledger file, not a PostgreSQL ledger: run "
+                                     "dpgate console on a host that reads it", param_hint="--http-port")
+        token = http_token if http_token is not None else os.environ.get(TOKEN_ENV) or None
+        check_access(host, token, kwargs["tls_cert"], kwargs["tls_key"])
+        sock = listening(host, http_port)
+        stop = serve_beside(ledger, sock, token=token, schema_path=kwargs["schema_path"],
+                            users_path=kwargs["users_path"], ledger_key=kwargs["ledger_key"],
+                            tls_cert=kwargs["tls_cert"], tls_key=kwargs["tls_key"])
+        click.echo(f"dpgate: console on {'https' if kwargs['tls_cert'] else 'http'}://{host}:{sock.getsockname()[1]}",
+                   err=True)
+        try:
+            return callback(*args, **kwargs)
+        finally:
+            stop()
+
+    serve.callback = serve_with_console
+    return serve

@@ -9,12 +9,17 @@ it refuses to start with :class:`ConsoleAccessError`, saying which option to add
 from __future__ import annotations
 
 import os
+import socket
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from dpgate.errors import InvalidArgument
 from dpgate.server.server import is_loopback
 
-__all__ = ["ConsoleAccessError", "DEFAULT_PORT", "TOKEN_ENV", "MIN_TOKEN", "check_access", "reader_for", "run"]
+__all__ = ["ConsoleAccessError", "DEFAULT_PORT", "TOKEN_ENV", "MIN_TOKEN", "check_access", "listening", "reader_for",
+           "run", "serve_beside"]
 
 #: The console's default port.
 DEFAULT_PORT = 8080
@@ -82,3 +87,61 @@ def run(ledger: str, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, token
                     h11_max_incomplete_event_size=16 * 1024, server_header=False)
     finally:
         reader.close()
+
+
+def listening(host: str, port: int) -> socket.socket:
+    """A socket bound to ``(host, port)`` and listening (port 0: a free one), for :func:`serve_beside`."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(64)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def serve_beside(ledger: str, sock: socket.socket, *, token: str | None = None, schema_path: str | None = None,
+                 users_path: str | None = None, ledger_key: str | None = None, tls_cert: str | None = None,
+                 tls_key: str | None = None) -> Callable[[], None]:
+    """The console of ``ledger`` on ``sock``, in a thread beside ``dpgate serve`` (``--http-port``); returns
+    the function that stops it.  The thread waits for the gateway to have created the ledger."""
+    import uvicorn
+
+    from dpgate.console._app import create_app
+
+    stopped = threading.Event()
+    state: dict[str, Any] = {}
+
+    def main() -> None:
+        while not stopped.is_set():
+            try:
+                reader = reader_for(ledger, schema_path=schema_path, users_path=users_path, ledger_key=ledger_key)
+                break
+            except Exception:  # noqa: BLE001 - not created yet by the gateway: try again
+                time.sleep(0.1)
+        else:
+            return
+        config = uvicorn.Config(create_app(reader, token), log_level="warning", ssl_certfile=tls_cert,
+                                ssl_keyfile=tls_key, limit_concurrency=64, timeout_keep_alive=5,
+                                h11_max_incomplete_event_size=16 * 1024, server_header=False)
+        state["server"] = server = uvicorn.Server(config)
+        try:
+            if not stopped.is_set():
+                server.run(sockets=[sock])
+        finally:
+            reader.close()
+
+    thread = threading.Thread(target=main, name="dpgate-console", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        stopped.set()
+        if "server" in state:
+            state["server"].should_exit = True
+        thread.join(10)
+        sock.close()
+
+    return stop

@@ -366,3 +366,41 @@ def test_the_command_serves_on_loopback(built: Any) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_serve_http_port_serves_the_console_beside_the_postgres_port(tmp_path: Path) -> None:
+    """``dpgate serve --http-port P``: the pages of the live ledger beside the PostgreSQL port."""
+    import psycopg
+    from _dpserve import dsn, spawn_server, users_file
+
+    users_file(tmp_path, {"alice": 0.5, "bob": 0.5})
+    http = _free_port()
+    proc, port = spawn_server(tmp_path, extra=("--http-port", str(http)))
+    try:
+        base = f"http://127.0.0.1:{http}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                status, body = _get(base + "/analysts")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert proc.poll() is None and time.monotonic() < deadline, "the console did not start"
+                time.sleep(0.2)
+        assert status == 200 and "alice" in body and "bob" in body
+        with psycopg.connect(dsn(port), autocommit=True) as conn:
+            conn.execute("SELECT COUNT(*) FROM pums WHERE age < 40").fetchall()
+        status, body = _get(base + "/releases")
+        assert status == 200 and "<b id=matched>1</b>" in body and "alice" in body
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_serve_http_port_follows_the_access_rules(built: Any, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    _, ledger, users = built
+    code = main(["serve", "--data", str(ROOT / "dpgate" / "data" / "PUMS.csv"), "--schema",
+                 str(ROOT / "dpgate" / "data" / "pums.yaml"), "--ledger", str(tmp_path / "l.db"), "--budget", "1",
+                 "--users", str(users), "--host", "0.0.0.0", "--http-port", "0"])
+    assert code == 1 and "not a loopback address" in capsys.readouterr().err
+    assert not (tmp_path / "l.db").exists()  # refused before the gateway opened anything
