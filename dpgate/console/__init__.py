@@ -1,4 +1,5 @@
-"""The web console for the data owner: where the privacy budget went and what is left (``dpgate console``).
+"""The web console for the data owner: where the privacy budget went and what is left (``dpgate console``,
+and ``dpgate serve --http-port``).
 
 Read-only: it reads the ledger (never the data), so it can run on another host with a copy of
 the ledger.  Pages: budget over time (global and per analyst, with the caps; free answers from
@@ -11,7 +12,8 @@ draw the charts ship in ``static/`` (BSD-3-Clause, their licences beside them): 
 - :mod:`~dpgate.console._cells` — the per-cell spent budget, computed from the records as the accounting does;
 - :mod:`~dpgate.console._charts` — the charts (Vega-Lite specifications built with Altair);
 - :mod:`~dpgate.console._html`, :mod:`~dpgate.console._app` — the pages and the ASGI application (Starlette);
-- :mod:`~dpgate.console._serve`, :mod:`~dpgate.console._cli` — the access rules, uvicorn, and the command.
+- :mod:`~dpgate.console._serve`, :mod:`~dpgate.console._cli` — the access rules, uvicorn, the command, and
+  ``--http-port`` added to ``dpgate serve`` (the server's layer, below this one, does not know the console).
 
 Access: loopback by default; any other address needs a token and TLS, else
 :class:`ConsoleAccessError` at start.  With a token, a request without it gets 401.
