@@ -44,6 +44,11 @@ ASGIApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]], Call
                    Awaitable[None]]
 
 
+#: Scripts, data and images from the console only; no frames, no form posts elsewhere.
+_CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+
+
 class BadRequest(Exception):
     """A request parameter out of bounds (answered 400 with the message)."""
 
@@ -96,7 +101,8 @@ class _TokenGate:
         response: Response
         if self._ok(in_query):
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            response = RedirectResponse(request.url.path + ("?" + urlencode(rest) if rest else ""), status_code=303)
+            path = "/" + request.url.path.lstrip("/")  # never "//host": a redirect stays on the console
+            response = RedirectResponse(path + ("?" + urlencode(rest) if rest else ""), status_code=303)
             response.set_cookie(COOKIE, self.token.decode(), httponly=True, samesite="strict",
                                 secure=scope.get("scheme") == "https")
         else:
@@ -110,6 +116,7 @@ def _headers(response: Response) -> Response:
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["X-Frame-Options"] = "DENY"
     response.headers["Referrer-Policy"] = "no-referrer"
+    response.headers["Content-Security-Policy"] = _CSP
     return response
 
 

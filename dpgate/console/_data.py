@@ -93,6 +93,8 @@ class Snapshot:
     #: ``(id, analyst, kind, record_id, epsilon, statement, source, created_at)`` per provenance row.
     provenance: list[tuple[Any, ...]] = field(default_factory=list)
     charged_to: dict[int, str] = field(default_factory=dict)
+    #: Position of each record in ``records``, by id.
+    index: dict[int, int] = field(default_factory=dict)
     cells: dict[str, tuple[int, CellSpend]] = field(default_factory=dict)
 
     @property
@@ -139,15 +141,20 @@ class LedgerReader:
             snap = self._snap
             new = self.ledger.records(since=snap.records[-1].id if snap.records else 0)
             rows = self._provenance_rows()
+            named: list[int] = []
             for row in rows:
                 if row[2] == "charge" and row[3] is not None:
                     snap.charged_to[int(row[3])] = str(row[1])
+                    named.append(int(row[3]))
             snap.provenance.extend(rows)
-            if rows:  # a charge may name a release read before: its analyst is filled in anew
-                snap.releases = [self._release(r, snap.records[i - 1].cost_after if i else 0.0, snap)
-                                 for i, r in enumerate(snap.records)]
+            for rid in named:  # a charge may name a release read before: its analyst is filled in
+                at = snap.index.get(rid)
+                if at is not None:
+                    snap.releases[at] = self._release(snap.records[at],
+                                                      snap.records[at - 1].cost_after if at else 0.0, snap)
             previous = snap.records[-1].cost_after if snap.records else 0.0
             for record in new:
+                snap.index[record.id] = len(snap.records)
                 snap.releases.append(self._release(record, previous, snap))
                 snap.records.append(record)
                 previous = record.cost_after
@@ -182,16 +189,25 @@ class LedgerReader:
     def analysts(self, snap: Snapshot) -> list[AnalystRow]:
         """Every analyst of the users file or the provenance, with what they were charged and received."""
         names = dict.fromkeys([*self.caps, *(str(row[1]) for row in snap.provenance)])
+        charged: dict[str, float] = {}
+        received: dict[str, list[int]] = {}  # per analyst: [statements, answered from history alone]
+        for row in snap.provenance:
+            name = str(row[1])
+            if row[2] == "charge":
+                charged[name] = charged.get(name, 0.0) + float(row[4])
+            elif row[2] == "delivery":
+                counts = received.setdefault(name, [0, 0])
+                counts[0] += 1
+                counts[1] += row[6] == "history"
         out = []
         for name in names:
-            charges = [float(row[4]) for row in snap.provenance if row[1] == name and row[2] == "charge"]
-            deliveries = [row for row in snap.provenance if row[1] == name and row[2] == "delivery"]
-            spent, verified = float(sum(charges)), False
+            spent, verified = charged.get(name, 0.0), False
             if self.verified and snap.provenance:  # the exact, verified charge (per-cell, their releases)
                 spent, verified = analyst_spent(self.ledger, name, self.schema), True
             cap = self.caps.get(name)
-            out.append(AnalystRow(name, cap, spent, None if cap is None else max(0.0, cap - spent), len(deliveries),
-                                  sum(1 for row in deliveries if row[6] == "history"), verified))
+            statements, free = received.get(name, [0, 0])
+            out.append(AnalystRow(name, cap, spent, None if cap is None else max(0.0, cap - spent), statements, free,
+                                  verified))
         return out
 
     def analyst_series(self, snap: Snapshot) -> list[dict[str, Any]]:

@@ -3,8 +3,9 @@
 Everything from the ledger is escaped (:func:`html.escape`); a chart's specification sits in a
 ``<script type="application/json">`` element with ``<``, ``>`` and ``&`` written as JSON escapes,
 so no text of a statement can close it.  The page renders each chart with ``vegaEmbed`` from
-the scripts under ``/static/`` (shipped in the package) and marks ``<body data-rendered>``
-with the number of charts drawn, which the browser tests wait for.
+the scripts under ``/static/`` (shipped in the package; ``static/console.js``) and marks
+``<body data-rendered>`` with the number of charts drawn, which the browser tests wait for.  No
+script is inline, so the pages' Content-Security-Policy allows scripts from the console only.
 """
 
 from __future__ import annotations
@@ -34,21 +35,6 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 form input, form select { margin-right: 1em; }
 """
 
-_SCRIPT = """
-(function () {
-  const charts = document.querySelectorAll('script[type="application/json"][data-chart]');
-  window.dpgateViews = {};
-  let done = 0;
-  charts.forEach(function (el) {
-    const name = el.dataset.chart;
-    vegaEmbed('#chart-' + name, JSON.parse(el.textContent), {actions: false, renderer: el.dataset.renderer})
-      .then(function (result) { window.dpgateViews[name] = result.view; })
-      .catch(function (err) { document.getElementById('chart-' + name).textContent = 'chart error: ' + err; })
-      .finally(function () { done += 1; if (done === charts.length) document.body.dataset.rendered = done; });
-  });
-  if (!charts.length) document.body.dataset.rendered = 0;
-})();
-"""
 
 
 def escape(value: object) -> str:
@@ -81,6 +67,7 @@ def layout(title: str, here: str, body: str, *, charts: bool = True) -> str:
                   for href, text in _NAV)
     scripts = ("<script src=\"/static/vega.min.js\"></script><script src=\"/static/vega-lite.min.js\"></script>"
                "<script src=\"/static/vega-embed.min.js\"></script>" if charts else "")
-    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{escape(title)} · dpgate console</title>"
+    return ("<!doctype html><html lang=en><head><meta charset=utf-8><link rel=icon href='data:,'>"
+            f"<title>{escape(title)} · dpgate console</title>"
             f"<style>{_STYLE}</style>{scripts}</head><body><nav>{nav}</nav><h1>{escape(title)}</h1>\n{body}\n"
-            f"<script>{_SCRIPT}</script></body></html>")
+            "<script src=\"/static/console.js\"></script></body></html>")

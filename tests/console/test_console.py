@@ -123,6 +123,7 @@ def browser(console: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                  "--window-size=1280,1000"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP violations, script errors
     driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver") or ""))
     driver.set_page_load_timeout(30)
     driver.shots = tmp_path_factory.mktemp("screenshots")  # type: ignore[attr-defined]
@@ -142,6 +143,8 @@ def _open(driver: Any, url: str, charts: int, shot: str) -> None:
     assert driver.find_element(By.TAG_NAME, "body").get_attribute("data-rendered") == str(charts)
     errors = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".chart") if "chart error" in e.text]
     assert not errors, errors
+    severe = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not severe, severe  # no script error, nothing the Content-Security-Policy blocked
     driver.save_screenshot(str(driver.shots / f"{shot}.png"))
 
 
@@ -278,6 +281,12 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def test_requests_without_the_token_are_refused(console: str, browser: Any) -> None:
+    status, _, _ = _fetch(console + "/", {"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200
+    request = urllib.request.Request(console + "/", headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert "script-src 'self';" in response.headers["Content-Security-Policy"]
+    assert _get(console + f"//evil.example/?token={TOKEN}")[0] == 303  # redirected to the console's own /
     for path in ("/", "/releases", "/analysts", "/cells", "/static/vega.min.js"):
         assert _get(console + path)[0] == 401
         assert _get(console + path, {"Authorization": "Bearer wrong-token-wrong-token"})[0] == 401
