@@ -174,8 +174,9 @@ def create_app(reader: LedgerReader, token: str | None = None) -> ASGIApp:
         snap = reader.snapshot()
         try:
             spend = reader.cells(snap, t.name)
-        except ValueError as exc:
-            raise BadRequest(str(exc)) from None
+        except ValueError as exc:  # a grid too fine to price here: said on the page (not the request's fault)
+            return layout("Where the budget went", "/cells", f"<p class=note>Not shown: {escape(exc)}.</p>",
+                          charts=False)
         columns = [t.column(c).name for c in wanted] or list(spend.columns[:1]) or [t.columns[0].name]
         form = ('<form method=get action="/cells"><label>table <select name=table>'
                 + "".join(f'<option{" selected" if x.name == t.name else ""}>{escape(x.name)}</option>' for x in tables)

@@ -10,6 +10,8 @@ to the pytest tmp dir.  The browser tests fail, never skip, when Chromium or its
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import math
 import shutil
@@ -413,3 +415,53 @@ def test_serve_http_port_follows_the_access_rules(built: Any, tmp_path: Path,
                  "--users", str(users), "--host", "0.0.0.0", "--http-port", "0"])
     assert code == 1 and "not a loopback address" in capsys.readouterr().err
     assert not (tmp_path / "l.db").exists()  # refused before the gateway opened anything
+
+
+def test_a_ledger_read_without_its_key_is_shown_unverified(built: Any, tmp_path: Path) -> None:
+    gw, ledger, _ = built
+    copy = tmp_path / "copy.db"
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(ledger)) as src, contextlib.closing(sqlite3.connect(copy)) as dst:
+        src.backup(dst)  # a copy of the ledger on another host, without its key
+    reader = LedgerReader(copy, gw.schema, CAPS)
+    try:
+        assert not reader.verified
+        snap = reader.snapshot()
+        assert snap.spent == pytest.approx(gw.spent, rel=1e-12)
+        rows = {a.name: a for a in reader.analysts(snap)}
+        for name in CAPS:  # the sum of their charge rows: each the increase of their per-cell charge
+            assert not rows[name].verified and rows[name].spent == pytest.approx(_spent(gw, name), rel=1e-9)
+    finally:
+        reader.close()
+
+
+def test_a_grid_too_fine_to_price_is_said_on_the_page(built: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpgate.console import _cells
+
+    gw, ledger, _ = built
+    monkeypatch.setattr(_cells, "MAX_BOXES", 4)
+    reader = LedgerReader(ledger, gw.schema)
+    try:
+        status, text = _asgi_get(create_app(reader), "/cells", "table=pums&columns=age")
+        assert status == 200 and "more than the 4 the console shows" in text
+    finally:
+        reader.close()
+
+
+def _asgi_get(app: Any, path: str, query: str = "") -> tuple[int, str]:
+    """A GET straight to the ASGI application (no server, no socket)."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": query.encode(), "headers": [],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "root_path": ""}
+    asyncio.run(app(scope, receive, send))
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return int(sent[0]["status"]), body.decode()
