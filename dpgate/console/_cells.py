@@ -21,13 +21,16 @@ import numpy as np
 from dpgate.compile.query import LinearQuery, union_grid
 from dpgate.ledger import LedgerRecord
 from dpgate.plan.accounting import UNITS_PER_EPSILON, release_units
+from dpgate.plan.cost_grid import COST_MAX_BOXES
 from dpgate.schema.domains import Column, Table
 
 __all__ = ["CellSpend", "MAX_BOXES", "cell_spend", "cell_label"]
 
-#: The most boxes of a table's union grid the console prices (an int64 each): beyond, the page
-#: says the grid is too fine to show rather than take the server's memory.
-MAX_BOXES = 4_000_000
+#: The most boxes of a table's union grid the console prices (an int64 each): the accounting's own
+#: limit on its main cost grid, within which that grid is this one (so the numbers are the
+#: accounting's); beyond, the accounting adds side grids (an upper bound) and the page says the
+#: grid is too fine to show.
+MAX_BOXES = COST_MAX_BOXES
 
 
 @dataclass(frozen=True)
