@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -80,13 +81,22 @@ def run(ledger: str, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, token
     except ModuleNotFoundError as exc:
         raise InvalidArgument(f"The console needs the package {exc.name!r}: pip install 'dpgate[console]'.") from None
     reader = reader_for(os.fspath(ledger), schema_path=schema_path, users_path=users_path, ledger_key=ledger_key)
-    reader.analysts(reader.snapshot())  # read and verify the ledger once before the first page asks
     try:
-        uvicorn.run(create_app(reader, token), host=host, port=port, log_level="warning",
-                    ssl_certfile=tls_cert, ssl_keyfile=tls_key, limit_concurrency=64, timeout_keep_alive=5,
-                    h11_max_incomplete_event_size=16 * 1024, server_header=False)
+        reader.analysts(reader.snapshot())  # read and verify the ledger once before the first page asks
+        sock = listening(host, port)
+        config = uvicorn.Config(create_app(reader, token), log_level="warning", **_UVICORN,
+                                ssl_certfile=tls_cert, ssl_keyfile=tls_key)
+        print(f"dpgate: console on {'https' if tls_cert else 'http'}://{host}:{sock.getsockname()[1]}"
+              f"{'' if token is None else ' (token required)'}", file=sys.stderr, flush=True)
+        with sock:
+            uvicorn.Server(config).run(sockets=[sock])
     finally:
         reader.close()
+
+
+#: uvicorn's settings for the console: few connections at once, short keep-alive, small requests.
+_UVICORN: dict[str, Any] = {"limit_concurrency": 64, "timeout_keep_alive": 5, "h11_max_incomplete_event_size": 16 * 1024,
+                            "server_header": False}
 
 
 def listening(host: str, port: int) -> socket.socket:
@@ -124,9 +134,8 @@ def serve_beside(ledger: str, sock: socket.socket, *, token: str | None = None, 
                 time.sleep(0.1)
         else:
             return
-        config = uvicorn.Config(create_app(reader, token), log_level="warning", ssl_certfile=tls_cert,
-                                ssl_keyfile=tls_key, limit_concurrency=64, timeout_keep_alive=5,
-                                h11_max_incomplete_event_size=16 * 1024, server_header=False)
+        config = uvicorn.Config(create_app(reader, token), log_level="warning", **_UVICORN, ssl_certfile=tls_cert,
+                                ssl_keyfile=tls_key)
         state["server"] = server = uvicorn.Server(config)
         try:
             if not stopped.is_set():

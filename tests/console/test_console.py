@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import math
+import re
 import shutil
 import socket
 import subprocess
@@ -360,19 +361,15 @@ def test_reader_reads_no_data_and_spends_nothing(built: Any) -> None:
 
 def test_the_command_serves_on_loopback(built: Any) -> None:
     _, ledger, users = built
-    port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "dpgate.cli", "console", "--ledger", str(ledger), "--users",
-                             str(users), "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             str(users), "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                status, body = _get(f"http://127.0.0.1:{port}/analysts")
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert proc.poll() is None and time.monotonic() < deadline, "the console did not start"
-                time.sleep(0.2)
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # the address, once the ledger was read and the port bound
+        found = re.search(r"console on (http://127\.0\.0\.1:\d+)", line)
+        assert found, line
+        status, body = _get(found.group(1) + "/analysts")
         assert status == 200 and "alice" in body
     finally:
         proc.terminate()
