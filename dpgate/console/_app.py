@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 from dpgate.console import _charts
 from dpgate.console._data import LedgerReader
 from dpgate.console._html import chart, escape, layout, table
+from dpgate.errors import Error
 
 __all__ = ["COOKIE", "create_app"]
 
@@ -129,6 +130,8 @@ def create_app(reader: LedgerReader, token: str | None = None) -> ASGIApp:
                 return _headers(HTMLResponse(build(request)))
             except BadRequest as exc:
                 return _headers(PlainTextResponse(f"400: {exc}", status_code=400))
+            except Error as exc:  # e.g. a ledger that fails its tamper checks: said, never shown unverified
+                return _headers(PlainTextResponse(f"503: {exc}", status_code=503))
         return endpoint
 
     def budget(request: Request) -> str:
