@@ -1,7 +1,8 @@
 # The two commands of the README quickstart. Each creates .venv with only
 # Python 3.11 + pip and installs dpgate with the demo extra (plot, progress bar:
 # `make demo`, the CLI demo tests, the benchmarks), the test extra (real PostgreSQL
-# clients for `dpgate serve`) and the postgres/spark backend extras.
+# clients for `dpgate serve`, selenium for the console's browser tests), the console
+# extra (`dpgate console`) and the postgres/spark backend extras.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ BIN := $(VENV)/bin
 $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[demo,test,postgres,spark]'
+	$(BIN)/pip install --quiet -e '.[demo,test,console,postgres,spark]'
 	touch $(BIN)/activate
 
 demo: $(BIN)/activate

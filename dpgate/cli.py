@@ -471,6 +471,17 @@ def _add_server_commands() -> None:
 _add_server_commands()
 
 
+def _add_console_command() -> None:
+    """``dpgate console`` and ``dpgate serve --http-port``, which live with the console (dpgate.console._cli)."""
+    from dpgate.console._cli import console, with_http_port
+
+    cli.add_command(console)
+    with_http_port(cli.commands["serve"])
+
+
+_add_console_command()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run the CLI, turning errors into one line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)

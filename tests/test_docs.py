@@ -20,8 +20,8 @@ import pytest
 
 import dpgate
 
-# Packages outside the core install (extras): a module that needs one is skipped when it is absent.
-OPTIONAL_PACKAGES = frozenset({"matplotlib"})
+# Packages outside the core install (extras: demo, console): a module that needs one is skipped when it is absent.
+OPTIONAL_PACKAGES = frozenset({"matplotlib", "starlette", "uvicorn", "altair"})
 
 # pytest's own doctest default: ``...`` in an expected output matches anything.
 OPTIONFLAGS = doctest.ELLIPSIS

@@ -1,0 +1,37 @@
+"""The web console for the data owner: where the privacy budget went and what is left (``dpgate console``,
+and ``dpgate serve --http-port``).
+
+Read-only: it reads the ledger (never the data), so it can run on another host with a copy of
+the ledger.  Pages: budget over time (global and per analyst, with the caps; free answers from
+history against paid ones), where the budget went (per-cell spent budget over the declared
+domain), the release history (filtered and paged on the server), and per analyst.  Needs the
+``console`` extra (Starlette, uvicorn, Altair); the vega, vega-lite and vega-embed scripts that
+draw the charts ship in ``static/`` (BSD-3-Clause, their licences beside them): no CDN.
+
+- :mod:`~dpgate.console._data` — :class:`LedgerReader`: the ledger's snapshot and the pages' numbers;
+- :mod:`~dpgate.console._cells` — the per-cell spent budget, computed from the records as the accounting does;
+- :mod:`~dpgate.console._charts` — the charts (Vega-Lite specifications built with Altair);
+- :mod:`~dpgate.console._html`, :mod:`~dpgate.console._app` — the pages and the ASGI application (Starlette);
+- :mod:`~dpgate.console._serve`, :mod:`~dpgate.console._cli` — the access rules, uvicorn, the command, and
+  ``--http-port`` added to ``dpgate serve`` (the server's layer, below this one, does not know the console).
+
+Access: loopback by default; any other address needs a token and TLS, else
+:class:`ConsoleAccessError` at start.  With a token, a request without it gets 401.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpgate.console._data import LedgerReader
+from dpgate.console._serve import TOKEN_ENV, ConsoleAccessError, check_access, run
+
+__all__ = ["ConsoleAccessError", "LedgerReader", "TOKEN_ENV", "check_access", "create_app", "run"]
+
+
+def create_app(reader: LedgerReader, token: str | None = None) -> Any:
+    """The console's ASGI application over ``reader`` (needs Starlette: the ``console`` extra);
+    with ``token``, every request must carry it (``Authorization: Bearer``, or ``?token=`` once)."""
+    from dpgate.console._app import create_app as build
+
+    return build(reader, token)
