@@ -234,3 +234,17 @@ def test_the_loss_of_one_release_is_its_shift_over_t() -> None:
     for shift, t in [(3, Fraction(2)), (-5, Fraction(7, 3)), (0, Fraction(1)), (1024, Fraction(3072))]:
         ratio = [Fraction(abs(y - shift) - abs(y)) / t for y in range(-abs(shift) - 3, abs(shift) + 4)]
         assert release_loss(shift, t) == max(abs(r) for r in ratio) == abs(shift) / t
+
+
+def test_an_unpriced_release_is_charged_k_times_its_alpha() -> None:
+    """A per-analyst charge whose query or table the schema does not know (a ledger written by
+    hand) is charged α on every cell — k times on a unit table (the largest k when the table is
+    unknown), not once."""
+    from dpgate.ledger._provenance import _AnalystCosts
+    from dpgate.plan.accounting import UNITS_PER_EPSILON
+
+    schema = Schema.from_dict(spec({"t": (3, 3), "u": (2, 2)}))
+    for table, k, known in [("t", 3, schema), ("U", 2, schema), ("elsewhere", 3, schema), ("t", 1, None)]:
+        costs = _AnalystCosts()
+        costs.pending.append((table, "not a query", 0.5, 1.0))
+        assert costs.units(known) == k * UNITS_PER_EPSILON // 2
