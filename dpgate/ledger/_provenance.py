@@ -92,8 +92,8 @@ class _AnalystCosts:
 
     Releases are kept ``pending`` until a schema prices them (:meth:`units`): per table, on
     the cost atoms of a :class:`TableState` that records only costs; a release whose table or
-    query the schema does not know (a ledger written by hand) is charged its ``α``, an upper
-    bound of its per-cell cost.
+    query the schema does not know (a ledger written by hand) is charged ``k·α`` (its ``α``
+    bounds its per-cell cost; ``k``, :func:`_rows_per_person`, the rows of a person it may see).
     """
 
     def __init__(self) -> None:
@@ -116,8 +116,8 @@ class _AnalystCosts:
                 query = text if isinstance(text, LinearQuery) else LinearQuery.from_json(text)
             except (Error, ValueError, KeyError, TypeError):
                 state = None
-            if state is None:  # a release outside the schema (or with none given): α on every cell
-                self.unpriced += int(release_units(np.ones(1), alpha, 1.0)[0])
+            if state is None:  # a release outside the schema (or with none given): k·α on every cell
+                self.unpriced += _rows_per_person(schema, table) * int(release_units(np.ones(1), alpha, 1.0)[0])
                 continue
             runs.setdefault(state.table.name.lower(), []).append(RecordedRelease(0, query, 0.0, 0.0, 0.0, alpha,
                                                                                   sensitivity))
@@ -132,6 +132,15 @@ class _AnalystCosts:
         if found is None:
             found = self.tables[t.name.lower()] = TableState.new(t, max_atoms=1)
         return found
+
+
+def _rows_per_person(schema: Schema | None, table: str) -> int:
+    """The factor of an unpriced release's charge: ``table``'s declared rows per person, or the
+    largest any table declares when it is unknown (never an under-count); 1 without a schema."""
+    if schema is None:
+        return 1
+    bounds = {t.name.lower(): t.max_rows_per_unit or 1 for t in schema.tables}
+    return bounds.get(str(table).lower(), max(bounds.values(), default=1))
 
 
 class _Verified:
