@@ -60,6 +60,13 @@ __all__ = ["choose", "dominated", "isolated"]
 
 _State = TypeVar("_State")
 
+#: Off (the default): the rule above, with its proof.  On: a candidate that charges some cell
+#: more than ``P(Q)`` is still taken when it raises the system charge *strictly* less than
+#: every candidate that does not (dominated ones win ties) — it keeps more of ``minimal``'s
+#: savings on workloads built for restrictions (benchmarks/README.md, "Policy order"), but
+#: ``minimal ≤ no_reuse`` is then only empirical (``paper ≤ no_reuse`` stays proved).
+RELAXED = False
+
 
 def dominated(parts: Sequence[Measurement], bound: Measurement) -> bool:
     """Whether ``parts``, released together, charge every cell at most what ``bound`` charges it
@@ -94,16 +101,20 @@ def choose(
     """The cheapest of ``candidates`` (``(charge increase, tie rank, measurements)``, ordered by
     both) that, once verified (``verify``: the planner's check, which may lower scales),
     is :func:`dominated` by ``bound`` (the no-reuse release ``P(Q)``); else ``bound``
-    itself, answered alone (``fallback``, given ``[bound]``).  Returns what ``verify`` or ``fallback`` returns
-    (the estimator state after the step, the measurements) and whether the step is alone."""
-    for _, _, parts in sorted(candidates, key=lambda c: (c[0], c[1])):
-        if not dominated(parts, bound):  # scales only shrink in verification: no cheaper after
+    itself, answered alone (``fallback``, given ``[bound]``).  With :data:`RELAXED`, a
+    candidate over the bound is taken too when its increase is strictly the least.  Returns
+    what ``verify`` or ``fallback`` returns (the estimator state after the step, the
+    measurements) and whether the step is alone."""
+    # (increase, over the bound, rank): a dominated candidate wins a tie in the increase.
+    marked = [(c[0], not dominated(c[2], bound), c[1], c[2]) for c in candidates]
+    for _, over, _, parts in sorted(marked, key=lambda c: c[:3]):
+        if over and not RELAXED:  # scales only shrink in verification: no cheaper after
             continue
         try:
             state, verified = verify(parts)
         except DPGateInternalError:  # no scale of this candidate certifies: the next one may
             continue
-        if verified is parts or dominated(verified, bound):
+        if over or verified is parts or dominated(verified, bound):
             return state, verified, False
     state, parts = fallback([bound])
     return state, parts, True

@@ -178,3 +178,18 @@ def test_choose_takes_the_cheapest_dominated_candidate_else_the_bound_alone() ->
         return "verified", [_measure(state, q, 1.5)]
 
     assert _guard.choose([(0.0, 0, [cheap])], bound, shrinks, lambda p: ("alone", p)) == ("alone", [bound], True)
+
+
+def test_relaxed_takes_a_strictly_cheaper_candidate_over_the_bound(monkeypatch) -> None:
+    state, schema = _state()
+    (q,) = compile_sql("SELECT COUNT(*) FROM t WHERE age < 8", schema)
+    state = state.refined([q])
+    bound, cheap, dear = _measure(state, q, 2.0), _measure(state, q, 3.0), _measure(state, q, 1.0)
+
+    def verify(parts: list[Any]) -> tuple[str, list[Any]]:
+        return "verified", parts
+
+    monkeypatch.setattr(_guard, "RELAXED", True)
+    assert _guard.choose([(0.1, 0, [dear]), (0.2, 1, [cheap])], bound, verify, lambda p: ("alone", p))[1] == [dear]
+    # A tie in the increase goes to the candidate within the bound, whatever its rank.
+    assert _guard.choose([(0.2, 0, [dear]), (0.2, 1, [cheap])], bound, verify, lambda p: ("alone", p))[1] == [cheap]
