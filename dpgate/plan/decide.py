@@ -29,7 +29,10 @@ requirement (resolved once, by :func:`dpgate.plan.requirement.resolve_requiremen
      on the same atoms estimable.
 
    Ties in the increase go to the more reusable candidate (atoms, then ``Q``,
-   then restrictions).
+   then restrictions).  A candidate is taken only if, verified, it charges no cell
+   more than measuring ``Q`` at the paper's α; else that release is, answered alone
+   (:mod:`dpgate.plan._guard`): so ``minimal`` and ``paper`` never spend more than
+   ``no_reuse`` on the same session.
 
 Why coverage still holds: which candidate is chosen, and at which scale,
 depends only on the query vectors, scales and requirements — never on released
