@@ -254,7 +254,7 @@ def plan(
             # BLUE), charges no cell more than no reuse would; else no reuse's release, alone (_guard).
             blue, parts, alone_ = _guard.choose(
                 _candidates(state, blue, costs, q, h, accuracy, confidence, policy),
-                measurement(state, q, _paper(accuracy, confidence)),
+                measurement(state, q, _paper(accuracy, confidence), h=h),
                 functools.partial(_verified, state, blue, h, accuracy=accuracy, confidence=confidence, policy=policy),
                 functools.partial(_verified, state, blue, h, accuracy=accuracy, confidence=confidence, policy=policy,
                                   alone=True))

@@ -193,3 +193,17 @@ def test_relaxed_takes_a_strictly_cheaper_candidate_over_the_bound(monkeypatch) 
     assert _guard.choose([(0.1, 0, [dear]), (0.2, 1, [cheap])], bound, verify, lambda p: ("alone", p))[1] == [dear]
     # A tie in the increase goes to the candidate within the bound, whatever its rank.
     assert _guard.choose([(0.2, 0, [dear]), (0.2, 1, [cheap])], bound, verify, lambda p: ("alone", p))[1] == [cheap]
+
+
+def test_an_isolated_release_over_the_bound_becomes_the_bound_alone() -> None:
+    from dpgate.plan.plan import Step
+
+    state, schema = _state()
+    (q,) = compile_sql("SELECT COUNT(*) FROM t WHERE age < 8", schema)
+    state = state.refined([q])
+    bound, dear, cheap = _measure(state, q, 2.0), _measure(state, q, 1.9), _measure(state, q, 2.5)
+    step = Step(q, "fresh", dear.h, (dear,))
+    got = _guard.isolated(step, bound)
+    assert got.measurements == (bound,) and got.alone and got.kind == "fresh"
+    kept = Step(q, "fresh", cheap.h, (cheap,))
+    assert _guard.isolated(kept, bound) is kept
