@@ -16,7 +16,8 @@ never happens, :mod:`dpgate.plan._guard`, unless ``--relaxed``).  For each excep
 where the cumulative spends cross are printed (``--explain``).
 
 Writes ``benchmarks/results/policy_order.json`` (per-session spends, exceptions,
-mean ratios) and ``policy_order.csv``.
+mean ratios) and ``policy_order.csv``.  ``DPGATE_BENCH_QUICK=1`` (``run_all.py --quick``) runs
+20 sessions.
 
 Usage::
 
@@ -168,7 +169,7 @@ def _explain(run: dict[str, Any], hi: str, lo: str) -> list[str]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sessions", type=int, default=200)
+    p.add_argument("--sessions", type=int, default=20 if os.environ.get("DPGATE_BENCH_QUICK") else 200)
     p.add_argument("--statements", type=int, default=25)
     p.add_argument("--seed", type=int, default=0, help="first session seed")
     p.add_argument("--explain", action="store_true", help="print where the spends cross in each exception")
