@@ -37,7 +37,7 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["UNITS_PER_EPSILON", "CellCosts", "to_epsilon"]
+__all__ = ["UNITS_PER_EPSILON", "CellCosts", "to_epsilon", "summed_units"]
 
 UNITS_PER_EPSILON = 2**50
 """Costs are integers: one unit is ``2^-50`` of privacy budget ε."""
@@ -86,6 +86,23 @@ def _units(v: float, alpha: float, sensitivity: float) -> int:
     ratio = Fraction(1) if ratio >= 1 else min(Fraction(1), ratio * _RATIO_SLACK)
     units = Fraction(alpha) * ratio * UNITS_PER_EPSILON
     return -(-units.numerator // units.denominator)  # ceil
+
+
+def summed_units(releases: Sequence[tuple[np.ndarray, np.ndarray, float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """The cells ``releases`` — ``(atoms, weights, α, S)``, as :meth:`CellCosts.add_sparse` takes
+    them — touch (sorted) and what they add to each, in units, exactly as recording them does."""
+    live = [(a, w, al, s) for a, w, al, s in releases if a.size]
+    if not live:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    incs = [_nonzero_units(w, float(al), float(s)) for _, w, al, s in live]
+    if len(live) == 1:  # one release: its atoms are distinct
+        order = np.argsort(live[0][0], kind="stable")
+        return live[0][0][order], incs[0][order]
+    cells, where = np.unique(np.concatenate([a for a, _, _, _ in live]), return_inverse=True)
+    small = all(i.dtype == np.int64 for i in incs) and sum(int(i.max()) for i in incs) < _FAST
+    added = np.zeros(cells.size, dtype=np.int64 if small else object)
+    np.add.at(added, where, np.concatenate(incs if small else [i.astype(object) for i in incs]))
+    return cells, added
 
 
 def _plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -29,7 +29,10 @@ requirement (resolved once, by :func:`dpgate.plan.requirement.resolve_requiremen
      on the same atoms estimable.
 
    Ties in the increase go to the more reusable candidate (atoms, then ``Q``,
-   then restrictions).
+   then restrictions).  A candidate is taken only if, verified, it charges no cell
+   more than measuring ``Q`` at the paper's α; else that release is, answered alone
+   (:mod:`dpgate.plan._guard`): so ``minimal`` and ``paper`` never spend more than
+   ``no_reuse`` on the same session.
 
 Why coverage still holds: which candidate is chosen, and at which scale,
 depends only on the query vectors, scales and requirements — never on released
@@ -52,6 +55,8 @@ from dpgate.compile.query import LinearQuery
 from dpgate.errors import DPGateInternalError, InvalidRequirement
 from dpgate.inference import ErrorLaw, IncrementalBLUE, minimal_scale, single_release_scale
 from dpgate.inference._blue import ESTIMABLE_RTOL
+from dpgate.plan import _guard
+from dpgate.plan._atom_scale import common_scale
 from dpgate.plan._replay import answers
 from dpgate.plan.accounting import CellCosts, to_epsilon
 from dpgate.plan.plan import ACCURACY_RTOL, Measurement, Plan, Step, meets
@@ -213,7 +218,8 @@ def plan(
                 continue
             if h is None:  # outside the atoms
                 step = _isolated(state, q, accuracy, confidence, policy)
-                if step.measurements:
+                if step.measurements:  # never more per cell than no reuse (_guard)
+                    step = _guard.isolated(step, measurement(state, q, _paper(accuracy, confidence), h=step.h))
                     flush()  # charged in the order of the outputs
                     (m,) = step.measurements
                     before = costs.charge
@@ -244,16 +250,20 @@ def plan(
             assert h is not None
             if not own_blue:
                 blue, own_blue = blue.copy(), True
-            candidates = _candidates(state, blue, costs, q, h, accuracy, confidence, policy)
-            *_, parts = min(candidates, key=lambda c: (c[0], c[1]))
-            # Verified on the estimator that answers it (the replayed BLUE), not a closed form.
-            blue, parts = _verified(state, blue, h, parts, accuracy, confidence, policy)
+            # The cheapest candidate that, verified on the estimator that answers it (the replayed
+            # BLUE), charges no cell more than no reuse would; else no reuse's release, alone (_guard).
+            blue, parts, alone_ = _guard.choose(
+                _candidates(state, blue, costs, q, h, accuracy, confidence, policy),
+                measurement(state, q, _paper(accuracy, confidence), h=h),
+                functools.partial(_verified, state, blue, h, accuracy=accuracy, confidence=confidence, policy=policy),
+                functools.partial(_verified, state, blue, h, accuracy=accuracy, confidence=confidence, policy=policy,
+                                  alone=True))
             if len(queries) == 1:  # the statement's one step, verified on its replay
                 replayed = blue
             before = costs.charge
             for m in parts:
                 add(m)
-            place(i, Step(q, "fresh", h, tuple(parts), costs.charge - before))
+            place(i, Step(q, "fresh", h, tuple(parts), costs.charge - before, alone=alone_))
         for i in block:
             planned.setdefault(queries[i], i)
     return Plan.of([s for s in steps if s is not None], state, priced, RecordedCharges(start, tuple(after), costs),
@@ -439,10 +449,15 @@ _TWIN_PAIRS = 32
 _BATCH_CELLS = 1 << 21
 
 
+def _paper(accuracy: float, confidence: float) -> float:
+    """:func:`paper_scale` within [:data:`MIN_SCALE`, :data:`MAX_SCALE`]: what ``no_reuse`` measures at."""
+    return min(max(paper_scale(accuracy, confidence), MIN_SCALE), MAX_SCALE)
+
+
 def _alone_scale(q: LinearQuery, accuracy: float, confidence: float, policy: str) -> float:
     """The scale of a measurement that is its own answer: the paper's, or for ``minimal``
     the largest at which one release on ``q``'s lattice certifies the requirement."""
-    paper = min(max(paper_scale(accuracy, confidence), MIN_SCALE), MAX_SCALE)
+    paper = _paper(accuracy, confidence)
     found = _single_release_scale(accuracy, confidence, q.denominator) if policy == "minimal" else None
     return paper if found is None else max(paper, found)
 
@@ -546,8 +561,7 @@ def _candidates(
     policy: str,
 ) -> list[tuple[float, int, list[Measurement]]]:
     """``(cost increase, tie rank, measurements)`` for every viable candidate."""
-    paper = min(max(paper_scale(accuracy, confidence), MIN_SCALE), MAX_SCALE)
-    scale = paper
+    paper = scale = _paper(accuracy, confidence)
     if policy == "minimal":
         if blue.estimate(h).estimable:
             found = minimal_scale(blue, h, h, accuracy, confidence, lattice=_lattice_step(q.denominator),
@@ -588,7 +602,7 @@ def _candidates(
             keep = np.zeros(h.size, dtype=bool)
             keep[j] = True
             atom_qs.append(state.atom_query(_unit(state, q), keep))
-        b = _common_scale(state, blue, h, atom_qs, accuracy, confidence, paper)
+        b = common_scale(state, blue, h, atom_qs, accuracy, confidence, paper, MAX_SCALE)
         if b is not None:
             parts = [measurement(state, aq, b) for aq in atom_qs]
             out.append((_price(costs, parts), _ATOMS, parts))
@@ -605,46 +619,3 @@ def _unit(state: TableState, q: LinearQuery) -> LinearQuery:
     """A query of weight 1 on every box of the atom grid (so restrictions give atom indicators)."""
     shape = tuple(len(b) for b in state.atoms.breakpoints)
     return LinearQuery.from_grid(state.table, state.atoms.columns, state.atoms.breakpoints, np.ones(shape))
-
-
-def _common_scale(
-    state: TableState,
-    blue: IncrementalBLUE,
-    h: np.ndarray,
-    atom_qs: Sequence[LinearQuery],
-    accuracy: float,
-    confidence: float,
-    start: float,
-) -> float | None:
-    """Largest common scale b at which separate atom counts let the BLUE of ``h`` meet the target."""
-    rows = [state.atoms.vector(aq) for aq in atom_qs]
-
-    def enough(b: float) -> bool:
-        trial = blue.copy()
-        for r in rows:
-            trial.append(r, b, 0.0, lattice=lattice_for(b, 1)[0])
-        est = trial.estimate(h)
-        return meets(est.halfwidth(confidence), accuracy)
-
-    lo = hi = start
-    if enough(start):
-        for _ in range(30):
-            if hi >= MAX_SCALE:
-                return MAX_SCALE
-            hi = min(hi * 2.0, MAX_SCALE)
-            if not enough(hi):
-                break
-            lo = hi
-        else:
-            return hi
-    else:
-        for _ in range(60):
-            lo /= 2.0
-            if enough(lo):
-                break
-        else:
-            return None
-    for _ in range(12):  # ~1.7e-4 relative precision in log space
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if enough(mid) else (lo, mid)
-    return lo
