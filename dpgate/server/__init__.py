@@ -6,7 +6,9 @@ users file; the data, the budget and the ledger stay on the server's side.
 
 Modules: :mod:`~dpgate.server._protocol` (framing), :mod:`~dpgate.server._scram`
 (authentication), :mod:`~dpgate.server.users` (the users file),
-:mod:`~dpgate.server._catalog` (introspection answered from the declared schema),
+:mod:`~dpgate.server._catalog` (introspection answered from the declared schema) with
+:mod:`~dpgate.server._pg_catalog` (the virtual ``pg_catalog`` psql and SQLAlchemy describe from),
+:mod:`~dpgate.server._parameters` (parameter types for Describe), :mod:`~dpgate.server._show_all`,
 :mod:`~dpgate.ledger._provenance` (per-analyst charges and deliveries in the
 ledger), :mod:`~dpgate.server._session` (one analyst's statements, SQLSTATEs),
 :mod:`~dpgate.server._admission` (connection slots from accept, the authentication

@@ -47,13 +47,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-
 from dpgate import errors
 from dpgate.compile import CompiledStatement
 from dpgate.compile.bounds import bounded_message, check_parameter, deadline, excerpt, skip_blank
-from dpgate.compile.statement import check_length, check_statement, dialect_of
+from dpgate.compile.statement import check_length
 from dpgate.dbapi import Connection, connect
 from dpgate.dbapi._rows import Prepared
 from dpgate.gateway import Gateway
@@ -61,8 +58,10 @@ from dpgate.ledger import _provenance
 from dpgate.plan.budget import exhausted, fits, remaining
 from dpgate.plan.explain import COLUMNS, strip_explain
 from dpgate.server import _catalog
+from dpgate.server._parameters import KINDS_OID, infer_parameters
 from dpgate.server._protocol import Field
-from dpgate.server._values import BOOL, FLOAT8, INT8, TEXT, TYPE_SIZES, oid_of_dbapi
+from dpgate.server._show_all import show_all
+from dpgate.server._values import FLOAT8, INT8, TEXT, TYPE_SIZES, oid_of_dbapi
 from dpgate.server.users import Analyst
 
 __all__ = ["Outcome", "SqlError", "Session", "sqlstate", "LOG"]
@@ -127,7 +126,6 @@ _TAGS = {"begin": "BEGIN", "start": "BEGIN", "commit": "COMMIT", "end": "COMMIT"
          "abort": "ROLLBACK", "savepoint": "SAVEPOINT", "release": "RELEASE", "discard": "DISCARD ALL",
          "deallocate": "DEALLOCATE", "reset": "RESET", "unlisten": "UNLISTEN", "close": "CLOSE CURSOR"}
 _FREE_MEMO = 4096  # statements a server remembers as free
-_KINDS_OID = {"integer": INT8, "categorical": TEXT, "binned": TEXT, "boolean": BOOL}
 
 
 def _field(name: str, oid: int) -> Field:
@@ -300,6 +298,8 @@ class Session:
         name = " ".join(sql.strip().rstrip(";").split()[1:]).lower()
         if name == "dpgate.budget":
             return self._show_budget()
+        if name == "all":
+            return Outcome(*(found := show_all(self.conn.settings, self.parameters)), f"SHOW {len(found[1])}")
         if name == "dpgate.history":
             rows = _provenance.analyst_history(self.gateway.ledger, self.analyst.name)
             fields = (_field("id", INT8), _field("created_at", TEXT), _field("kind", TEXT), _field("statement", TEXT),
@@ -443,54 +443,10 @@ def statement_fields(stmt: CompiledStatement, gateway: Gateway, intervals: bool)
     out: list[Field] = []
     for o in stmt.outputs:
         if o.kind == "group":
-            out.append(_field(o.name, _KINDS_OID[table.column(stmt.group_columns[o.index]).kind]))
+            out.append(_field(o.name, KINDS_OID[table.column(stmt.group_columns[o.index]).kind]))
         else:
             out.append(_field(o.name, FLOAT8))
             if intervals:
                 out += [_field(f"{o.name}_low", FLOAT8), _field(f"{o.name}_high", FLOAT8),
                         _field(f"{o.name}_source", TEXT)]
     return tuple(out)
-
-
-def infer_parameters(sql: str, schema: Any, dialect: str) -> list[tuple[int, Any]]:
-    """``(type OID, a valid dummy value)`` per ``$n`` placeholder, from the column it is compared with.
-
-    Raises:
-        QueryTooComplex: ``sql`` is beyond the size or nesting limits (checked before it is parsed).
-    """
-    try:
-        check_statement(sql, dialect_of(dialect))
-    except errors.QuerySyntaxError:
-        return []
-    try:
-        tree = sqlglot.parse_one(sql, read=dialect)
-    except sqlglot.errors.SqlglotError:
-        return []
-    holders = [h for h in tree.find_all(exp.Placeholder) if str(h.this or "").isdigit()]
-    if not holders:
-        return []
-    table = None
-    src = tree.find(exp.Table)
-    if src is not None:
-        try:
-            table = schema.table(src.name)
-        except errors.Error:
-            table = None
-    out: dict[int, tuple[int, Any]] = {}
-    for h in holders:
-        guess: tuple[int, Any] = (TEXT, "")
-        parent = h.parent
-        if isinstance(parent, (exp.Limit, exp.Offset)):
-            guess = (INT8, 1)
-        col = parent.find(exp.Column) if parent is not None else None
-        if col is not None and table is not None:
-            try:
-                c = table.column(col.name)
-            except errors.Error:
-                c = None
-            if c is not None:
-                dummy = {"integer": c.min, "binned": c.min, "boolean": True}.get(
-                    c.kind, c.values[0] if c.values else "")
-                guess = (_KINDS_OID[c.kind], dummy)
-        out[int(str(h.this))] = guess
-    return [out.get(i, (TEXT, "")) for i in range(1, max(out) + 1)]

@@ -1,0 +1,54 @@
+"""What SQL clients send, in process: typed placeholder casts (SQLAlchemy's ``%(x)s::BIGINT``), syntax errors."""
+
+from __future__ import annotations
+
+import pytest
+
+import dpgate.datasets
+import dpgate.dbapi as dbapi
+from dpgate.errors import DataError, QuerySyntaxError, QueryTooComplex, UnsupportedQuery
+
+PUMS, PUMS_SCHEMA = dpgate.datasets.load_pums()
+PLAIN = "SELECT COUNT(*) FROM pums WHERE age < 30 AND sex = '1'"
+
+
+@pytest.fixture
+def con():
+    c = dbapi.connect(PUMS, schema=PUMS_SCHEMA, budget=10.0, seed=1, accuracy=25)
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize(("sql", "params"), [
+    ("SELECT COUNT(*) FROM pums WHERE age < %s::BIGINT AND sex = %s::VARCHAR", [30, "1"]),
+    ("SELECT COUNT(*) FROM pums WHERE age < %(a)s::BIGINT AND sex = %(s)s::TEXT", {"a": 30, "s": "1"}),
+    ("SELECT COUNT(*) FROM pums WHERE age < ?::BIGINT AND sex = ?::VARCHAR", [30, "1"]),
+    ("SELECT COUNT(*) FROM pums WHERE age < CAST(? AS BIGINT) AND sex = CAST(? AS TEXT)", ["30", "1"]),
+    ("SELECT COUNT(*) FROM pums WHERE age < (?)::INTEGER AND sex = ?", [30, "1"]),
+    ("SELECT COUNT(*) FROM pums WHERE age < $1::int8 AND sex = $2::varchar", [30, "1"]),
+])
+def test_typed_placeholder_casts_bind_the_value(con, sql: str, params) -> None:
+    expected = con.cursor().execute(PLAIN).fetchone()
+    # the same statement as the plain one: answered from history, the same number
+    assert con.cursor().execute(sql, params).fetchone() == expected
+
+
+def test_a_text_cast_to_a_number_must_be_one(con) -> None:
+    spent = con.spent
+    with pytest.raises(DataError, match="is cast to BIGINT but is not a number"):
+        con.cursor().execute("SELECT COUNT(*) FROM pums WHERE age < ?::BIGINT", ["3x"])
+    with pytest.raises(QueryTooComplex, match="limit of 1000"):
+        con.cursor().execute("SELECT COUNT(*) FROM pums WHERE age < CAST(? AS BIGINT)", ["9" * 5000])
+    with pytest.raises(UnsupportedQuery, match="CAST to TEXT is not supported"):  # a number is not text
+        con.cursor().execute("SELECT COUNT(*) FROM pums WHERE sex = CAST(? AS TEXT)", [1])
+    assert con.spent == spent
+
+
+def test_a_word_that_starts_no_statement_is_a_syntax_error(con) -> None:
+    with pytest.raises(QuerySyntaxError, match=r"syntax error at or near 'SELEC'.*did you mean SELECT\?"):
+        con.cursor().execute("SELEC COUNT(*) FROM pums")
+    with pytest.raises(QuerySyntaxError, match="at or near 'frobnicate'"):
+        con.cursor().execute("frobnicate")
+    for statement in ("EXPORT DATABASE 'x'", "VACUUM", "INSERT INTO pums VALUES (1)"):
+        with pytest.raises(UnsupportedQuery, match="statements are refused"):
+            con.cursor().execute(statement)
