@@ -70,6 +70,13 @@ def demo(dataset: str, setting: Setting, queries: int | None, seed: int, out_dir
     run_demo(dataset, setting, queries, seed, out_dir, progress)
 
 
+def _schema(data: str, schema_path: str | None) -> Any:
+    """:func:`dpgate.backends.data_schema`, a missing ``--schema`` being a usage error."""
+    from dpgate.backends import data_schema
+
+    return data_schema(data, schema_path, error=click.UsageError)
+
+
 def _open_data(data: str, schema: Any) -> Any:
     """:func:`dpgate.backends.open_data_file`, a bad file kind being a usage error."""
     from dpgate.backends import open_data_file
@@ -92,9 +99,10 @@ _QUIET = click.option("--quiet", "-q", is_flag=True, expose_value=False, callbac
 def _gateway_options(f: Any) -> Any:
     """The options that open a gateway over a data file, shared by ``query`` and ``shell``."""
     options = [
-        click.option("--schema", "schema_path", required=True, type=click.Path(exists=True, dir_okay=False),
-                     help="Schema YAML (public domains)."),
-        click.option("--data", required=True, help="A .duckdb, .csv or .parquet file."),
+        click.option("--schema", "schema_path", default=None, type=click.Path(exists=True, dir_okay=False),
+                     help="Schema YAML (public domains); omitted with an embedded data set."),
+        click.option("--data", required=True, help="A .duckdb, .csv or .parquet file, or an embedded data set: "
+                     "pums, nettrace, searchlogs."),
         click.option("--budget", type=float, required=True,
                      help="Total privacy budget ε (fixed when the ledger is created)."),
         click.option("--ledger", default=None,
@@ -159,14 +167,13 @@ def _ledger_summary(meta: dict[str, str], recs: Any) -> dict[str, Any]:
               help="Print what the query would cost (per output: free or fresh, ε, half-width, budget left) "
               "without reading data or spending.")
 @click.argument("sql")
-def query(schema_path: str, data: str, budget: float, ledger: str | None, accuracy: float | None,
+def query(schema_path: str | None, data: str, budget: float, ledger: str | None, accuracy: float | None,
           confidence: float | None, policy: Policy, allow_partial: bool, as_json: bool, round_: bool,
           explain: bool, sql: str) -> None:
     """Answer one SQL counting query within ±--accuracy and print the released table."""
     from dpgate.gateway import Gateway
-    from dpgate.schema.domains import Schema
 
-    schema = Schema.load(schema_path)
+    schema = _schema(data, schema_path)
     source = _open_data(data, schema)
     with Gateway(source, schema, budget=budget, ledger=ledger, policy=policy) as gw:
         if explain:
@@ -217,13 +224,12 @@ Statements end with ';' and may span lines.  Every answer is differentially priv
               help="Start with SET dpgate.intervals = on (low / high / source columns).")
 @click.option("--history-file", default=os.path.join("~", ".dpgate_history"), show_default=True,
               help="Where the shell's line history is kept (interactive sessions only).")
-def shell(schema_path: str, data: str, budget: float, ledger: str | None, accuracy: float | None,
+def shell(schema_path: str | None, data: str, budget: float, ledger: str | None, accuracy: float | None,
           confidence: float | None, policy: Policy, intervals: bool, history_file: str) -> None:
     """An interactive SQL shell over a DB-API connection (type \\help)."""
     import dpgate
-    from dpgate.schema.domains import Schema
 
-    schema = Schema.load(schema_path)
+    schema = _schema(data, schema_path)
     source = _open_data(data, schema)
     interactive = sys.stdin.isatty()
     if interactive:
@@ -401,10 +407,11 @@ def budget(ledger: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--schema", "schema_path", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Schema YAML (public domains).")
+@click.option("--schema", "schema_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Schema YAML (public domains); omitted with an embedded data set.")
 @click.option("--data", required=True,
-              help="The .duckdb, .csv or .parquet file the ledger is bound to (identifies it; no row is sampled from it).")
+              help="The .duckdb, .csv or .parquet file (or embedded data set) the ledger is bound to (identifies "
+                   "it; no row is sampled from it).")
 @click.option("--ledger", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The ledger whose released answers the model is fitted to.")
 @click.option("--table", default=None, help="Table to synthesize (optional when the schema declares one).")
@@ -414,7 +421,7 @@ def budget(ledger: str, as_json: bool) -> None:
 @click.option("--alpha", default="cv", show_default=True, help="Max-ent trade-off α (a number), or 'cv'.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Output file: .parquet or .csv.")
 @_QUIET
-def synthesize(schema_path: str, data: str, ledger: str, table: str | None, rows: int | None,
+def synthesize(schema_path: str | None, data: str, ledger: str, table: str | None, rows: int | None,
                seed: int | None, alpha: str, out: str) -> None:
     """Write a synthetic table drawn from the maximum-entropy model of every released answer.
 
@@ -425,7 +432,6 @@ def synthesize(schema_path: str, data: str, ledger: str, table: str | None, rows
     """
     from dpgate.gateway import Gateway
     from dpgate.ledger.core import Ledger
-    from dpgate.schema.domains import Schema
 
     ext = os.path.splitext(out)[1].lower()
     if ext not in (".parquet", ".csv"):
@@ -435,7 +441,7 @@ def synthesize(schema_path: str, data: str, ledger: str, table: str | None, rows
         budget = float(existing.budget)
     finally:
         existing.close()
-    schema = Schema.load(schema_path)
+    schema = _schema(data, schema_path)
     source = _open_data(data, schema)
     a: float | str = alpha if alpha == "cv" else float(alpha)
     with Gateway(source, schema, budget=budget, ledger=ledger) as gw:

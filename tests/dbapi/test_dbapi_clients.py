@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import dpgate.datasets
@@ -52,3 +54,23 @@ def test_a_word_that_starts_no_statement_is_a_syntax_error(con) -> None:
     for statement in ("EXPORT DATABASE 'x'", "VACUUM", "INSERT INTO pums VALUES (1)"):
         with pytest.raises(UnsupportedQuery, match="statements are refused"):
             con.cursor().execute(statement)
+
+
+def test_connect_reads_a_csv_or_parquet_file_like_the_cli(tmp_path) -> None:
+    import duckdb
+
+    from dpgate.errors import OperationalError, SchemaError
+
+    csv = Path(dpgate.__file__).parent / "data" / "PUMS.csv"
+    parquet = tmp_path / "pums.parquet"
+    duckdb.connect().read_csv(str(csv)).write_parquet(str(parquet))
+    answers = []
+    for path in (str(csv), parquet):
+        with dbapi.connect(path, schema=PUMS_SCHEMA, budget=1.0, seed=1, accuracy=25) as c:
+            answers.append(c.cursor().execute(PLAIN).fetchone())
+    assert answers[0] == answers[1]  # the same rows, the same seeded noise
+    with pytest.raises(OperationalError, match="does not exist"):
+        dbapi.connect(str(tmp_path / "nope.csv"), schema=PUMS_SCHEMA)
+    two = {"tables": {"a": {"columns": {"x": {"type": "boolean"}}}, "b": {"columns": {"y": {"type": "boolean"}}}}}
+    with pytest.raises(SchemaError, match="holds one table but the schema declares 2"):
+        dbapi.connect(str(csv), schema=two)

@@ -120,3 +120,26 @@ def test_the_virtual_catalogue_evaluates_what_clients_send() -> None:
                "pg_catalog.pg_attribute a WHERE a.attrelid = '16384' AND a.attnum > 0 ORDER BY a.attnum DESC LIMIT 2")
     assert cols == [("married", 6, "boolean"), ("income", 5, "bigint")]
     assert _pg_catalog.column_comment(schema.table("pums").column("race")).startswith("dpgate domain: one of '1'")
+
+
+def test_serve_names_an_embedded_data_set(tmp_path) -> None:
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from _dpserve import ROOT, users_file
+
+    users_file(tmp_path, {"alice": 0.5})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dpgate.cli", "serve", "--data", "pums", "--ledger", str(tmp_path / "ledger.db"),
+         "--budget", "1", "--users", str(tmp_path / "users.yaml"), "--port", "0", "--accuracy", "25"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stderr is not None
+        port = next(int(m.group(1)) for line in proc.stderr if (m := re.search(r"listening on [\d.]+:(\d+)", line)))
+        lines = _ok(port, "SELECT COUNT(*) FROM pums WHERE age < 30", r"\d+ pums")
+        assert 150 < float(lines[0]) < 300 and "age|bigint||||plain|||dpgate domain: integer 0..100" in lines
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

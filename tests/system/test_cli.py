@@ -303,3 +303,17 @@ def test_open_data_file(tmp_path):
         open_data_file(str(tmp_path / "x.txt"), schema)
     with pytest.raises(click.UsageError, match="--data must be"):
         open_data_file(str(tmp_path / "x.txt"), schema, error=click.UsageError)
+
+
+def test_data_names_an_embedded_data_set_and_its_schema(tmp_path):
+    r = dpgate("query", "--data", "pums", "--budget", "1", "--accuracy", "25", "--json",
+               "SELECT COUNT(*) AS n FROM pums WHERE age < 30")
+    assert r.returncode == 0, r.stderr
+    assert 150 < json.loads(r.stdout)["rows"][0]["n"] < 300
+    r = dpgate("query", "--data", "nettrace", "--budget", "1", "--accuracy", "2500", "SELECT COUNT(*) FROM nettrace")
+    assert r.returncode == 0, r.stderr
+    typo = dpgate("query", "--data", "pumz", "--budget", "1", "--accuracy", "25", "SELECT COUNT(*) FROM pums")
+    assert typo.returncode == 2 and "'pumz' is neither a file nor an embedded data set (pums," in typo.stderr
+    (tmp_path / "t.csv").write_text("age\n1\n")
+    noschema = dpgate("query", "--data", str(tmp_path / "t.csv"), "--budget", "1", "SELECT COUNT(*) FROM t")
+    assert noschema.returncode == 2 and "--schema is required" in noschema.stderr
