@@ -20,6 +20,7 @@ insecure and for demonstrations only.**
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -486,30 +487,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(cli.main(args=args, prog_name="dpgate", standalone_mode=False, obj=None) or 0)
     from dpgate.errors import Error
 
+    fail = functools.partial(_fail, as_json="--json" in args)
     try:
         rv = cli.main(args=args, prog_name="dpgate", standalone_mode=False)
     except click.exceptions.Exit as e:
         return int(e.exit_code)
-    except click.Abort:
-        click.echo("dpgate: aborted.", err=True)
-        return EXIT_ERROR
+    except click.Abort as e:
+        return fail(e, "aborted.", EXIT_ERROR, prefix="dpgate: ")
     except click.ClickException as e:
-        click.echo(f"dpgate: error: {e.format_message()}", err=True)
-        return EXIT_USAGE if isinstance(e, click.UsageError) else EXIT_ERROR
+        return fail(e, e.format_message(), EXIT_USAGE if isinstance(e, click.UsageError) else EXIT_ERROR)
     except Error as e:
-        click.echo(f"dpgate: error: {_as_flags(_one_line(e))}", err=True)
-        return EXIT_ERROR
+        return fail(e, _as_flags(_one_line(e)), EXIT_ERROR)
     except (OSError, ValueError) as e:
-        click.echo(f"dpgate: error: {_one_line(e)}", err=True)
-        return EXIT_IO if isinstance(e, OSError) else EXIT_ERROR
-    except KeyboardInterrupt:
-        click.echo("dpgate: interrupted.", err=True)
-        return 130
+        return fail(e, _one_line(e), EXIT_IO if isinstance(e, OSError) else EXIT_ERROR)
+    except KeyboardInterrupt as e:
+        return fail(e, "interrupted.", 130, prefix="dpgate: ")
     except Exception as e:  # noqa: BLE001 - the CLI's last line of defence
-        click.echo(f"dpgate: internal error: {type(e).__name__}: {_one_line(e)} "
-                   "(rerun with --debug for the traceback; this is a bug in dpgate).", err=True)
-        return EXIT_ERROR
+        return fail(e, f"{type(e).__name__}: {_one_line(e)} (rerun with --debug for the traceback; this is a bug in "
+                    "dpgate).", EXIT_ERROR, prefix="dpgate: internal error: ")
     return int(rv or 0) if isinstance(rv, int) else 0
+
+
+def _fail(exc: BaseException, message: str, code: int, *, as_json: bool, prefix: str = "dpgate: error: ") -> int:
+    """Report an error in one line on stderr (and, under ``--json``, as a JSON object on stdout); its exit code."""
+    click.echo(f"{prefix}{message}", err=True)
+    if as_json:
+        click.echo(json.dumps({"error": {"type": type(exc).__name__, "message": message, "exit_code": code}}))
+    return code
 
 
 _ARGUMENT = re.compile(r"\b(accuracy|confidence|allow_partial|policy|budget)=(True\b|(?=[\s(,.;]|$))")

@@ -24,7 +24,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from dpgate._validate import FALSE_WORDS, TRUE_WORDS, finite, positive_finite, probability
+from dpgate._validate import FALSE_WORDS, TRUE_WORDS, confidence_level, finite, positive_finite
 from dpgate.compile.bounds import check_number_text, check_parameter, excerpt
 from dpgate.errors import (
     DataError,
@@ -317,22 +317,23 @@ def hints(tokens: list[Token], sql: str = "") -> dict[str, str]:
 def _check_option(key: str, value: Any, where: str) -> str | float | bool:
     """The value of option ``key`` (a hint or SET value) as dpgate uses it, or InvalidRequirement."""
     text = str(value).strip()
+    label = where if where.startswith("SET ") else f"{where} {key}"  # "SET dpgate.confidence" names the option
     if key in ("accuracy", "confidence"):
         try:
             x = float(text)
         except ValueError:
             raise InvalidRequirement(f"{where} {key}={excerpt(text)} is not a number.") from None
         if key == "accuracy":
-            return positive_finite(x, f"{where} accuracy", error=InvalidRequirement)
-        return probability(x, f"{where} confidence", error=InvalidRequirement)
+            return positive_finite(x, label, error=InvalidRequirement)
+        return confidence_level(x, label, error=InvalidRequirement)  # refused now, not when a query runs
     if key in ("intervals", "allow_partial", "round"):
         if text.lower() in TRUE_WORDS:
             return True
         if text.lower() in FALSE_WORDS:
             return False
-        raise InvalidRequirement(f"{where} {key} must be on or off, got {excerpt(text)}.")
+        raise InvalidRequirement(f"{label} must be on or off, got {excerpt(text)}.")
     if text.lower() not in METHOD_VALUES:
-        raise InvalidRequirement(f"{where} {key} must be one of {', '.join(METHOD_VALUES)}, got {excerpt(text)}.")
+        raise InvalidRequirement(f"{label} must be one of {', '.join(METHOD_VALUES)}, got {excerpt(text)}.")
     return text.lower()
 
 

@@ -50,10 +50,6 @@ _SHOWN_VALUES = 20  # declared categories listed in a column's description
 Row = dict[str, dict[str, Any]]  # alias -> column -> value
 
 
-class _Refused(Exception):
-    """The statement uses notation this interpreter refuses (raised as UnsupportedQuery)."""
-
-
 def column_comment(col: Column) -> str:
     """The declared domain of ``col`` in words, as ``\\d+`` shows it in the Description column."""
     if col.kind == "integer":
@@ -136,11 +132,7 @@ def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str,
     if not isinstance(tree, (exp.Select, exp.Union)) or not tables \
             or not all(_is_catalog(t, schema) for t in tables):
         return None
-    run = _Run(_relations(schema, user, database), params)
-    try:
-        names, rows = run.query(tree)
-    except _Refused as exc:
-        raise UnsupportedQuery(f"{exc}; nothing was read.") from None
+    names, rows = _Run(_relations(schema, user, database), params).query(tree)
     return tuple(_field(n, [r[i] for r in rows]) for i, n in enumerate(names)), tuple(rows)
 
 
@@ -232,8 +224,8 @@ def _regex_match(value: Any, regex: Any) -> bool | None:
     body = regex[1:]
     if regex.startswith("^") and body and all(ch.isalnum() or ch == "_" for ch in body):
         return value.startswith(body)
-    raise _Refused(f"dpgate serve matches psql name patterns made of names and the wildcards * and ? only, "
-                   f"not the regular expression {excerpt(regex)}")
+    raise UnsupportedQuery(f"dpgate serve matches psql name patterns made of names and the wildcards * and ? only, "
+                           f"not the regular expression {excerpt(regex)}; nothing was read.")
 
 
 class _Run:
@@ -251,7 +243,7 @@ class _Run:
                 rows = list(dict.fromkeys(rows))
             return names, rows
         if not isinstance(tree, exp.Select):
-            raise _Refused("this catalogue query has another shape")
+            raise UnsupportedQuery("this catalogue query has another shape; nothing was read.")
         return self.select(tree, {})
 
     def select(self, sel: exp.Select, outer: Row) -> tuple[list[str], list[tuple[Any, ...]]]:

@@ -35,6 +35,18 @@ def test_typed_placeholder_casts_bind_the_value(con, sql: str, params) -> None:
     assert con.cursor().execute(sql, params).fetchone() == expected
 
 
+def test_placeholders_are_rewritten_on_tokens() -> None:
+    from sqlglot.dialects.dialect import Dialect
+
+    from dpgate.compile.placeholders import placeholders
+    from dpgate.compile.statement import tokenize
+
+    duckdb = Dialect.get_or_raise("duckdb")
+    for sql, expected in (("a < %s::BIGINT", "a < ? ::BIGINT"), ("a < ?::INT", "a < ? ::INT"),
+                          ("a < %(x)s", "a < :x"), ("'%s' || b", "'%s' || b"), ("a < %s", "a < ?")):
+        assert placeholders(sql, tokenize(sql, duckdb), duckdb)[0] == expected, sql
+
+
 def test_a_text_cast_to_a_number_must_be_one(con) -> None:
     spent = con.spent
     with pytest.raises(DataError, match="is cast to BIGINT but is not a number"):
@@ -74,3 +86,20 @@ def test_connect_reads_a_csv_or_parquet_file_like_the_cli(tmp_path) -> None:
     two = {"tables": {"a": {"columns": {"x": {"type": "boolean"}}}, "b": {"columns": {"y": {"type": "boolean"}}}}}
     with pytest.raises(SchemaError, match="holds one table but the schema declares 2"):
         dbapi.connect(str(csv), schema=two)
+
+
+def test_confidence_is_checked_where_it_is_given_and_a_percentage_is_recognised(con) -> None:
+    from dpgate.errors import InvalidRequirement
+
+    with pytest.raises(InvalidRequirement, match=r"must lie in \[0.5, 1\), got 95; did you mean 0.95\?"):
+        dbapi.connect(PUMS, schema=PUMS_SCHEMA, confidence=95)
+    cur = con.cursor()
+    for sql, message in (("SET dpgate.confidence = 0.3", r"^SET dpgate.confidence must lie in \[0.5, 1\), got 0.3;"),
+                         ("SET dpgate.confidence = 95", r"did you mean 0.95\?"),
+                         ("SET dpgate.accuracy = -1", r"^SET dpgate.accuracy must be a finite number > 0"),
+                         ("SET dpgate.intervals = maybe", r"^SET dpgate.intervals must be on or off")):
+        with pytest.raises(InvalidRequirement, match=message):
+            cur.execute(sql)
+    assert con.settings["confidence"] == 0.95  # refused at SET: nothing changed
+    with pytest.raises(InvalidRequirement, match=r"hint confidence must lie in .*did you mean 0.95\?"):
+        cur.execute("SELECT /*+ dpgate confidence=95 */ COUNT(*) FROM pums")

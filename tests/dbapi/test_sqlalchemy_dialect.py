@@ -14,6 +14,7 @@ from sqlalchemy import orm
 from sqlalchemy.dialects import registry
 
 import dpgate
+from dpgate.dbapi.sqlalchemy_dialect import DPGateDialect
 from dpgate.errors import InterfaceError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +27,7 @@ def _registered() -> None:
     target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["sqlalchemy.dialects"]
     module, cls = target["dpgate"].split(":")
     registry.register("dpgate", module, cls)
+    assert registry.load("dpgate") is DPGateDialect
 
 
 def _engine(**options: str) -> sa.Engine:

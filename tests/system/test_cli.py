@@ -317,3 +317,15 @@ def test_data_names_an_embedded_data_set_and_its_schema(tmp_path):
     (tmp_path / "t.csv").write_text("age\n1\n")
     noschema = dpgate("query", "--data", str(tmp_path / "t.csv"), "--budget", "1", "SELECT COUNT(*) FROM t")
     assert noschema.returncode == 2 and "--schema is required" in noschema.stderr
+
+
+def test_json_errors_are_json_on_stdout(tmp_path):
+    base = ["query", "--data", "pums", "--budget", "1", "--accuracy", "25", "--json"]
+    refused = dpgate(*base, "SELECT age FROM pums")
+    assert refused.returncode == 1 and refused.stderr.startswith("dpgate: error: the raw column 'age'")
+    error = json.loads(refused.stdout)["error"]
+    assert error["type"] == "UnsupportedQuery" and error["exit_code"] == 1 and "raw column" in error["message"]
+    percent = dpgate(*base, "--confidence", "95", "SELECT COUNT(*) FROM pums")
+    assert json.loads(percent.stdout)["error"]["message"].endswith("did you mean 0.95?")
+    missing = dpgate("history", "--ledger", str(tmp_path / "none.db"), "--json")
+    assert missing.returncode == 3 and json.loads(missing.stdout)["error"]["exit_code"] == 3
