@@ -370,24 +370,58 @@ def _read_ledger(path: str) -> tuple[dict[str, str], Any]:
 @click.option("--ledger", required=True, help="The ledger file.")
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="Show only the last N releases.")
 @click.option("--json", "as_json", is_flag=True, help="Print the budget and the releases as JSON.")
-def history(ledger: str, limit: int | None, as_json: bool) -> None:
-    """Print every release recorded in a ledger (what was released, not the data)."""
+@click.option("--schema", "schema_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="The ledger's schema YAML: the measured column says what each release counted, in words.")
+@click.option("--data", default=None, help="An embedded data set (pums, nettrace …) whose schema describes them.")
+def history(ledger: str, limit: int | None, as_json: bool, schema_path: str | None, data: str | None) -> None:
+    """Print every release recorded in a ledger (what was released, not the data).
+
+    ``measured`` tells the releases of one statement apart (a GROUP BY's groups): what each counted,
+    on which cells — in words with the schema (--schema, or --data for an embedded data set), else
+    as the measured columns and their cell boundaries."""
     import pandas as pd
 
     meta, recs = _read_ledger(ledger)
-    shown = recs if limit is None else recs[len(recs) - limit:] if limit else ()
+    shown = list(recs if limit is None else recs[len(recs) - limit:] if limit else ())
     summary = _ledger_summary(meta, recs)
+    measured = _measured(shown, _schema(data or "", schema_path) if schema_path or data else None)
+    rows = [{**{c: getattr(r, c) for c in _HISTORY_COLUMNS}, "measured": m} for r, m in zip(shown, measured,
+                                                                                           strict=True)]
+    columns = [*_HISTORY_COLUMNS[:4], "measured", *_HISTORY_COLUMNS[4:]]
     if as_json:
         _echo_json({"ledger": os.path.abspath(ledger), **summary,
-                    "created_at": meta.get("created_at"),
-                    "records": [{c: getattr(r, c) for c in _HISTORY_COLUMNS} for r in shown]})
+                    "created_at": meta.get("created_at"), "records": [{c: r[c] for c in columns} for r in rows]})
         return
-    df = pd.DataFrame([{c: getattr(r, c) for c in _HISTORY_COLUMNS} for r in shown], columns=_HISTORY_COLUMNS)
+    df = pd.DataFrame(rows, columns=columns)
     click.echo(f"ledger {os.path.abspath(ledger)}: {len(recs)} releases, budget {summary['budget']:g}, "
                f"spent {summary['spent']:.6g}, created {meta.get('created_at', '?')}")
     if len(df):
         with _pd_display():
             click.echo(df.to_string(index=False))
+
+
+def _measured(records: Sequence[Any], schema: Any) -> list[str]:
+    """What each release measured: in words with ``schema`` (as ``Gateway.history``), else its columns and
+    the boundaries of the cells it weighs (from the query's ledger JSON)."""
+    if schema is not None:
+        from dpgate.ledger._describe import history_frame
+
+        return list(history_frame(records, schema)["measured"])
+    out = []
+    for r in records:
+        try:
+            q = json.loads(r.query)
+            cols, cuts, weights = q["columns"], q["breakpoints"], q["numerators"]
+            if len(cols) == 1:  # the runs it weighs: [cut_i, cut_i+1) of the column's cells
+                ends = [*cuts[0][1:], None]
+                runs = [f"{lo}" if hi == lo + 1 else f"{lo}–{'end' if hi is None else hi - 1}"
+                        for lo, hi, w in zip(cuts[0], ends, weights, strict=False) if w]
+                out.append(f"{cols[0]} cells {', '.join(runs)}")
+            else:
+                out.append("; ".join(f"{c} cuts {b}" for c, b in zip(cols, cuts, strict=True)) or "the whole table")
+        except (ValueError, KeyError, TypeError):
+            out.append("?")
+    return out
 
 
 @cli.command()

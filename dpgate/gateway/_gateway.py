@@ -392,7 +392,7 @@ class Gateway(Extensions):
             planned = self._plan(stmt, req.accuracy, req.confidence, pol)
             blue, zero = planned.refined.blue, zero_valued(planned.steps)
             return quote(stmt, planned.steps, lambda c: answers(blue, zero, req.accuracy, c, pol, secure=True),
-                         req.confidence, spent, self.budget)
+                         req.confidence, spent, self.budget, planned.refined.costs)
 
     @single_threaded
     def probability(self, sql: str, low: float | None = None, high: float | None = None, *, params: Any = None) -> float:

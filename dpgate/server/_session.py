@@ -52,7 +52,7 @@ from dpgate.compile import CompiledStatement
 from dpgate.compile.bounds import bounded_message, check_parameter, deadline, excerpt, skip_blank
 from dpgate.compile.statement import check_length
 from dpgate.dbapi import Connection, connect
-from dpgate.dbapi._rows import Prepared
+from dpgate.dbapi._rows import Prepared, explain_set
 from dpgate.gateway import Gateway
 from dpgate.ledger import _provenance
 from dpgate.plan.budget import exhausted, fits, remaining
@@ -334,6 +334,8 @@ class Session:
         statement = self.conn.prepare(sql, list(params) if params else None)
         if not statement.explain:
             self._check_cap(sql, params, statement)
+        elif self.analyst.budget < self.gateway.budget:
+            return self._explain_capped(sql, params, digest, statement)
         ledger = self.gateway.ledger
         with _provenance.charging(ledger, self.analyst.name, self.analyst.budget, digest, self.gateway.schema) as mine:
             rs = self.conn.run(statement)
@@ -353,6 +355,17 @@ class Session:
         fields = tuple(_field(d[0], oid_of_dbapi(d[1])) for d in rs.description)
         rows = rs.rows
         return Outcome(fields, rows, f"SELECT {len(rows)}")
+
+    def _explain_capped(self, sql: str, params: Sequence[Any], digest: str, statement: Prepared) -> Outcome:
+        """``EXPLAIN`` for an analyst with a cap: ``remaining`` is what would be left of their cap after the
+        statement — their own per-cell charge (:func:`_provenance.analyst_quote`) — or of the global budget if less."""
+        gw, a = self.gateway, self.analyst
+        quote = self.conn.quote(statement)
+        spent, needed = _provenance.analyst_quote(gw.ledger, a.name, gw.schema, quote.statement.table, quote.releases)
+        left = max(remaining(spent + needed, a.budget), 0.0)
+        rows = tuple(r[:6] + (min(r[6], left),) + r[7:] for r in explain_set(quote).rows)
+        self._log(sql, params, "explain", "-", 0.0, digest)
+        return Outcome(EXPLAIN_FIELDS, rows, f"SELECT {len(rows)}")
 
     def _check_cap(self, sql: str, params: Sequence[Any], statement: Prepared) -> None:
         """Refuse, before any data is read, a statement whose fresh releases would take the analyst's

@@ -329,3 +329,20 @@ def test_json_errors_are_json_on_stdout(tmp_path):
     assert json.loads(percent.stdout)["error"]["message"].endswith("did you mean 0.95?")
     missing = dpgate("history", "--ledger", str(tmp_path / "none.db"), "--json")
     assert missing.returncode == 3 and json.loads(missing.stdout)["error"]["exit_code"] == 3
+
+
+def test_history_tells_a_group_bys_releases_apart_and_explain_shows_the_total(tmp_path):
+    ledger = str(tmp_path / "l.db")
+    base = ["query", "--data", "pums", "--budget", "1", "--ledger", ledger, "--accuracy", "25"]
+    explained = dpgate(*base, "--explain", "--json", "SELECT sex, COUNT(*) FROM pums GROUP BY sex")
+    quotes = json.loads(explained.stdout)["quotes"]
+    assert [q["output"] for q in quotes] == ["COUNT(*)", "COUNT(*)", "(statement)"]
+    assert quotes[0]["epsilon"] == pytest.approx(quotes[1]["epsilon"]) == pytest.approx(quotes[2]["epsilon"])
+    over = dpgate(*base[:-1], "0.01", "--explain", "SELECT COUNT(*) FROM pums")
+    assert over.returncode == 0 and "over budget" in over.stdout
+    assert not any(word.startswith("-") for word in over.stdout.split())  # no negative remaining
+    assert dpgate(*base, "SELECT sex, COUNT(*) FROM pums GROUP BY sex").returncode == 0
+    plain = json.loads(dpgate("history", "--ledger", ledger, "--json").stdout)["records"]
+    assert [r["measured"] for r in plain] == ["sex cells 0", "sex cells 1"]
+    worded = dpgate("history", "--ledger", ledger, "--data", "pums")
+    assert "COUNT where sex = 0" in worded.stdout and "COUNT where sex = 1" in worded.stdout
