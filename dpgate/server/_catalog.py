@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,8 +225,10 @@ def _information_schema(sql: str, params: Sequence[Any], schema: Schema, databas
                          tuple(tuple(r[col] for _, col in picked) for r in rows))
 
 
-def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str, database: str) -> CatalogAnswer | None:
-    """The answer to a catalogue statement, or None when ``sql`` is not one this module knows."""
+def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str, database: str,
+           budget_note: Callable[[], str] | None = None) -> CatalogAnswer | None:
+    """The answer to a catalogue statement, or None when ``sql`` is not one this module knows
+    (``budget_note``: the budget state, for the tables' descriptions)."""
     text = " ".join(sql.lower().split()).rstrip(";").strip()
     simple = {
         "select version()": ("version", VERSION_STRING),
@@ -251,5 +253,5 @@ def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str, databa
     names += re.findall(r"relname in \(\s*'((?:[^']|'')*)'", text)
     if text.startswith("select pg_catalog.pg_attribute.attname as name, pg_catalog.format_type("):
         return _columns_sqlalchemy(schema, names)
-    found = _pg_catalog.answer(sql, params, schema, user=user, database=database)
+    found = _pg_catalog.answer(sql, params, schema, user=user, database=database, budget_note=budget_note)
     return None if found is None else CatalogAnswer(*found)

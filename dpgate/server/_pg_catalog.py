@@ -111,8 +111,8 @@ def _is_catalog(table: exp.Table, schema: Schema) -> bool:
     return not db and name.startswith("pg_") and not any(t.name.lower() == name for t in schema.tables)
 
 
-def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str,
-           database: str) -> tuple[tuple[Field, ...], tuple[tuple[Any, ...], ...]] | None:
+def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str, database: str,
+           budget_note: Callable[[], str] | None = None) -> tuple[tuple[Field, ...], tuple[tuple[Any, ...], ...]] | None:
     """Columns and rows of a statement that reads only catalogue relations, or None for any other.
 
     Raises:
@@ -132,7 +132,7 @@ def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str,
     if not isinstance(tree, (exp.Select, exp.Union)) or not tables \
             or not all(_is_catalog(t, schema) for t in tables):
         return None
-    names, rows = _Run(_relations(schema, user, database), params).query(tree)
+    names, rows = _Run(_relations(schema, user, database), params, budget_note).query(tree)
     return tuple(_field(n, [r[i] for r in rows]) for i, n in enumerate(names)), tuple(rows)
 
 
@@ -207,6 +207,12 @@ def psql_like(regex: str) -> str | None:
     return "".join(out)
 
 
+def _on_time() -> bool:
+    """:func:`check_deadline` (the server's statement deadline), for use inside comprehensions."""
+    check_deadline()
+    return True
+
+
 @functools.lru_cache(maxsize=32)
 def _like(pattern: str, ci: bool) -> re.Pattern[str]:
     """A LIKE pattern (escape ``\\``), compiled once per statement rather than once per row."""
@@ -231,8 +237,9 @@ def _regex_match(value: Any, regex: Any) -> bool | None:
 class _Run:
     """One statement's evaluation over the virtual relations."""
 
-    def __init__(self, relations: dict[str, list[dict[str, Any]]], params: Sequence[Any]) -> None:
-        self.relations, self.params = relations, params
+    def __init__(self, relations: dict[str, list[dict[str, Any]]], params: Sequence[Any],
+                 budget_note: Callable[[], str] | None = None) -> None:
+        self.relations, self.params, self.budget_note = relations, params, budget_note
 
     def query(self, tree: exp.Expression) -> tuple[list[str], list[tuple[Any, ...]]]:
         if isinstance(tree, exp.Union):
@@ -247,12 +254,13 @@ class _Run:
         return self.select(tree, {})
 
     def select(self, sel: exp.Select, outer: Row) -> tuple[list[str], list[tuple[Any, ...]]]:
-        names = [_output_name(e) for e in sel.expressions]
+        items = [c for e in sel.expressions for c in self._expanded(e, sel)]
+        names = [_output_name(e) for e in items]
         envs = self.source(sel, outer)
         where = sel.args.get("where")
         if where is not None:
-            envs = [r for r in envs if self.truth(where.this, r) is not False]
-        out = [(tuple(self.value(e, r) for e in sel.expressions), r) for r in envs]
+            envs = [r for r in envs if _on_time() and self.truth(where.this, r) is not False]
+        out = [(tuple(self.value(e, r) for e in items), r) for r in envs if _on_time()]
         order = sel.args.get("order")
         for o in reversed(order.expressions if order is not None else []):
             key = functools.partial(self._order_key, o.this, names)
@@ -264,6 +272,16 @@ class _Run:
             if isinstance(n, int) and not isinstance(n, bool):
                 rows = rows[: max(n, 0)]
         return names, rows
+
+    def _expanded(self, e: exp.Expression, sel: exp.Select) -> list[exp.Expression]:
+        """A select-list item; ``*`` as the columns of the virtual relation in FROM (its own when unknown)."""
+        if not isinstance(e, exp.Star):
+            return [e]
+        from_ = sel.args.get("from_") or sel.args.get("from")
+        table = from_.this if from_ is not None else None
+        rows = self.relations.get(table.name.lower(), []) if isinstance(table, exp.Table) else []
+        alias = table.alias_or_name if isinstance(table, exp.Table) else ""
+        return [exp.column(k, alias) for k in rows[0] if not k.startswith("_")] if rows else [e]
 
     def _order_key(self, e: exp.Expression, names: list[str], pair: tuple[tuple[Any, ...], Row]) -> tuple[bool, str]:
         values, env = pair
@@ -387,7 +405,9 @@ class _Run:
         if name == "obj_description" and args:
             rel = self._int(args[0], env)
             table = next((c["_table"] for c in self.relations["pg_class"] if c["oid"] == rel), None)
-            return table_comment(table) if table is not None else None
+            if table is None:
+                return None
+            return table_comment(table) + (f"; {self.budget_note()}" if self.budget_note is not None else "")
         if name == "pg_encoding_to_char":
             return "UTF8"
         if name in ("current_database", "current_schema", "current_user", "session_user"):

@@ -242,7 +242,7 @@ class Session:
                 out = self._set(sql) if word == "set" else self._show(sql)
             else:
                 found = _catalog.answer(sql, params, self.gateway.schema, user=self.analyst.name,
-                                        database=self.database)
+                                        database=self.database, budget_note=self._budget_note)
                 if found is None:
                     return self._query(sql, params)  # logs its own line, with source and ε
                 out, kind = Outcome(found.fields, found.rows, found.tag), "catalog"
@@ -320,6 +320,13 @@ class Session:
         if name in known:
             return Outcome((_field(name, TEXT),), ((known[name],),), "SHOW")
         raise SqlError("42704", f"unrecognized configuration parameter {excerpt(name)}.")
+
+    def _budget_note(self) -> str:
+        """The budget state in words (``\\dt+``'s table description): global, and this analyst's cap."""
+        gw, a = self.gateway, self.analyst
+        mine = _provenance.analyst_spent(gw.ledger, a.name, gw.schema)
+        return (f"budget ε {gw.spent:.4g} of {gw.budget:g} spent; {a.name}: {mine:.4g} of their cap {a.budget:g} "
+                "(SHOW dpgate.budget)")
 
     def _show_budget(self) -> Outcome:
         gw, a = self.gateway, self.analyst

@@ -45,6 +45,7 @@ def test_psql_lists_answer_with_rows_or_empty_never_an_error(served) -> None:
     tables = _ok(server.port, r"\dt+")
     assert len(tables) == 1 and tables[0].startswith("public|pums|table|dpgate|permanent|heap|")
     assert "privacy unit: one person, up to 1 row" in tables[0]
+    assert tables[0].endswith("budget ε 0 of 1 spent; alice: 0 of their cap 0.5 (SHOW dpgate.budget)")
     assert _ok(server.port, r"\l") == ["pums|dpgate|UTF8|C|C||libc|"]
     assert _ok(server.port, r"\dn") == ["public|dpgate"]
     assert _ok(server.port, r"\du")[0].startswith("alice|")
@@ -102,6 +103,12 @@ def test_a_join_of_virtual_relations_obeys_the_statement_deadline() -> None:
         _catalog.answer(sql, (), schema, user="u", database="d")
     assert time.perf_counter() - start < LIMIT_S
     assert _pg_catalog.MAX_ROWS < 6 ** 7
+    listed = ("SELECT 1 FROM " + ", ".join(f"pg_catalog.pg_attribute a{i}" for i in range(5))
+              + " WHERE a0.attname IN (" + ", ".join(f"'{i}'" for i in range(9000)) + ")")  # 7776 rows × 9000
+    start = time.perf_counter()
+    with deadline(0.5), pytest.raises(errors.QueryTooComplex, match="deadline"):
+        _catalog.answer(listed, (), schema, user="u", database="d")
+    assert time.perf_counter() - start < LIMIT_S
 
 
 def test_the_virtual_catalogue_evaluates_what_clients_send() -> None:
@@ -122,6 +129,7 @@ def test_the_virtual_catalogue_evaluates_what_clients_send() -> None:
                "pg_catalog.pg_attribute a WHERE a.attrelid = '16384' AND a.attnum > 0 ORDER BY a.attnum DESC LIMIT 2")
     assert cols == [("married", 6, "boolean"), ("income", 5, "bigint")]
     assert _pg_catalog.column_comment(schema.table("pums").column("race")).startswith("dpgate domain: one of '1'")
+    assert ask("SELECT * FROM pg_catalog.pg_namespace") == [(2200, "public", 10, None)]
 
 
 def test_serve_names_an_embedded_data_set(tmp_path) -> None:
