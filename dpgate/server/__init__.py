@@ -26,7 +26,25 @@ release that history lets them reuse, whose privacy loss is bounded by the
 global budget alone.
 """
 
-from dpgate.server.server import Server
-from dpgate.server.users import Analyst, add_user, load_users
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported on first use: ``dpgate --help`` lists ``serve`` without loading the gateway
+    from dpgate.server.server import Server
+    from dpgate.server.users import Analyst, add_user, load_users
 
 __all__ = ["Server", "Analyst", "add_user", "load_users"]
+
+_LAZY = {"Server": "dpgate.server.server", "Analyst": "dpgate.server.users", "add_user": "dpgate.server.users",
+         "load_users": "dpgate.server.users"}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported on first use (PEP 562)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'dpgate.server' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value

@@ -346,3 +346,21 @@ def test_history_tells_a_group_bys_releases_apart_and_explain_shows_the_total(tm
     assert [r["measured"] for r in plain] == ["sex cells 0", "sex cells 1"]
     worded = dpgate("history", "--ledger", ledger, "--data", "pums")
     assert "COUNT where sex = 0" in worded.stdout and "COUNT where sex = 1" in worded.stdout
+
+
+def test_version_and_help_start_without_the_gateway():
+    """``dpgate --version`` / ``--help`` import neither the gateway nor pandas, scipy or duckdb
+    (lazy imports: they took ~3 s); measured on what is imported, not on a loaded machine's clock."""
+    import time
+
+    for flag in ("--version", "--help"):
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        start = time.perf_counter()
+        r = subprocess.run([sys.executable, "-X", "importtime", "-m", "dpgate.cli", flag], capture_output=True,
+                           text=True, env=env, timeout=60)
+        seconds = time.perf_counter() - start
+        assert r.returncode == 0, r.stderr
+        imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time")}
+        heavy = {"dpgate.gateway", "dpgate.accessor", "pandas", "scipy", "duckdb", "sqlglot"} & imported
+        assert not heavy and "serve" in dpgate("--help").stdout, (flag, heavy)
+        assert seconds < 10  # a generous bound: the import list above is the real check
