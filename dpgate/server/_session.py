@@ -89,6 +89,7 @@ class Outcome:
     tag: str = ""
     status: tuple[tuple[str, str], ...] = ()
     empty: bool = False
+    notices: tuple[str, ...] = ()  # NoticeResponses (psql prints them): what a counting statement charged
 
 
 # First match wins: subclasses before their bases.
@@ -361,7 +362,17 @@ class Session:
         self._log(sql, params, "explain" if statement.explain else "query", source, eps, digest)
         fields = tuple(_field(d[0], oid_of_dbapi(d[1])) for d in rs.description)
         rows = rs.rows
-        return Outcome(fields, rows, f"SELECT {len(rows)}")
+        notices = (self._charge_note(source, eps),) if result is not None else ()
+        return Outcome(fields, rows, f"SELECT {len(rows)}", notices=notices)
+
+    def _charge_note(self, source: str, eps: float) -> str:
+        """What a counting statement charged this analyst and what is left (sent as a NOTICE)."""
+        gw, a = self.gateway, self.analyst
+        left = f"{gw.remaining:.4g} of the global budget {gw.budget:g}"
+        if a.budget < gw.budget:  # their cap binds first: say what is left of it
+            mine = _provenance.analyst_spent(gw.ledger, a.name, gw.schema)
+            left = f"{remaining(mine, a.budget):.4g} of {a.name}'s cap {a.budget:g}, {left}"
+        return f"dpgate: source {source}; ε charged to {a.name}: {eps:.4g}; left: {left}."
 
     def _explain_capped(self, sql: str, params: Sequence[Any], digest: str, statement: Prepared) -> Outcome:
         """``EXPLAIN`` for an analyst with a cap: ``remaining`` is what would be left of their cap after the

@@ -153,3 +153,21 @@ def test_serve_names_an_embedded_data_set(tmp_path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_psql_shows_what_each_counting_statement_charged(tmp_path) -> None:
+    with thread_server(tmp_path) as server:
+        sql = "SELECT COUNT(*) FROM pums WHERE age < 33"
+        out = psql(server.port, sql, sql, r"\dt")
+        assert out.returncode == 0, out.stderr
+        notices = [line for line in out.stderr.splitlines() if line.startswith("NOTICE:")]
+        assert len(notices) == 2, out.stderr  # the counting statements, not the catalogue
+        fresh, again = notices
+        assert "dpgate: source fresh; ε charged to alice: 0.1198; left: 0.3802 of alice's cap 0.5, 0.8802 of " \
+               "the global budget 1." in fresh
+        assert "source history; ε charged to alice: 0;" in again
+        with psycopg.connect(dsn(server.port, "bob"), autocommit=True) as bob:
+            got: list[str] = []
+            bob.add_notice_handler(lambda d: got.append(d.message_primary or ""))
+            bob.execute("SELECT COUNT(*) FROM pums WHERE age < %s", [33]).fetchone()  # the extended protocol
+        assert got and got[0].startswith("dpgate: source history; ε charged to bob: 0;")
