@@ -2,9 +2,11 @@
 
 PostgreSQL clients ask the server about itself on connect and when they list
 or describe tables.  ``dpgate serve`` answers the statements the common ones
-send — captured from psql 15 (``psql -E``: ``\\dt``, ``\\d``, ``\\d table``),
-SQLAlchemy 2's PostgreSQL dialect (connect, ``has_table``, ``get_columns``) and
-psycopg 3 (type lookups) against a real PostgreSQL — plus ``version()``,
+send: a statement that reads only ``pg_catalog`` relations — psql 15's describe
+family (``psql -E``), SQLAlchemy 2's reflection, psycopg 3's type lookups — is
+evaluated on the virtual catalogue of :mod:`dpgate.server._pg_catalog`, with
+exactly the columns it asks for (SQLAlchemy's ``get_columns`` keeps its own answer
+here); plus ``version()``,
 ``current_schema()``, ``current_database()``, ``current_user``, ``SELECT 1``
 (connection pools' liveness check), and the ``information_schema.tables``,
 ``.columns`` and ``.schemata`` queries of the shape BI tools (DBeaver, Metabase)
@@ -13,9 +15,9 @@ comparisons with constants or parameters joined by ``AND``, ``ORDER BY``, ``LIMI
 — any other query of ``information_schema`` is refused with the shape that is
 answered (``UnsupportedQuery``).  Every answer is
 built from the public schema declaration (table and column names, declared
-types); nothing here reads the data or the ledger.  A catalogue statement not
-recognised here is not answered: it goes to the counting-query compiler, which
-refuses it like any unsupported query.
+types); nothing here reads the data, and the ledger only for the budget state of
+``\\dt+``.  Any other statement goes to the counting-query compiler, which refuses
+it like any unsupported query.
 
 Declared tables live in schema ``public``, owned by ``dpgate``, with OIDs
 16384, 16385, … in declaration order; integer columns are ``bigint``,

@@ -132,13 +132,17 @@ def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str, databa
     if not isinstance(tree, (exp.Select, exp.Union)) or not tables \
             or not all(_is_catalog(t, schema) for t in tables):
         return None
-    names, rows = _Run(_relations(schema, user, database), params, budget_note).query(tree)
-    return tuple(_field(n, [r[i] for r in rows]) for i, n in enumerate(names)), tuple(rows)
+    run = _Run(_relations(schema, user, database), params, budget_note)
+    names, rows = run.query(tree)
+    fields = tuple(_field(n, p) for n, p in zip(names, run.prototype(tree), strict=True))
+    texts = [f.type_oid == TEXT for f in fields]
+    return fields, tuple(tuple(("t" if v else "f") if t and isinstance(v, bool) else v  # as PostgreSQL writes it
+                               for v, t in zip(r, texts, strict=True)) for r in rows)
 
 
-def _field(name: str, values: Sequence[Any]) -> Field:
-    """A result column typed by its values (psql reads booleans as ``t``/``f``)."""
-    first = next((v for v in values if v is not None), None)
+def _field(name: str, first: Any) -> Field:
+    """A result column typed by its value on the relations' first rows — whatever the parameters and the
+    WHERE clause, so that Describe before Bind and the run agree (psql reads booleans as ``t``/``f``)."""
     oid = BOOL if isinstance(first, bool) else (OID if name.endswith("oid") else INT8) if isinstance(first, int) \
         else 701 if isinstance(first, float) else TEXT
     return Field(name, oid, TYPE_SIZES.get(oid, -1))
@@ -252,6 +256,19 @@ class _Run:
         if not isinstance(tree, exp.Select):
             raise UnsupportedQuery("this catalogue query has another shape; nothing was read.")
         return self.select(tree, {})
+
+    def prototype(self, tree: exp.Expression) -> list[Any]:
+        """The select list's values on the first row of each relation it reads (NULL for an empty one)."""
+        while isinstance(tree, exp.Union):
+            tree = tree.this
+        if not isinstance(tree, exp.Select):
+            return []
+        from_ = tree.args.get("from_") or tree.args.get("from")
+        env: Row = {}
+        for item in ([from_.this] if from_ is not None else []) + [j.this for j in tree.args.get("joins") or []]:
+            rows = self.relation(item)
+            env.update(rows[0] if rows else {alias: {} for alias in self._aliases(item)})
+        return [self.value(e, env) for item in tree.expressions for e in self._expanded(item, tree)]
 
     def select(self, sel: exp.Select, outer: Row) -> tuple[list[str], list[tuple[Any, ...]]]:
         items = [c for e in sel.expressions for c in self._expanded(e, sel)]

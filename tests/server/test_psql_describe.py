@@ -171,3 +171,26 @@ def test_psql_shows_what_each_counting_statement_charged(tmp_path) -> None:
             bob.add_notice_handler(lambda d: got.append(d.message_primary or ""))
             bob.execute("SELECT COUNT(*) FROM pums WHERE age < %s", [33]).fetchone()  # the extended protocol
         assert got and got[0].startswith("dpgate: source history; ε charged to bob: 0;")
+
+
+def test_a_prepared_catalogue_query_is_typed_alike_at_describe_and_run(served) -> None:
+    import asyncio
+
+    import asyncpg
+    from _dpserve import PASSWORDS
+
+    server, _ = served
+
+    async def run() -> None:
+        con = await asyncpg.connect(user="alice", password=PASSWORDS["alice"], host="127.0.0.1", port=server.port,
+                                    database="pums")
+        try:  # asyncpg describes the statement first, then reads the rows in binary by those types
+            stmt = await con.prepare("SELECT c.oid, c.relname, c.relhasindex, c.relnatts FROM pg_catalog.pg_class c "
+                                     "WHERE c.relname = $1")
+            assert [a.type.name for a in stmt.get_attributes()] == ["oid", "text", "bool", "int8"]
+            assert [tuple(r) for r in await stmt.fetch("pums")] == [(16384, "pums", False, 6)]
+            assert await stmt.fetch("nope") == []
+        finally:
+            await con.close()
+
+    asyncio.run(run())
