@@ -9,6 +9,7 @@ Modules: :mod:`~dpgate.server._protocol` (framing), :mod:`~dpgate.server._scram`
 :mod:`~dpgate.server._catalog` (introspection answered from the declared schema) with
 :mod:`~dpgate.server._pg_catalog` (the virtual ``pg_catalog`` psql and SQLAlchemy describe from),
 :mod:`~dpgate.server._parameters` (parameter types for Describe), :mod:`~dpgate.server._show_all`,
+:mod:`~dpgate.server._history` (``SHOW dpgate.history`` with the statements' texts),
 :mod:`~dpgate.ledger._provenance` (per-analyst charges and deliveries in the
 ledger), :mod:`~dpgate.server._session` (one analyst's statements, SQLSTATEs),
 :mod:`~dpgate.server._admission` (connection slots from accept, the authentication

@@ -57,11 +57,11 @@ from dpgate.gateway import Gateway
 from dpgate.ledger import _provenance
 from dpgate.plan.budget import exhausted, fits, remaining
 from dpgate.plan.explain import COLUMNS, strip_explain
-from dpgate.server import _catalog
+from dpgate.server import _catalog, _history
 from dpgate.server._parameters import KINDS_OID, infer_parameters
 from dpgate.server._protocol import Field
 from dpgate.server._show_all import show_all
-from dpgate.server._values import FLOAT8, INT8, TEXT, TYPE_SIZES, oid_of_dbapi
+from dpgate.server._values import FLOAT8, TEXT, TYPE_SIZES, oid_of_dbapi
 from dpgate.server.users import Analyst
 
 __all__ = ["Outcome", "SqlError", "Session", "sqlstate", "LOG"]
@@ -203,6 +203,8 @@ class Session:
     cancelled: threading.Event = field(default_factory=threading.Event)
     #: Statements quoted free (see ``_check_cap``), shared by the server's sessions: free is free for everyone.
     free: set[tuple[str, str, str]] = field(default_factory=set)
+    #: This session's statement texts by hash, for ``SHOW dpgate.history`` (bounded).
+    texts: dict[str, str] = field(default_factory=dict)
     #: Seconds a statement may spend being compiled and planned before it is refused (None: no limit).
     statement_deadline: float | None = None
     _conn: Connection | None = None
@@ -303,9 +305,9 @@ class Session:
             return Outcome(*(found := show_all(self.conn.settings, self.parameters)), f"SHOW {len(found[1])}")
         if name == "dpgate.history":
             rows = _provenance.analyst_history(self.gateway.ledger, self.analyst.name)
-            fields = (_field("id", INT8), _field("created_at", TEXT), _field("kind", TEXT), _field("statement", TEXT),
-                      _field("source", TEXT), _field("epsilon", FLOAT8), _field("record_id", INT8))
-            return Outcome(fields, tuple(rows), f"SHOW {len(rows)}")
+            wanted = {r[6] for r in rows if r[6] is not None}
+            texts = {rec.id: rec.sql for rec in self.gateway.ledger.records() if rec.id in wanted} if wanted else {}
+            return Outcome(_history.FIELDS, _history.with_statements(rows, texts, self.texts), f"SHOW {len(rows)}")
         if name.startswith("dpgate."):
             key = name.split(".", 1)[1]
             settings = self.conn.settings
@@ -354,6 +356,9 @@ class Session:
         result = rs.result
         eps, source = 0.0, "-"
         if result is not None:
+            if len(self.texts) >= _history.MEMO_SIZE:
+                self.texts.clear()
+            self.texts[digest] = sql
             sources = {a.source for a in result.answers}
             eps = float(sum(mine))  # what this analyst was charged for it (their own per-cell increase)
             source = next(iter(sources)) if len(sources) == 1 else "mixed" if sources else "-"

@@ -155,6 +155,11 @@ def test_serve_names_an_embedded_data_set(tmp_path) -> None:
         proc.wait(timeout=30)
 
 
+def alice_fields(port: int) -> list[psycopg.Column]:
+    with psycopg.connect(dsn(port), autocommit=True) as con:
+        return list(con.execute("SHOW dpgate.history").description or [])
+
+
 def test_psql_shows_what_each_counting_statement_charged(tmp_path) -> None:
     with thread_server(tmp_path) as server:
         sql = "SELECT COUNT(*) FROM pums WHERE age < 33"
@@ -170,7 +175,13 @@ def test_psql_shows_what_each_counting_statement_charged(tmp_path) -> None:
             got: list[str] = []
             bob.add_notice_handler(lambda d: got.append(d.message_primary or ""))
             bob.execute("SELECT COUNT(*) FROM pums WHERE age < %s", [33]).fetchone()  # the extended protocol
+            history = bob.execute("SHOW dpgate.history").fetchall()  # bob's delivery: the text his session sent
         assert got and got[0].startswith("dpgate: source history; ε charged to bob: 0;")
+        assert [(h[2], h[7]) for h in history] == [("delivery", "SELECT COUNT(*) FROM pums WHERE age < $1")]
+        with psycopg.connect(dsn(server.port), autocommit=True) as alice:  # a new session: from the ledger
+            history = alice.execute("SHOW dpgate.history").fetchall()
+        assert [d.name for d in alice_fields(server.port)][-1] == "sql"
+        assert {h[2] for h in history} == {"charge", "delivery"} and {h[7] for h in history} == {sql}
 
 
 def test_a_prepared_catalogue_query_is_typed_alike_at_describe_and_run(served) -> None:
