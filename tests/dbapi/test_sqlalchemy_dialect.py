@@ -48,7 +48,7 @@ class Person(_Base):
 def test_pandas_core_orm_and_reflection_without_warnings() -> None:
     engine = _engine()
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # pandas' "only supports SQLAlchemy connectable" among them
+        warnings.simplefilter("error", UserWarning)  # pandas' "only supports SQLAlchemy connectable" among them
         df = pd.read_sql_query("SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex", engine)
         assert list(df["sex"]) == ["0", "1"] and df["n"].between(400, 600).all()
         insp = sa.inspect(engine)
