@@ -37,6 +37,8 @@ __all__ = [
     "positive_finite",
     "nonnegative_finite",
     "probability",
+    "confidence_level",
+    "MIN_CONFIDENCE",
     "finite_array",
     "points",
     "readonly",
@@ -103,6 +105,20 @@ def probability(
         interval = "(0, 1)" if open_interval else "[0, 1]"
         raise error(f"{name} must lie in {interval}, got {p!r}.")
     return f
+
+
+#: The lowest confidence 1−δ dpgate accepts: below it an interval says little.
+MIN_CONFIDENCE = 0.5
+
+
+def confidence_level(p: object, name: str, *, error: type[Error] = InvalidArgument) -> float:
+    """``p`` as a confidence 1−δ in [:data:`MIN_CONFIDENCE`, 1); a percentage (``95``) is refused
+    with the fraction it probably means (``did you mean 0.95?``)."""
+    f = real(p, name, error=error)
+    if MIN_CONFIDENCE <= f < 1.0:
+        return f
+    hint = f"did you mean {f / 100:g}?" if 100 * MIN_CONFIDENCE <= f < 100 else "ask for e.g. 0.95."
+    raise error(f"{name} must lie in [{MIN_CONFIDENCE}, 1), got {p!r}; {hint}")
 
 
 def finite_array(

@@ -287,6 +287,10 @@ atexit.register(_forget_all)
 
 
 # -- the accessor ------------------------------------------------------------------------------------
+if getattr(getattr(vars(pd.DataFrame).get("dp"), "_accessor", None), "__module__", None) == "dpgate":
+    delattr(pd.DataFrame, "dp")  # the deferred accessor ``import dpgate`` registered: replaced, without a warning
+
+
 @pd.api.extensions.register_dataframe_accessor("dp")
 class DPAccessor:
     """``df.dp``: differentially private counting queries over this frame (see module docs)."""

@@ -20,6 +20,7 @@ insecure and for demonstrations only.**
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -70,6 +71,13 @@ def demo(dataset: str, setting: Setting, queries: int | None, seed: int, out_dir
     run_demo(dataset, setting, queries, seed, out_dir, progress)
 
 
+def _schema(data: str, schema_path: str | None) -> Any:
+    """:func:`dpgate.backends.data_schema`, a missing ``--schema`` being a usage error."""
+    from dpgate.backends import data_schema
+
+    return data_schema(data, schema_path, error=click.UsageError)
+
+
 def _open_data(data: str, schema: Any) -> Any:
     """:func:`dpgate.backends.open_data_file`, a bad file kind being a usage error."""
     from dpgate.backends import open_data_file
@@ -92,9 +100,10 @@ _QUIET = click.option("--quiet", "-q", is_flag=True, expose_value=False, callbac
 def _gateway_options(f: Any) -> Any:
     """The options that open a gateway over a data file, shared by ``query`` and ``shell``."""
     options = [
-        click.option("--schema", "schema_path", required=True, type=click.Path(exists=True, dir_okay=False),
-                     help="Schema YAML (public domains)."),
-        click.option("--data", required=True, help="A .duckdb, .csv or .parquet file."),
+        click.option("--schema", "schema_path", default=None, type=click.Path(exists=True, dir_okay=False),
+                     help="Schema YAML (public domains); omitted with an embedded data set."),
+        click.option("--data", required=True, help="A .duckdb, .csv or .parquet file, or an embedded data set: "
+                     "pums, nettrace, searchlogs."),
         click.option("--budget", type=float, required=True,
                      help="Total privacy budget ε (fixed when the ledger is created)."),
         click.option("--ledger", default=None,
@@ -159,14 +168,13 @@ def _ledger_summary(meta: dict[str, str], recs: Any) -> dict[str, Any]:
               help="Print what the query would cost (per output: free or fresh, ε, half-width, budget left) "
               "without reading data or spending.")
 @click.argument("sql")
-def query(schema_path: str, data: str, budget: float, ledger: str | None, accuracy: float | None,
+def query(schema_path: str | None, data: str, budget: float, ledger: str | None, accuracy: float | None,
           confidence: float | None, policy: Policy, allow_partial: bool, as_json: bool, round_: bool,
           explain: bool, sql: str) -> None:
     """Answer one SQL counting query within ±--accuracy and print the released table."""
     from dpgate.gateway import Gateway
-    from dpgate.schema.domains import Schema
 
-    schema = Schema.load(schema_path)
+    schema = _schema(data, schema_path)
     source = _open_data(data, schema)
     with Gateway(source, schema, budget=budget, ledger=ledger, policy=policy) as gw:
         if explain:
@@ -217,13 +225,12 @@ Statements end with ';' and may span lines.  Every answer is differentially priv
               help="Start with SET dpgate.intervals = on (low / high / source columns).")
 @click.option("--history-file", default=os.path.join("~", ".dpgate_history"), show_default=True,
               help="Where the shell's line history is kept (interactive sessions only).")
-def shell(schema_path: str, data: str, budget: float, ledger: str | None, accuracy: float | None,
+def shell(schema_path: str | None, data: str, budget: float, ledger: str | None, accuracy: float | None,
           confidence: float | None, policy: Policy, intervals: bool, history_file: str) -> None:
     """An interactive SQL shell over a DB-API connection (type \\help)."""
     import dpgate
-    from dpgate.schema.domains import Schema
 
-    schema = Schema.load(schema_path)
+    schema = _schema(data, schema_path)
     source = _open_data(data, schema)
     interactive = sys.stdin.isatty()
     if interactive:
@@ -363,24 +370,58 @@ def _read_ledger(path: str) -> tuple[dict[str, str], Any]:
 @click.option("--ledger", required=True, help="The ledger file.")
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="Show only the last N releases.")
 @click.option("--json", "as_json", is_flag=True, help="Print the budget and the releases as JSON.")
-def history(ledger: str, limit: int | None, as_json: bool) -> None:
-    """Print every release recorded in a ledger (what was released, not the data)."""
+@click.option("--schema", "schema_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="The ledger's schema YAML: the measured column says what each release counted, in words.")
+@click.option("--data", default=None, help="An embedded data set (pums, nettrace …) whose schema describes them.")
+def history(ledger: str, limit: int | None, as_json: bool, schema_path: str | None, data: str | None) -> None:
+    """Print every release recorded in a ledger (what was released, not the data).
+
+    ``measured`` tells the releases of one statement apart (a GROUP BY's groups): what each counted,
+    on which cells — in words with the schema (--schema, or --data for an embedded data set), else
+    as the measured columns and their cell boundaries."""
     import pandas as pd
 
     meta, recs = _read_ledger(ledger)
-    shown = recs if limit is None else recs[len(recs) - limit:] if limit else ()
+    shown = list(recs if limit is None else recs[len(recs) - limit:] if limit else ())
     summary = _ledger_summary(meta, recs)
+    measured = _measured(shown, _schema(data or "", schema_path) if schema_path or data else None)
+    rows = [{**{c: getattr(r, c) for c in _HISTORY_COLUMNS}, "measured": m} for r, m in zip(shown, measured,
+                                                                                           strict=True)]
+    columns = [*_HISTORY_COLUMNS[:4], "measured", *_HISTORY_COLUMNS[4:]]
     if as_json:
         _echo_json({"ledger": os.path.abspath(ledger), **summary,
-                    "created_at": meta.get("created_at"),
-                    "records": [{c: getattr(r, c) for c in _HISTORY_COLUMNS} for r in shown]})
+                    "created_at": meta.get("created_at"), "records": [{c: r[c] for c in columns} for r in rows]})
         return
-    df = pd.DataFrame([{c: getattr(r, c) for c in _HISTORY_COLUMNS} for r in shown], columns=_HISTORY_COLUMNS)
+    df = pd.DataFrame(rows, columns=columns)
     click.echo(f"ledger {os.path.abspath(ledger)}: {len(recs)} releases, budget {summary['budget']:g}, "
                f"spent {summary['spent']:.6g}, created {meta.get('created_at', '?')}")
     if len(df):
         with _pd_display():
             click.echo(df.to_string(index=False))
+
+
+def _measured(records: Sequence[Any], schema: Any) -> list[str]:
+    """What each release measured: in words with ``schema`` (as ``Gateway.history``), else its columns and
+    the boundaries of the cells it weighs (from the query's ledger JSON)."""
+    if schema is not None:
+        from dpgate.ledger._describe import history_frame
+
+        return list(history_frame(records, schema)["measured"])
+    out = []
+    for r in records:
+        try:
+            q = json.loads(r.query)
+            cols, cuts, weights = q["columns"], q["breakpoints"], q["numerators"]
+            if len(cols) == 1:  # the runs it weighs: [cut_i, cut_i+1) of the column's cells
+                ends = [*cuts[0][1:], None]
+                runs = [f"{lo}" if hi == lo + 1 else f"{lo}–{'end' if hi is None else hi - 1}"
+                        for lo, hi, w in zip(cuts[0], ends, weights, strict=False) if w]
+                out.append(f"{cols[0]} cells {', '.join(runs)}")
+            else:
+                out.append("; ".join(f"{c} cuts {b}" for c, b in zip(cols, cuts, strict=True)) or "the whole table")
+        except (ValueError, KeyError, TypeError):
+            out.append("?")
+    return out
 
 
 @cli.command()
@@ -401,10 +442,11 @@ def budget(ledger: str, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--schema", "schema_path", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Schema YAML (public domains).")
+@click.option("--schema", "schema_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Schema YAML (public domains); omitted with an embedded data set.")
 @click.option("--data", required=True,
-              help="The .duckdb, .csv or .parquet file the ledger is bound to (identifies it; no row is sampled from it).")
+              help="The .duckdb, .csv or .parquet file (or embedded data set) the ledger is bound to (identifies "
+                   "it; no row is sampled from it).")
 @click.option("--ledger", required=True, type=click.Path(exists=True, dir_okay=False),
               help="The ledger whose released answers the model is fitted to.")
 @click.option("--table", default=None, help="Table to synthesize (optional when the schema declares one).")
@@ -414,7 +456,7 @@ def budget(ledger: str, as_json: bool) -> None:
 @click.option("--alpha", default="cv", show_default=True, help="Max-ent trade-off α (a number), or 'cv'.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Output file: .parquet or .csv.")
 @_QUIET
-def synthesize(schema_path: str, data: str, ledger: str, table: str | None, rows: int | None,
+def synthesize(schema_path: str | None, data: str, ledger: str, table: str | None, rows: int | None,
                seed: int | None, alpha: str, out: str) -> None:
     """Write a synthetic table drawn from the maximum-entropy model of every released answer.
 
@@ -425,7 +467,6 @@ def synthesize(schema_path: str, data: str, ledger: str, table: str | None, rows
     """
     from dpgate.gateway import Gateway
     from dpgate.ledger.core import Ledger
-    from dpgate.schema.domains import Schema
 
     ext = os.path.splitext(out)[1].lower()
     if ext not in (".parquet", ".csv"):
@@ -435,7 +476,7 @@ def synthesize(schema_path: str, data: str, ledger: str, table: str | None, rows
         budget = float(existing.budget)
     finally:
         existing.close()
-    schema = Schema.load(schema_path)
+    schema = _schema(data, schema_path)
     source = _open_data(data, schema)
     a: float | str = alpha if alpha == "cv" else float(alpha)
     with Gateway(source, schema, budget=budget, ledger=ledger) as gw:
@@ -491,30 +532,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(cli.main(args=args, prog_name="dpgate", standalone_mode=False, obj=None) or 0)
     from dpgate.errors import Error
 
+    fail = functools.partial(_fail, as_json="--json" in args)
     try:
         rv = cli.main(args=args, prog_name="dpgate", standalone_mode=False)
     except click.exceptions.Exit as e:
         return int(e.exit_code)
-    except click.Abort:
-        click.echo("dpgate: aborted.", err=True)
-        return EXIT_ERROR
+    except click.Abort as e:
+        return fail(e, "aborted.", EXIT_ERROR, prefix="dpgate: ")
     except click.ClickException as e:
-        click.echo(f"dpgate: error: {e.format_message()}", err=True)
-        return EXIT_USAGE if isinstance(e, click.UsageError) else EXIT_ERROR
+        return fail(e, e.format_message(), EXIT_USAGE if isinstance(e, click.UsageError) else EXIT_ERROR)
     except Error as e:
-        click.echo(f"dpgate: error: {_as_flags(_one_line(e))}", err=True)
-        return EXIT_ERROR
+        return fail(e, _as_flags(_one_line(e)), EXIT_ERROR)
     except (OSError, ValueError) as e:
-        click.echo(f"dpgate: error: {_one_line(e)}", err=True)
-        return EXIT_IO if isinstance(e, OSError) else EXIT_ERROR
-    except KeyboardInterrupt:
-        click.echo("dpgate: interrupted.", err=True)
-        return 130
+        return fail(e, _one_line(e), EXIT_IO if isinstance(e, OSError) else EXIT_ERROR)
+    except KeyboardInterrupt as e:
+        return fail(e, "interrupted.", 130, prefix="dpgate: ")
     except Exception as e:  # noqa: BLE001 - the CLI's last line of defence
-        click.echo(f"dpgate: internal error: {type(e).__name__}: {_one_line(e)} "
-                   "(rerun with --debug for the traceback; this is a bug in dpgate).", err=True)
-        return EXIT_ERROR
+        return fail(e, f"{type(e).__name__}: {_one_line(e)} (rerun with --debug for the traceback; this is a bug in "
+                    "dpgate).", EXIT_ERROR, prefix="dpgate: internal error: ")
     return int(rv or 0) if isinstance(rv, int) else 0
+
+
+def _fail(exc: BaseException, message: str, code: int, *, as_json: bool, prefix: str = "dpgate: error: ") -> int:
+    """Report an error in one line on stderr (and, under ``--json``, as a JSON object on stdout); its exit code."""
+    click.echo(f"{prefix}{message}", err=True)
+    if as_json:
+        click.echo(json.dumps({"error": {"type": type(exc).__name__, "message": message, "exit_code": code}}))
+    return code
 
 
 _ARGUMENT = re.compile(r"\b(accuracy|confidence|allow_partial|policy|budget)=(True\b|(?=[\s(,.;]|$))")

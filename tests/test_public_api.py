@@ -49,6 +49,8 @@ def public_names(module: ModuleType) -> set[str]:
 
 def test_all_lists_exactly_the_public_names() -> None:
     assert len(dpgate.__all__) == len(set(dpgate.__all__)), "dpgate.__all__ lists a name twice"
+    for name in dpgate.__all__:  # imported on first use (PEP 562): each resolves, then is a module attribute
+        getattr(dpgate, name)
     assert set(dpgate.__all__) == public_names(dpgate)
 
 
@@ -61,7 +63,7 @@ def test_reexported_modules_are_dpgate_modules() -> None:
 
 def _defining_module(module: ModuleType, name: str) -> ModuleType:
     """The module whose source assigns ``name``, following ``from x import name`` from ``module`` on."""
-    for node in ast.parse(inspect.getsource(module)).body:
+    for node in ast.walk(ast.parse(inspect.getsource(module))):  # also under ``if TYPE_CHECKING:`` (lazy names)
         if isinstance(node, ast.ImportFrom) and node.module and any(a.name == name for a in node.names):
             return _defining_module(importlib.import_module(node.module), name)
     return module

@@ -68,6 +68,7 @@ __all__ = [
     "is_postgres_url",
     "open_backend",
     "open_data_file",
+    "data_schema",
 ]
 
 _PG_SCHEMES = ("postgresql://", "postgres://", "postgresql+")
@@ -126,8 +127,28 @@ def open_backend(data: Any, tables: list[str]) -> Backend:
     )
 
 
+def data_schema(data: str, schema_path: str | None, *, error: type[Exception] = InvalidArgument) -> Schema:
+    """The schema a command line names: ``--schema``'s file, else an embedded data set's own (``--data pums``).
+
+    Raises:
+        error: no ``--schema`` and ``data`` names no embedded data set.
+    """
+    from dpgate.datasets import list_datasets, schema_of
+    from dpgate.schema.domains import Schema
+
+    if schema_path is not None:
+        return Schema.load(schema_path)
+    if not os.path.exists(data) and data.lower() in list_datasets():
+        return schema_of(data.lower())
+    if not os.path.exists(data):
+        raise error(f"--data {data!r} is neither a file nor an embedded data set ({', '.join(list_datasets())}).")
+    raise error(f"--schema is required (a YAML file declaring each table's public domain), except with an embedded "
+                f"data set: --data {' / '.join(list_datasets())}.")
+
+
 def open_data_file(data: str, schema: Schema, *, error: type[Exception] = InvalidArgument) -> Any:
-    """``data`` for a ``Gateway`` from a file named on a command line (``dpgate query``, ``dpgate serve`` …).
+    """``data`` for a ``Gateway`` from a file named on a command line (``dpgate query``, ``dpgate serve`` …),
+    or an embedded data set's name (``--data pums``: :func:`dpgate.datasets.connect_duckdb`).
 
     A DuckDB file path as is; a CSV/Parquet file as a view named like the schema's one
     table, in a new in-memory duckdb connection (the caller closes it).  The file is
@@ -140,8 +161,12 @@ def open_data_file(data: str, schema: Schema, *, error: type[Exception] = Invali
     """
     import duckdb
 
+    from dpgate.datasets import connect_duckdb, list_datasets
+
     if not os.path.exists(data):
-        raise FileNotFoundError(f"no data file at {data!r}.")
+        if data.lower() in list_datasets():  # --data pums: an embedded data set, when no such file exists
+            return connect_duckdb(data.lower())
+        raise FileNotFoundError(f"no data file at {data!r} (nor an embedded data set: {', '.join(list_datasets())}).")
     lower = data.lower()
     if lower.endswith((".duckdb", ".db", ".ddb")):
         return data

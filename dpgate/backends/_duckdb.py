@@ -11,7 +11,31 @@ from sqlglot import exp
 from dpgate.backends._base import TableBinding, checked_select, engine_failure, information_schema_catalog
 from dpgate.errors import InvalidArgumentType, OperationalError, SchemaError, map_exceptions
 
-__all__ = ["DuckDBBackend"]
+__all__ = ["DuckDBBackend", "FILE_READERS"]
+
+#: DuckDB's reader of each file kind that holds one table.
+FILE_READERS = {".csv": "read_csv", ".tsv": "read_csv", ".parquet": "read_parquet", ".pq": "read_parquet"}
+
+
+def _file_view(path: str, reader: str, tables: Sequence[str]) -> Any:
+    """A new in-memory connection where the CSV or Parquet file at ``path`` is a view named like the
+    schema's one table (read by DuckDB on each query; the file is never modified)."""
+    import duckdb
+
+    if not os.path.isfile(path):
+        raise OperationalError(f"data file {path!r} does not exist.")
+    if len(tables) != 1:
+        raise SchemaError(f"a {os.path.splitext(path)[1]} file holds one table but the schema declares "
+                          f"{len(tables)} {list(tables)}; use a DuckDB file or a dict of DataFrames for several.")
+    con = duckdb.connect(":memory:")
+    with map_exceptions({duckdb.Error: OperationalError}, f"Cannot read {path!r} with DuckDB's {reader}: {{exc}}."):
+        try:
+            getattr(con, reader)(path).create_view(tables[0])
+        except BaseException:
+            con.close()
+            raise
+    return con
+
 
 
 class DuckDBBackend:
@@ -35,6 +59,10 @@ class DuckDBBackend:
         self.frames: dict[str, Any] | None = None
         if isinstance(data, (str, os.PathLike)):
             path = os.fspath(data)
+            reader = FILE_READERS.get(os.path.splitext(path.lower())[1])
+            if reader is not None:  # a CSV or Parquet file: a view named like the one declared table
+                self.con = _file_view(path, reader, tables)
+                return
             if not os.path.isfile(path):
                 raise OperationalError(f"DuckDB database file {path!r} does not exist.")
             with map_exceptions(

@@ -1,7 +1,8 @@
 """Compile SQL counting queries to :class:`~dpgate.compile.query.LinearQuery` objects.
 
 The package's modules are the compiler's stages: :mod:`~dpgate.compile.statement`
-(tokens, hints, SET, parameters, parse), :mod:`~dpgate.compile.stages` (the
+(tokens, hints, SET, parameters, parse) with :mod:`~dpgate.compile.placeholders` (client
+placeholder styles rewritten on tokens), :mod:`~dpgate.compile.stages` (the
 :data:`~dpgate.compile.stages.STAGES` tuple that :func:`compile_tree` runs),
 :mod:`~dpgate.compile.aggregates` (SELECT items → linear combinations, GROUP BY,
 weights), :mod:`~dpgate.compile.evaluate` and :mod:`~dpgate.compile.nodes`
@@ -133,6 +134,7 @@ from sqlglot.errors import SqlglotError
 
 from dpgate.compile.bounds import MAX_MESSAGE, bounded_message
 from dpgate.compile.derived import compile_derived, has_derived
+from dpgate.compile.placeholders import placeholders
 from dpgate.compile.post import PostProcess
 from dpgate.compile.query import LinearQuery
 from dpgate.compile.stages import MAX_GROUPS, STAGES, CompiledStatement, Output, compile_tree
@@ -148,7 +150,6 @@ from dpgate.compile.statement import (
     dialect_of,
     hints,
     parse,
-    placeholders,
     set_option,
     split_check,
     tokenize,

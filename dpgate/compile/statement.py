@@ -9,6 +9,7 @@ Everything here works on sqlglot's tokens and trees; nothing is executed.
 
 from __future__ import annotations
 
+import difflib
 import numbers
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,9 +24,10 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from dpgate._validate import FALSE_WORDS, TRUE_WORDS, finite, positive_finite, probability
-from dpgate.compile.bounds import check_parameter, excerpt
+from dpgate._validate import FALSE_WORDS, TRUE_WORDS, confidence_level, finite, positive_finite
+from dpgate.compile.bounds import check_number_text, check_parameter, excerpt
 from dpgate.errors import (
+    DataError,
     InvalidArgumentType,
     InvalidRequirement,
     ProgrammingError,
@@ -38,7 +40,7 @@ __all__ = [
     "Hints", "SetOption", "HINT_KEYS", "METHOD_VALUES", "MODEL_METHODS", "SET_OPTIONS",
     "MAX_SQL_LENGTH", "MAX_TOKENS", "MAX_NESTING_DEPTH", "MAX_OPERATORS",
     "bind", "check_length", "check_complexity", "check_statement", "dialect_of", "hints", "literal", "parse",
-    "placeholders", "set_option", "split_check", "tokenize",
+    "set_option", "split_check", "tokenize",
 ]
 
 # Size and nesting limits, checked on the text and the tokens before sqlglot's
@@ -165,6 +167,15 @@ def check_statement(sql: str, dialect: Dialect) -> list[Token]:
     return tokens
 
 
+#: First words of PostgreSQL's and DuckDB's statements (some tokenize as plain words): refused, not syntax errors.
+_COMMANDS = frozenset(
+    "ABORT ALTER ANALYZE ATTACH BEGIN CALL CHECKPOINT CLOSE CLUSTER COMMENT COMMIT COPY CREATE DEALLOCATE DECLARE "
+    "DELETE DESCRIBE DETACH DISCARD DO DROP END EXECUTE EXPLAIN EXPORT FETCH FORCE GRANT IMPORT INSERT INSTALL "
+    "LISTEN LOAD LOCK MERGE MOVE NOTIFY PIVOT PRAGMA PREPARE REASSIGN REFRESH REINDEX RELEASE RESET REVOKE ROLLBACK "
+    "SAVEPOINT SECURITY SELECT SET SHOW START SUMMARIZE TABLE TRUNCATE UNLISTEN UNPIVOT UPDATE USE VACUUM VALUES "
+    "WITH".split())
+
+
 def split_check(tokens: list[Token]) -> None:
     """Refuse several statements, and statements that are not SELECT / SET, from the tokens alone."""
     statements: list[list[Token]] = [[]]
@@ -190,6 +201,12 @@ def split_check(tokens: list[Token]) -> None:
         )
     if first.token_type == TokenType.VALUES:
         raise UnsupportedQuery("VALUES lists are not supported; query a declared table with SELECT.")
+    if first.token_type == TokenType.VAR and word not in _COMMANDS:  # no SQL statement: 42601, not a refusal
+        guess = difflib.get_close_matches(word, ("SELECT", "SET", "EXPLAIN", "SHOW"), n=1)
+        raise QuerySyntaxError(
+            f"syntax error at or near {excerpt(first.text)}: it does not start an SQL statement"
+            + (f" (did you mean {guess[0]}?)" if guess else "") + "; dpgate answers SELECT queries."
+        )
     if first.token_type not in (TokenType.SELECT, TokenType.SET, TokenType.L_PAREN, TokenType.FROM):
         raise UnsupportedQuery(
             f"dpgate answers only SELECT queries (and SET dpgate.<option> = <value>); {word} statements are "
@@ -208,7 +225,7 @@ def parse(sql: str, dialect: Dialect) -> exp.Expr:
             e = errs[0]
             raise QuerySyntaxError(
                 f"SQL syntax error at line {e.get('line')}, column {e.get('col')}: a '%' that is neither a "
-                f"remainder (a % b) nor a placeholder; {_STYLES_TEXT}"
+                f"remainder (a % b) nor a placeholder; {STYLES_TEXT}"
             ) from None
         if errs:
             e = errs[0]
@@ -300,22 +317,23 @@ def hints(tokens: list[Token], sql: str = "") -> dict[str, str]:
 def _check_option(key: str, value: Any, where: str) -> str | float | bool:
     """The value of option ``key`` (a hint or SET value) as dpgate uses it, or InvalidRequirement."""
     text = str(value).strip()
+    label = where if where.startswith("SET ") else f"{where} {key}"  # "SET dpgate.confidence" names the option
     if key in ("accuracy", "confidence"):
         try:
             x = float(text)
         except ValueError:
             raise InvalidRequirement(f"{where} {key}={excerpt(text)} is not a number.") from None
         if key == "accuracy":
-            return positive_finite(x, f"{where} accuracy", error=InvalidRequirement)
-        return probability(x, f"{where} confidence", error=InvalidRequirement)
+            return positive_finite(x, label, error=InvalidRequirement)
+        return confidence_level(x, label, error=InvalidRequirement)  # refused now, not when a query runs
     if key in ("intervals", "allow_partial", "round"):
         if text.lower() in TRUE_WORDS:
             return True
         if text.lower() in FALSE_WORDS:
             return False
-        raise InvalidRequirement(f"{where} {key} must be on or off, got {excerpt(text)}.")
+        raise InvalidRequirement(f"{label} must be on or off, got {excerpt(text)}.")
     if text.lower() not in METHOD_VALUES:
-        raise InvalidRequirement(f"{where} {key} must be one of {', '.join(METHOD_VALUES)}, got {excerpt(text)}.")
+        raise InvalidRequirement(f"{label} must be one of {', '.join(METHOD_VALUES)}, got {excerpt(text)}.")
     return text.lower()
 
 
@@ -357,60 +375,10 @@ def set_option(tree: exp.Set) -> SetOption:
 # -- parameters ----------------------------------------------------------------------------------
 # The placeholder styles accepted (PEP 249's qmark, numeric, named, format and pyformat), as
 # every refusal of another style names them.
-_STYLES_TEXT = (
+STYLES_TEXT = (
     "placeholders may be ? or $1 (with a sequence of values), :name (with a mapping), or psycopg's %s "
     "(a sequence) and %(name)s (a mapping); write a literal % as a % b (a remainder) or inside quotes."
 )
-
-
-def placeholders(sql: str, tokens: list[Token], dialect: Dialect) -> tuple[str, list[Token]]:
-    """Rewrite psycopg's ``%s`` / ``%(name)s`` placeholders to ``?`` / ``:name``; refuse ``@name``.
-
-    Works on tokens (so a ``%s`` inside a string literal or comment is untouched): a
-    ``%`` immediately followed by ``s``, or by ``(name)s``, is a placeholder, as in
-    psycopg (a remainder by a column named ``s`` is written ``a % s``).  Returns the
-    text sqlglot parses and its tokens (re-tokenized when anything changed).
-    """
-    edits: list[tuple[int, int, str]] = []
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        glued = _glued(tokens, i)  # tok and the tokens written right after it, without a space
-        kinds = [t.token_type for t in glued[1:5]]
-        if tok.token_type == TokenType.MOD and kinds[:1] == [TokenType.VAR] and glued[1].text == "s":
-            edits.append((tok.start, glued[1].end, "?"))
-            i += 2
-            continue
-        named = len(kinds) >= 3 and kinds[0] == TokenType.L_PAREN and kinds[2] == TokenType.R_PAREN
-        if tok.token_type == TokenType.MOD and named and glued[2].text.isidentifier():  # %(limit)s: any word
-            if kinds[3:] == [TokenType.VAR] and glued[4].text == "s":
-                edits.append((tok.start, glued[4].end, f":{glued[2].text}"))
-                i += 5
-                continue
-            bad = "".join(t.text for t in glued[:5])
-            raise QuerySyntaxError(f"the placeholder {bad} is not supported; {_STYLES_TEXT}")
-        if tok.token_type == TokenType.PARAMETER and tok.text == "@" and kinds[:1] == [TokenType.VAR]:
-            raise QuerySyntaxError(f"the placeholder @{glued[1].text} is not supported; {_STYLES_TEXT}")
-        i += 1
-    if not edits:
-        return sql, tokens
-    out, pos = [], 0
-    for start, end, text in edits:
-        out += [sql[pos:start], text]
-        pos = end + 1
-    out.append(sql[pos:])
-    text = "".join(out)
-    return text, tokenize(text, dialect)
-
-
-def _glued(tokens: list[Token], i: int) -> list[Token]:
-    """``tokens[i]`` and the (at most four) tokens that follow it with no character in between."""
-    out = [tokens[i]]
-    for tok in tokens[i + 1 : i + 5]:
-        if tok.start != out[-1].end + 1:
-            break
-        out.append(tok)
-    return out
 
 
 def bind(tree: exp.Expr, params: Sequence[Any] | Mapping[str, Any] | None) -> exp.Expr:
@@ -472,8 +440,33 @@ def bind(tree: exp.Expr, params: Sequence[Any] | Mapping[str, Any] | None) -> ex
                 )
             values = [seq[i - 1] for i in idx]
     for node, value in zip(holders, values, strict=True):
-        node.replace(literal(value))
+        _bind_one(node, value)
     return tree
+
+
+def _bind_one(node: exp.Expr, value: Any) -> None:
+    """Replace one placeholder by the literal of ``value``.  A placeholder cast to the type of its value
+    (``%(x)s::VARCHAR`` with a string, ``$1::int8`` with an integer: how SQLAlchemy and JDBC type
+    their parameters) becomes that typed literal, the cast dropped; a text cast to a number, the number."""
+    cast = node.parent.parent if isinstance(node.parent, exp.Paren) else node.parent  # (?)::BIGINT
+    if not isinstance(cast, exp.Cast):
+        node.replace(literal(value))
+        return
+    to, integers, reals = cast.to, exp.DataType.INTEGER_TYPES, exp.DataType.REAL_TYPES
+    if isinstance(value, str) and to.is_type(*integers, *reals):
+        text = value.strip()
+        check_number_text(text, "the parameter")  # before int() or float() reads it
+        try:
+            value = int(text) if to.is_type(*integers) else float(text)
+        except ValueError:
+            raise DataError(f"the parameter {excerpt(value)} is cast to {to.sql()} but is not a number of that "
+                            "type; pass a number.") from None
+    number = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    same = (isinstance(value, str) and to.is_type(*exp.DataType.TEXT_TYPES)) \
+        or (isinstance(value, (bool, np.bool_)) and to.is_type(exp.DataType.Type.BOOLEAN)) \
+        or (number and isinstance(value, numbers.Integral) and to.is_type(*integers)) \
+        or (number and to.is_type(*reals))
+    (cast if same else node).replace(literal(value))
 
 
 def literal(value: Any) -> exp.Expr:

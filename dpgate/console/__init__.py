@@ -21,12 +21,27 @@ Access: loopback by default; any other address needs a token and TLS, else
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from dpgate.console._data import LedgerReader
-from dpgate.console._serve import TOKEN_ENV, ConsoleAccessError, check_access, run
+if TYPE_CHECKING:  # imported on first use: ``dpgate --help`` lists ``console`` without loading the ledger
+    from dpgate.console._data import LedgerReader
+    from dpgate.console._serve import TOKEN_ENV, ConsoleAccessError, check_access, run
 
 __all__ = ["ConsoleAccessError", "LedgerReader", "TOKEN_ENV", "check_access", "create_app", "run"]
+
+_LAZY = {"LedgerReader": "dpgate.console._data", "TOKEN_ENV": "dpgate.console._serve",
+         "ConsoleAccessError": "dpgate.console._serve", "check_access": "dpgate.console._serve",
+         "run": "dpgate.console._serve"}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported on first use (PEP 562)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'dpgate.console' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
 
 
 def create_app(reader: LedgerReader, token: str | None = None) -> Any:

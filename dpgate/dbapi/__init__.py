@@ -3,7 +3,9 @@
 (This module is the driver's front: this docstring, which records every decision
 PEP 249 leaves open, the module globals and :func:`connect`.  ``Connection`` lives in
 ``dpgate.dbapi._connection``, ``Cursor`` in ``dpgate.dbapi._cursor``, type objects and
-result-set rows in ``dpgate.dbapi._rows``; all are re-exported here.)
+result-set rows in ``dpgate.dbapi._rows``; all are re-exported here.  The SQLAlchemy
+dialect ``dpgate://`` — pandas, Core and ORM without warnings — is
+``dpgate.dbapi.sqlalchemy_dialect``.)
 
 Any DB-API client — ``pandas.read_sql_query``, a notebook, a BI tool's Python
 bridge — can ask dpgate counting queries as if it were a read-only database::

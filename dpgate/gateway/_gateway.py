@@ -393,7 +393,7 @@ class Gateway(Extensions):
             blue, zero = planned.refined.blue, zero_valued(planned.steps)
             return quote(stmt, planned.steps, lambda c: answers(blue, zero, req.accuracy, c, pol, secure=True,
                                                                 rows=planned.refined.table.rows),
-                         req.confidence, spent, self.budget)
+                         req.confidence, spent, self.budget, planned.refined.costs)
 
     @single_threaded
     def probability(self, sql: str, low: float | None = None, high: float | None = None, *, params: Any = None) -> float:

@@ -38,6 +38,8 @@ from dpgate.plan.decide import Step
 if TYPE_CHECKING:
     import pandas as pd
 
+    from dpgate.plan.accounting import CellCosts
+
 __all__ = ["Quote", "Explanation", "quote", "zero_valued", "strip_explain", "COLUMNS"]
 
 #: The columns of :meth:`Explanation.to_pandas` and of ``EXPLAIN`` rows.
@@ -53,13 +55,19 @@ class Quote:
         group: its GROUP BY key as ``((column, key), …)``.
         source: ``"history"`` (free), ``"fresh"`` (a new measurement), ``"exact"`` (a
             public constant) or ``"model"`` (a free model-based estimate).
-        epsilon: the increase of the system privacy cost it would cause.
+        epsilon: the ε its own fresh releases charge the people in its cells — the
+            per-cell accounting's charge of this group, as if it were released alone (every
+            group of a GROUP BY shows its own; the statement's total, in which disjoint groups
+            share one charge, is :attr:`Explanation.epsilon`).
         halfwidth: the half-width its interval would have at ``confidence`` (NaN for
             AVG / VAR / STDDEV: their interval depends on the released components,
             see ``note``; and for model estimates).
         confidence: the confidence the half-width is stated at.
-        remaining: the budget left after this output and every output before it.
+        remaining: the budget left after this output and every output before it (0 when
+            the statement is over budget: ``note`` says so).
         note: for a derived output, its components' half-widths.
+        increase: the increase of the system privacy cost it causes in planning order (the
+            first of disjoint groups carries their shared charge; these sum to the total).
     """
 
     output: str
@@ -70,6 +78,7 @@ class Quote:
     confidence: float
     remaining: float
     note: str = ""
+    increase: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -108,9 +117,18 @@ class Explanation:
         return self.epsilon == 0.0
 
     def rows(self) -> list[tuple[Any, ...]]:
-        """The quotes as tuples in :data:`COLUMNS` order (the group as ``col=key, …`` text)."""
-        return [(q.output, _group_text(q.group), q.source, q.epsilon, q.halfwidth, q.confidence, q.remaining, q.note)
+        """The quotes as tuples in :data:`COLUMNS` order (the group as ``col=key, …`` text), and after
+        several a statement total: output ``(statement)``, the ε the statement charges, what remains."""
+        rows = [(q.output, _group_text(q.group), q.source, q.epsilon, q.halfwidth, q.confidence, q.remaining, q.note)
                 for q in self.quotes]
+        if len(self.quotes) > 1:
+            sources = {q.source for q in self.quotes}
+            source = next((k for k in ("fresh", "model", "history", "exact") if k in sources), "")
+            note = "the statement's total: people in disjoint groups are charged once"
+            note += "" if self.affordable else "; over budget: it would be refused"
+            rows.append(("(statement)", "", source, self.epsilon, math.nan, self.quotes[0].confidence,
+                         max(self.remaining, 0.0), note))
+        return rows
 
     def to_pandas(self) -> pd.DataFrame:
         """One row per output, columns :data:`COLUMNS`."""
@@ -145,12 +163,15 @@ def quote(
     confidence: float,
     spent: float,
     budget: float,
+    costs: CellCosts | None = None,
 ) -> Explanation:
     """The quote of a planned statement.
 
     ``answers_at(c)`` answers the planned steps at confidence ``c`` with every planned
     release valued 0: an interval's width depends on the design only, never on the
-    values, so these widths are the ones the query will carry.
+    values, so these widths are the ones the query will carry.  ``costs``: the table's
+    costs before the statement, which price each output's own releases (its ``epsilon``;
+    without them, its increase).
     """
     quotes = []
     left = budget - spent
@@ -158,13 +179,18 @@ def quote(
 
     for name, d, _, idx in output_parts(stmt):
         parts = [steps[i] for i in idx]
-        eps = float(sum(s.increase for s in parts))
-        left -= eps
+        increase = float(sum(s.increase for s in parts))
+        left -= increase
+        own = [m for s in parts if s.kind == "fresh" for m in s.measurements]
+        eps = increase if costs is None or not own else \
+            costs.charge_with([(*m.c, m.alpha, m.sensitivity) for m in own]) - costs.charge
+        shown, over = max(left, 0.0), "over budget: the statement would be refused" if left < -1e-12 else ""
         kinds = {s.kind for s in parts}
         source = "fresh" if "fresh" in kinds else "history" if "history" in kinds else "exact"
         group = stmt.queries[idx[0]].group
         if d.kind == "linear":
-            quotes.append(Quote(name, group, source, eps, _certified(at(confidence)[idx[0]]), confidence, left))
+            quotes.append(Quote(name, group, source, eps, _certified(at(confidence)[idx[0]]), confidence, shown, over,
+                                increase))
             continue
         c = component_confidence(d, confidence)
         x = f"x − {d.centre}" if d.centre > 0 else f"x + {-d.centre}" if d.centre else "x"
@@ -173,7 +199,8 @@ def quote(
             q = stmt.queries[i]
             comps.append(f"{label} ±{_certified(at(c)[i]) * (q.sensitivity or 1.0):.6g}")
         note = f"{d.kind.upper()} from {', '.join(comps)} at {c:.4g}; its interval depends on their values"
-        quotes.append(Quote(name, group, source, eps, math.nan, confidence, left, note))
+        quotes.append(Quote(name, group, source, eps, math.nan, confidence, shown, "; ".join(filter(None, (note, over))),
+                            increase))
     releases = tuple((m.query, m.alpha) for s in steps if s.kind == "fresh" for m in s.measurements)
     return Explanation(tuple(quotes), float(sum(s.increase for s in steps)), spent, budget, stmt, releases)
 

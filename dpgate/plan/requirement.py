@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dpgate._validate import is_true, positive_finite, probability
+from dpgate._validate import MIN_CONFIDENCE, confidence_level, is_true, positive_finite
 from dpgate.errors import InvalidRequirement
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
 DEFAULT_CONFIDENCE = 0.95
 #: Lowest confidence accepted: an interval that misses the truth more often than it
 #: covers it is no accuracy guarantee (and at levels near 0 the noise scale overflows).
-MIN_CONFIDENCE = 0.5
 
 
 @dataclass(frozen=True)
@@ -104,12 +103,7 @@ def resolve_confidence(*levels: Mapping[str, object]) -> float:
     """
     given = _first(levels, "confidence")
     value = DEFAULT_CONFIDENCE if given is None else given
-    conf = probability(value, "confidence (1−δ)", error=InvalidRequirement)
-    if conf < MIN_CONFIDENCE:
-        raise InvalidRequirement(
-            f"confidence (1−δ) must lie in [{MIN_CONFIDENCE}, 1), got {value!r}; ask for e.g. confidence=0.95."
-        )
-    return conf
+    return confidence_level(value, "confidence (1−δ)", error=InvalidRequirement)
 
 
 def _first(levels: Sequence[Mapping[str, object]], name: str) -> object:

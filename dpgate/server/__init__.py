@@ -6,7 +6,10 @@ users file; the data, the budget and the ledger stay on the server's side.
 
 Modules: :mod:`~dpgate.server._protocol` (framing), :mod:`~dpgate.server._scram`
 (authentication), :mod:`~dpgate.server.users` (the users file),
-:mod:`~dpgate.server._catalog` (introspection answered from the declared schema),
+:mod:`~dpgate.server._catalog` (introspection answered from the declared schema) with
+:mod:`~dpgate.server._pg_catalog` (the virtual ``pg_catalog`` psql and SQLAlchemy describe from),
+:mod:`~dpgate.server._parameters` (parameter types for Describe), :mod:`~dpgate.server._show_all`,
+:mod:`~dpgate.server._history` (``SHOW dpgate.history`` with the statements' texts),
 :mod:`~dpgate.ledger._provenance` (per-analyst charges and deliveries in the
 ledger), :mod:`~dpgate.server._session` (one analyst's statements, SQLSTATEs),
 :mod:`~dpgate.server._admission` (connection slots from accept, the authentication
@@ -24,7 +27,25 @@ release that history lets them reuse, whose privacy loss is bounded by the
 global budget alone.
 """
 
-from dpgate.server.server import Server
-from dpgate.server.users import Analyst, add_user, load_users
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported on first use: ``dpgate --help`` lists ``serve`` without loading the gateway
+    from dpgate.server.server import Server
+    from dpgate.server.users import Analyst, add_user, load_users
 
 __all__ = ["Server", "Analyst", "add_user", "load_users"]
+
+_LAZY = {"Server": "dpgate.server.server", "Analyst": "dpgate.server.users", "add_user": "dpgate.server.users",
+         "load_users": "dpgate.server.users"}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported on first use (PEP 562)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'dpgate.server' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value

@@ -2,9 +2,11 @@
 
 PostgreSQL clients ask the server about itself on connect and when they list
 or describe tables.  ``dpgate serve`` answers the statements the common ones
-send — captured from psql 15 (``psql -E``: ``\\dt``, ``\\d``, ``\\d table``),
-SQLAlchemy 2's PostgreSQL dialect (connect, ``has_table``, ``get_columns``) and
-psycopg 3 (type lookups) against a real PostgreSQL — plus ``version()``,
+send: a statement that reads only ``pg_catalog`` relations — psql 15's describe
+family (``psql -E``), SQLAlchemy 2's reflection, psycopg 3's type lookups — is
+evaluated on the virtual catalogue of :mod:`dpgate.server._pg_catalog`, with
+exactly the columns it asks for (SQLAlchemy's ``get_columns`` keeps its own answer
+here); plus ``version()``,
 ``current_schema()``, ``current_database()``, ``current_user``, ``SELECT 1``
 (connection pools' liveness check), and the ``information_schema.tables``,
 ``.columns`` and ``.schemata`` queries of the shape BI tools (DBeaver, Metabase)
@@ -13,9 +15,9 @@ comparisons with constants or parameters joined by ``AND``, ``ORDER BY``, ``LIMI
 — any other query of ``information_schema`` is refused with the shape that is
 answered (``UnsupportedQuery``).  Every answer is
 built from the public schema declaration (table and column names, declared
-types); nothing here reads the data or the ledger.  A catalogue statement not
-recognised here is not answered: it goes to the counting-query compiler, which
-refuses it like any unsupported query.
+types); nothing here reads the data, and the ledger only for the budget state of
+``\\dt+``.  Any other statement goes to the counting-query compiler, which refuses
+it like any unsupported query.
 
 Declared tables live in schema ``public``, owned by ``dpgate``, with OIDs
 16384, 16385, … in declaration order; integer columns are ``bigint``,
@@ -26,34 +28,28 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
 
-from dpgate.compile.bounds import check_number_text, excerpt
+from dpgate.compile.bounds import check_number_text
 from dpgate.compile.cells import like_regex
 from dpgate.compile.statement import check_statement, dialect_of
-from dpgate.errors import QuerySyntaxError, UnsupportedQuery
-from dpgate.schema.domains import Column, Schema, Table
+from dpgate.errors import UnsupportedQuery
+from dpgate.schema.domains import Column, Schema
+from dpgate.server import _pg_catalog
 from dpgate.server._protocol import Field
-from dpgate.server._values import BOOL, CHAR, INT2, INT4, JSON, NAME, OID, TEXT, TYPE_SIZES, VARCHAR
+from dpgate.server._values import BOOL, CHAR, INT4, JSON, NAME, TEXT, TYPE_SIZES, VARCHAR
 
 __all__ = ["CatalogAnswer", "answer", "SERVER_VERSION", "VERSION_STRING"]
 
 SERVER_VERSION = "15.0"
 VERSION_STRING = f"PostgreSQL {SERVER_VERSION} (dpgate: differentially private counting queries only)"
-_FIRST_OID = 16384
 _PG_TYPES = {"integer": ("bigint", 20), "categorical": ("text", 25), "binned": ("text", 25),
              "boolean": ("boolean", 16)}
-# Catalogue relations that hold nothing for a declared schema (no policies, indexes, inheritance …).
-_EMPTY = frozenset({
-    "pg_policy", "pg_statistic_ext", "pg_publication", "pg_publication_rel", "pg_publication_namespace",
-    "pg_inherits", "pg_trigger", "pg_constraint", "pg_index", "pg_rewrite", "pg_attrdef", "pg_description",
-    "pg_sequence", "pg_foreign_table", "pg_extension", "pg_partitioned_table", "pg_event_trigger",
-})
 
 
 @dataclass(frozen=True)
@@ -77,73 +73,8 @@ def _one(name: str, value: Any, oid: int = TEXT) -> CatalogAnswer:
     return CatalogAnswer((_f(name, oid),), ((value,),))
 
 
-def _oid(schema: Schema, table: Table) -> int:
-    return _FIRST_OID + list(schema.tables).index(table)
-
-
-def _by_oid(schema: Schema, text: str) -> Table | None:
-    m = re.search(r"\.(?:attrelid|oid|polrelid|stxrelid|inhrelid|prrelid)\s*=\s*'?(\d+)'?", text)
-    if m is None or len(m.group(1)) > 12:  # no such OID (and int() of a long text is not free)
-        return None
-    i = int(m.group(1)) - _FIRST_OID
-    return schema.tables[i] if 0 <= i < len(schema.tables) else None
-
-
-def _pattern_tables(schema: Schema, text: str) -> list[Table]:
-    """Tables matching psql's ``c.relname OPERATOR(pg_catalog.~) '^(…)$'`` filter (all without one)."""
-    m = re.search(r"relname operator\(pg_catalog\.~\) '((?:[^']|'')*)'", text)
-    if m is None:
-        return list(schema.tables)
-    like = _psql_like(m.group(1).replace("''", "'"))
-    if like is None:
-        raise UnsupportedQuery(
-            f"dpgate serve matches psql name patterns made of names and the wildcards * and ? only, not the "
-            f"regular expression {excerpt(m.group(1))}; nothing was read."
-        )
-    pattern = like_regex(like, "\\", ci=False)
-    return [t for t in schema.tables if pattern.fullmatch(t.name)]
-
-
-def _psql_like(regex: str) -> str | None:
-    """The LIKE pattern (escape ``\\``) of psql's ``^(name)$`` regular expression for a name pattern,
-    or None when it uses other regular-expression notation.
-
-    psql writes ``*`` as ``.*``, ``?`` as ``.`` and quotes ``$`` as ``\\$``; a client-written regular
-    expression is not compiled: one like ``(a*)*(a*)*…b`` backtracks exponentially on a table name."""
-    if not (regex.startswith("^(") and regex.endswith(")$")):
-        return None
-    body, out, i = regex[2:-2], [], 0
-    while i < len(body):
-        ch = body[i]
-        if ch == "\\" and i + 1 < len(body):
-            out.append("\\" + body[i + 1])
-            i += 2
-            continue
-        if body.startswith(".*", i):
-            out.append("%")
-            i += 2
-            continue
-        if ch in "%_":
-            out.append("\\" + ch)
-        elif ch == ".":
-            out.append("_")
-        elif ch in "^$()[]{}|*+?":
-            return None
-        else:
-            out.append(ch)
-        i += 1
-    return "".join(out)
-
-
 def _format_type(col: Column) -> str:
     return _PG_TYPES[col.kind][0]
-
-
-def _columns_psql(schema: Schema, table: Table) -> CatalogAnswer:
-    fields = (_f("attname", NAME), _f("format_type"), _f("pg_get_expr"), _f("attnotnull", BOOL),
-              _f("attcollation", NAME), _f("attidentity", CHAR), _f("attgenerated", CHAR))
-    rows = tuple((c.name, _format_type(c), None, False, None, "", "") for c in table.columns)
-    return CatalogAnswer(fields, rows)
 
 
 def _columns_sqlalchemy(schema: Schema, names: Sequence[str]) -> CatalogAnswer:
@@ -159,38 +90,6 @@ def _check_statement(sql: str) -> None:
     """The size and nesting limits, before sqlglot parses ``sql`` (a ``-- pg_`` comment sends any
     statement here: parsed first, a too deeply nested one raised RecursionError)."""
     check_statement(sql, dialect_of("postgres"))
-
-
-def _reads_empty(select: exp.Select) -> bool:
-    """Whether a SELECT's FROM or an inner join reads a relation that is empty for a declared schema."""
-    from_ = select.args.get("from_") or select.args.get("from")  # the key's name changed in sqlglot 26
-    first = from_.this.name.lower() if from_ is not None and isinstance(from_.this, exp.Table) else ""
-    inner = [j.this.name.lower() for j in select.args.get("joins") or []
-             if isinstance(j.this, exp.Table) and not j.side]
-    return first in _EMPTY or any(t in _EMPTY for t in inner)
-
-
-def _empty(sql: str) -> CatalogAnswer | None:
-    """Zero rows, if ``sql`` reads a catalogue relation that is empty for a declared schema."""
-    try:
-        _check_statement(sql)
-    except QuerySyntaxError:
-        return None  # not a catalogue statement dpgate reads: the compiler refuses it
-    try:
-        tree = sqlglot.parse_one(sql, read="postgres")
-    except sqlglot.errors.SqlglotError:
-        return None
-    tables = list(tree.find_all(exp.Table))
-    if not tables or not all(t.name.lower().startswith("pg_") or t.db.lower() == "pg_catalog" for t in tables):
-        return None
-    branches = [tree]
-    while any(isinstance(b, exp.Union) for b in branches):
-        branches = [part for b in branches for part in ((b.left, b.right) if isinstance(b, exp.Union) else (b,))]
-    if not all(isinstance(b, exp.Select) for b in branches):
-        return None
-    if "to_regtype(" not in sql.lower() and not all(isinstance(b, exp.Select) and _reads_empty(b) for b in branches):
-        return None
-    return CatalogAnswer(tuple(_f(e.alias_or_name or "?column?") for e in branches[0].expressions), ())
 
 
 # -- information_schema: tables, columns, schemata -----------------------------------------------
@@ -328,8 +227,10 @@ def _information_schema(sql: str, params: Sequence[Any], schema: Schema, databas
                          tuple(tuple(r[col] for _, col in picked) for r in rows))
 
 
-def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str, database: str) -> CatalogAnswer | None:
-    """The answer to a catalogue statement, or None when ``sql`` is not one this module knows."""
+def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str, database: str,
+           budget_note: Callable[[], str] | None = None) -> CatalogAnswer | None:
+    """The answer to a catalogue statement, or None when ``sql`` is not one this module knows
+    (``budget_note``: the budget state, for the tables' descriptions)."""
     text = " ".join(sql.lower().split()).rstrip(";").strip()
     simple = {
         "select version()": ("version", VERSION_STRING),
@@ -349,40 +250,10 @@ def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str, databa
         return _information_schema(sql, params, schema, database)
     if "pg_catalog." not in text and "pg_" not in text:
         return None
-    # psql \dt, \d (list): Schema, Name, Type, Owner of the relations.
-    if 'as "schema"' in text and 'as "owner"' in text and "from pg_catalog.pg_class c" in text:
-        if "c.relkind in ('r'" not in text:
-            return None
-        fields: tuple[Field, ...] = (_f("Schema", NAME), _f("Name", NAME), _f("Type"), _f("Owner", NAME))
-        rows: tuple[tuple[Any, ...], ...] = tuple(("public", t.name, "table", "dpgate") for t in sorted(_pattern_tables(schema, text),
-                                                                          key=lambda t: t.name))
-        return CatalogAnswer(fields, rows)
-    # psql \d NAME, step 1: the matching relations' OIDs.
-    if text.startswith("select c.oid, n.nspname, c.relname from pg_catalog.pg_class c"):
-        fields = (_f("oid", OID), _f("nspname", NAME), _f("relname", NAME))
-        return CatalogAnswer(fields, tuple((_oid(schema, t), "public", t.name)
-                                           for t in sorted(_pattern_tables(schema, text), key=lambda t: t.name)))
-    # psql \d NAME, step 2: the relation's properties.
-    if text.startswith("select c.relchecks, c.relkind,"):
-        table = _by_oid(schema, text)
-        cols = ("relchecks", "relkind", "relhasindex", "relhasrules", "relhastriggers", "relrowsecurity",
-                 "relforcerowsecurity", "relhasoids", "relispartition", "?column?", "reltablespace", "reloftype",
-                 "relpersistence", "relreplident", "amname")
-        oids = (INT2, CHAR, BOOL, BOOL, BOOL, BOOL, BOOL, BOOL, BOOL, TEXT, OID, TEXT, CHAR, CHAR, NAME)
-        row = (0, "r", False, False, False, False, False, False, False, "", 0, "", "p", "d", "heap")
-        return CatalogAnswer(tuple(_f(n, o) for n, o in zip(cols, oids, strict=True)),
-                             () if table is None else (row,))
-    # psql \d NAME, step 3: the columns.
-    if text.startswith("select a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod)") \
-            and "from pg_catalog.pg_attribute a" in text:
-        table = _by_oid(schema, text)
-        return _columns_psql(schema, table) if table is not None else CatalogAnswer(_columns_psql(
-            schema, schema.tables[0]).fields, ())
-    # SQLAlchemy: has_table (relname IN (…)) and get_columns.
+    # SQLAlchemy's get_columns (its has_table and get_table_names: the virtual pg_catalog, below).
     names = [p for p in params if isinstance(p, str)]
     names += re.findall(r"relname in \(\s*'((?:[^']|'')*)'", text)
-    if text.startswith("select pg_catalog.pg_class.relname from pg_catalog.pg_class join pg_catalog.pg_namespace"):
-        return CatalogAnswer((_f("relname", NAME),), tuple((t.name,) for t in schema.tables if t.name in names))
     if text.startswith("select pg_catalog.pg_attribute.attname as name, pg_catalog.format_type("):
         return _columns_sqlalchemy(schema, names)
-    return _empty(sql)
+    found = _pg_catalog.answer(sql, params, schema, user=user, database=database, budget_note=budget_note)
+    return None if found is None else CatalogAnswer(*found)

@@ -18,9 +18,10 @@ SWITCH_INTERVAL = 0.0001
 
 
 @click.command()
-@click.option("--data", required=True, help="A .duckdb, .csv or .parquet file (never modified).")
-@click.option("--schema", "schema_path", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Schema YAML (public domains).")
+@click.option("--data", required=True, help="A .duckdb, .csv or .parquet file (never modified), or an embedded data "
+              "set: pums, nettrace, searchlogs.")
+@click.option("--schema", "schema_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Schema YAML (public domains); omitted with an embedded data set.")
 @click.option("--ledger", required=True,
               help="Durable ledger: a SQLite file, or a postgresql:// URL (shared by servers on several hosts; "
                    "needs --ledger-key); also holds per-analyst provenance.")
@@ -57,8 +58,8 @@ SWITCH_INTERVAL = 0.0001
 @click.option("--fixed-latency", type=click.FloatRange(min=0, min_open=True, max=86_400), default=None,
               help="Seconds S: answer every statement that reads data S after it began (the next multiple of S "
                    "if it overruns), so response times do not depend on the data. Default: off.")
-def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budget: float, users_path: str, host: str,
-          port: int, tls_cert: str | None, tls_key: str | None, allow_insecure_password: bool,
+def serve(data: str, schema_path: str | None, ledger: str, ledger_key: str | None, budget: float, users_path: str,
+          host: str, port: int, tls_cert: str | None, tls_key: str | None, allow_insecure_password: bool,
           require_tls: bool | None, accuracy: float | None, confidence: float, policy: Any,
           max_connections: int, max_connections_per_analyst: int | None, auth_timeout: float, idle_timeout: float,
           statement_deadline: float, fixed_latency: float | None) -> None:
@@ -67,9 +68,8 @@ def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budg
     Logs one line per statement to stderr: analyst, statement hash, kind, source, ε — never values.
     SIGTERM or Ctrl-C: statements in flight finish, then the server exits.
     """
-    from dpgate.backends import open_data_file
+    from dpgate.backends import data_schema, open_data_file
     from dpgate.gateway import Gateway
-    from dpgate.schema.domains import Schema
     from dpgate.server.server import Server
     from dpgate.server.users import load_users
 
@@ -82,7 +82,7 @@ def serve(data: str, schema_path: str, ledger: str, ledger_key: str | None, budg
     sys.setswitchinterval(SWITCH_INTERVAL)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    schema = Schema.load(schema_path)
+    schema = data_schema(data, schema_path, error=click.UsageError)
     users = load_users(users_path)
     gw = Gateway(open_data_file(data, schema, error=click.UsageError), schema, budget=budget, ledger=ledger,
                  ledger_key=ledger_key, policy=policy, fixed_latency=fixed_latency)

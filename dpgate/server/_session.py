@@ -47,22 +47,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-
 from dpgate import errors
 from dpgate.compile import CompiledStatement
 from dpgate.compile.bounds import bounded_message, check_parameter, deadline, excerpt, skip_blank
-from dpgate.compile.statement import check_length, check_statement, dialect_of
+from dpgate.compile.statement import check_length
 from dpgate.dbapi import Connection, connect
-from dpgate.dbapi._rows import Prepared
+from dpgate.dbapi._rows import Prepared, explain_set
 from dpgate.gateway import Gateway
 from dpgate.ledger import _provenance
 from dpgate.plan.budget import exhausted, fits, remaining
 from dpgate.plan.explain import COLUMNS, strip_explain
-from dpgate.server import _catalog
+from dpgate.server import _catalog, _history
+from dpgate.server._parameters import KINDS_OID, infer_parameters
 from dpgate.server._protocol import Field
-from dpgate.server._values import BOOL, FLOAT8, INT8, TEXT, TYPE_SIZES, oid_of_dbapi
+from dpgate.server._show_all import show_all
+from dpgate.server._values import FLOAT8, TEXT, TYPE_SIZES, oid_of_dbapi
 from dpgate.server.users import Analyst
 
 __all__ = ["Outcome", "SqlError", "Session", "sqlstate", "LOG"]
@@ -90,6 +89,7 @@ class Outcome:
     tag: str = ""
     status: tuple[tuple[str, str], ...] = ()
     empty: bool = False
+    notices: tuple[str, ...] = ()  # NoticeResponses (psql prints them): what a counting statement charged
 
 
 # First match wins: subclasses before their bases.
@@ -127,7 +127,6 @@ _TAGS = {"begin": "BEGIN", "start": "BEGIN", "commit": "COMMIT", "end": "COMMIT"
          "abort": "ROLLBACK", "savepoint": "SAVEPOINT", "release": "RELEASE", "discard": "DISCARD ALL",
          "deallocate": "DEALLOCATE", "reset": "RESET", "unlisten": "UNLISTEN", "close": "CLOSE CURSOR"}
 _FREE_MEMO = 4096  # statements a server remembers as free
-_KINDS_OID = {"integer": INT8, "categorical": TEXT, "binned": TEXT, "boolean": BOOL}
 
 
 def _field(name: str, oid: int) -> Field:
@@ -204,6 +203,8 @@ class Session:
     cancelled: threading.Event = field(default_factory=threading.Event)
     #: Statements quoted free (see ``_check_cap``), shared by the server's sessions: free is free for everyone.
     free: set[tuple[str, str, str]] = field(default_factory=set)
+    #: This session's statement texts by hash, for ``SHOW dpgate.history`` (bounded).
+    texts: dict[str, str] = field(default_factory=dict)
     #: Seconds a statement may spend being compiled and planned before it is refused (None: no limit).
     statement_deadline: float | None = None
     _conn: Connection | None = None
@@ -244,7 +245,7 @@ class Session:
                 out = self._set(sql) if word == "set" else self._show(sql)
             else:
                 found = _catalog.answer(sql, params, self.gateway.schema, user=self.analyst.name,
-                                        database=self.database)
+                                        database=self.database, budget_note=self._budget_note)
                 if found is None:
                     return self._query(sql, params)  # logs its own line, with source and ε
                 out, kind = Outcome(found.fields, found.rows, found.tag), "catalog"
@@ -300,11 +301,13 @@ class Session:
         name = " ".join(sql.strip().rstrip(";").split()[1:]).lower()
         if name == "dpgate.budget":
             return self._show_budget()
+        if name == "all":
+            return Outcome(*(found := show_all(self.conn.settings, self.parameters)), f"SHOW {len(found[1])}")
         if name == "dpgate.history":
             rows = _provenance.analyst_history(self.gateway.ledger, self.analyst.name)
-            fields = (_field("id", INT8), _field("created_at", TEXT), _field("kind", TEXT), _field("statement", TEXT),
-                      _field("source", TEXT), _field("epsilon", FLOAT8), _field("record_id", INT8))
-            return Outcome(fields, tuple(rows), f"SHOW {len(rows)}")
+            wanted = {r[6] for r in rows if r[6] is not None}
+            texts = {rec.id: rec.sql for rec in self.gateway.ledger.records() if rec.id in wanted} if wanted else {}
+            return Outcome(_history.FIELDS, _history.with_statements(rows, texts, self.texts), f"SHOW {len(rows)}")
         if name.startswith("dpgate."):
             key = name.split(".", 1)[1]
             settings = self.conn.settings
@@ -321,6 +324,13 @@ class Session:
             return Outcome((_field(name, TEXT),), ((known[name],),), "SHOW")
         raise SqlError("42704", f"unrecognized configuration parameter {excerpt(name)}.")
 
+    def _budget_note(self) -> str:
+        """The budget state in words (``\\dt+``'s table description): global, and this analyst's cap."""
+        gw, a = self.gateway, self.analyst
+        mine = _provenance.analyst_spent(gw.ledger, a.name, gw.schema)
+        return (f"budget ε {gw.spent:.4g} of {gw.budget:g} spent; {a.name}: {mine:.4g} of their cap {a.budget:g} "
+                "(SHOW dpgate.budget)")
+
     def _show_budget(self) -> Outcome:
         gw, a = self.gateway, self.analyst
         mine = _provenance.analyst_spent(gw.ledger, a.name, gw.schema)
@@ -334,6 +344,8 @@ class Session:
         statement = self.conn.prepare(sql, list(params) if params else None)
         if not statement.explain:
             self._check_cap(sql, params, statement)
+        elif self.analyst.budget < self.gateway.budget:
+            return self._explain_capped(sql, params, digest, statement)
         ledger = self.gateway.ledger
         with _provenance.charging(ledger, self.analyst.name, self.analyst.budget, digest, self.gateway.schema) as mine:
             rs = self.conn.run(statement)
@@ -344,6 +356,9 @@ class Session:
         result = rs.result
         eps, source = 0.0, "-"
         if result is not None:
+            if len(self.texts) >= _history.MEMO_SIZE:
+                self.texts.clear()
+            self.texts[digest] = sql
             sources = {a.source for a in result.answers}
             eps = float(sum(mine))  # what this analyst was charged for it (their own per-cell increase)
             source = next(iter(sources)) if len(sources) == 1 else "mixed" if sources else "-"
@@ -352,7 +367,28 @@ class Session:
         self._log(sql, params, "explain" if statement.explain else "query", source, eps, digest)
         fields = tuple(_field(d[0], oid_of_dbapi(d[1])) for d in rs.description)
         rows = rs.rows
-        return Outcome(fields, rows, f"SELECT {len(rows)}")
+        notices = (self._charge_note(source, eps),) if result is not None else ()
+        return Outcome(fields, rows, f"SELECT {len(rows)}", notices=notices)
+
+    def _charge_note(self, source: str, eps: float) -> str:
+        """What a counting statement charged this analyst and what is left (sent as a NOTICE)."""
+        gw, a = self.gateway, self.analyst
+        left = f"{gw.remaining:.4g} of the global budget {gw.budget:g}"
+        if a.budget < gw.budget:  # their cap binds first: say what is left of it
+            mine = _provenance.analyst_spent(gw.ledger, a.name, gw.schema)
+            left = f"{remaining(mine, a.budget):.4g} of {a.name}'s cap {a.budget:g}, {left}"
+        return f"dpgate: source {source}; ε charged to {a.name}: {eps:.4g}; left: {left}."
+
+    def _explain_capped(self, sql: str, params: Sequence[Any], digest: str, statement: Prepared) -> Outcome:
+        """``EXPLAIN`` for an analyst with a cap: ``remaining`` is what would be left of their cap after the
+        statement — their own per-cell charge (:func:`_provenance.analyst_quote`) — or of the global budget if less."""
+        gw, a = self.gateway, self.analyst
+        quote = self.conn.quote(statement)
+        spent, needed = _provenance.analyst_quote(gw.ledger, a.name, gw.schema, quote.statement.table, quote.releases)
+        left = max(remaining(spent + needed, a.budget), 0.0)
+        rows = tuple(r[:6] + (min(r[6], left),) + r[7:] for r in explain_set(quote).rows)
+        self._log(sql, params, "explain", "-", 0.0, digest)
+        return Outcome(EXPLAIN_FIELDS, rows, f"SELECT {len(rows)}")
 
     def _check_cap(self, sql: str, params: Sequence[Any], statement: Prepared) -> None:
         """Refuse, before any data is read, a statement whose fresh releases would take the analyst's
@@ -443,54 +479,10 @@ def statement_fields(stmt: CompiledStatement, gateway: Gateway, intervals: bool)
     out: list[Field] = []
     for o in stmt.outputs:
         if o.kind == "group":
-            out.append(_field(o.name, _KINDS_OID[table.column(stmt.group_columns[o.index]).kind]))
+            out.append(_field(o.name, KINDS_OID[table.column(stmt.group_columns[o.index]).kind]))
         else:
             out.append(_field(o.name, FLOAT8))
             if intervals:
                 out += [_field(f"{o.name}_low", FLOAT8), _field(f"{o.name}_high", FLOAT8),
                         _field(f"{o.name}_source", TEXT)]
     return tuple(out)
-
-
-def infer_parameters(sql: str, schema: Any, dialect: str) -> list[tuple[int, Any]]:
-    """``(type OID, a valid dummy value)`` per ``$n`` placeholder, from the column it is compared with.
-
-    Raises:
-        QueryTooComplex: ``sql`` is beyond the size or nesting limits (checked before it is parsed).
-    """
-    try:
-        check_statement(sql, dialect_of(dialect))
-    except errors.QuerySyntaxError:
-        return []
-    try:
-        tree = sqlglot.parse_one(sql, read=dialect)
-    except sqlglot.errors.SqlglotError:
-        return []
-    holders = [h for h in tree.find_all(exp.Placeholder) if str(h.this or "").isdigit()]
-    if not holders:
-        return []
-    table = None
-    src = tree.find(exp.Table)
-    if src is not None:
-        try:
-            table = schema.table(src.name)
-        except errors.Error:
-            table = None
-    out: dict[int, tuple[int, Any]] = {}
-    for h in holders:
-        guess: tuple[int, Any] = (TEXT, "")
-        parent = h.parent
-        if isinstance(parent, (exp.Limit, exp.Offset)):
-            guess = (INT8, 1)
-        col = parent.find(exp.Column) if parent is not None else None
-        if col is not None and table is not None:
-            try:
-                c = table.column(col.name)
-            except errors.Error:
-                c = None
-            if c is not None:
-                dummy = {"integer": c.min, "binned": c.min, "boolean": True}.get(
-                    c.kind, c.values[0] if c.values else "")
-                guess = (_KINDS_OID[c.kind], dummy)
-        out[int(str(h.this))] = guess
-    return [out.get(i, (TEXT, "")) for i in range(1, max(out) + 1)]

@@ -448,7 +448,8 @@ class _Handler:
             if out.empty:
                 self._send(pq.EMPTY_QUERY)
                 continue
-            self._send(*(pq.parameter_status(k, v) for k, v in out.status))
+            self._send(*(pq.parameter_status(k, v) for k, v in out.status),
+                       *(pq.notice_response("00000", n) for n in out.notices))
             if out.fields is not None:
                 self._send(pq.row_description(out.fields))
                 self._send(*(pq.data_row([encode(v, f.type_oid, 0) for v, f in zip(row, out.fields, strict=True)])
@@ -499,7 +500,8 @@ class _Handler:
         if portal.outcome is None:
             assert self.session is not None
             portal.outcome = self.session.execute(portal.prepared.sql, portal.params)
-            self._send(*(pq.parameter_status(k, v) for k, v in portal.outcome.status))
+            self._send(*(pq.parameter_status(k, v) for k, v in portal.outcome.status),
+                       *(pq.notice_response("00000", n) for n in portal.outcome.notices))
         return portal.outcome
 
     def _execute(self, name: str, max_rows: int, portals: dict[str, _Portal]) -> None:

@@ -57,7 +57,8 @@ def test_quote_equals_the_charge_and_costs_nothing(gw):
         assert len(quote.quotes) == len(res.answers)
         for q, a in zip(quote.quotes, res.answers, strict=True):
             assert (q.output, q.group) == (a.label, a.group)
-            assert q.epsilon == pytest.approx(a.epsilon_spent, abs=1e-12, rel=0)
+            assert q.increase == pytest.approx(a.epsilon_spent, abs=1e-12, rel=0)
+            assert q.epsilon >= q.increase - 1e-12 and q.remaining >= 0.0  # its own charge; never negative
             assert q.source == a.source
             if a.components:  # a derived output: its interval depends on the released values
                 assert math.isnan(q.halfwidth) and "SUM(x − " in q.note
@@ -71,6 +72,9 @@ def test_quote_equals_the_charge_and_costs_nothing(gw):
 def test_quote_over_budget_and_refusals(gw):
     e = gw.explain("SELECT COUNT(*) FROM pums", accuracy=1e-4)
     assert not e.affordable and e.remaining < 0 and "over budget" in repr(e)
+    assert e.quotes[0].remaining == 0.0 and "over budget" in e.quotes[0].note  # shown as 0, never negative
+    grouped = gw.explain("SELECT race, COUNT(*) FROM pums GROUP BY race", accuracy=1e-3)
+    assert all(r[6] == 0.0 for r in grouped.rows()) and "would be refused" in grouped.rows()[-1][7]
     with pytest.raises(dpgate.BudgetExhausted):
         gw.query("SELECT COUNT(*) FROM pums", accuracy=1e-4)
     with pytest.raises(dpgate.UnsupportedQuery):
@@ -94,8 +98,12 @@ def test_explain_select_on_the_dbapi():
         assert [d[0] for d in cur.description] == list(dpgate.plan.explain.COLUMNS)
         rows = cur.fetchall()
         assert conn.spent == 0 and conn.history.empty
-        quoted = sum(r[3] for r in rows)
+        total = rows.pop()  # the statement's total, after the groups
+        assert total[:3] == ("(statement)", "", "fresh") and "total" in total[7]
+        quoted = total[3]
         assert {r[2] for r in rows} == {"fresh"} and all(r[4] == pytest.approx(20) or r[4] < 20 for r in rows)
+        # Each group shows what its own cells are charged; disjoint groups share it: the total is one charge.
+        assert [r[3] for r in rows] == pytest.approx([quoted, quoted]) and rows[1][6] == total[6]
         cur.execute("/*+ dpgate accuracy=20 */ SELECT sex, COUNT(*) FROM pums GROUP BY sex")
         assert conn.spent == pytest.approx(quoted, abs=1e-12)
         cur.execute("explain  SELECT COUNT(*) FROM pums")

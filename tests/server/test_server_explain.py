@@ -56,7 +56,7 @@ def test_explain_from_every_client_is_typed_and_free(tmp_path: Path) -> None:
             row = extended.fetchone()
             assert simple.fetchall() == [row]
             assert row[:3] == ("COUNT(*)", "", "fresh") and row[3] > 0 and row[4] == pytest.approx(25.0)
-            assert row[5] == 0.95 and row[6] == pytest.approx(1.0 - row[3])
+            assert row[5] == 0.95 and row[6] == pytest.approx(0.5 - row[3])  # what would be left of alice's cap
             # Hints and SET dpgate.* resolve as for the query itself.
             hinted = con.execute("EXPLAIN /*+ dpgate accuracy=50 */ " + SQL.format("%s"), [30]).fetchone()
             assert hinted[4] == pytest.approx(50.0) and hinted[3] == pytest.approx(row[3] / 2)
@@ -97,7 +97,8 @@ def test_quote_is_the_charge_then_history_is_free(tmp_path: Path, monkeypatch: p
     inner = dbapi.Connection.quote
 
     def counted(self, statement):
-        quotes.append(statement.operation)
+        if not statement.explain:  # the cap pre-check's quotes (an EXPLAIN is a quote itself)
+            quotes.append(statement.operation)
         return inner(self, statement)
 
     monkeypatch.setattr(dbapi.Connection, "quote", counted)
@@ -190,3 +191,20 @@ def test_information_schema_from_the_declared_schema(tmp_path: Path) -> None:
                 con.execute(refused)
             assert "dpgate answers information_schema.tables, .columns and .schemata" in str(err.value)
         assert spy.calls == 0
+
+
+def test_explain_of_a_group_by_shows_each_groups_charge_the_total_and_the_cap(tmp_path: Path) -> None:
+    with thread_server(tmp_path, caps={"alice": 0.5, "bob": 2.0}) as s:
+        with psycopg.connect(dsn(s.port), autocommit=True) as con:
+            rows = con.execute("EXPLAIN SELECT sex, COUNT(*) FROM pums GROUP BY sex").fetchall()
+        assert [r[:3] for r in rows] == [("COUNT(*)", "sex=0", "fresh"), ("COUNT(*)", "sex=1", "fresh"),
+                                         ("(statement)", "", "fresh")]
+        total = rows[-1][3]
+        assert rows[0][3] == pytest.approx(total) and rows[1][3] == pytest.approx(total)  # disjoint: one charge
+        assert all(r[6] == pytest.approx(0.5 - total) for r in rows)  # alice's cap, not the global budget
+        with psycopg.connect(dsn(s.port, "bob"), autocommit=True) as bob:  # bob's cap exceeds the budget of 1
+            assert bob.execute("EXPLAIN SELECT sex, COUNT(*) FROM pums GROUP BY sex").fetchall()[-1][6] == \
+                pytest.approx(1.0 - total)
+            over = bob.execute("EXPLAIN /*+ dpgate accuracy=0.01 */ SELECT COUNT(*) FROM pums").fetchone()
+            assert over[6] == 0.0 and "over budget" in over[7]
+    assert ledger_records(tmp_path) == 0

@@ -303,3 +303,64 @@ def test_open_data_file(tmp_path):
         open_data_file(str(tmp_path / "x.txt"), schema)
     with pytest.raises(click.UsageError, match="--data must be"):
         open_data_file(str(tmp_path / "x.txt"), schema, error=click.UsageError)
+
+
+def test_data_names_an_embedded_data_set_and_its_schema(tmp_path):
+    r = dpgate("query", "--data", "pums", "--budget", "1", "--accuracy", "25", "--json",
+               "SELECT COUNT(*) AS n FROM pums WHERE age < 30")
+    assert r.returncode == 0, r.stderr
+    assert 150 < json.loads(r.stdout)["rows"][0]["n"] < 300
+    r = dpgate("query", "--data", "nettrace", "--budget", "1", "--accuracy", "2500", "SELECT COUNT(*) FROM nettrace")
+    assert r.returncode == 0, r.stderr
+    typo = dpgate("query", "--data", "pumz", "--budget", "1", "--accuracy", "25", "SELECT COUNT(*) FROM pums")
+    assert typo.returncode == 2 and "'pumz' is neither a file nor an embedded data set (pums," in typo.stderr
+    (tmp_path / "t.csv").write_text("age\n1\n")
+    noschema = dpgate("query", "--data", str(tmp_path / "t.csv"), "--budget", "1", "SELECT COUNT(*) FROM t")
+    assert noschema.returncode == 2 and "--schema is required" in noschema.stderr
+
+
+def test_json_errors_are_json_on_stdout(tmp_path):
+    base = ["query", "--data", "pums", "--budget", "1", "--accuracy", "25", "--json"]
+    refused = dpgate(*base, "SELECT age FROM pums")
+    assert refused.returncode == 1 and refused.stderr.startswith("dpgate: error: the raw column 'age'")
+    error = json.loads(refused.stdout)["error"]
+    assert error["type"] == "UnsupportedQuery" and error["exit_code"] == 1 and "raw column" in error["message"]
+    percent = dpgate(*base, "--confidence", "95", "SELECT COUNT(*) FROM pums")
+    assert json.loads(percent.stdout)["error"]["message"].endswith("did you mean 0.95?")
+    missing = dpgate("history", "--ledger", str(tmp_path / "none.db"), "--json")
+    assert missing.returncode == 3 and json.loads(missing.stdout)["error"]["exit_code"] == 3
+
+
+def test_history_tells_a_group_bys_releases_apart_and_explain_shows_the_total(tmp_path):
+    ledger = str(tmp_path / "l.db")
+    base = ["query", "--data", "pums", "--budget", "1", "--ledger", ledger, "--accuracy", "25"]
+    explained = dpgate(*base, "--explain", "--json", "SELECT sex, COUNT(*) FROM pums GROUP BY sex")
+    quotes = json.loads(explained.stdout)["quotes"]
+    assert [q["output"] for q in quotes] == ["COUNT(*)", "COUNT(*)", "(statement)"]
+    assert quotes[0]["epsilon"] == pytest.approx(quotes[1]["epsilon"]) == pytest.approx(quotes[2]["epsilon"])
+    over = dpgate(*base[:-1], "0.01", "--explain", "SELECT COUNT(*) FROM pums")
+    assert over.returncode == 0 and "over budget" in over.stdout
+    assert not any(word.startswith("-") for word in over.stdout.split())  # no negative remaining
+    assert dpgate(*base, "SELECT sex, COUNT(*) FROM pums GROUP BY sex").returncode == 0
+    plain = json.loads(dpgate("history", "--ledger", ledger, "--json").stdout)["records"]
+    assert [r["measured"] for r in plain] == ["sex cells 0", "sex cells 1"]
+    worded = dpgate("history", "--ledger", ledger, "--data", "pums")
+    assert "COUNT where sex = 0" in worded.stdout and "COUNT where sex = 1" in worded.stdout
+
+
+def test_version_and_help_start_without_the_gateway():
+    """``dpgate --version`` / ``--help`` import neither the gateway nor pandas, scipy or duckdb
+    (lazy imports: they took ~3 s); measured on what is imported, not on a loaded machine's clock."""
+    import time
+
+    for flag in ("--version", "--help"):
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        start = time.perf_counter()
+        r = subprocess.run([sys.executable, "-X", "importtime", "-m", "dpgate.cli", flag], capture_output=True,
+                           text=True, env=env, timeout=60)
+        seconds = time.perf_counter() - start
+        assert r.returncode == 0, r.stderr
+        imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time")}
+        heavy = {"dpgate.gateway", "dpgate.accessor", "pandas", "scipy", "duckdb", "sqlglot"} & imported
+        assert not heavy and "serve" in dpgate("--help").stdout, (flag, heavy)
+        assert seconds < 10  # a generous bound: the import list above is the real check
