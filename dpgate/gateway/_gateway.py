@@ -110,8 +110,7 @@ class Gateway(Extensions):
         fixed_latency: seconds S: a statement that reads data answers S after it began (or at the next
             multiple of S if its work overruns), so its timing does not reveal the data (``gateway._latency``).
         max_memory: bytes of arrays one statement may build (default 1 GiB; ``compile.bounds.reserve_memory``).
-        reasks: ``"simultaneous"`` (default): a query's k-th distinct interval is at ``1 − δ_k``, ``Σ δ_k ≤ δ``: all
-            hold together, stopping on what you see is honest (``plan.asks``); ``"independent"``: each at ``1 − δ``.
+        reasks: ``"simultaneous"`` (default: all intervals of a query hold together, ``plan.asks``) or ``"independent"``.
 
     Example:
         >>> import dpgate, dpgate.datasets
@@ -307,14 +306,14 @@ class Gateway(Extensions):
         policy = check_policy(policy or self.policy)
         with self._latency.timed() as clock, self._lock, _progress.working(f"planning {len(stmt.queries)} outputs"):
             self._history.sync()
-            planned, asked = self._asks.planned(stmt, confidence, lambda c: self._plan(stmt, accuracy, c, policy))
+            planned, asked = self._asks.planned(stmt, req, lambda c: self._plan(stmt, accuracy, c, policy))
             steps: Sequence[Step] = planned.steps
             clock.reads_data = any(s.kind == "fresh" for s in steps)  # decided by the plan: public
             steps, blue, replayed = (self._measure(stmt, sql, planned, accuracy, asked.confidence, policy, allow_partial)
                                      if clock.reads_data else (steps, planned.refined.blue, False))
             secure = self._history.secure(stmt.table)
-            out = self._asks.served(asked, assemble(stmt, lambda c: answers(blue, steps, accuracy, c, policy, secure=secure,
-                                                                            replayed=replayed), asked.confidence))
+            out = self._asks.served(asked, lambda: assemble(stmt, lambda c: answers(
+                blue, steps, accuracy, c, policy, secure=secure, replayed=replayed), asked.confidence))
         result = Result(out, stmt, float(sum(s.increase for s in steps)))
         return result.rounded() if round else result
 
@@ -388,7 +387,9 @@ class Gateway(Extensions):
                 return Explanation(quotes, 0.0, spent, self.budget, stmt)
             req = of_call(stmt.hints, accuracy, confidence, None)
             pol = check_policy(policy or self.policy)
-            planned, asked = self._asks.planned(stmt, req.confidence, lambda c: self._plan(stmt, req.accuracy, c, pol))
+            planned, asked = self._asks.planned(stmt, req, lambda c: self._plan(stmt, req.accuracy, c, pol))
+            if asked.again is not None:  # earlier intervals given again: free
+                return self._asks.quoted(asked, spent, self.budget, stmt)
             blue, zero = planned.refined.blue, zero_valued(planned.steps)
             return quote(stmt, planned.steps, lambda c: answers(blue, zero, req.accuracy, c, pol, secure=True),
                          asked.confidence, spent, self.budget)

@@ -183,7 +183,7 @@ def _certified(a: Answer) -> float:
     at the least possible value (with every release valued 0, that cut would halve a count's width)."""
     if a.posterior is None:
         return a.halfwidth
-    lo, hi = a.posterior.interval(a.confidence)
+    lo, hi = a.posterior.interval(a.interval_confidence)
     return (hi - lo) / 2 if math.isfinite(hi - lo) else math.inf
 
 
