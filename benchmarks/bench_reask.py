@@ -15,11 +15,16 @@ interval of a query at ``1 − δ_k``, ``dpgate.plan.asks``) and off (``"indepen
   confidence 0.8, policy ``minimal``): Ra in the bounded setting, ᾱ in the unbounded one, and
   the share of answers whose interval holds the truth (Ri).
 
+With ``--shares``, also the choice of the schedule: for several first shares
+(``dpgate.plan.asks.FIRST_ASK_SHARE``; the rest of δ spread as ``1/(k−1)²``), the ε of the PUMS
+session, ᾱ of the unbounded paper workload (one seed) and the mean ε and coverage of the
+stop-when-excluded analyst (``--runs // 4`` runs).
+
 Writes ``benchmarks/results/reask.json`` and ``reask.md``.
 
 Usage::
 
-    python benchmarks/bench_reask.py [--runs 1000] [--queries 1000] [--seeds 2] [--quick]
+    python benchmarks/bench_reask.py [--runs 1000] [--queries 1000] [--seeds 2] [--shares] [--quick]
 """
 
 from __future__ import annotations
@@ -108,6 +113,24 @@ def paper_workload(setting: str, queries: int, seeds: int, reasks: str) -> dict[
     return {key: float(np.mean([r[key] for r in rows])) for key in ("Ra", "alpha_bar", "Ri", "free")}
 
 
+def shares(values: tuple[float, ...], runs: int, queries: int) -> dict[str, dict[str, float]]:
+    from dpgate.plan import asks
+
+    out = {}
+    try:
+        for share in values:
+            asks.FIRST_ASK_SHARE = share
+            sw = stop_when_excluded(runs, "simultaneous")
+            out[f"{share:g}"] = {"pums_epsilon": pums_session("simultaneous")["epsilon"],
+                                 "paper_unbounded_alpha_bar": paper_workload("unbounded", queries, 1, "simultaneous")[
+                                     "alpha_bar"],
+                                 "reask_mean_epsilon": sw["mean_epsilon"], "reask_coverage": sw["coverage"]}
+            print(share, json.dumps(out[f"{share:g}"]), flush=True)
+    finally:
+        asks.FIRST_ASK_SHARE = 0.9
+    return out
+
+
 def markdown(res: dict[str, Any]) -> str:
     sw = res["stop_when_excluded"]
     lines = [
@@ -131,6 +154,12 @@ def markdown(res: dict[str, Any]) -> str:
     for setting in ("bounded", "unbounded"):
         lines += [f"| {setting} | {m} | {pw[setting][m]['Ra']:.3f} | {pw[setting][m]['alpha_bar']:.4f} | "
                   f"{pw[setting][m]['Ri']:.3f} | {pw[setting][m]['free']:.3f} |" for m in MODES]
+    if "shares" in res:
+        lines += ["", f"The first share (rest as 1/(k−1)²; stop-when-excluded over {res['share_runs']} runs, paper "
+                  f"workload unbounded, {res['queries']} queries × 1 seed):", "",
+                  "| δ_1/δ | PUMS ε | paper ᾱ | stop-when-excluded ε | its coverage |", "|---|---|---|---|---|"]
+        lines += [f"| {k} | {v['pums_epsilon']:.4f} | {v['paper_unbounded_alpha_bar']:.4f} | "
+                  f"{v['reask_mean_epsilon']:.4f} | {v['reask_coverage']:.3f} |" for k, v in res["shares"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -139,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1000, help="stop-when-excluded analysts per mode (1000)")
     ap.add_argument("--queries", type=int, default=1000, help="paper workload queries (1000)")
     ap.add_argument("--seeds", type=int, default=2, help="paper workload seeds (2)")
+    ap.add_argument("--shares", action="store_true", help="also sweep the first ask's share of δ")
     ap.add_argument("--quick", action="store_true", help="100 runs, 200 queries × 1 seed (smoke run)")
     args = ap.parse_args(argv)
     runs, queries, seeds = (100, 200, 1) if args.quick else (args.runs, args.queries, args.seeds)
@@ -151,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(res["pums_session"]), flush=True)
     res["paper_workload"] = {s: {m: paper_workload(s, queries, seeds, m) for m in MODES} for s in ("bounded", "unbounded")}
     print(json.dumps(res["paper_workload"]), flush=True)
+    if args.shares:
+        res["share_runs"] = max(1, runs // 4)
+        res["shares"] = shares((0.5, 0.75, 0.9, 0.95, 0.99), res["share_runs"], queries)
     res["machine"] = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
                       "loadavg_at_end": os.getloadavg(), "wall_seconds": time.perf_counter() - t0}
     md = markdown(res)

@@ -47,9 +47,10 @@ __all__ = ["Asked", "Asks", "ReaskMode", "check_reasks"]
 class Asked:
     """One statement's asks as planned: its table, its non-zero queries and their keys, whether all
     its outputs are those queries' (plain linear, no exact one), the table's history version, the
-    level its intervals are computed at (0 under ``"independent"``), that confidence, whether the
-    plan releases, the confidence the analyst stated, and — when an earlier interval of every query
-    is given again instead of a release — those answers."""
+    level its intervals are computed at (0 under ``"independent"``) and that confidence, whether the
+    plan releases, the confidence the analyst stated, the level of its estimates as they are (what
+    it is answered at when nothing is released after all: a refusal with ``allow_partial``), and —
+    when an earlier interval of every query is given again instead of a release — those answers."""
 
     table: str
     queries: tuple[LinearQuery, ...]
@@ -60,6 +61,7 @@ class Asked:
     confidence: float
     fresh: bool
     stated: float
+    unchanged: int = 0
     again: tuple[Answer, ...] | None = None
 
 
@@ -95,11 +97,12 @@ class Asks:
             need = max(need, level if seen is not None and seen.version == version and not fresh else level + 1)
         return need
 
-    def planned(self, stmt: CompiledStatement, req: Requirement, plan_at: Callable[[float], Plan]) -> tuple[Plan, Asked]:
-        """``plan_at(c)`` for ``req`` at the confidence of the statement's asks: first at the level of unchanged
+    def planned(self, stmt: CompiledStatement, req: Requirement, policy: str,
+                plan_at: Callable[[float], Plan]) -> tuple[Plan, Asked]:
+        """``plan_at(c)`` for ``req`` (under ``policy``) at the confidence of the statement's asks: first at the level of unchanged
         estimates; when that plan releases, again at the level of new ones; when that one releases
         too and every query's previous interval meets the requirement, none (``Asked.again``: those
-        intervals, and a plan without steps).  Records nothing (:meth:`served` does), so ``explain``
+        intervals, and a plan without steps; never under ``"no_reuse"``).  Records nothing (:meth:`served` does), so ``explain``
         quotes what the next ``query`` does.  Reads only the design of history, never a value."""
         accuracy, confidence = req.accuracy, req.confidence
         queries = tuple(q for q in stmt.queries if not q.is_zero)
@@ -108,14 +111,14 @@ class Asks:
             return plan_at(confidence), Asked(stmt.table, (), (), linear, 0, 0, confidence, False, confidence)
         keys = tuple(isolation_key(q)[0] for q in queries)
         version = self._version(stmt.table)
-        level = self._level(keys, version, fresh=False)
+        level = unchanged = self._level(keys, version, fresh=False)
         planned = plan_at(ask_confidence(confidence, level))
         fresh = any(s.kind == "fresh" for s in planned.steps)
         if fresh and (again := self._level(keys, version, fresh=True)) != level:
             level, planned = again, plan_at(ask_confidence(confidence, again))
         asked = Asked(stmt.table, queries, keys, linear, version, level, ask_confidence(confidence, level), fresh,
-                      confidence)
-        if fresh and linear and any(s.kind == "fresh" for s in planned.steps):
+                      confidence, unchanged)
+        if fresh and linear and policy != "no_reuse" and any(s.kind == "fresh" for s in planned.steps):
             given = self._again(asked, accuracy)
             if given is not None:
                 return replace(planned, steps=()), replace(asked, fresh=False, again=given)
@@ -136,22 +139,24 @@ class Asks:
                                query=q, confidence=asked.stated, meets_requirement=True, secure=secure))
         return tuple(out)
 
-    def served(self, asked: Asked, answered: Callable[[], Sequence[Answer]]) -> tuple[Answer, ...]:
-        """The answers of ``asked`` — ``answered()`` (at ``asked.confidence``), or the earlier ones given
+    def served(self, asked: Asked, answered: Callable[[float], Sequence[Answer]]) -> tuple[Answer, ...]:
+        """The answers of ``asked`` — ``answered(c)`` at confidence ``c``: ``asked.confidence``, or, when
+        nothing was released after all, the level of the estimates as they are; or the earlier ones given
         again — with the stated confidence (each interval was computed at a confidence ≥ it, so it
         covers at least as often: ``Answer.interval_confidence``); records the intervals given."""
         if asked.again is not None:
             return asked.again
         if self.mode == "independent":
-            return tuple(answered())
-        out = tuple(_stated(a, asked.stated) for a in answered())
+            return tuple(answered(asked.confidence))
         now = self._version(asked.table)
+        level = asked.level if now != asked.version else asked.unchanged  # nothing released: the same estimates
+        out = tuple(_stated(a, asked.stated) for a in answered(ask_confidence(asked.stated, level)))
         for i, key in enumerate(asked.keys):
             seen = self._seen.get(key)
-            new = asked.fresh or seen is None or seen.version != asked.version or now != asked.version
+            new = seen is None or seen.version != asked.version or now != asked.version
             answer = out[i] if asked.linear and out[i].source in ("fresh", "history") and out[i].meets_requirement else None
             if new:
-                self._seen[key] = _Seen(asked.level, now, answer)
+                self._seen[key] = _Seen(level, now, answer)
             elif seen is not None and seen.answer is None and answer is not None:
                 self._seen[key] = _Seen(seen.level, seen.version, answer)  # the same estimate, at a level ≥ its own
         return out

@@ -306,14 +306,14 @@ class Gateway(Extensions):
         policy = check_policy(policy or self.policy)
         with self._latency.timed() as clock, self._lock, _progress.working(f"planning {len(stmt.queries)} outputs"):
             self._history.sync()
-            planned, asked = self._asks.planned(stmt, req, lambda c: self._plan(stmt, accuracy, c, policy))
+            planned, asked = self._asks.planned(stmt, req, policy, lambda c: self._plan(stmt, accuracy, c, policy))
             steps: Sequence[Step] = planned.steps
             clock.reads_data = any(s.kind == "fresh" for s in steps)  # decided by the plan: public
             steps, blue, replayed = (self._measure(stmt, sql, planned, accuracy, asked.confidence, policy, allow_partial)
                                      if clock.reads_data else (steps, planned.refined.blue, False))
             secure = self._history.secure(stmt.table)
-            out = self._asks.served(asked, lambda: assemble(stmt, lambda c: answers(
-                blue, steps, accuracy, c, policy, secure=secure, replayed=replayed), asked.confidence))
+            out = self._asks.served(asked, lambda at: assemble(stmt, lambda c: answers(
+                blue, steps, accuracy, c, policy, secure=secure, replayed=replayed), at))
         result = Result(out, stmt, float(sum(s.increase for s in steps)))
         return result.rounded() if round else result
 
@@ -387,7 +387,7 @@ class Gateway(Extensions):
                 return Explanation(quotes, 0.0, spent, self.budget, stmt)
             req = of_call(stmt.hints, accuracy, confidence, None)
             pol = check_policy(policy or self.policy)
-            planned, asked = self._asks.planned(stmt, req, lambda c: self._plan(stmt, req.accuracy, c, pol))
+            planned, asked = self._asks.planned(stmt, req, pol, lambda c: self._plan(stmt, req.accuracy, c, pol))
             if asked.again is not None:  # earlier intervals given again: free
                 return self._asks.quoted(asked, spent, self.budget, stmt)
             blue, zero = planned.refined.blue, zero_valued(planned.steps)

@@ -138,3 +138,20 @@ def test_a_bad_reasks_is_refused_before_anything_is_opened(bad: object, tmp_path
     with pytest.raises(dpgate.InvalidRequirement):
         check_reasks(bad)
     assert REASK_MODES == ("simultaneous", "independent")
+
+
+def test_the_dbapi_cursor_counts_its_asks() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        conn = dpgate.connect(FRAME, schema=SCHEMA, budget=10.0, seed=7, accuracy=20)
+        cur = conn.cursor()
+        cur.execute(SQL)
+        assert cur.answers[0].interval_confidence == pytest.approx(ask_confidence(0.95, 1))
+        cur.execute("SELECT /*+ dpgate accuracy=10 */ COUNT(*) FROM t WHERE v < 40")
+        (a,) = cur.answers
+        assert a.source == "fresh" and a.confidence == 0.95
+        assert a.interval_confidence == pytest.approx(ask_confidence(0.95, 2))
+        conn.close()
+        off = dpgate.connect(FRAME, schema=SCHEMA, budget=10.0, seed=7, accuracy=20, reasks="independent").cursor()
+        off.execute(SQL)
+        assert off.answers[0].interval_confidence == 0.95
