@@ -5,7 +5,7 @@ linear query is computed at ``1 − δ_k`` (:mod:`dpgate.plan.asks`), so that al
 a gateway gives for that query hold together with probability ≥ ``1 − δ``.
 
 *Which query*: keyed by :func:`~dpgate.plan.state.isolation_key` — the table and the weights up
-to a positive factor; the offset, label and group do not matter (``COUNT(*) + 1`` and
+to a non-zero factor; the offset, label and group do not matter (``COUNT(*) + 1`` and
 ``2*COUNT(*)`` miss exactly when ``COUNT(*)`` does).  *Which intervals are distinct*: an answer
 computed on the same history as the query's previous interval (no release on its table since,
 none now) is the same estimate at the same level, so the same interval again: it keeps its
@@ -20,7 +20,9 @@ asked before).
 The counts live in this object, so per gateway (per process): a new gateway on the same ledger
 starts them again (``README``, "Adaptivity and selective re-asking").  Every answer of
 :meth:`Gateway.query` / :meth:`Gateway.run` counts — the DB-API cursor, the pandas accessor and
-``dpgate serve`` all go through them; ``explain`` and ``quote`` only look.
+``dpgate serve`` all go through them; ``explain`` and ``quote`` only look.  Memory: one entry per
+distinct query answered, for the gateway's life (a large GROUP BY's groups share one record and keep
+no answers, :data:`KEPT_OUTPUTS`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,11 @@ from dpgate.plan.plan import meets
 from dpgate.plan.requirement import Requirement
 from dpgate.plan.state import isolation_key
 
-__all__ = ["Asked", "Asks", "ReaskMode", "check_reasks"]
+__all__ = ["KEPT_OUTPUTS", "Asked", "Asks", "ReaskMode", "check_reasks"]
+
+#: A statement's answers are kept (to be given again) when it has at most this many outputs; a larger
+#: GROUP BY keeps only its level per key (memory: a long session's every group would be held).
+KEPT_OUTPUTS = 64
 
 
 @dataclass(frozen=True)
@@ -151,12 +157,14 @@ class Asks:
         now = self._version(asked.table)
         level = asked.level if now != asked.version else asked.unchanged  # nothing released: the same estimates
         out = tuple(_stated(a, asked.stated) for a in answered(ask_confidence(asked.stated, level)))
+        keep = asked.linear and len(out) <= KEPT_OUTPUTS
+        shared = _Seen(level, now, None)  # a large GROUP BY's keys share one record
         for i, key in enumerate(asked.keys):
             seen = self._seen.get(key)
             new = seen is None or seen.version != asked.version or now != asked.version
-            answer = out[i] if asked.linear and out[i].source in ("fresh", "history") and out[i].meets_requirement else None
+            answer = out[i] if keep and out[i].source in ("fresh", "history") and out[i].meets_requirement else None
             if new:
-                self._seen[key] = _Seen(level, now, answer)
+                self._seen[key] = shared if answer is None else _Seen(level, now, answer)
             elif seen is not None and seen.answer is None and answer is not None:
                 self._seen[key] = _Seen(seen.level, seen.version, answer)  # the same estimate, at a level ≥ its own
         return out

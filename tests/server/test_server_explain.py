@@ -11,6 +11,7 @@ import pytest
 from _dpserve import PASSWORDS, dsn, ledger_records, psql, thread_server
 
 from dpgate import dbapi
+from dpgate.plan.asks import ask_confidence
 from dpgate.server import _session
 
 SQL = "SELECT COUNT(*) FROM pums WHERE age < {}"
@@ -56,12 +57,13 @@ def test_explain_from_every_client_is_typed_and_free(tmp_path: Path) -> None:
             row = extended.fetchone()
             assert simple.fetchall() == [row]
             assert row[:3] == ("COUNT(*)", "", "fresh") and row[3] > 0 and row[4] == pytest.approx(25.0)
-            assert row[5] == 0.95 and row[6] == pytest.approx(1.0 - row[3])
+            # The confidence the half-width is stated at: a first ask's level (dpgate.plan.asks), ≥ the 0.95 asked.
+            assert row[5] == pytest.approx(ask_confidence(0.95, 1)) and row[6] == pytest.approx(1.0 - row[3])
             # Hints and SET dpgate.* resolve as for the query itself.
             hinted = con.execute("EXPLAIN /*+ dpgate accuracy=50 */ " + SQL.format("%s"), [30]).fetchone()
             assert hinted[4] == pytest.approx(50.0) and hinted[3] == pytest.approx(row[3] / 2)
             con.execute("SET dpgate.confidence = 0.9")
-            assert con.execute("EXPLAIN " + SQL.format(30)).fetchone()[5] == 0.9
+            assert con.execute("EXPLAIN " + SQL.format(30)).fetchone()[5] == pytest.approx(ask_confidence(0.9, 1))
         import pg8000.native as pg8000
         c = pg8000.Connection("bob", password=PASSWORDS["bob"], host="127.0.0.1", port=s.port, database="pums")
         try:
