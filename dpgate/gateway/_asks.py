@@ -68,17 +68,20 @@ class Asked:
     fresh: bool
     stated: float
     unchanged: int = 0
+    accuracy: float = math.inf
     again: tuple[Answer, ...] | None = None
 
 
 @dataclass(frozen=True)
 class _Seen:
-    """A query's latest distinct interval: its level, the table version it was computed on and, for a
-    plain linear output, the answer given (to give it again)."""
+    """A query's latest distinct interval: its level, the table version it was computed on, for a plain
+    linear output the answer given (to give it again), and the accuracy and confidence it was asked at."""
 
     level: int
     version: int
     answer: Answer | None
+    accuracy: float = math.inf
+    stated: float = 1.0
 
 
 class Asks:
@@ -105,11 +108,13 @@ class Asks:
 
     def planned(self, stmt: CompiledStatement, req: Requirement, policy: str,
                 plan_at: Callable[[float], Plan]) -> tuple[Plan, Asked]:
-        """``plan_at(c)`` for ``req`` (under ``policy``) at the confidence of the statement's asks: first at the level of unchanged
-        estimates; when that plan releases, again at the level of new ones; when that one releases
-        too and every query's previous interval meets the requirement, none (``Asked.again``: those
-        intervals, and a plan without steps; never under ``"no_reuse"``).  Records nothing (:meth:`served` does), so ``explain``
-        quotes what the next ``query`` does.  Reads only the design of history, never a value."""
+        """``plan_at(c)`` for ``req`` (under ``policy``) at the confidence of the statement's asks: first at
+        the level of unchanged estimates (when no query is asked tighter than before, :meth:`_no_tighter`);
+        when that plan releases, at the level of new ones; when that one releases too and every query's
+        previous interval meets the requirement, none (``Asked.again``: those intervals, and a plan
+        without steps; never under ``"no_reuse"``).  Records nothing (:meth:`served` does), so
+        ``explain`` quotes what the next ``query`` does.  Reads only the design of history and the
+        requirements asked, never a value."""
         accuracy, confidence = req.accuracy, req.confidence
         queries = tuple(q for q in stmt.queries if not q.is_zero)
         linear = not stmt.derived and len(queries) == len(stmt.queries)
@@ -117,18 +122,33 @@ class Asks:
             return plan_at(confidence), Asked(stmt.table, (), (), linear, 0, 0, confidence, False, confidence)
         keys = tuple(isolation_key(q)[0] for q in queries)
         version = self._version(stmt.table)
-        level = unchanged = self._level(keys, version, fresh=False)
-        planned = plan_at(ask_confidence(confidence, level))
-        fresh = any(s.kind == "fresh" for s in planned.steps)
-        if fresh and (again := self._level(keys, version, fresh=True)) != level:
-            level, planned = again, plan_at(ask_confidence(confidence, again))
+        unchanged, level = self._level(keys, version, fresh=False), self._level(keys, version, fresh=True)
+        fresh = True
+        if unchanged != level and self._no_tighter(keys, version, accuracy, confidence):
+            planned = plan_at(ask_confidence(confidence, unchanged))  # perhaps free, at the level as it is
+            fresh = any(s.kind == "fresh" for s in planned.steps)
+            level = level if fresh else unchanged
+        if fresh:
+            planned = plan_at(ask_confidence(confidence, level))
+            fresh = any(s.kind == "fresh" for s in planned.steps)
         asked = Asked(stmt.table, queries, keys, linear, version, level, ask_confidence(confidence, level), fresh,
-                      confidence, unchanged)
-        if fresh and linear and policy != "no_reuse" and any(s.kind == "fresh" for s in planned.steps):
+                      confidence, unchanged, accuracy)
+        if fresh and linear and policy != "no_reuse":
             given = self._again(asked, accuracy)
             if given is not None:
                 return replace(planned, steps=()), replace(asked, fresh=False, again=given)
         return planned, asked
+
+    def _no_tighter(self, keys: Sequence[str], version: int, accuracy: float, confidence: float) -> bool:
+        """Whether no key whose estimate is unchanged is asked tighter (a smaller accuracy, a higher
+        confidence) than its interval was: only then may the level as it is answer free, so only then
+        is it planned (planning a large statement twice costs seconds).  Public inputs only."""
+        for key in keys:
+            seen = self._seen.get(key)
+            if seen is not None and seen.version == version and (
+                    accuracy < seen.accuracy * (1 - 1e-12) or confidence > seen.stated + 1e-12):
+                return False
+        return True
 
     def _again(self, asked: Asked, accuracy: float) -> tuple[Answer, ...] | None:
         """Each query's previous answer, for ``accuracy`` and its label and group, when every one meets
@@ -158,15 +178,15 @@ class Asks:
         level = asked.level if now != asked.version else asked.unchanged  # nothing released: the same estimates
         out = tuple(_stated(a, asked.stated) for a in answered(ask_confidence(asked.stated, level)))
         keep = asked.linear and len(out) <= KEPT_OUTPUTS
-        shared = _Seen(level, now, None)  # a large GROUP BY's keys share one record
+        shared = _Seen(level, now, None, asked.accuracy, asked.stated)  # a large GROUP BY's keys share one record
         for i, key in enumerate(asked.keys):
             seen = self._seen.get(key)
             new = seen is None or seen.version != asked.version or now != asked.version
             answer = out[i] if keep and out[i].source in ("fresh", "history") and out[i].meets_requirement else None
             if new:
-                self._seen[key] = shared if answer is None else _Seen(level, now, answer)
+                self._seen[key] = shared if answer is None else _Seen(level, now, answer, asked.accuracy, asked.stated)
             elif seen is not None and seen.answer is None and answer is not None:
-                self._seen[key] = _Seen(seen.level, seen.version, answer)  # the same estimate, at a level ≥ its own
+                self._seen[key] = replace(seen, answer=answer)  # the same estimate, at a level ≥ its own
         return out
 
     def quoted(self, asked: Asked, spent: float, budget: float, stmt: CompiledStatement) -> Explanation:

@@ -25,7 +25,7 @@ SCHEMA = {"tables": {"t": {"columns": {"v": {"type": "integer", "min": 0, "max":
 FRAME = pd.DataFrame({"v": np.random.default_rng(29).integers(0, 100, 600)})
 SQL = "SELECT COUNT(*) FROM t WHERE v < 40"
 TRUTH = int((FRAME["v"] < 40).sum())
-GATEWAYS = 240
+GATEWAYS = 200
 
 
 def stop_when_excluded(seed: int, reasks: str) -> bool:
@@ -155,3 +155,21 @@ def test_the_dbapi_cursor_counts_its_asks() -> None:
         off = dpgate.connect(FRAME, schema=SCHEMA, budget=10.0, seed=7, accuracy=20, reasks="independent").cursor()
         off.execute(SQL)
         assert off.answers[0].interval_confidence == 0.95
+
+
+def test_a_tighter_reask_is_planned_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a re-ask no tighter than before may be free at the level as it is: a tighter one is planned
+    once, at the next level (planning a large GROUP BY twice would cost seconds)."""
+    plans: list[float] = []
+    real = dpgate.Gateway._plan
+    monkeypatch.setattr(dpgate.Gateway, "_plan", lambda self, stmt, acc, c, pol: plans.append(c) or real(
+        self, stmt, acc, c, pol))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        gw = dpgate.Gateway(FRAME, SCHEMA, budget=10.0, seed=8)
+        gw.query(SQL, accuracy=20)
+        assert gw.query(SQL, accuracy=10).answer.source == "fresh"  # the estimate as it is cannot be enough
+        assert plans == pytest.approx([ask_confidence(0.95, 1), ask_confidence(0.95, 2)])
+        plans.clear()
+        assert gw.query(SQL, accuracy=10).answer.source == "history"  # a repeat: the level as it is
+        assert plans == pytest.approx([ask_confidence(0.95, 2)])
