@@ -173,3 +173,22 @@ def test_a_tighter_reask_is_planned_once(monkeypatch: pytest.MonkeyPatch) -> Non
         plans.clear()
         assert gw.query(SQL, accuracy=10).answer.source == "history"  # a repeat: the level as it is
         assert plans == pytest.approx([ask_confidence(0.95, 2)])
+
+
+def test_serve_refuses_a_bad_reasks_before_opening_anything(tmp_path: object) -> None:
+    import pathlib
+
+    from click.testing import CliRunner
+
+    from dpgate.cli import cli
+
+    tmp = pathlib.Path(str(tmp_path))
+    data = pathlib.Path(dpgate.__file__).parent / "data"
+    users = tmp / "users.yaml"
+    users.write_text("users: {}\n")
+    args = ["serve", "--data", str(data / "PUMS.csv"), "--schema", str(data / "pums.yaml"), "--ledger",
+            str(tmp / "l.db"), "--budget", "1", "--users", str(users)]
+    res = CliRunner().invoke(cli, [*args, "--reasks", "bonferroni"])
+    assert res.exit_code == 2 and "simultaneous" in res.output and "independent" in res.output
+    assert not (tmp / "l.db").exists()
+    assert "--reasks" in CliRunner().invoke(cli, ["serve", "--help"]).output
