@@ -57,10 +57,10 @@ class Answer:
     Attributes:
         value: the estimate θ̂ (the posterior centre) moved into the values the truth can take
             (a count is never negative: see :attr:`unbiased`); NaN when ``source == "unavailable"``.
-        low, high: the narrowest ``confidence`` credible interval, which is also an
+        low, high: the narrowest ``interval_confidence`` credible interval, which is also an
             exact frequentist confidence interval for the true answer, on the values the truth
             can take (module docstring).
-        confidence: the stated coverage 1−δ of ``[low, high]``.
+        confidence: the stated coverage 1−δ of ``[low, high]`` (the analyst's).
         accuracy: the half-width the analyst asked for.
         source: ``"history"``, ``"fresh"``, ``"exact"``, ``"unavailable"`` or ``"model"``
             (see ``Source``; a ``"model"`` answer's ``low``/``high`` are not a guaranteed interval).
@@ -90,6 +90,10 @@ class Answer:
             components it was computed from (``COUNT(x)``, ``SUM(x)``[, ``SUM(x*x)``], each at
             confidence ``1 − δ/k``); empty otherwise.  A derived answer has ``posterior=None``
             and ``query=None``: its interval is a Bonferroni box, not a distribution.
+        interval_confidence: the confidence ``[low, high]`` was computed at: ``confidence`` itself, or
+            more when the gateway holds several intervals of the query together (``Gateway(reasks=
+            "simultaneous")``, the default: the k-th distinct interval of a query is at ``1 − δ_k``,
+            ``dpgate.plan.asks``), so that the one an analyst stops on still covers at ``confidence``.
     """
 
     value: float
@@ -107,8 +111,11 @@ class Answer:
     secure: bool = False
     isolated: bool = False
     components: tuple[Answer, ...] = field(default=(), repr=False)
+    interval_confidence: float = field(default=math.nan, repr=False)
 
     def __post_init__(self) -> None:
+        if math.isnan(self.interval_confidence):  # not given: the interval is at the stated confidence
+            object.__setattr__(self, "interval_confidence", self.confidence)
         value, low, high = _on_support(self.value, self.low, self.high, self.query, self.posterior, self.source)
         for name, x in (("value", value), ("low", low), ("high", high)):
             object.__setattr__(self, name, _tidy(x))
@@ -127,6 +134,7 @@ class Answer:
             value=_tidy(value), low=_tidy(low), high=_tidy(high), confidence=confidence, accuracy=accuracy,
             source=source, epsilon_spent=epsilon_spent, posterior=posterior, meets_requirement=meets_requirement,
             label=label, group=group, query=query, secure=secure, isolated=isolated, components=(),
+            interval_confidence=confidence,
         )
         return out
 

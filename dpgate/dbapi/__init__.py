@@ -153,6 +153,7 @@ from dpgate.dbapi._rows import (
 from dpgate.errors import *  # noqa: F403  (PEP 249: the exception classes, errors.__all__)
 from dpgate.errors import InterfaceError, InvalidRequirement
 from dpgate.gateway import DEFAULT_MAX_OUTPUTS, Gateway
+from dpgate.plan.asks import check_reasks
 from dpgate.plan.decide import check_policy
 from dpgate.plan.requirement import resolve_accuracy, resolve_confidence
 from dpgate.plan.state import DEFAULT_MAX_ATOMS
@@ -210,6 +211,7 @@ def connect(
     max_outputs: int | None = None,
     fixed_latency: float | None = None,
     max_memory: int | None = None,
+    reasks: str | None = None,
 ) -> Connection:
     """Open a DB-API connection that answers counting queries with differential privacy.
 
@@ -247,18 +249,23 @@ def connect(
             :class:`~dpgate.Gateway` and the README's threat model); default: as soon as ready.
         max_memory: bytes of large arrays one statement may build while it is compiled and
             planned (default 1 GiB); a larger one raises ``QueryTooComplex``, nothing spent.
+        reasks: ``"simultaneous"`` (default): all the intervals given for one query hold together at
+            ``confidence`` (its k-th distinct interval is computed at ``1 − δ_k``, ``Σ δ_k ≤ δ``), so
+            stopping on what you see is honest; ``"independent"``: each holds on its own
+            (see :class:`~dpgate.Gateway` and ``dpgate.plan.asks``).
 
     Raises:
         OperationalError: the database file cannot be opened.
         SchemaError: the schema is invalid or the data lack a declared table or column.
         LedgerError: the ledger is bound to other data, another schema or budget.
-        InvalidRequirement: bad budget, accuracy or confidence.
+        InvalidRequirement: bad budget, accuracy, confidence, policy or reasks.
     """
     if isinstance(database, Gateway):
         given = [n for n, v in (("schema", schema), ("budget", budget), ("ledger", ledger),
                                 ("ledger_key", ledger_key), ("policy", policy), ("seed", seed),
                                 ("max_atoms", max_atoms), ("max_outputs", max_outputs),
-                                ("fixed_latency", fixed_latency), ("max_memory", max_memory)) if v is not None]
+                                ("fixed_latency", fixed_latency), ("max_memory", max_memory),
+                                ("reasks", reasks)) if v is not None]
         given += ["new_ledger"] if new_ledger else []
         if given:
             raise InterfaceError(
@@ -288,6 +295,7 @@ def connect(
                 max_outputs=DEFAULT_MAX_OUTPUTS if max_outputs is None else max_outputs,
                 fixed_latency=fixed_latency,
                 max_memory=DEFAULT_MAX_MEMORY if max_memory is None else max_memory,
+                reasks=check_reasks("simultaneous" if reasks is None else reasks),
             )
         except TypeError as exc:
             raise InterfaceError(str(exc)) from None

@@ -3,11 +3,13 @@
 - :mod:`~dpgate.gateway._gateway` — :class:`Gateway`: queries, quotes, probabilities and the releases
   behind them, each in one ledger transaction;
 - :mod:`~dpgate.gateway._extensions` — its warm starts, model-based estimates and synthetic data,
-  delegated to :mod:`dpgate.warmstart` and :mod:`dpgate.model`.
+  delegated to :mod:`dpgate.warmstart` and :mod:`dpgate.model`;
+- :mod:`~dpgate.gateway._asks` — per query, which of its intervals an answer is: the level
+  (``dpgate.plan.asks``) its intervals are planned at, so that all hold together.
 
 Pipeline of one ``Gateway.query`` call::
 
-    compile_statement ─▶ refine atoms ─▶ plan (history? else the smallest budget)
+    compile_statement ─▶ refine atoms ─▶ plan at the ask's level (history? else the smallest budget)
         ─▶ budget check ─▶ [ledger transaction: re-sync, re-plan, check, measure,
            record, commit] ─▶ BLUE over all history ─▶ Result
 

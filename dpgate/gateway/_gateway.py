@@ -34,6 +34,7 @@ from dpgate.compile.derived import refuse_derived
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import Error, InvalidArgument, InvalidRequirement, NotEstimable, ProgrammingError
 from dpgate.errors import Warning as DPGateWarning
+from dpgate.gateway._asks import Asks, ReaskMode, check_reasks
 from dpgate.gateway._extensions import Extensions
 from dpgate.gateway._latency import Latency
 from dpgate.gateway._ledger_open import ledger_for
@@ -70,12 +71,6 @@ def _outside_dpgate() -> int:
     while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith("dpgate"):
         frame, level = frame.f_back, level + 1
     return level
-
-
-def _recorded_charges(state: TableState, parts: Sequence[Measurement]) -> RecordedCharges:
-    """The table's exact charge, in units, before and after each of a statement's releases as they
-    will be recorded, and the costs after them."""
-    return state.recorded_charges([(m.c, m.alpha, m.sensitivity) for m in parts])
 
 
 class Gateway(Extensions):
@@ -116,6 +111,7 @@ class Gateway(Extensions):
         fixed_latency: seconds S: a statement that reads data answers S after it began (or at the next
             multiple of S if its work overruns), so its timing does not reveal the data (``gateway._latency``).
         max_memory: bytes of arrays one statement may build (default 1 GiB; ``compile.bounds.reserve_memory``).
+        reasks: ``"simultaneous"`` (default: all intervals of a query hold together, ``plan.asks``) or ``"independent"``.
 
     Example:
         >>> import dpgate, dpgate.datasets
@@ -145,9 +141,10 @@ class Gateway(Extensions):
         max_outputs: int = DEFAULT_MAX_OUTPUTS,
         fixed_latency: float | None = None,
         max_memory: int = DEFAULT_MAX_MEMORY,
+        reasks: ReaskMode = "simultaneous",
     ):
         budget = positive_finite(budget, "budget", error=InvalidRequirement)
-        self.policy = check_policy(policy)
+        self.policy, reasks = check_policy(policy), check_reasks(reasks)
         self.schema = Schema.load(schema)
         self.dialect = dialect
         for name, limit in (("max_atoms", max_atoms), ("max_outputs", max_outputs), ("max_memory", max_memory)):
@@ -165,6 +162,7 @@ class Gateway(Extensions):
             self._owns_ledger = not isinstance(ledger, Ledger)
             self._noise = noise_source(seed)
             self._history = LedgerHistory(self.schema, self._ledger, max_atoms)
+            self._asks = Asks(reasks, self._history)  # per query, which of its intervals this is
             self._ispe_releases: list[warmstart.WarmStart] = []  # this object's ISPE warm starts, for method="mmse"
             self._lock = threading.RLock()
             with one_blas_thread():
@@ -308,14 +306,14 @@ class Gateway(Extensions):
         policy = check_policy(policy or self.policy)
         with self._latency.timed() as clock, self._lock, _progress.working(f"planning {len(stmt.queries)} outputs"):
             self._history.sync()
-            planned = self._plan(stmt, accuracy, confidence, policy)
+            planned, asked = self._asks.planned(stmt, req, policy, lambda c: self._plan(stmt, accuracy, c, policy))
             steps: Sequence[Step] = planned.steps
             clock.reads_data = any(s.kind == "fresh" for s in steps)  # decided by the plan: public
-            steps, blue, replayed = (self._measure(stmt, sql, planned, accuracy, confidence, policy, allow_partial)
+            steps, blue, replayed = (self._measure(stmt, sql, planned, accuracy, asked.confidence, policy, allow_partial)
                                      if clock.reads_data else (steps, planned.refined.blue, False))
             secure, rows = self._history.secure(stmt.table), planned.refined.table.rows
-            out = assemble(stmt, lambda c: answers(blue, steps, accuracy, c, policy, secure=secure, replayed=replayed,
-                                                   rows=rows), confidence)
+            out = self._asks.served(asked, lambda at: assemble(stmt, lambda c: answers(
+                blue, steps, accuracy, c, policy, secure=secure, replayed=replayed, rows=rows), at))
         result = Result(out, stmt, float(sum(s.increase for s in steps)))
         return result.rounded() if round else result
 
@@ -389,11 +387,13 @@ class Gateway(Extensions):
                 return Explanation(quotes, 0.0, spent, self.budget, stmt)
             req = of_call(stmt.hints, accuracy, confidence, None)
             pol = check_policy(policy or self.policy)
-            planned = self._plan(stmt, req.accuracy, req.confidence, pol)
+            planned, asked = self._asks.planned(stmt, req, pol, lambda c: self._plan(stmt, req.accuracy, c, pol))
+            if asked.again is not None:  # earlier intervals given again: free
+                return self._asks.quoted(asked, spent, self.budget, stmt)
             blue, zero = planned.refined.blue, zero_valued(planned.steps)
             return quote(stmt, planned.steps, lambda c: answers(blue, zero, req.accuracy, c, pol, secure=True,
                                                                 rows=planned.refined.table.rows),
-                         req.confidence, spent, self.budget, planned.refined.costs)
+                         asked.confidence, spent, self.budget, planned.refined.costs)
 
     @single_threaded
     def probability(self, sql: str, low: float | None = None, high: float | None = None, *, params: Any = None) -> float:
@@ -640,7 +640,7 @@ class Gateway(Extensions):
                 parts = [measurement(state, q, q.sensitivity / a,
                                      h=np.array([isolation_key(q)[1]]) if i in state.outside else None)
                          for i, (q, a) in enumerate(measurements)]
-                charges = _recorded_charges(state, parts)
+                charges = state.recorded_charges([(m.c, m.alpha, m.sensitivity) for m in parts])
                 start, after = charges.before, charges.after
                 needed, spent = to_epsilon(after[-1] if after else start) - to_epsilon(start), self._history.spent()
                 if not fits(spent, needed, self.budget):

@@ -1,6 +1,7 @@
 """Stage "plan": answer from history, or choose the cheapest fresh measurement.
 
 - :mod:`~dpgate.plan.requirement` — the analyst's ``±accuracy`` at ``confidence``, resolved once;
+- :mod:`~dpgate.plan.asks` — the confidence a query's k-th interval is planned at (δ-spending);
 - :mod:`~dpgate.plan.atoms` — partitions of a table's domain (inference atoms, box grids);
 - :mod:`~dpgate.plan.cost_grid` — the cost atoms: a main grid and side grids beyond its limit;
 - :mod:`~dpgate.plan.state` — a table's released history on atoms, live and frozen;

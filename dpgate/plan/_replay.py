@@ -115,17 +115,19 @@ def refusal(
     confidence: float, *, secure: bool, rows: int | None = None,
 ) -> BudgetExhausted:
     """The refusal of a statement that needs ``needed`` more than ``budget − spent`` allows, with what
-    history alone would give a single-output statement (its steps replayed with nothing paid)."""
+    history alone would give a single-output statement (its steps replayed with nothing paid).
+    ``confidence``: the one the statement is planned at (above the stated one for a re-asked query,
+    ``dpgate.plan.asks``), written with the digits it has."""
     unpaid = [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps]
     best = answers(blue, unpaid, accuracy, confidence, "minimal", secure=secure, rows=rows)
     single = best[0] if len(best) == 1 else None
     hint = ""
     if single is not None and math.isfinite(single.value):
         hint = (
-            f" History alone gives {single.value:.6g} ± {single.halfwidth:.6g} at {confidence:.0%};"
+            f" History alone gives {single.value:.6g} ± {single.halfwidth:.6g} at {100 * confidence:.6g}%;"
             " pass allow_partial=True to receive it."
         )
     elif single is not None:
         hint = " History alone does not determine this query."
     return exhausted(needed, spent, budget, what="This query",
-                     purpose=f" to reach ±{accuracy:g} at {confidence:.0%}", hint=hint, estimate=single)
+                     purpose=f" to reach ±{accuracy:g} at {100 * confidence:.6g}%", hint=hint, estimate=single)

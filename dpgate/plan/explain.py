@@ -210,7 +210,7 @@ def _certified(a: Answer) -> float:
     at the least possible value (with every release valued 0, that cut would halve a count's width)."""
     if a.posterior is None:
         return a.halfwidth
-    return a.posterior.halfwidth(a.confidence)
+    return a.posterior.halfwidth(a.interval_confidence)
 
 
 def zero_valued(steps: Sequence[Step]) -> list[Step]:

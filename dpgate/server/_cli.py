@@ -44,6 +44,9 @@ SWITCH_INTERVAL = 0.0001
               help="Default half-width of answers (sessions change it with SET dpgate.accuracy).")
 @click.option("--confidence", type=float, default=0.95, show_default=True, help="Default confidence 1−δ.")
 @click.option("--policy", type=click.Choice(["minimal", "paper", "no_reuse"]), default="minimal", show_default=True)
+@click.option("--reasks", type=click.Choice(["simultaneous", "independent"]), default="simultaneous", show_default=True,
+              help="simultaneous: all the intervals given for one query hold together at the stated confidence, so "
+                   "an analyst may stop re-asking on what they see; independent: each on its own.")
 @click.option("--max-connections", type=click.IntRange(min=1), default=100, show_default=True,
               help="Connections served at once (one thread each), counted from accept: authenticated or not.")
 @click.option("--max-connections-per-analyst", type=click.IntRange(min=1), default=None,
@@ -60,7 +63,7 @@ SWITCH_INTERVAL = 0.0001
                    "if it overruns), so response times do not depend on the data. Default: off.")
 def serve(data: str, schema_path: str | None, ledger: str, ledger_key: str | None, budget: float, users_path: str,
           host: str, port: int, tls_cert: str | None, tls_key: str | None, allow_insecure_password: bool,
-          require_tls: bool | None, accuracy: float | None, confidence: float, policy: Any,
+          require_tls: bool | None, accuracy: float | None, confidence: float, policy: Any, reasks: Any,
           max_connections: int, max_connections_per_analyst: int | None, auth_timeout: float, idle_timeout: float,
           statement_deadline: float, fixed_latency: float | None) -> None:
     """Serve the gateway over the PostgreSQL wire protocol (psql, psycopg, JDBC, BI tools).
@@ -85,7 +88,7 @@ def serve(data: str, schema_path: str | None, ledger: str, ledger_key: str | Non
     schema = data_schema(data, schema_path, error=click.UsageError)
     users = load_users(users_path)
     gw = Gateway(open_data_file(data, schema, error=click.UsageError), schema, budget=budget, ledger=ledger,
-                 ledger_key=ledger_key, policy=policy, fixed_latency=fixed_latency)
+                 ledger_key=ledger_key, policy=policy, fixed_latency=fixed_latency, reasks=reasks)
     try:
         server = Server(gw, users, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                         allow_insecure_password=allow_insecure_password, require_tls=require_tls,

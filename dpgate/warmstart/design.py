@@ -103,7 +103,7 @@ Example:
     >>> ws = gw.warm_start("hierarchical", 0.5, "age")
     >>> len(ws.queries), round(gw.spent, 12)
     (206, 0.5)
-    >>> a = gw.query("SELECT COUNT(*) FROM pums WHERE age BETWEEN 30 AND 39", accuracy=40).answer
+    >>> a = gw.query("SELECT COUNT(*) FROM pums WHERE age BETWEEN 30 AND 39", accuracy=45).answer
     >>> a.source, a.epsilon_spent
     ('history', 0.0)
 """

@@ -77,9 +77,10 @@ def test_gateway_equals_dense_blue(session: list[tuple[str, float]], seed: int) 
         spent = gw.spent
         got = gw.query(sql, accuracy=1e12, confidence=0.9).answer
         assert got.source == "history" and gw.spent == spent
-        half = ref.halfwidth(0.9)
+        c = got.interval_confidence  # 0.9 stated; a query's k-th interval is at 1 − δ_k (dpgate.plan.asks)
+        half = ref.halfwidth(c)
         assert got.value == pytest.approx(ref.value + float(q.offset), rel=1e-7, abs=1e-7 * (1 + half))
-        lo, hi = got.posterior.certified_interval(0.9)  # certified; the released one is cut at 0 for counts
+        lo, hi = got.posterior.certified_interval(c)  # certified; the released one is cut at 0 for counts
         assert (hi - lo) / 2 == pytest.approx(half, rel=1e-6, abs=1e-9)
         assert lo - 1e-9 <= got.low <= got.high <= hi + 1e-9
 

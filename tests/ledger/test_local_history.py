@@ -84,13 +84,17 @@ def test_a_reopened_gateway_has_the_live_ones_state(tmp_path, checkpoint: bool) 
     next statements are decided alike and answered alike from history."""
     df = frame(1)
     (tmp_path / "live").mkdir()
-    live = dpgate.Gateway(df, SCHEMA, budget=100.0, seed=2, max_atoms=MAX_ATOMS, ledger=str(tmp_path / "live" / "l.db"))
+    # Each ask at the stated confidence: a reopened gateway counts a query's asks afresh (dpgate.gateway._asks),
+    # so under the default δ-spending its re-asks would be planned at other levels than the live one's.
+    live = dpgate.Gateway(df, SCHEMA, budget=100.0, seed=2, max_atoms=MAX_ATOMS, ledger=str(tmp_path / "live" / "l.db"),
+                          reasks="independent")
     answers(live, SESSION[:5])
     if checkpoint:
         live._history.save_checkpoint(live._ledger.records())
     # A copy of the ledger (and its key, checkpoint): the two gateways must not see each other's releases.
     shutil.copytree(tmp_path / "live", tmp_path / "copy")
-    reopened = dpgate.Gateway(df, SCHEMA, budget=100.0, seed=3, max_atoms=MAX_ATOMS, ledger=str(tmp_path / "copy" / "l.db"))
+    reopened = dpgate.Gateway(df, SCHEMA, budget=100.0, seed=3, max_atoms=MAX_ATOMS, ledger=str(tmp_path / "copy" / "l.db"),
+                              reasks="independent")
     assert reopened.spent == live.spent
     rest = SESSION[5:] + SESSION[2:3] + [("SELECT COUNT(*) FROM t WHERE a = 'v0'", 80.0)]
     assert answers(reopened, rest) == answers(live, rest)

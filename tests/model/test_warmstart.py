@@ -107,11 +107,11 @@ def test_every_cell_costs_exactly_epsilon(strategy, columns, options):
 
 def test_a_warm_start_simulates_its_charges_once(monkeypatch):
     """The charge checked against the budget is handed to the recording step, not recomputed."""
-    from dpgate.gateway import _gateway as gateway
+    from dpgate.plan.state import TableState
 
     calls = []
-    real = gateway._recorded_charges
-    monkeypatch.setattr(gateway, "_recorded_charges", lambda *a: calls.append(1) or real(*a))
+    real = TableState.recorded_charges
+    monkeypatch.setattr(TableState, "recorded_charges", lambda *a: calls.append(1) or real(*a))
     df, schema = _grid2d()
     gw = dpgate.Gateway(df, schema, budget=1.0, seed=3)
     gw.warm_start("hierarchical", 0.4, "a")

@@ -63,7 +63,7 @@ def test_quote_equals_the_charge_and_costs_nothing(gw):
             if a.components:  # a derived output: its interval depends on the released values
                 assert math.isnan(q.halfwidth) and "SUM(x − " in q.note
             else:  # the certified half-width, before the answer's interval is cut at 0 (dpgate.answer.result)
-                lo, hi = a.posterior.certified_interval(a.confidence)
+                lo, hi = a.posterior.certified_interval(a.interval_confidence)
                 assert q.halfwidth == pytest.approx((hi - lo) / 2, rel=1e-9)
         assert quote.remaining <= gw.remaining + 1e-12
     assert gw.explain(*QUERIES[0][:1], accuracy=10, confidence=0.9).free

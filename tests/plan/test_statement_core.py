@@ -299,9 +299,10 @@ def test_an_own_release_law_is_the_single_laplace(pums) -> None:
     for a in res.answers:
         m = a.posterior.law
         single = ErrorLaw([1.0], [max(m.scales[np.flatnonzero(m.coefficients)])], lattice=[m.lattice[-1]])
-        lo, hi = a.posterior.certified_interval(0.9)  # the released interval may be cut at 0 (race 5 is empty)
-        assert (hi - lo) / 2 == pytest.approx(single.halfwidth(0.9), rel=1e-12)
-        assert (a.low, a.high) == pytest.approx(a.posterior.interval(0.9), rel=1e-14)
+        c = a.interval_confidence  # 0.9 stated; the first ask's interval is at 1 − 0.9·0.1 (dpgate.plan.asks)
+        lo, hi = a.posterior.certified_interval(c)  # the released interval may be cut at 0 (race 5 is empty)
+        assert (hi - lo) / 2 == pytest.approx(single.halfwidth(c), rel=1e-12)
+        assert (a.low, a.high) == pytest.approx(a.posterior.interval(c), rel=1e-14)
 
 
 def test_groups_answer_the_same_on_pandas_frames_as_on_duckdb(pums) -> None:

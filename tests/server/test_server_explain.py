@@ -11,6 +11,7 @@ import pytest
 from _dpserve import PASSWORDS, dsn, ledger_records, psql, thread_server
 
 from dpgate import dbapi
+from dpgate.plan.asks import ask_confidence
 from dpgate.server import _session
 
 SQL = "SELECT COUNT(*) FROM pums WHERE age < {}"
@@ -56,12 +57,14 @@ def test_explain_from_every_client_is_typed_and_free(tmp_path: Path) -> None:
             row = extended.fetchone()
             assert simple.fetchall() == [row]
             assert row[:3] == ("COUNT(*)", "", "fresh") and row[3] > 0 and row[4] == pytest.approx(25.0)
-            assert row[5] == 0.95 and row[6] == pytest.approx(0.5 - row[3])  # what would be left of alice's cap
+            # The confidence the half-width is stated at: a first ask's level (dpgate.plan.asks), ≥ the 0.95 asked;
+            # what would be left of alice's cap.
+            assert row[5] == pytest.approx(ask_confidence(0.95, 1)) and row[6] == pytest.approx(0.5 - row[3])
             # Hints and SET dpgate.* resolve as for the query itself.
             hinted = con.execute("EXPLAIN /*+ dpgate accuracy=50 */ " + SQL.format("%s"), [30]).fetchone()
             assert hinted[4] == pytest.approx(50.0) and hinted[3] == pytest.approx(row[3] / 2)
             con.execute("SET dpgate.confidence = 0.9")
-            assert con.execute("EXPLAIN " + SQL.format(30)).fetchone()[5] == 0.9
+            assert con.execute("EXPLAIN " + SQL.format(30)).fetchone()[5] == pytest.approx(ask_confidence(0.9, 1))
         import pg8000.native as pg8000
         c = pg8000.Connection("bob", password=PASSWORDS["bob"], host="127.0.0.1", port=s.port, database="pums")
         try:
@@ -131,7 +134,8 @@ def test_analyst_cap_refusal_reads_no_data(tmp_path: Path) -> None:
             with pytest.raises(psycopg.errors.ConfigurationLimitExceeded) as err:
                 carol.execute(SQL.format("%s"), [30])
             msg = str(err.value)
-            assert "This statement needs ε = 0.1198 of their cap" in msg  # its own per-cell increase
+            # Its own per-cell increase, planned at a first ask's 1 − 0.9·0.05 (dpgate.plan.asks; 0.1198 at 0.95).
+            assert "This statement needs ε = 0.124 of their cap" in msg
             assert "'carol' has ε = 0 left of their cap 0" in msg
             assert "nothing was read" in msg and spy.calls == 0
         with psycopg.connect(dsn(s.port, "bob"), autocommit=True) as bob:
@@ -140,7 +144,8 @@ def test_analyst_cap_refusal_reads_no_data(tmp_path: Path) -> None:
             assert reads > 0
             with pytest.raises(psycopg.errors.ConfigurationLimitExceeded) as err:
                 bob.execute("SELECT /*+ dpgate accuracy=10 */ COUNT(*) FROM pums WHERE age < 50")  # > 0.08 left
-            assert "has ε = 0.08017 left of their cap 0.2" in str(err.value) and spy.calls == reads
+            assert f"has ε = {0.2 - _charges(tmp_path, 'bob')[0]:.4g} left of their cap 0.2" in str(err.value)
+            assert spy.calls == reads
         assert s.gateway.spent == pytest.approx(_charges(tmp_path, "bob")[0]) and ledger_records(tmp_path) == 1
 
 

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpgate
+from dpgate.plan.asks import ask_confidence
 
 
 class DataSpy:
@@ -130,17 +131,20 @@ def test_refusal_message_and_partial_answer(net):
             gw.query(sql, accuracy=5, confidence=0.95)
         exc = info.value
         assert snapshot(gw) == before and spy.calls == 0
-        paper = (math.log(20) + 1 / 1024) / 5
+        # The tighter re-ask is the query's second interval: planned at 1 − δ_2 (dpgate.plan.asks).
+        c2 = ask_confidence(0.95, 2)
+        paper = (math.log(1 / (1 - c2)) + 1 / 1024) / 5
         assert exc.needed == pytest.approx(paper, rel=1e-6)
         assert exc.remaining == pytest.approx(0.2 - before[0])
         msg = str(exc)
         assert f"ε = {exc.needed:.4g}" in msg and f"{exc.remaining:.4g} of 0.2 remains" in msg
-        assert "±5" in msg and "95%" in msg
+        assert "±5" in msg and f"at {100 * c2:.6g}%" in msg
         assert "History alone gives" in msg and "allow_partial=True" in msg
         # The estimate named in the message is history's own, with its true interval.
         est = exc.estimate
         assert est is not None and est.source == "history" and not est.meets_requirement
-        assert est.value == pytest.approx(first.value) and est.halfwidth == pytest.approx(first.halfwidth)
+        lo, hi = first.posterior.interval(c2)
+        assert est.value == pytest.approx(first.value) and est.halfwidth == pytest.approx((hi - lo) / 2)
         # allow_partial returns exactly that, flagged, and spends nothing.
         a = gw.query(sql, accuracy=5, confidence=0.95, allow_partial=True).answer
         assert a.source == "history" and not a.meets_requirement and a.epsilon_spent == 0

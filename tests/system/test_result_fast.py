@@ -67,9 +67,9 @@ def test_group_by_answers_are_their_posteriors_intervals(pums):
     answers = [a for r in results for a in r.answers]
     assert {a.source for a in answers} == {"fresh", "history"} and len(answers) > 30
     for a in answers:
-        lo, hi = a.posterior.certified_interval(a.confidence)
+        lo, hi = a.posterior.certified_interval(a.interval_confidence)
         expected = Answer(a.posterior.mean(), lo, hi, a.confidence, a.accuracy, a.source, a.epsilon_spent, a.posterior,
                           meets((hi - lo) / 2, a.accuracy), label=a.label, group=a.group, query=a.query,
-                          secure=a.secure, isolated=a.isolated)  # fmt: skip
+                          secure=a.secure, isolated=a.isolated, interval_confidence=a.interval_confidence)  # fmt: skip
         assert same(a, expected), (a, expected)
         assert math.isfinite(a.value)

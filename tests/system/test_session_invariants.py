@@ -92,7 +92,7 @@ def test_no_decision_depends_on_data() -> None:
 def _width(a: dpgate.Answer) -> float:
     if a.posterior is None:
         return a.high - a.low
-    lo, hi = a.posterior.certified_interval(a.confidence)
+    lo, hi = a.posterior.certified_interval(a.interval_confidence)
     return float(hi - lo)
 
 
