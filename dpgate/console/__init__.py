@@ -26,11 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported on first use: ``dpgate --help`` lists ``console`` without loading the ledger
     from dpgate.console._data import LedgerReader
-    from dpgate.console._serve import TOKEN_ENV, ConsoleAccessError, check_access, run
+    from dpgate.console._serve import ConsoleAccessError, check_access, run
 
 __all__ = ["ConsoleAccessError", "LedgerReader", "TOKEN_ENV", "check_access", "create_app", "run"]
 
-_LAZY = {"LedgerReader": "dpgate.console._data", "TOKEN_ENV": "dpgate.console._serve",
+#: The console's default port.
+DEFAULT_PORT = 8080
+#: The environment variable that gives the token when ``--token`` is not passed.
+TOKEN_ENV = "DPGATE_CONSOLE_TOKEN"
+
+_LAZY = {"LedgerReader": "dpgate.console._data",
          "ConsoleAccessError": "dpgate.console._serve", "check_access": "dpgate.console._serve",
          "run": "dpgate.console._serve"}
 

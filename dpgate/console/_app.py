@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from dpgate.console import _charts
 from dpgate.console._data import LedgerReader
 from dpgate.console._html import chart, escape, layout, table
-from dpgate.errors import Error
+from dpgate.errors import Error, InvalidArgument
 
 __all__ = ["COOKIE", "create_app"]
 
@@ -50,7 +50,7 @@ _CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'
         "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 
 
-class BadRequest(Exception):
+class BadRequest(InvalidArgument):
     """A request parameter out of bounds (answered 400 with the message)."""
 
 

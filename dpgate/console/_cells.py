@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpgate.compile.query import LinearQuery, union_grid
+from dpgate.errors import InvalidArgument
 from dpgate.ledger import LedgerRecord
 from dpgate.plan.accounting import UNITS_PER_EPSILON, release_units
 from dpgate.plan.cost_grid import COST_MAX_BOXES
@@ -173,7 +174,7 @@ def cell_spend(records: Sequence[LedgerRecord], table: Table) -> CellSpend:
     columns, bps = union_grid(table, queries) if queries else ([], [])
     boxes = math.prod(len(b) for b in bps)
     if boxes > MAX_BOXES:
-        raise ValueError(f"the releases of {table.name} split its domain into {boxes} boxes, more than the "
+        raise InvalidArgument(f"the releases of {table.name} split its domain into {boxes} boxes, more than the "
                          f"{MAX_BOXES} the console shows")
     units = np.zeros(tuple(len(b) for b in bps), dtype=np.int64)
     for record, query in zip(mine, queries, strict=True):

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from dpgate.console._serve import DEFAULT_PORT, TOKEN_ENV, check_access, listening, run, serve_beside
+from dpgate.console import DEFAULT_PORT, TOKEN_ENV  # the rest on use: ``dpgate --help`` loads no gateway
 
 __all__ = ["console", "with_http_port"]
 
@@ -31,6 +31,8 @@ __all__ = ["console", "with_http_port"]
 def console(ledger: str, users_path: str | None, schema_path: str | None, ledger_key: str | None, host: str,
             port: int, token: str | None, tls_cert: str | None, tls_key: str | None) -> None:
     """Serve a read-only web console of a ledger: budget over time, where it went, releases, analysts."""
+    from dpgate.console._serve import check_access, run
+
     if not os.path.isfile(ledger):
         raise FileNotFoundError(f"no ledger at {ledger!r}.")
     token = token if token is not None else os.environ.get(TOKEN_ENV) or None
@@ -55,6 +57,8 @@ def with_http_port(serve: click.Command) -> click.Command:
                            **kwargs: Any) -> Any:
         if http_port is None:
             return callback(*args, **kwargs)
+        from dpgate.console._serve import check_access, listening, serve_beside
+
         ledger, host = kwargs["ledger"], kwargs["host"]
         if "://" in ledger:
             raise click.BadParameter("the console reads a SQLite ledger file, not a PostgreSQL ledger: run "

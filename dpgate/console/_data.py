@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpgate.console._cells import CellSpend, cell_spend
-from dpgate.errors import Error, LedgerError
+from dpgate.errors import Error, InvalidArgument, LedgerError
 from dpgate.ledger import Ledger, LedgerRecord
 from dpgate.ledger._describe import _described
 from dpgate.ledger._provenance import analyst_spent
@@ -233,7 +233,7 @@ class LedgerReader:
     def cells(self, snap: Snapshot, table: str) -> CellSpend:
         """``B`` of ``table`` (:func:`~dpgate.console._cells.cell_spend`), kept until a release arrives."""
         if self.schema is None:
-            raise ValueError("the console was started without --schema, so it cannot place the releases on cells")
+            raise InvalidArgument("the console was started without --schema, so it cannot place the releases on cells")
         t = self.schema.table(table)
         with self._lock:
             hit = snap.cells.get(t.name)

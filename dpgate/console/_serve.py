@@ -16,16 +16,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dpgate.console import DEFAULT_PORT, TOKEN_ENV
 from dpgate.errors import InvalidArgument
 from dpgate.server.server import is_loopback
 
 __all__ = ["ConsoleAccessError", "DEFAULT_PORT", "TOKEN_ENV", "MIN_TOKEN", "check_access", "listening", "reader_for",
            "run", "serve_beside"]
 
-#: The console's default port.
-DEFAULT_PORT = 8080
-#: The environment variable that gives the token when ``--token`` is not passed.
-TOKEN_ENV = "DPGATE_CONSOLE_TOKEN"
 #: The shortest token accepted.
 MIN_TOKEN = 16
 

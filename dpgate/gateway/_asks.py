@@ -198,12 +198,9 @@ class Asks:
 
 
 def _certified(a: Answer) -> float:
-    """The certified half-width of ``a``'s interval (its posterior's, before it was cut at the least
-    possible value)."""
-    if a.posterior is None:
-        return a.halfwidth
-    lo, hi = a.posterior.interval(a.interval_confidence)
-    return (hi - lo) / 2 if math.isfinite(hi - lo) else math.inf
+    """The certified half-width of ``a``'s interval (its posterior's, before it was cut to the support:
+    the cut depends on the value, and no decision may)."""
+    return a.halfwidth if a.posterior is None else a.posterior.halfwidth(a.interval_confidence)
 
 
 def _stated(a: Answer, confidence: float) -> Answer:

@@ -76,15 +76,15 @@ def _session(seed: int, n: int) -> tuple[str, list[tuple[str, float, float]]]:
     return table, out
 
 
-def _spends(frames: dict[str, tuple[Any, dpgate.Schema]], table: str,
-            stmts: list[tuple[str, float, float]], seed: int) -> dict[str, list[float]]:
+def _spends(frames: dict[str, tuple[Any, dpgate.Schema]], table: str, stmts: list[tuple[str, float, float]],
+            seed: int, policies: tuple[str, ...] = POLICIES, reasks: str = "simultaneous") -> dict[str, list[float]]:
     """The cumulative spend after every statement, per policy (same frame, same seed)."""
     df, schema = frames[table]
     out: dict[str, list[float]] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # seeded noise
-        for policy in POLICIES:
-            gw = dpgate.Gateway(df, schema, budget=1e6, policy=policy, seed=seed)
+        for policy in policies:
+            gw = dpgate.Gateway(df, schema, budget=1e6, policy=policy, seed=seed, reasks=reasks)
             out[policy] = []
             for sql, acc, conf in stmts:
                 gw.query(sql, accuracy=acc, confidence=conf)
@@ -100,7 +100,8 @@ def frames(pums) -> dict[str, tuple[Any, dpgate.Schema]]:
 
 def test_policy_order_over_random_sessions(frames) -> None:
     """30 random 8-statement sessions: minimal ≤ no_reuse and paper ≤ no_reuse after every
-    statement, exactly (the proved order); minimal ≤ paper · 1.005 per session (empirical)."""
+    statement, exactly (the proved order, with the default δ-spending over re-asks); minimal ≤
+    paper · 1.005 per session (empirical, each interval at the stated confidence)."""
     ratios = []
     for seed in range(30):
         table, stmts = _session(seed, 8)
@@ -108,7 +109,11 @@ def test_policy_order_over_random_sessions(frames) -> None:
         for k in range(len(stmts)):
             assert s["minimal"][k] <= s["no_reuse"][k], (seed, k, stmts[k])
             assert s["paper"][k] <= s["no_reuse"][k], (seed, k, stmts[k])
-        assert s["minimal"][-1] <= s["paper"][-1] * 1.005, (seed, s)
+        # Like for like: with δ-spending over re-asks (the default), a query ``minimal`` measured coarsely
+        # can pay for its next interval where ``paper``'s sharper release still meets it
+        # (benchmarks/README.md, "Policy order"): compared without it.
+        ind = _spends(frames, table, stmts, seed, ("minimal", "paper"), "independent")
+        assert ind["minimal"][-1] <= ind["paper"][-1] * 1.005, (seed, ind)
         ratios.append(s["minimal"][-1] / s["no_reuse"][-1])
     assert np.mean(ratios) < 0.95  # reuse saves on average
 
