@@ -24,16 +24,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from dpgate.console._defaults import TOKEN_ENV
+
 if TYPE_CHECKING:  # imported on first use: ``dpgate --help`` lists ``console`` without loading the ledger
     from dpgate.console._data import LedgerReader
     from dpgate.console._serve import ConsoleAccessError, check_access, run
 
 __all__ = ["ConsoleAccessError", "LedgerReader", "TOKEN_ENV", "check_access", "create_app", "run"]
-
-#: The console's default port.
-DEFAULT_PORT = 8080
-#: The environment variable that gives the token when ``--token`` is not passed.
-TOKEN_ENV = "DPGATE_CONSOLE_TOKEN"
 
 _LAZY = {"LedgerReader": "dpgate.console._data",
          "ConsoleAccessError": "dpgate.console._serve", "check_access": "dpgate.console._serve",

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from dpgate.console import DEFAULT_PORT, TOKEN_ENV  # the rest on use: ``dpgate --help`` loads no gateway
+from dpgate.console._defaults import DEFAULT_PORT, TOKEN_ENV  # the rest on use: ``dpgate --help`` loads no gateway
 
 __all__ = ["console", "with_http_port"]
 

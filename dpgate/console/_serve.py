@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dpgate.console import DEFAULT_PORT, TOKEN_ENV
+from dpgate.console._defaults import DEFAULT_PORT, TOKEN_ENV
 from dpgate.errors import InvalidArgument
 from dpgate.server.server import is_loopback
 

@@ -65,7 +65,8 @@ def test_registered_and_query_shape(pums_frame):
     assert abs(out["n"][0] - true["0"]) < 60
     assert 0 < pums_frame.dp.spent <= 1.0 and pums_frame.dp.remaining == pytest.approx(1.0 - pums_frame.dp.spent)
     assert pums_frame.dp.budget == 1.0 and len(pums_frame.dp.history) == 2
-    res = pums_frame.dp.result("SELECT COUNT(*) FROM df WHERE sex = '1'", accuracy=20)
+    # The group sex = 1 asked again (looser, at the same confidence: its interval's level holds): free.
+    res = pums_frame.dp.result("SELECT COUNT(*) FROM df WHERE sex = '1'", accuracy=20, confidence=0.9)
     assert isinstance(res, Result) and res.answer.source == "history"  # free: implied by the histogram
     assert pums_frame.dp.query("/*+ dpgate accuracy=20 */ SELECT COUNT(*) AS n FROM df", intervals=False).columns.tolist() == ["n"]
 
