@@ -64,6 +64,7 @@ from sqlglot import exp
 
 from dpgate.compile.query import breakpoint_array
 from dpgate.errors import DPGateInternalError
+from dpgate.release._dates import granule_ordinal
 from dpgate.schema.domains import Column
 
 __all__ = [
@@ -242,6 +243,8 @@ class BoundColumn:
         x = self.raw()
         kind, tc = self.decl.kind, self.tclass
         nan = exp.Cast(this=exp.Literal.string("NaN"), to=sql_type("DOUBLE"))
+        if kind in ("date", "timestamp"):  # its granule's ordinal, then mapped as an integer
+            return granule_ordinal(x, self.decl.granularity or "day", tc)
         if kind in ("integer", "binned"):
             if tc in ("int", "decimal"):
                 return x
@@ -275,7 +278,7 @@ class BoundColumn:
     # -- thresholds and categories ----------------------------------------
     def threshold(self, cell: int) -> int | float:
         """Ordered kinds: the value where cell ``cell`` starts."""
-        if self.decl.kind == "integer":
+        if self.decl.kind in ("integer", "date", "timestamp"):
             return self.decl.int_range()[0] + cell
         return self.decl.edges[cell]
 
@@ -313,7 +316,7 @@ class BoundColumn:
         has_null = ranges[-1][1] == n
         parts: list[exp.Expression] = []
         kind = self.decl.kind
-        if kind in ("integer", "binned"):
+        if kind in ("integer", "binned", "date", "timestamp"):
             # Interior single cells of an integer-typed column hold one value each: one
             # ``IN`` list, which DuckDB evaluates faster than an OR of ranges.
             exact = kind == "integer" and self.tclass in ("int", "bool")
@@ -370,7 +373,7 @@ class BoundColumn:
         d = self.decl
         null_if = exp.If(this=exp.Is(this=self.value(), expression=exp.Null()), true=number(d.null_cell))
         ifs = [null_if]
-        if d.kind == "integer":
+        if d.kind in ("integer", "date", "timestamp"):
             lo, hi = d.int_range()
             if hi > lo:
                 ifs.append(exp.If(this=exp.LT(this=self.value(), expression=number(lo + 1)), true=number(0)))
