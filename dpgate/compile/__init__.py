@@ -131,6 +131,7 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from dpgate.compile._time_groups import merge_time_groups, rewrite_time_groups
 from dpgate.compile.bounds import MAX_MESSAGE, bounded_message
 from dpgate.compile.derived import compile_derived, has_derived
 from dpgate.compile.post import PostProcess
@@ -253,9 +254,12 @@ def _compile_statement(
     # dpgate bug, not a refusal: say so rather than blame the user's SQL.
     limit = max_outputs if str(found.get("method", "exact")).lower() == "exact" else None
     with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
+        regroup = rewrite_time_groups(tree)  # GROUP BY date_trunc(…) / EXTRACT(…): merged granules
         if isinstance(tree, exp.Select) and has_derived(tree):
-            return compile_derived(tree, schema, dialect, hints=found, sql=sql, max_outputs=limit)
-        return compile_tree(tree, schema, dialect, hints=found, sql=sql, max_outputs=limit)
+            stmt = compile_derived(tree, schema, dialect, hints=found, sql=sql, max_outputs=limit)
+        else:
+            stmt = compile_tree(tree, schema, dialect, hints=found, sql=sql, max_outputs=limit)
+        return merge_time_groups(stmt, regroup, schema) if regroup else stmt
 
 
 # sqlglot raises its own errors, and plain ValueError / TypeError / KeyError /

@@ -30,7 +30,7 @@ from dpgate.errors import QuerySyntaxError, UnsupportedQuery
 from dpgate.schema._temporal import EPOCH, finer_or_equal, granule_seconds, granule_start, iso, parse_instant
 
 __all__ = ["time_literal", "time_operands", "extract", "date_trunc", "is_time_cast",
-           "TRUNC_UNITS", "EXTRACT_UNITS"]
+           "TRUNC_UNITS", "EXTRACT_UNITS", "shown"]
 
 #: date_trunc unit → the coarsest granularity whose cells hold it.
 TRUNC_UNITS = {"minute": "minute", "hour": "hour", "day": "day", "week": "day", "month": "month",
@@ -124,13 +124,21 @@ def _check_constant(secs: float, side: Val, node: exp.Expr) -> None:
         )
 
 
+def shown(node: exp.Expr) -> str:
+    """``node`` as a query would write it (sqlglot renders date_trunc as TIMESTAMP_TRUNC(x, UNIT))."""
+    if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
+        unit = node.args.get("unit")
+        return excerpt(f"date_trunc('{(unit.name if unit is not None else '?').lower()}', {node.this.sql()})")
+    return excerpt(node.sql())
+
+
 def _unit(node: exp.Expr, units: dict[str, str], fn: str) -> str:
     raw = node.args.get("unit") if fn == "date_trunc" else node.this
     name = raw.name if isinstance(raw, (exp.Var, exp.Literal, exp.Identifier, exp.Column)) else ""
     name = name.lower()[:20]
     if name not in units:
         raise UnsupportedQuery(
-            f"{excerpt(node.sql())}: {excerpt(name or str(raw))} is not a {fn} unit dpgate supports; use one of "
+            f"{shown(node)}: {excerpt(name or str(raw))} is not a {fn} unit dpgate supports; use one of "
             f"{', '.join(units)}."
         )
     return name
@@ -139,14 +147,14 @@ def _unit(node: exp.Expr, units: dict[str, str], fn: str) -> str:
 def _time_arg(a: Val, node: exp.Expr, unit: str, units: dict[str, str], fn: str) -> None:
     if a.kind not in (TIME, NULL):
         raise UnsupportedQuery(
-            f"{excerpt(node.sql())}: {fn} needs a date or timestamp (a declared date/timestamp column or "
+            f"{shown(node)}: {fn} needs a date or timestamp (a declared date/timestamp column or "
             f"DATE '…'), got a {a.kind}."
         )
     col = a.col
     if col is not None and not finer_or_equal(col.granularity or "day", units[unit]):
         coarser = [u for u, g in units.items() if finer_or_equal(col.granularity or "day", g)]
         raise UnsupportedQuery(
-            f"{excerpt(node.sql())}: column {col.name!r} is declared with granularity {col.granularity}, so its cells "
+            f"{shown(node)}: column {col.name!r} is declared with granularity {col.granularity}, so its cells "
             f"do not hold the {unit}; use one of {', '.join(coarser)} (or declare a finer granularity)."
         )
 

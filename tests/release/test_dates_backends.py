@@ -144,6 +144,14 @@ def test_histograms_and_exact_counts_match_pandas_on_every_backend(frame: pd.Dat
             assert s == float(f.x[(f.d >= "2024-02-01") & (f.d <= "2024-02-29")].sum()), name
             by_month = exact(cube, "SELECT dtext, COUNT(*) FROM ev GROUP BY dtext")
             assert by_month == [float((months == m).sum()) for m in range(1, 13)], name
+            trunc = exact(cube, "SELECT date_trunc('month', d) AS m, COUNT(*) FROM ev WHERE d >= '2024-03-10' GROUP BY m")
+            kept = f.d[f.d >= "2024-03-10"]
+            assert trunc == [float((kept.dt.month == m).sum()) for m in range(3, 13)], name
+            weeks = exact(cube, "SELECT SUM(x) FROM ev GROUP BY date_trunc('week', ts)")
+            starts = f.ts.dt.to_period("W-SUN").dt.start_time
+            assert weeks == [float(f.x[starts == w].sum()) for w in sorted(starts.unique())], name
+            dows = exact(cube, "SELECT EXTRACT(dow FROM ts) AS w, COUNT(*) FROM ev GROUP BY 1")
+            assert dows == [float(((f.ts.dt.day_of_week + 1) % 7 == k).sum()) for k in range(7)], name
 
 
 def test_gateway_answers_dates_on_every_backend_and_q1_after_its_months_is_free(

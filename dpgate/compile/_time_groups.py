@@ -1,0 +1,174 @@
+"""``GROUP BY date_trunc('month', d)`` and ``GROUP BY EXTRACT(dow FROM d)``: groups of granules.
+
+A GROUP BY key that is ``date_trunc(unit, col)`` or ``EXTRACT(unit FROM col)`` of a declared
+date/timestamp column is compiled as ``GROUP BY col`` (one group per declared granule) and the
+groups are then merged: the queries of the granules with the same truncated (or extracted)
+value are summed, aggregate by aggregate.  So the keys come from the declaration, never from
+the data: every month (or weekday …) some declared granule falls in, except those the WHERE
+clause reaches on no cell.  Each merged query is a sum of per-granule queries, so it is a
+query on the cells like any other: history and inference combine it with the others.
+
+:func:`rewrite_time_groups` rewrites the parsed tree (the GROUP BY key, and a SELECT item
+equal to it, become the bare column) and returns what :func:`merge_time_groups` needs.
+AVG / VAR / STDDEV outputs with such a key are refused (their components would be merged
+after their combination).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from sqlglot import exp
+
+from dpgate.compile._dates import date_trunc, extract, shown
+from dpgate.compile.aggregates import unparen
+from dpgate.compile.cells import NULL, TIME, Val
+from dpgate.compile.query import LinearQuery, union_grid
+from dpgate.compile.stages import CompiledStatement
+from dpgate.errors import UnsupportedQuery
+from dpgate.schema._temporal import EPOCH, TEMPORAL_KINDS, parse_instant
+from dpgate.schema.domains import Schema
+
+__all__ = ["rewrite_time_groups", "merge_time_groups"]
+
+_FUNCS = (exp.TimestampTrunc, exp.DateTrunc, exp.Extract)
+
+
+def _time_column(node: exp.Expr) -> exp.Column | None:
+    """The bare column of ``date_trunc(unit, col)`` / ``EXTRACT(unit FROM col)``, else None."""
+    node = unparen(node)
+    if not isinstance(node, _FUNCS):
+        return None
+    arg = unparen(node.expression if isinstance(node, exp.Extract) else node.this)
+    return arg if isinstance(arg, exp.Column) and not isinstance(arg.this, exp.Star) else None
+
+
+def rewrite_time_groups(tree: exp.Expr) -> dict[str, exp.Expr]:
+    """Replace every GROUP BY ``date_trunc`` / ``EXTRACT`` of a column (written there, or named
+    by the alias or position of a SELECT item) by the column, in GROUP BY and SELECT; returns
+    column name (lower case) → the function node."""
+    group = tree.args.get("group") if isinstance(tree, exp.Select) else None
+    if group is None:
+        return {}
+    found: dict[str, exp.Expr] = {}
+    items = list(tree.expressions)
+
+    def record(fn: exp.Expr) -> exp.Column:
+        col = _time_column(fn)
+        assert col is not None
+        name = col.name.lower()
+        if name in found and found[name].sql() != unparen(fn).sql():
+            raise UnsupportedQuery(
+                f"GROUP BY groups column {col.name!r} by {shown(found[name])} and by {shown(unparen(fn))}; group a date "
+                "column by one function of it."
+            )
+        found[name] = unparen(fn).copy()
+        return col.copy()
+
+    aliases = {it.alias.lower(): it for it in items if isinstance(it, exp.Alias)}
+    for e in list(group.expressions):
+        target = unparen(e)
+        if _time_column(target) is not None:
+            e.replace(record(target))
+            continue
+        item = None
+        if isinstance(target, exp.Column) and not target.table and target.name.lower() in aliases:
+            item = aliases[target.name.lower()]
+        elif isinstance(target, exp.Literal) and not target.is_string and target.this.isdigit() \
+                and 1 <= int(target.this) <= len(items):
+            item = items[int(target.this) - 1]
+        if item is not None:
+            body = item.this if isinstance(item, exp.Alias) else item
+            if _time_column(body) is not None:
+                body.replace(record(body))
+    wanted = {fn.sql() for fn in found.values()}
+    for it in items:
+        body = it.this if isinstance(it, exp.Alias) else it
+        if _time_column(body) is not None and unparen(body).sql() in wanted:
+            col = _time_column(body)
+            assert col is not None
+            body.replace(col.copy())
+    return found
+
+
+def merge_time_groups(stmt: CompiledStatement, found: dict[str, exp.Expr], schema: Schema) -> CompiledStatement:
+    """The statement with the groups of each rewritten column merged by the function's value."""
+    if stmt.derived:
+        raise UnsupportedQuery(
+            "AVG, VAR and STDDEV are not supported with GROUP BY date_trunc(…) / EXTRACT(…); group by the "
+            "column itself, or compute SUM(x) and COUNT(x) per group and divide."
+        )
+    table = schema.table(stmt.table)
+    maps: list[Callable[[Any], Any] | None] = []
+    for name in stmt.group_columns:
+        fn = found.get(name.lower())
+        col = table.column(name)
+        if fn is None:
+            maps.append(None)
+            continue
+        if col.kind not in TEMPORAL_KINDS:
+            raise UnsupportedQuery(f"{shown(fn)}: column {col.name!r} is {col.kind}, not a date or timestamp.")
+        labels = col.labels()
+        secs = np.array([0.0 if v is None else (parse_instant(v) - EPOCH).total_seconds()  # type: ignore[operator]
+                         for v in labels])
+        null = np.array([v is None for v in labels])
+        val = Val(TIME, secs, null, col)
+        out = extract(val, fn) if isinstance(fn, exp.Extract) else date_trunc(val, fn)
+        mapped = _labels(out, col.kind if not isinstance(fn, exp.Extract) else "number")
+        maps.append(dict(zip(labels, mapped, strict=True)).__getitem__)
+    n_agg = stmt.n_aggregates
+    buckets: dict[tuple[Any, ...], list[int]] = {}
+    for g, key in enumerate(stmt.group_keys):
+        new = tuple(v if f is None else f(v) for v, f in zip(key, maps, strict=True))
+        buckets.setdefault(new, []).append(g)
+    keys = sorted(buckets, key=_order(list(buckets), maps))
+    queries = []
+    for key in keys:
+        groups = buckets[key]
+        for j in range(n_agg):
+            parts = [stmt.queries[g * n_agg + j] for g in groups]
+            queries.append(_sum(table, parts, tuple(zip(stmt.group_columns, key, strict=True))))
+    return replace(stmt, queries=tuple(queries), group_keys=tuple(keys))
+
+
+def _labels(val: Val, kind: str) -> list[Any]:
+    """Group labels of a merged column: a date, a datetime, or an integer (EXTRACT); None for NULL."""
+    if val.kind == NULL:
+        return [None] * len(np.atleast_1d(val.v))
+    out: list[Any] = []
+    for v, null in zip(np.atleast_1d(val.v).tolist(), np.atleast_1d(val.null).tolist(), strict=True):
+        if null:
+            out.append(None)
+        elif kind == "number":
+            out.append(int(v))
+        else:
+            t = EPOCH + dt.timedelta(seconds=v)
+            out.append(t.date() if kind == "date" else t)
+    return out
+
+
+def _order(keys: list[tuple[Any, ...]], maps: list[Any]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """Row-major order: merged columns by value (NULL last), the others in their declared order."""
+    ranks: list[dict[Any, int]] = []
+    for i, f in enumerate(maps):
+        seen = list(dict.fromkeys(k[i] for k in keys))
+        if f is not None:
+            seen = sorted((v for v in seen if v is not None)) + [v for v in seen if v is None]
+        ranks.append({v: r for r, v in enumerate(seen)})
+    return lambda key: tuple(r[v] for r, v in zip(ranks, key, strict=True))
+
+
+def _sum(table: Any, parts: list[LinearQuery], group: tuple[tuple[str, Any], ...]) -> LinearQuery:
+    """One query: the sum of the per-granule queries' weights; their common offset once."""
+    if len(parts) == 1:
+        q = parts[0]
+        return LinearQuery.from_grid(table, q.columns, q.breakpoints, q.numerators / q.denominator, q.offset,
+                                     label=q.label, group=group)
+    cols, bps = union_grid(table, parts)
+    w = sum(q.expand(table, cols, bps) / q.denominator for q in parts)
+    return LinearQuery.from_grid(table, cols, bps, np.asarray(w, dtype=float), parts[0].offset,
+                                 label=parts[0].label, group=group)
