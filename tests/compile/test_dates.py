@@ -1,0 +1,201 @@
+"""Date and timestamp columns in the schema and the compiler: cells, literals, functions, refusals.
+
+Exact semantics are checked without a database: a query's dense weights over the cells, dotted
+with the rows' cells (truncated to the granule, clamped into the range), against pandas.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dpgate
+from dpgate.compile import compile_sql, compile_statement
+from dpgate.schema._temporal import MAX_LITERAL_CHARS
+
+YAML = """
+tables:
+  ev:
+    columns:
+      d:  {type: date, min: 2024-01-01, max: 2024-12-31}
+      ts: {type: timestamp, min: '2024-03-01 00:00', max: '2024-03-14 23:00', granularity: hour}
+      m:  {type: date, min: 2023-01-01, max: 2024-12-01, granularity: month}
+"""
+SCHEMA = dpgate.Schema.from_dict(yaml.safe_load(YAML))
+T = SCHEMA.table("ev")
+
+
+def frame(n: int = 500, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    d = pd.Series(pd.Timestamp("2023-12-25") + pd.to_timedelta(rng.integers(0, 380, n), unit="D"))
+    d[rng.random(n) < 0.05] = pd.NaT
+    ts = pd.Series(pd.Timestamp("2024-02-29 20:00") + pd.to_timedelta(rng.integers(0, 60 * 24 * 16, n), unit="m"))
+    m = pd.Series(pd.Timestamp("2022-12-01") + pd.to_timedelta(rng.integers(0, 800, n), unit="D"))
+    return pd.DataFrame({"d": d, "ts": ts, "m": m})
+
+
+def cells(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Each row's cell per column, as the generated SQL maps it."""
+    out = {}
+    d = (df.d.dt.floor("D") - pd.Timestamp("2024-01-01")).dt.days.clip(0, 365)
+    out["d"] = np.where(d.isna(), T.column("d").null_cell, d.fillna(0)).astype(int)
+    out["ts"] = ((df.ts - pd.Timestamp("2024-03-01")) // pd.Timedelta(hours=1)).clip(0, 14 * 24 - 1).to_numpy()
+    out["m"] = ((df.m.dt.year - 2023) * 12 + df.m.dt.month - 1).clip(0, 23).to_numpy()
+    return out
+
+
+def value(sql: str, df: pd.DataFrame) -> list[float]:
+    c = cells(df)
+    idx = tuple(c[col.name] for col in T.columns)
+    return [float(q.dense(T)[idx].sum() + float(q.offset)) for q in compile_sql(sql, SCHEMA)]
+
+
+def truncated(df: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({
+        "d": df.d.dt.floor("D").clip(pd.Timestamp("2024-01-01"), pd.Timestamp("2024-12-31")),
+        "ts": df.ts.dt.floor("h").clip(pd.Timestamp("2024-03-01"), pd.Timestamp("2024-03-14 23:00")),
+        "m": df.m.dt.to_period("M").dt.start_time.clip(pd.Timestamp("2023-01-01"), pd.Timestamp("2024-12-01")),
+    })
+
+
+# -- schema -----------------------------------------------------------------------------------
+def test_declarations_from_yaml_dates_and_iso_text_round_trip() -> None:
+    d, ts, m = T.columns
+    assert (d.kind, d.granularity, d.n_cells) == ("date", "day", 367)  # 2024 is a leap year, then NULL
+    assert (ts.kind, ts.granularity, ts.n_cells) == ("timestamp", "hour", 14 * 24 + 1)
+    assert m.n_cells == 25 and m.labels()[0] == dt.date(2023, 1, 1) and m.labels()[-2] == dt.date(2024, 12, 1)
+    assert ts.labels()[1] == dt.datetime(2024, 3, 1, 1)
+    assert dpgate.Schema.from_dict(SCHEMA.to_dict()) == SCHEMA
+    iso = dpgate.Schema.from_dict({"tables": {"ev": {"columns": {
+        "d": {"type": "date", "min": "2024-01-01", "max": "2024-12-31"}}}}})
+    assert iso.table("ev").column("d") == d
+
+
+@pytest.mark.parametrize("decl, words", [
+    ({"type": "date", "min": "2024-01-01"}, "'max' as a date"),
+    ({"type": "date", "min": "2024-13-01", "max": "2024-12-31"}, "'min' as a date"),
+    ({"type": "date", "min": "2024-02-01", "max": "2024-01-01"}, "before min"),
+    ({"type": "date", "min": "2024-01-01", "max": "2024-01-02", "granularity": "hour"}, "not one of"),
+    ({"type": "timestamp", "min": "1900-01-01", "max": "2024-01-01", "granularity": "minute"}, "coarser granularity"),
+    ({"type": "integer", "min": 0, "max": 3, "granularity": "day"}, "date and timestamp columns only"),
+    ({"type": "date", "min": "x" * 10_000, "max": "2024-01-01"}, "'min' as a date"),
+])
+def test_bad_declarations_are_schema_errors(decl: dict, words: str) -> None:
+    with pytest.raises(dpgate.SchemaError, match=words):
+        dpgate.Schema.from_dict({"tables": {"t": {"columns": {"c": decl}}}})
+
+
+# -- exact semantics ----------------------------------------------------------------------------
+QUERIES = [
+    ("SELECT COUNT(*) FROM ev WHERE d >= DATE '2024-03-01' AND d < '2024-04-01'",
+     lambda f: ((f.d >= "2024-03-01") & (f.d < "2024-04-01")).sum()),
+    ("SELECT COUNT(*) FROM ev WHERE d IS NULL", lambda f: f.d.isna().sum()),
+    ("SELECT COUNT(*) FROM ev WHERE d IN ('2024-01-01', '2024-12-31')",
+     lambda f: f.d.isin(pd.to_datetime(["2024-01-01", "2024-12-31"])).sum()),
+    ("SELECT COUNT(*) FROM ev WHERE EXTRACT(doy FROM d) <= 31", lambda f: (f.d.dt.day_of_year <= 31).sum()),
+    ("SELECT COUNT(*) FROM ev WHERE ts BETWEEN TIMESTAMP '2024-03-02 06:00' AND '2024-03-02 18:00'",
+     lambda f: f.ts.between("2024-03-02 06:00", "2024-03-02 18:00").sum()),
+    ("SELECT COUNT(*) FROM ev WHERE date_trunc('day', ts) = DATE '2024-03-05'",
+     lambda f: (f.ts.dt.floor("D") == "2024-03-05").sum()),
+    ("SELECT COUNT(*) FROM ev WHERE m < '2024-01-01' AND EXTRACT(quarter FROM m) = 4",
+     lambda f: ((f.m < "2024-01-01") & (f.m.dt.quarter == 4)).sum()),
+    ("SELECT COUNT(*) FROM ev WHERE date_trunc('year', m) = '2024-01-01'", lambda f: (f.m.dt.year == 2024).sum()),
+]
+
+
+@pytest.mark.parametrize("sql, truth", QUERIES)
+def test_exact_counts_match_pandas(sql: str, truth) -> None:
+    df = frame()
+    assert value(sql, df) == [float(truth(truncated(df)))]
+
+
+def test_group_by_date_trunc_has_declared_keys_and_sums_its_granules() -> None:
+    df = frame()
+    f = truncated(df)
+    stmt = compile_statement("SELECT date_trunc('month', d) AS month, COUNT(*) FROM ev GROUP BY month", SCHEMA)
+    assert [k for (k,) in stmt.group_keys] == [dt.date(2024, i, 1) for i in range(1, 13)]
+    assert value("SELECT date_trunc('month', d) AS month, COUNT(*) FROM ev GROUP BY month", df) == [
+        float((f.d.dt.month == i).sum()) for i in range(1, 13)]
+    # the WHERE clause drops groups it reaches on no cell, never groups empty in the data
+    stmt = compile_statement("SELECT COUNT(*) FROM ev WHERE d < '2024-03-01' GROUP BY date_trunc('month', d)",
+                             SCHEMA)
+    assert [k for (k,) in stmt.group_keys] == [dt.date(2024, 1, 1), dt.date(2024, 2, 1)]
+    # a month's query is the sum of its days' queries: the cells, hence history, are shared
+    (march,) = compile_sql("SELECT COUNT(*) FROM ev WHERE d >= '2024-03-01' AND d < '2024-04-01'", SCHEMA)
+    by_month = compile_sql("SELECT COUNT(*) FROM ev GROUP BY date_trunc('month', d)", SCHEMA)
+    assert np.array_equal(by_month[2].dense(T), march.dense(T))
+
+
+def test_quarter_is_the_sum_of_its_months() -> None:
+    months = [compile_sql(f"SELECT COUNT(*) FROM ev WHERE date_trunc('month', d) = '2024-0{i}-01'", SCHEMA)[0]
+              for i in (1, 2, 3)]
+    (q1,) = compile_sql("SELECT COUNT(*) FROM ev WHERE d BETWEEN '2024-01-01' AND '2024-03-31'", SCHEMA)
+    assert np.array_equal(sum(m.dense(T) for m in months), q1.dense(T))
+
+
+_DAY = st.integers(0, 366).map(lambda k: dt.date(2024, 1, 1) + dt.timedelta(days=k))
+_OPS = {"<": "__lt__", "<=": "__le__", ">": "__gt__", ">=": "__ge__", "=": "__eq__", "<>": "__ne__"}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(a=_DAY, b=_DAY, op1=st.sampled_from(sorted(_OPS)), op2=st.sampled_from(sorted(_OPS)),
+       glue=st.sampled_from(["AND", "OR"]), between=st.booleans(), seed=st.integers(0, 3))
+def test_range_predicates_match_pandas(a: dt.date, b: dt.date, op1: str, op2: str, glue: str, between: bool,
+                                       seed: int) -> None:
+    df = frame(200, seed)
+    f = truncated(df)
+    lo, hi = sorted((a, b))
+    if between:
+        sql = f"SELECT COUNT(*) FROM ev WHERE d BETWEEN DATE '{lo}' AND '{hi}'"
+        want = ((f.d >= pd.Timestamp(lo)) & (f.d <= pd.Timestamp(hi))).sum()
+    else:
+        sql = f"SELECT COUNT(*) FROM ev WHERE d {op1} '{a}' {glue} '{b}' {op2} d"
+        x = getattr(f.d, _OPS[op1])(pd.Timestamp(a)).fillna(False)
+        y = getattr(pd.Series(pd.Timestamp(b), index=f.index), _OPS[op2])(f.d).fillna(False) & f.d.notna()
+        x = x & f.d.notna()
+        want = (x & y).sum() if glue == "AND" else (x | y).sum()
+    assert value(sql, df) == [float(want)]
+
+
+# -- refusals ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("where, err, words", [
+    ("d >= '2024-03-01 10:30'", dpgate.UnsupportedQuery, "not on a day boundary.*'2024-03-01'"),
+    ("ts < TIMESTAMP '2024-03-01 10:30'", dpgate.UnsupportedQuery, "not on a hour boundary"),
+    ("m = '2024-03-15'", dpgate.UnsupportedQuery, "month boundary"),
+    ("d >= '2023-06-01'", dpgate.UnsupportedQuery, "outside the declared range"),
+    ("d < '2025-01-02'", dpgate.UnsupportedQuery, "outside the declared range"),
+    ("date_trunc('hour', d) = '2024-03-01'", dpgate.UnsupportedQuery, "granularity day.*use one of day"),
+    ("EXTRACT(day FROM m) = 1", dpgate.UnsupportedQuery, "granularity month"),
+    ("date_trunc('month', d) = '2024-03-04'", dpgate.UnsupportedQuery, "month boundary"),
+    ("EXTRACT(fortnight FROM d) = 1", dpgate.UnsupportedQuery, "use one of year"),
+    ("date_trunc('decade', d) = '2024-01-01'", dpgate.UnsupportedQuery, "use one of minute"),
+    ("d = '2024-02-30'", dpgate.QuerySyntaxError, "not a date"),
+    ("d = DATE 'yesterday'", dpgate.QuerySyntaxError, "YYYY-MM-DD"),
+    ("d = '" + "9" * 5000 + "'", dpgate.QuerySyntaxError, "not a date"),
+    ("d > 3", dpgate.UnsupportedQuery, "compare it with a date"),
+    ("d + 1 > 3", dpgate.UnsupportedQuery, "not a number"),
+    ("EXTRACT(year FROM 3) = 1", dpgate.UnsupportedQuery, "needs a date"),
+])
+def test_bad_date_input_is_refused_naming_what_to_write(where: str, err: type, words: str) -> None:
+    with pytest.raises(err, match=words):
+        compile_sql(f"SELECT COUNT(*) FROM ev WHERE {where}", SCHEMA)
+
+
+def test_sum_of_a_date_is_refused_and_long_literals_parse_in_linear_time() -> None:
+    with pytest.raises(dpgate.UnsupportedQuery, match="EXTRACT"):
+        compile_sql("SELECT SUM(d) FROM ev", SCHEMA)
+    with pytest.raises(dpgate.UnsupportedQuery, match="GROUP BY groups column"):
+        compile_sql("SELECT COUNT(*) FROM ev GROUP BY date_trunc('month', d), EXTRACT(dow FROM d)", SCHEMA)
+    text = "2024-01-01" + " " * 90_000 + "x"
+    start = time.perf_counter()
+    with pytest.raises(dpgate.QuerySyntaxError):
+        compile_sql(f"SELECT COUNT(*) FROM ev WHERE d = '{text}'", SCHEMA)
+    assert time.perf_counter() - start < 5
+    assert MAX_LITERAL_CHARS <= 40
