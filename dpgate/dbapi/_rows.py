@@ -147,7 +147,8 @@ class Statements(Protocol):
         """Raise ``InterfaceError`` if the connection is closed."""
 
 
-_GROUP_TYPES = {"integer": "BIGINT", "binned": "VARCHAR", "categorical": "VARCHAR", "boolean": "BOOLEAN"}
+_GROUP_TYPES = {"integer": "BIGINT", "binned": "VARCHAR", "categorical": "VARCHAR", "boolean": "BOOLEAN",
+                "date": "DATE", "timestamp": "TIMESTAMP"}
 _ROW_KEY = "\x00dpgate_group"
 
 

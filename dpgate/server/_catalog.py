@@ -47,7 +47,7 @@ SERVER_VERSION = "15.0"
 VERSION_STRING = f"PostgreSQL {SERVER_VERSION} (dpgate: differentially private counting queries only)"
 _FIRST_OID = 16384
 _PG_TYPES = {"integer": ("bigint", 20), "categorical": ("text", 25), "binned": ("text", 25),
-             "boolean": ("boolean", 16)}
+             "boolean": ("boolean", 16), "date": ("date", 1082), "timestamp": ("timestamp without time zone", 1114)}
 # Catalogue relations that hold nothing for a declared schema (no policies, indexes, inheritance …).
 _EMPTY = frozenset({
     "pg_policy", "pg_statistic_ext", "pg_publication", "pg_publication_rel", "pg_publication_namespace",

@@ -127,7 +127,8 @@ _TAGS = {"begin": "BEGIN", "start": "BEGIN", "commit": "COMMIT", "end": "COMMIT"
          "abort": "ROLLBACK", "savepoint": "SAVEPOINT", "release": "RELEASE", "discard": "DISCARD ALL",
          "deallocate": "DEALLOCATE", "reset": "RESET", "unlisten": "UNLISTEN", "close": "CLOSE CURSOR"}
 _FREE_MEMO = 4096  # statements a server remembers as free
-_KINDS_OID = {"integer": INT8, "categorical": TEXT, "binned": TEXT, "boolean": BOOL}
+# Date/timestamp keys as ISO text (a GROUP BY EXTRACT(…) of a date column has integer keys).
+_KINDS_OID = {"integer": INT8, "categorical": TEXT, "binned": TEXT, "boolean": BOOL, "date": TEXT, "timestamp": TEXT}
 
 
 def _field(name: str, oid: int) -> Field:
