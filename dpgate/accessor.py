@@ -73,6 +73,7 @@ budget, and answers from seeded noise carry ``secure=False``.
 from __future__ import annotations
 
 import atexit
+import datetime as _dt
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -101,7 +102,7 @@ class _Config:
     schema: Schema | None
     name: str | None
     categories: tuple[tuple[str, tuple[str, ...]], ...]
-    bounds: tuple[tuple[str, tuple[int, int]], ...]
+    bounds: tuple[tuple[str, tuple[Any, ...]], ...]
     bins: tuple[tuple[str, tuple[float, ...]], ...]
     budget: float
     ledger: str | None
@@ -300,7 +301,7 @@ class DPAccessor:
         budget: float = 1.0,
         ledger: str | os.PathLike[str] | None = None,
         name: str | None = None,
-        bounds: Mapping[str, tuple[int, int]] | None = None,
+        bounds: Mapping[str, tuple[Any, ...]] | None = None,
         bins: Mapping[str, Iterable[float]] | None = None,
         policy: Policy = "minimal",
         seed: int | None = None,
@@ -354,7 +355,7 @@ class DPAccessor:
             schema=sch,
             name=name,
             categories=tuple(sorted((str(k), tuple(str(v) for v in vs)) for k, vs in (categories or {}).items())),
-            bounds=tuple(sorted((str(k), (int(v[0]), int(v[1]))) for k, v in (bounds or {}).items())),
+            bounds=tuple(sorted((str(k), _bound(v)) for k, v in (bounds or {}).items())),
             bins=tuple(sorted((str(k), tuple(float(e) for e in v)) for k, v in (bins or {}).items())),
             budget=budget,
             ledger=None if ledger is None else os.path.realpath(os.fspath(ledger)),
@@ -445,3 +446,10 @@ class DPAccessor:
     def history(self) -> pd.DataFrame:
         """Every release on this data so far (one row per noisy measurement)."""
         return self.gateway.history
+
+
+def _bound(v: Any) -> tuple[Any, ...]:
+    """A ``bounds=`` entry as stored: integers, or a date range (min, max[, granularity]) as given."""
+    if len(v) in (2, 3) and all(isinstance(x, (str, _dt.date)) for x in v[:2]):
+        return tuple(str(x) if isinstance(x, str) else x for x in v)
+    return (int(v[0]), int(v[1]))

@@ -199,3 +199,17 @@ def test_sum_of_a_date_is_refused_and_long_literals_parse_in_linear_time() -> No
         compile_sql(f"SELECT COUNT(*) FROM ev WHERE d = '{text}'", SCHEMA)
     assert time.perf_counter() - start < 5
     assert MAX_LITERAL_CHARS <= 40
+
+
+def test_from_dataframe_declares_dates_only_from_bounds_or_the_unsafe_flag() -> None:
+    df = pd.DataFrame({"d": pd.to_datetime(["2024-01-05", "2024-03-01", None]), "x": [1, 2, 3]})
+    with pytest.raises(dpgate.SchemaError, match="bounds=.*'2024-01-01'"):
+        dpgate.Schema.from_dataframe(df, bounds={"x": (0, 5)})
+    s = dpgate.Schema.from_dataframe(df, bounds={"x": (0, 5), "d": ("2024-01-01", dt.date(2024, 12, 31))})
+    assert s.table("df").column("d").to_dict() == {"type": "date", "granularity": "day", "min": "2024-01-01",
+                                                   "max": "2024-12-31"}
+    s = dpgate.Schema.from_dataframe(df, bounds={"x": (0, 5), "d": ("2024-01-01", "2024-01-31 23:00", "hour")})
+    assert s.table("df").column("d").kind == "timestamp"
+    with pytest.warns(UserWarning, match="unsafe"):
+        s = dpgate.Schema.from_dataframe(df, unsafe_infer_from_data=True)
+    assert s.table("df").column("d").labels()[0] == dt.date(2024, 1, 5)
