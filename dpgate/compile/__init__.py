@@ -41,6 +41,9 @@ case-insensitive, quoted or not) whose output columns are
   compiled into their ``COUNT``/``SUM``/``SUM(x*x)`` components
   (:mod:`dpgate.compile.derived`; answered by :mod:`dpgate.answer.combine`).
 
+Dates and timestamps (``DATE '…'``, ISO strings, ``EXTRACT``, ``date_trunc``, also in ``GROUP BY``):
+:mod:`dpgate.compile._dates` and :mod:`dpgate.compile._time_groups`.
+
 ``WHERE`` / ``FILTER`` conditions may use ``= <> != < <= > >=`` (constants on
 either side), ``BETWEEN``, ``IN (…)``, ``NOT``, ``AND``, ``OR``, ``IS [NOT] NULL``,
 ``IS [NOT] TRUE/FALSE``, ``LIKE`` / ``ILIKE`` / ``NOT LIKE`` (with ``ESCAPE``) on

@@ -21,7 +21,8 @@ column's value:
   (``'1e-400'``) as 0 — DuckDB's and Spark's reading, which PostgreSQL's generated SQL
   reproduces (:func:`_pg_double`).  No generated expression fails on any stored value:
   an engine error would tell whether the row meets the query's other conditions.
-* integer ``[min, max]``: cell ``clamp(floor(v), min, max) - min``.
+* integer ``[min, max]``: cell ``clamp(floor(v), min, max) - min``; date / timestamp: the same on
+  the granule ordinal of ``v`` (:mod:`dpgate.release._dates`; non-ISO text is NULL).
 * binned ``e0 < … < ek``: bin ``i`` holds ``e_i <= v < e_{i+1}``; ``v < e1`` is bin 0
   and ``v >= e_{k-1}`` the last bin (clamping).  A binned column's ``min``/``max``, if
   declared, play no role in the mapping.
