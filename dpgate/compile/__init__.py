@@ -135,7 +135,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from dpgate.compile._time_groups import merge_time_groups, rewrite_time_groups
-from dpgate.compile.bounds import MAX_MESSAGE, bounded_message
+from dpgate.compile.bounds import MAX_MESSAGE, bounded_message, too_many_outputs
 from dpgate.compile.derived import compile_derived, has_derived
 from dpgate.compile.post import PostProcess
 from dpgate.compile.query import LinearQuery
@@ -258,11 +258,17 @@ def _compile_statement(
     limit = max_outputs if str(found.get("method", "exact")).lower() == "exact" else None
     with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
         regroup = rewrite_time_groups(tree)  # GROUP BY date_trunc(…) / EXTRACT(…): merged granules
+        inner = None if regroup else limit  # the limit is on the merged groups
         if isinstance(tree, exp.Select) and has_derived(tree):
-            stmt = compile_derived(tree, schema, dialect, hints=found, sql=sql, max_outputs=limit)
+            stmt = compile_derived(tree, schema, dialect, hints=found, sql=sql, max_outputs=inner)
         else:
-            stmt = compile_tree(tree, schema, dialect, hints=found, sql=sql, max_outputs=limit)
-        return merge_time_groups(stmt, regroup, schema) if regroup else stmt
+            stmt = compile_tree(tree, schema, dialect, hints=found, sql=sql, max_outputs=inner)
+        if not regroup:
+            return stmt
+        stmt = merge_time_groups(stmt, regroup, schema)
+        if limit is not None and len(stmt.queries) > limit:
+            raise too_many_outputs(len(stmt.queries), limit)
+        return stmt
 
 
 # sqlglot raises its own errors, and plain ValueError / TypeError / KeyError /

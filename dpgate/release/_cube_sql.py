@@ -245,7 +245,7 @@ class BoundColumn:
         kind, tc = self.decl.kind, self.tclass
         nan = exp.Cast(this=exp.Literal.string("NaN"), to=sql_type("DOUBLE"))
         if kind in ("date", "timestamp"):  # its granule's ordinal, then mapped as an integer
-            return granule_ordinal(x, self.decl.granularity or "day", tc)
+            return granule_ordinal(x, self.decl.granularity or "day", tc, self.dialect)
         if kind in ("integer", "binned"):
             if tc in ("int", "decimal"):
                 return x

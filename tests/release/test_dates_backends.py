@@ -185,3 +185,31 @@ def test_bad_date_queries_read_nothing_and_spend_nothing(frame: pd.DataFrame) ->
             with pytest.raises(err):
                 gw.query(sql, accuracy=5)
         assert gw.spent == 0
+
+
+def test_epoch_ordinals_equal_the_calendar_arithmetic(pg_url: str) -> None:
+    """DuckDB's and PostgreSQL's short epoch expression and the portable calendar arithmetic (Spark's)
+    give the same ordinal on dates and timestamps around leap days, year ends and before 1970."""
+    import duckdb
+    from sqlglot import exp
+
+    from dpgate.release._dates import granule_ordinal
+
+    stamps = ["1969-12-31 23:59:59", "1970-01-01 00:00:00", "1900-02-28 23:00:00", "1900-03-01 00:30:00",
+              "2000-02-29 12:34:56", "2024-02-29 23:59:00", "2024-03-01 00:00:00", "2023-12-31 23:59:59.999",
+              "0001-01-01 00:00:00", "9999-12-31 23:59:00", "2024-07-04 10:30:00"]
+    col = exp.column("v", quoted=True)
+    for gran in ("minute", "hour", "day", "month", "year"):
+        for dialect, typ in (("duckdb", "TIMESTAMP"), ("duckdb", "DATE"), ("postgres", "TIMESTAMP"),
+                             ("postgres", "DATE")):
+            tclass = "date" if typ == "DATE" else "timestamp"
+            fast = granule_ordinal(col, gran, tclass, dialect).sql(dialect)
+            slow = granule_ordinal(col, gran, tclass, "").sql(dialect)
+            values = ", ".join(f"(CAST('{s}' AS {typ}))" for s in stamps)
+            sql = f'SELECT {fast}, {slow} FROM (VALUES {values}) AS t("v")'
+            if dialect == "duckdb":
+                rows = duckdb.sql(sql).fetchall()
+            else:
+                with psycopg.connect(pg_url) as con:
+                    rows = con.execute(sql).fetchall()
+            assert all(a == b for a, b in rows), (gran, dialect, typ, rows)
