@@ -134,7 +134,7 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from dpgate.compile._time_groups import merge_time_groups, rewrite_time_groups
+from dpgate.compile._time_groups import coarse_schema, fine_queries, merge_time_groups, rewrite_time_groups
 from dpgate.compile.bounds import MAX_MESSAGE, bounded_message, too_many_outputs
 from dpgate.compile.derived import compile_derived, has_derived
 from dpgate.compile.post import PostProcess
@@ -258,6 +258,12 @@ def _compile_statement(
     limit = max_outputs if str(found.get("method", "exact")).lower() == "exact" else None
     with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
         regroup = rewrite_time_groups(tree)  # GROUP BY date_trunc(…) / EXTRACT(…): merged granules
+        if regroup and isinstance(tree, exp.Select) and (coarse := coarse_schema(tree, regroup, schema)):
+            if has_derived(tree):
+                stmt = compile_derived(tree, coarse[0], dialect, hints=found, sql=sql, max_outputs=limit)
+            else:
+                stmt = compile_tree(tree, coarse[0], dialect, hints=found, sql=sql, max_outputs=limit)
+            return fine_queries(stmt, coarse[0], coarse[1])
         inner = None if regroup else limit  # the limit is on the merged groups
         if isinstance(tree, exp.Select) and has_derived(tree):
             stmt = compile_derived(tree, schema, dialect, hints=found, sql=sql, max_outputs=inner)

@@ -11,7 +11,10 @@ query on the cells like any other: history and inference combine it with the oth
 :func:`rewrite_time_groups` rewrites the parsed tree (the GROUP BY key, and a SELECT item
 equal to it, become the bare column) and returns what :func:`merge_time_groups` needs.
 AVG / VAR / STDDEV outputs with such a key are refused (their components would be merged
-after their combination).
+after their combination) — except on the fast path: when the key is ``date_trunc`` to a unit
+that is a granularity and the column appears nowhere else, the statement is compiled on the
+column declared at that unit (:func:`coarse_schema`) and its queries mapped back onto the
+declared cells (:func:`fine_queries`), without a group per granule.
 """
 
 from __future__ import annotations
@@ -29,11 +32,19 @@ from dpgate.compile.aggregates import unparen
 from dpgate.compile.cells import NULL, TIME, Val
 from dpgate.compile.query import LinearQuery, union_grid
 from dpgate.compile.stages import CompiledStatement
-from dpgate.errors import UnsupportedQuery
-from dpgate.schema._temporal import EPOCH, TEMPORAL_KINDS, parse_instant
-from dpgate.schema.domains import Schema
+from dpgate.errors import SchemaError, UnsupportedQuery
+from dpgate.schema._temporal import (
+    EPOCH,
+    KIND_GRANULARITIES,
+    TEMPORAL_KINDS,
+    finer_or_equal,
+    granule_start,
+    ordinal,
+    parse_instant,
+)
+from dpgate.schema.domains import Column, Schema, Table
 
-__all__ = ["rewrite_time_groups", "merge_time_groups"]
+__all__ = ["rewrite_time_groups", "merge_time_groups", "coarse_schema", "fine_queries"]
 
 _FUNCS = (exp.TimestampTrunc, exp.DateTrunc, exp.Extract)
 
@@ -172,3 +183,62 @@ def _sum(table: Any, parts: list[LinearQuery], group: tuple[tuple[str, Any], ...
     w = sum(q.expand(table, cols, bps) / q.denominator for q in parts)
     return LinearQuery.from_grid(table, cols, bps, np.asarray(w, dtype=float), parts[0].offset,
                                  label=parts[0].label, group=group)
+
+
+# -- the fast path: a coarser declaration, its queries mapped back onto the declared cells ------------
+def coarse_schema(tree: exp.Expr, found: dict[str, exp.Expr], schema: Schema) -> tuple[Schema, Table] | None:
+    """When every grouped ``date_trunc(unit, col)`` has a granularity as unit and ``col`` appears
+    nowhere else in the query: the schema with ``col`` declared at that unit (and the declared
+    table), so that its groups are compiled directly; else None (per-granule groups are merged).
+
+    A coarse cell is a run of consecutive declared cells, so a query on the coarse cells is the
+    same query on the declared ones (:func:`fine_queries`)."""
+    if not isinstance(tree, exp.Select) or (ref := tree.find(exp.Table)) is None:
+        return None
+    try:
+        table = schema.table(ref.name)
+    except SchemaError:
+        return None
+    coarse: dict[str, Column] = {}
+    for name, fn in found.items():
+        unit = fn.args.get("unit")
+        unit_name = unit.name.lower() if isinstance(unit, (exp.Var, exp.Literal)) else ""
+        if not isinstance(fn, (exp.TimestampTrunc, exp.DateTrunc)) or not table.has_column(name):
+            return None
+        col = table.column(name)
+        gran = col.granularity or "day"
+        if col.kind not in TEMPORAL_KINDS or unit_name not in KIND_GRANULARITIES[col.kind] \
+                or not finer_or_equal(gran, unit_name):
+            return None
+        lo, hi = col.int_range()
+        coarse[name] = replace(col, min=ordinal(granule_start(lo, gran), unit_name),
+                               max=ordinal(granule_start(hi, gran), unit_name), granularity=unit_name)
+    for node in tree.find_all(exp.Column):
+        if node.name.lower() in coarse:
+            parent = node.parent.parent if isinstance(node.parent, exp.Alias) else node.parent
+            if not isinstance(parent, (exp.Group, exp.Select)):
+                return None
+    cols = tuple(coarse.get(c.name.lower(), c) for c in table.columns)
+    out = Schema(tuple(replace(t, columns=cols) if t is table else t for t in schema.tables))
+    return out, table
+
+
+def fine_queries(stmt: CompiledStatement, coarse: Schema, table: Table) -> CompiledStatement:
+    """The statement compiled on :func:`coarse_schema` with each query on the declared cells."""
+    small = coarse.table(table.name)
+    maps: dict[str, np.ndarray] = {}
+    for fine, c in zip(table.columns, small.columns, strict=True):
+        if fine is c:
+            continue
+        lo, _ = fine.int_range()
+        clo, _ = c.int_range()
+        gran, unit = fine.granularity or "day", c.granularity or "day"
+        starts = [max(0, ordinal(granule_start(clo + j, unit), gran) - lo) for j in range(c.n_cells - 1)]
+        maps[fine.name] = np.array([*starts, fine.null_cell], dtype=np.int64)
+    queries = []
+    for q in stmt.queries:
+        bps = [maps[c][list(bp)].tolist() if c in maps else list(bp) for c, bp in zip(q.columns, q.breakpoints,
+                                                                                     strict=True)]
+        queries.append(LinearQuery.from_grid(table, q.columns, bps, q.numerators / q.denominator, q.offset,
+                                             label=q.label, group=q.group))
+    return replace(stmt, queries=tuple(queries))

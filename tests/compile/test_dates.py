@@ -213,3 +213,20 @@ def test_from_dataframe_declares_dates_only_from_bounds_or_the_unsafe_flag() -> 
     with pytest.warns(UserWarning, match="unsafe"):
         s = dpgate.Schema.from_dataframe(df, unsafe_infer_from_data=True)
     assert s.table("df").column("d").labels()[0] == dt.date(2024, 1, 5)
+
+
+def test_coarse_and_merged_group_paths_agree_and_avg_works_by_month() -> None:
+    """``GROUP BY date_trunc('month', ts)`` alone is compiled on month cells mapped back onto the
+    declared hours; with ``ts`` also in WHERE the hours' groups are merged: the same queries."""
+    fast = compile_sql("SELECT COUNT(*) FROM ev GROUP BY date_trunc('day', ts)", SCHEMA)
+    slow = compile_sql("SELECT COUNT(*) FROM ev WHERE ts IS NULL OR ts IS NOT NULL GROUP BY date_trunc('day', ts)",
+                       SCHEMA)
+    assert len(fast) == len(slow) == 14
+    assert all(np.array_equal(a.dense(T), b.dense(T)) and a.group == b.group for a, b in zip(fast, slow, strict=True))
+    stmt = compile_statement("SELECT date_trunc('month', d) AS mon, AVG(EXTRACT(hour FROM ts)) FROM ev GROUP BY mon",
+                             SCHEMA)
+    assert stmt.derived and [k for (k,) in stmt.group_keys][:2] == [dt.date(2024, 1, 1), dt.date(2024, 2, 1)]
+    df = frame()
+    f = truncated(df)
+    got = value("SELECT date_trunc('year', m) AS y, COUNT(*) FROM ev GROUP BY y", df)
+    assert got == [float((f.m.dt.year == y).sum()) for y in (2023, 2024)]

@@ -150,6 +150,8 @@ def test_histograms_and_exact_counts_match_pandas_on_every_backend(frame: pd.Dat
             weeks = exact(cube, "SELECT SUM(x) FROM ev GROUP BY date_trunc('week', ts)")
             starts = f.ts.dt.to_period("W-SUN").dt.start_time
             assert weeks == [float(f.x[starts == w].sum()) for w in sorted(starts.unique())], name
+            days = exact(cube, "SELECT date_trunc('day', ts) AS day, COUNT(*) FROM ev GROUP BY day")  # coarse path
+            assert days == [float((f.ts.dt.floor("D") == k).sum()) for k in sorted(f.ts.dt.floor("D").unique())], name
             dows = exact(cube, "SELECT EXTRACT(dow FROM ts) AS w, COUNT(*) FROM ev GROUP BY 1")
             assert dows == [float(((f.ts.dt.day_of_week + 1) % 7 == k).sum()) for k in range(7)], name
 
