@@ -230,3 +230,12 @@ def test_coarse_and_merged_group_paths_agree_and_avg_works_by_month() -> None:
     f = truncated(df)
     got = value("SELECT date_trunc('year', m) AS y, COUNT(*) FROM ev GROUP BY y", df)
     assert got == [float((f.m.dt.year == y).sum()) for y in (2023, 2024)]
+
+
+def test_ledger_describes_date_cells_as_ranges_without_listing_a_wide_column() -> None:
+    from dpgate.ledger._describe import describe
+
+    (q,) = compile_sql("SELECT COUNT(*) FROM ev WHERE d BETWEEN '2024-03-01' AND '2024-03-31'", SCHEMA)
+    assert describe(q, T) == "COUNT where d 2024-03-01–2024-03-31"
+    (q,) = compile_sql("SELECT COUNT(*) FROM ev WHERE ts IN ('2024-03-02 10:00', '2024-03-05 00:00')", SCHEMA)
+    assert describe(q, T) == "COUNT where ts ∈ {2024-03-02 10:00, 2024-03-05 00:00}"
