@@ -26,11 +26,11 @@ from sqlglot import exp
 
 from dpgate.compile.bounds import excerpt
 from dpgate.compile.cells import NULL, NUM, STR, TIME, Val
-from dpgate.errors import QuerySyntaxError, UnsupportedQuery
+from dpgate.errors import InvalidArgumentType, QuerySyntaxError, UnsupportedQuery
 from dpgate.schema._temporal import EPOCH, finer_or_equal, granule_seconds, granule_start, iso, parse_instant
 
 __all__ = ["time_literal", "time_operands", "extract", "date_trunc", "is_time_cast",
-           "TRUNC_UNITS", "EXTRACT_UNITS", "shown"]
+           "TRUNC_UNITS", "EXTRACT_UNITS", "shown", "date_parameter"]
 
 #: date_trunc unit → the coarsest granularity whose cells hold it.
 TRUNC_UNITS = {"minute": "minute", "hour": "hour", "day": "day", "week": "day", "month": "month",
@@ -207,3 +207,17 @@ def _trunc(secs: np.ndarray, unit: str) -> np.ndarray:
         months = months - months % {"month": 1, "quarter": 3, "year": 12}[unit]
         out = months.astype("datetime64[M]").astype("datetime64[s]").astype(np.int64)
     return out.astype(float)
+
+
+def date_parameter(value: Any) -> exp.Expr:
+    """A bound ``datetime.date`` / ``datetime.datetime`` parameter as ``DATE '…'`` / ``TIMESTAMP '…'``
+    (its wall-clock time; a zone is dropped); any other type is refused."""
+    if isinstance(value, dt.datetime):
+        text = value.replace(tzinfo=None).isoformat(sep=" ")
+        return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("TIMESTAMP"))
+    if isinstance(value, dt.date):
+        return exp.Cast(this=exp.Literal.string(value.isoformat()), to=exp.DataType.build("DATE"))
+    raise InvalidArgumentType(
+        f"parameter of type {type(value).__name__} is not supported; pass None, bool, int, float, Decimal, str, "
+        "datetime.date or datetime.datetime."
+    )

@@ -239,3 +239,15 @@ def test_ledger_describes_date_cells_as_ranges_without_listing_a_wide_column() -
     assert describe(q, T) == "COUNT where d 2024-03-01–2024-03-31"
     (q,) = compile_sql("SELECT COUNT(*) FROM ev WHERE ts IN ('2024-03-02 10:00', '2024-03-05 00:00')", SCHEMA)
     assert describe(q, T) == "COUNT where ts ∈ {2024-03-02 10:00, 2024-03-05 00:00}"
+
+
+def test_date_and_datetime_parameters_bind_as_date_literals() -> None:
+    (want,) = compile_sql("SELECT COUNT(*) FROM ev WHERE d >= DATE '2024-03-01' AND ts < '2024-03-02 10:00'", SCHEMA)
+    for params in ([dt.date(2024, 3, 1), dt.datetime(2024, 3, 2, 10)],
+                   [dpgate.Date(2024, 3, 1), pd.Timestamp("2024-03-02 10:00")]):
+        stmt = compile_statement("SELECT COUNT(*) FROM ev WHERE d >= ? AND ts < ?", SCHEMA, params=params)
+        assert stmt.queries == (want,)
+    with pytest.raises(dpgate.UnsupportedQuery, match="day boundary"):
+        compile_statement("SELECT COUNT(*) FROM ev WHERE d >= ?", SCHEMA, params=[dt.datetime(2024, 3, 1, 10, 30)])
+    with pytest.raises(dpgate.InvalidArgumentType, match="datetime.date"):
+        compile_statement("SELECT COUNT(*) FROM ev WHERE d >= ?", SCHEMA, params=[object()])
