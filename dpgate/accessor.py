@@ -73,7 +73,6 @@ budget, and answers from seeded noise carry ``secure=False``.
 from __future__ import annotations
 
 import atexit
-import datetime as _dt
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -89,6 +88,7 @@ from dpgate.errors import ProgrammingError, SchemaError
 from dpgate.gateway import Gateway
 from dpgate.ledger.core import Ledger
 from dpgate.plan.decide import Policy
+from dpgate.schema._temporal import parse_instant
 from dpgate.schema.domains import Schema
 
 __all__ = ["DPAccessor", "content_fingerprint"]
@@ -450,6 +450,6 @@ class DPAccessor:
 
 def _bound(v: Any) -> tuple[Any, ...]:
     """A ``bounds=`` entry as stored: integers, or a date range (min, max[, granularity]) as given."""
-    if len(v) in (2, 3) and all(isinstance(x, (str, _dt.date)) for x in v[:2]):
-        return tuple(str(x) if isinstance(x, str) else x for x in v)
+    if len(v) in (2, 3) and all(parse_instant(x) is not None for x in v[:2]):
+        return tuple(v)
     return (int(v[0]), int(v[1]))
