@@ -171,7 +171,10 @@ def result_set(result: Result, intervals: bool, schema: Schema) -> ResultSet:
     for out in st.outputs:
         if out.kind == "group":
             names.append(out.name)
-            types.append((_GROUP_TYPES[table.column(st.group_columns[out.index]).kind], True))
+            kind = table.column(st.group_columns[out.index]).kind
+            if kind in ("date", "timestamp") and any(isinstance(k[out.index], int) for k in st.group_keys):
+                kind = "integer"  # GROUP BY EXTRACT(… FROM a date): integer keys
+            types.append((_GROUP_TYPES[kind], True))
         else:
             names.append(out.name)
             # Integers when every answer of the column was rounded (SET dpgate.round = on).

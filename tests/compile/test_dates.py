@@ -251,3 +251,16 @@ def test_date_and_datetime_parameters_bind_as_date_literals() -> None:
         compile_statement("SELECT COUNT(*) FROM ev WHERE d >= ?", SCHEMA, params=[dt.datetime(2024, 3, 1, 10, 30)])
     with pytest.raises(dpgate.InvalidArgumentType, match="datetime.date"):
         compile_statement("SELECT COUNT(*) FROM ev WHERE d >= ?", SCHEMA, params=[object()])
+
+
+def test_dbapi_rows_carry_date_keys_and_types() -> None:
+    df = frame(300)
+    with dpgate.connect(df, schema={"tables": {"ev": SCHEMA.to_dict()["tables"]["ev"]}},
+                        budget=10.0, accuracy=50) as con:
+        cur = con.cursor()
+        cur.execute("SELECT date_trunc('month', d) AS mon, COUNT(*) FROM ev WHERE d >= ? GROUP BY mon",
+                    [dt.date(2024, 11, 1)])
+        assert [r[0] for r in cur.fetchall()] == [dt.date(2024, 11, 1), dt.date(2024, 12, 1)]
+        assert cur.description[0][1] == "DATE"
+        cur.execute("SELECT EXTRACT(dow FROM d) AS w, COUNT(*) FROM ev WHERE d < '2024-03-01' GROUP BY w")
+        assert [r[0] for r in cur.fetchall()] == list(range(7)) and cur.description[0][1] == "BIGINT"
