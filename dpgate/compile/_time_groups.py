@@ -35,7 +35,7 @@ from dpgate.compile.stages import CompiledStatement
 from dpgate.errors import SchemaError, UnsupportedQuery
 from dpgate.schema._temporal import (
     EPOCH,
-    KIND_GRANULARITIES,
+    GROUPING_UNITS,
     TEMPORAL_KINDS,
     finer_or_equal,
     granule_start,
@@ -207,8 +207,7 @@ def coarse_schema(tree: exp.Expr, found: dict[str, exp.Expr], schema: Schema) ->
             return None
         col = table.column(name)
         gran = col.granularity or "day"
-        if col.kind not in TEMPORAL_KINDS or unit_name not in KIND_GRANULARITIES[col.kind] \
-                or not finer_or_equal(gran, unit_name):
+        if col.kind not in TEMPORAL_KINDS or unit_name not in GROUPING_UNITS or not finer_or_equal(gran, unit_name):
             return None
         lo, hi = col.int_range()
         coarse[name] = replace(col, min=ordinal(granule_start(lo, gran), unit_name),

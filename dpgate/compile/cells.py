@@ -228,8 +228,11 @@ def _time_cells(col: Column, idx: np.ndarray, null: np.ndarray) -> Val:
     gran = col.granularity
     if gran == "year":
         secs = (k - 1970).astype("datetime64[Y]").astype("datetime64[s]").astype(np.int64)
-    elif gran == "month":
-        secs = (k - 12 * 1970).astype("datetime64[M]").astype("datetime64[s]").astype(np.int64)
+    elif gran in ("month", "quarter"):  # a quarter's start is its first month's
+        months = k - 12 * 1970 if gran == "month" else 3 * k - 12 * 1970
+        secs = months.astype("datetime64[M]").astype("datetime64[s]").astype(np.int64)
+    elif gran == "week":
+        secs = (7 * k - 3) * 86400
     else:
         secs = k * {"day": 86400, "hour": 3600, "minute": 60}[gran or "day"]
     return Val(TIME, np.where(null, 0.0, secs.astype(float)), null, col)

@@ -29,7 +29,7 @@ from typing import Any
 from dpgate.errors import SchemaError
 
 __all__ = [
-    "TEMPORAL_KINDS", "GRANULARITIES", "DEFAULT_GRANULARITY", "MAX_LITERAL_CHARS", "EPOCH",
+    "TEMPORAL_KINDS", "GRANULARITIES", "GROUPING_UNITS", "DEFAULT_GRANULARITY", "MAX_LITERAL_CHARS", "EPOCH",
     "declared_range", "parse_instant", "ordinal", "granule_start", "granule_seconds", "iso", "finer_or_equal",
 ]
 
@@ -38,6 +38,14 @@ TEMPORAL_KINDS = ("date", "timestamp")
 #: Granularities, finest first; each kind's allowed ones (:data:`KIND_GRANULARITIES`).
 GRANULARITIES = ("minute", "hour", "day", "month", "year")
 KIND_GRANULARITIES = {"date": ("day", "month", "year"), "timestamp": GRANULARITIES}
+#: Also the compiler's coarser cells of ``GROUP BY date_trunc('week' | 'quarter', …)`` (weeks from Monday);
+#: not declarable: the generated SQL maps only :data:`GRANULARITIES`.
+GROUPING_UNITS = (*GRANULARITIES, "week", "quarter")
+#: Unit → the granularities whose granules tile it.
+_TILES = {"minute": {"minute"}, "hour": {"minute", "hour"}, "day": {"minute", "hour", "day"},
+          "week": {"minute", "hour", "day", "week"}, "month": {"minute", "hour", "day", "month"},
+          "quarter": {"minute", "hour", "day", "month", "quarter"},
+          "year": {"minute", "hour", "day", "month", "quarter", "year"}}
 DEFAULT_GRANULARITY = {"date": "day", "timestamp": "hour"}
 #: Longest date/timestamp literal read (``2024-01-01 00:00:00.000000+00:00`` has 32 characters).
 MAX_LITERAL_CHARS = 40
@@ -74,11 +82,15 @@ def ordinal(t: dt.datetime, granularity: str) -> int:
     """The ordinal of the granule holding ``t`` (see the module docstring)."""
     if granularity == "year":
         return t.year
+    if granularity == "quarter":
+        return 4 * t.year + (t.month - 1) // 3
     if granularity == "month":
         return 12 * t.year + t.month - 1
     days = (t.date() - EPOCH.date()).days
     if granularity == "day":
         return days
+    if granularity == "week":  # Monday 1969-12-29 starts week 0
+        return (days + 3) // 7
     if granularity == "hour":
         return 24 * days + t.hour
     return (24 * days + t.hour) * 60 + t.minute
@@ -88,8 +100,12 @@ def granule_start(k: int, granularity: str) -> dt.datetime:
     """The first instant of the granule with ordinal ``k``."""
     if granularity == "year":
         return dt.datetime(k, 1, 1)
+    if granularity == "quarter":
+        return dt.datetime(k // 4, (k % 4) * 3 + 1, 1)
     if granularity == "month":
         return dt.datetime(k // 12, k % 12 + 1, 1)
+    if granularity == "week":
+        return EPOCH + dt.timedelta(days=7 * k - 3)
     unit = {"day": 1440, "hour": 60, "minute": 1}[granularity]
     return EPOCH + dt.timedelta(minutes=k * unit)
 
@@ -106,7 +122,7 @@ def iso(t: dt.datetime, kind: str) -> str:
 
 def finer_or_equal(a: str, b: str) -> bool:
     """Whether granularity ``a`` is at least as fine as ``b`` (every ``b`` granule is whole ``a`` granules)."""
-    return GRANULARITIES.index(a) <= GRANULARITIES.index(b)
+    return a in _TILES[b]
 
 
 def declared_range(spec: Any, kind: str, where: str, max_cells: int) -> tuple[int, int, str]:

@@ -133,7 +133,7 @@ class Column:
             if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)):
                 raise SchemaError(f"{where}: {key!r} must be an integer, got {_brief(bound)}.")
         if self.kind in _temporal.TEMPORAL_KINDS:
-            if self.granularity not in _temporal.KIND_GRANULARITIES[self.kind] or self.min is None or self.max is None:
+            if self.granularity not in _temporal.GROUPING_UNITS or self.min is None or self.max is None:
                 raise SchemaError(f"{where}: a {self.kind} column needs min, max and a granularity.")
         elif self.kind == "integer":
             if self.min is None or self.max is None:

@@ -218,11 +218,14 @@ def test_from_dataframe_declares_dates_only_from_bounds_or_the_unsafe_flag() -> 
 def test_coarse_and_merged_group_paths_agree_and_avg_works_by_month() -> None:
     """``GROUP BY date_trunc('month', ts)`` alone is compiled on month cells mapped back onto the
     declared hours; with ``ts`` also in WHERE the hours' groups are merged: the same queries."""
-    fast = compile_sql("SELECT COUNT(*) FROM ev GROUP BY date_trunc('day', ts)", SCHEMA)
-    slow = compile_sql("SELECT COUNT(*) FROM ev WHERE ts IS NULL OR ts IS NOT NULL GROUP BY date_trunc('day', ts)",
-                       SCHEMA)
-    assert len(fast) == len(slow) == 14
-    assert all(np.array_equal(a.dense(T), b.dense(T)) and a.group == b.group for a, b in zip(fast, slow, strict=True))
+    for col, unit, n in (("ts", "day", 14), ("ts", "week", 3), ("d", "week", 53), ("d", "quarter", 4),
+                         ("m", "quarter", 8), ("m", "year", 2), ("ts", "month", 1)):
+        fast = compile_sql(f"SELECT COUNT(*) FROM ev GROUP BY date_trunc('{unit}', {col})", SCHEMA)
+        slow = compile_sql(f"SELECT COUNT(*) FROM ev WHERE {col} IS NULL OR {col} IS NOT NULL "
+                           f"GROUP BY date_trunc('{unit}', {col})", SCHEMA)
+        assert len(fast) == len(slow) == n, (col, unit)
+        assert all(np.array_equal(a.dense(T), b.dense(T)) and a.group == b.group
+                   for a, b in zip(fast, slow, strict=True)), (col, unit)
     stmt = compile_statement("SELECT date_trunc('month', d) AS mon, AVG(EXTRACT(hour FROM ts)) FROM ev GROUP BY mon",
                              SCHEMA)
     assert stmt.derived and [k for (k,) in stmt.group_keys][:2] == [dt.date(2024, 1, 1), dt.date(2024, 2, 1)]
