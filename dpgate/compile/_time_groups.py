@@ -11,8 +11,8 @@ query on the cells like any other: history and inference combine it with the oth
 :func:`rewrite_time_groups` rewrites the parsed tree (the GROUP BY key, and a SELECT item
 equal to it, become the bare column) and returns what :func:`merge_time_groups` needs.
 AVG / VAR / STDDEV outputs with such a key are refused (their components would be merged
-after their combination) — except on the fast path: when the key is ``date_trunc`` to a unit
-that is a granularity and the column appears nowhere else, the statement is compiled on the
+after their combination) — except on the fast path: when the key is ``date_trunc`` and the
+column appears nowhere else, the statement is compiled on the
 column declared at that unit (:func:`coarse_schema`) and its queries mapped back onto the
 declared cells (:func:`fine_queries`), without a group per granule.
 """
