@@ -5,9 +5,10 @@ integer mapping (clamp to ``[min, max]``, then subtract ``min``) applied to the 
 granule *ordinal* (:mod:`dpgate.schema._temporal`), which this module builds from the
 calendar fields alone — ``EXTRACT(YEAR | MONTH | DAY | HOUR | MINUTE …)`` of a DATE or
 TIMESTAMP, or the digits of ISO text — with integer arithmetic that DuckDB, PostgreSQL and
-Spark evaluate alike (no time-zone or interval functions, whose behaviour differs; DuckDB and
-PostgreSQL read day, hour and minute ordinals of typed columns from their epoch seconds instead,
-:func:`_epoch_ordinal`, which tests check against the arithmetic):
+Spark evaluate alike (no time-zone or interval functions, whose behaviour differs; DuckDB reads
+day, hour and minute ordinals of typed columns from their epoch seconds instead,
+:func:`_epoch_ordinal`, which tests check against the arithmetic).  ``±infinity`` (DuckDB,
+PostgreSQL) is NULL:
 
 * days since 1970-01-01 of ``y-m-d``: ``365·y' + ⌊y'/4⌋ - ⌊y'/100⌋ + ⌊y'/400⌋ + ⌊(153·m' + 2)/5⌋ + d - 719 469``
   with ``y' = y - [m ≤ 2]`` and ``m' = (m + 9) mod 12`` (the proleptic Gregorian calendar,
@@ -71,10 +72,11 @@ def _days(y: exp.Expression, m: exp.Expression, d: exp.Expression) -> exp.Expres
 
 
 def _epoch_ordinal(x: exp.Expression, granularity: str, dialect: str) -> exp.Expression:
-    """DuckDB and PostgreSQL, a DATE or TIMESTAMP ``x`` at day, hour or minute granularity: whole
-    units of its wall-clock seconds since 1970-01-01 (``CAST(x AS TIMESTAMP)`` drops a zone as the
-    session shows it); one short expression, which DuckDB evaluates several times faster than the
-    calendar arithmetic."""
+    """DuckDB, a DATE or TIMESTAMP ``x`` at day, hour or minute granularity: whole units of its
+    wall-clock seconds since 1970-01-01 (``CAST(x AS TIMESTAMP)`` drops a zone as the session
+    shows it); one short expression, which DuckDB evaluates several times faster than the
+    calendar arithmetic.  (Not PostgreSQL: its epoch of ``'infinity'`` is infinite, and the cast
+    to BIGINT would fail; its calendar fields of ``'infinity'`` are NULL, as DuckDB's epoch.)"""
     ts = exp.Cast(this=x, to=exp.DataType.build("TIMESTAMP"))
     secs = (exp.Anonymous(this="epoch", expressions=[ts]) if dialect == "duckdb"
             else exp.Extract(this=exp.var("EPOCH"), expression=ts))
@@ -84,7 +86,7 @@ def _epoch_ordinal(x: exp.Expression, granularity: str, dialect: str) -> exp.Exp
 
 def granule_ordinal(x: exp.Expression, granularity: str, tclass: str, dialect: str = "") -> exp.Expression:
     """The BIGINT granule ordinal of the stored value ``x`` (NULL for NULL and non-ISO text)."""
-    if tclass != "text" and dialect in ("duckdb", "postgres") and granularity in ("day", "hour", "minute"):
+    if tclass != "text" and dialect == "duckdb" and granularity in ("day", "hour", "minute"):
         return _epoch_ordinal(x, granularity, dialect)
     if tclass == "text":
         text = exp.Cast(this=x, to=exp.DataType.build("VARCHAR"))

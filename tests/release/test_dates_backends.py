@@ -215,3 +215,32 @@ def test_epoch_ordinals_equal_the_calendar_arithmetic(pg_url: str) -> None:
                 with psycopg.connect(pg_url) as con:
                     rows = con.execute(sql).fetchall()
             assert all(a == b for a, b in rows), (gran, dialect, typ, rows)
+
+
+def test_infinite_dates_count_as_null_and_no_generated_sql_fails(pg_server: Any) -> None:
+    """``'infinity'`` dates and timestamps (DuckDB, PostgreSQL) land in the NULL cell; the generated
+    SQL fails on no stored value (an engine error would tell that such a row exists)."""
+    import duckdb
+
+    schema = dpgate.Schema.from_dict({"tables": {"inf": {"columns": {
+        "d": {"type": "date", "min": "2024-01-01", "max": "2024-12-31"},
+        "ts": {"type": "timestamp", "min": "2024-01-01 00:00", "max": "2024-01-31 23:00", "granularity": "hour"},
+        "m": {"type": "timestamp", "min": "2024-01-01 00:00", "max": "2024-12-01 00:00", "granularity": "month"},
+    }}}})
+    rows = "('infinity', 'infinity', '-infinity'), ('-infinity', '-infinity', 'infinity'), " \
+           "('2024-03-01', '2024-01-02 10:00', '2024-05-05 10:00')"
+    ddl = "CREATE TABLE inf (d date, ts timestamp, m timestamptz)"
+    with psycopg.connect(pg_server.url(), autocommit=True) as con:
+        con.execute("DROP DATABASE IF EXISTS dpgate_inf")
+        con.execute("CREATE DATABASE dpgate_inf")
+    with psycopg.connect(pg_server.url("dpgate_inf"), autocommit=True) as con:
+        con.execute(ddl)
+        con.execute(f"INSERT INTO inf VALUES {rows}")
+    duck = duckdb.connect()
+    duck.execute(ddl)
+    duck.execute(f"INSERT INTO inf VALUES {rows}")
+    for data in (str(pg_server.url("dpgate_inf")), duck):
+        with Cube(data, schema) as cube:
+            for col in ("d", "ts", "m"):
+                h = cube.histogram("inf", [col])
+                assert h[-1] == 2 and h.sum() == 3, (data, col)
