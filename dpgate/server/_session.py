@@ -60,6 +60,7 @@ from dpgate.gateway import Gateway
 from dpgate.ledger import _provenance
 from dpgate.plan.budget import exhausted, fits, remaining
 from dpgate.plan.explain import COLUMNS, strip_explain
+from dpgate.schema._temporal import granule_start, iso
 from dpgate.server import _catalog
 from dpgate.server._protocol import Field
 from dpgate.server._values import BOOL, FLOAT8, INT8, TEXT, TYPE_SIZES, oid_of_dbapi
@@ -491,7 +492,8 @@ def infer_parameters(sql: str, schema: Any, dialect: str) -> list[tuple[int, Any
                 c = None
             if c is not None:
                 dummy = {"integer": c.min, "binned": c.min, "boolean": True}.get(
-                    c.kind, c.values[0] if c.values else "")
+                    c.kind, c.values[0] if c.values else iso(granule_start(c.min or 0, c.granularity), c.kind)
+                    if c.granularity else "")  # a date column: its first granule
                 guess = (_KINDS_OID[c.kind], dummy)
         out[int(str(h.this))] = guess
     return [out.get(i, (TEXT, "")) for i in range(1, max(out) + 1)]

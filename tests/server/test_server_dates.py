@@ -34,6 +34,11 @@ def test_live_server_dates(tmp_path: Path) -> None:
             rows = con.execute("SELECT date_trunc('month', d) AS m, COUNT(*) FROM ev "
                                "WHERE d >= DATE '2024-02-01' GROUP BY m").fetchall()
             assert [r[0] for r in rows] == ["2024-02-01", "2024-03-01", "2024-04-01", "2024-05-01", "2024-06-01"]
+            import datetime as dt
+
+            got = con.execute("SELECT COUNT(*) FROM ev WHERE d >= %s AND ts < %s",
+                              (dt.date(2024, 2, 1), dt.datetime(2024, 1, 3, 10))).fetchall()
+            assert len(got) == 1
             spent = con.execute("SHOW dpgate.budget").fetchone()
             for bad in ["SELECT COUNT(*) FROM ev WHERE d >= '2024-03-01 10:30'",
                         "SELECT COUNT(*) FROM ev WHERE d < '2031-01-01'",
