@@ -134,7 +134,13 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from dpgate.compile._time_groups import coarse_schema, fine_queries, merge_time_groups, rewrite_time_groups
+from dpgate.compile._time_groups import (
+    check_merged_size,
+    coarse_schema,
+    fine_queries,
+    merge_time_groups,
+    rewrite_time_groups,
+)
 from dpgate.compile.bounds import MAX_MESSAGE, bounded_message, too_many_outputs
 from dpgate.compile.derived import compile_derived, has_derived
 from dpgate.compile.post import PostProcess
@@ -264,6 +270,8 @@ def _compile_statement(
             else:
                 stmt = compile_tree(tree, coarse[0], dialect, hints=found, sql=sql, max_outputs=limit)
             return fine_queries(stmt, coarse[0], coarse[1])
+        if regroup:
+            check_merged_size(tree, regroup, schema, MAX_GROUPS)
         inner = None if regroup else limit  # the limit is on the merged groups
         if isinstance(tree, exp.Select) and has_derived(tree):
             stmt = compile_derived(tree, schema, dialect, hints=found, sql=sql, max_outputs=inner)

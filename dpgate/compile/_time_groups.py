@@ -44,7 +44,7 @@ from dpgate.schema._temporal import (
 )
 from dpgate.schema.domains import Column, Schema, Table
 
-__all__ = ["rewrite_time_groups", "merge_time_groups", "coarse_schema", "fine_queries"]
+__all__ = ["rewrite_time_groups", "merge_time_groups", "coarse_schema", "fine_queries", "check_merged_size"]
 
 _FUNCS = (exp.TimestampTrunc, exp.DateTrunc, exp.Extract)
 
@@ -241,3 +241,24 @@ def fine_queries(stmt: CompiledStatement, coarse: Schema, table: Table) -> Compi
         queries.append(LinearQuery.from_grid(table, q.columns, bps, q.numerators / q.denominator, q.offset,
                                              label=q.label, group=q.group))
     return replace(stmt, queries=tuple(queries))
+
+
+def check_merged_size(tree: exp.Expr, found: dict[str, exp.Expr], schema: Schema, max_groups: int) -> None:
+    """Refuse, naming what to write, a merged ``GROUP BY date_trunc(…)`` / ``EXTRACT(…)`` whose
+    column has more granules than the compiler's group limit (before it is compiled per granule)."""
+    ref = tree.find(exp.Table)
+    try:
+        table = schema.table(ref.name) if ref is not None else None
+    except SchemaError:
+        return  # the compiler names the undeclared table
+    for name, fn in found.items():
+        if table is None or not table.has_column(name):
+            continue
+        col = table.column(name)
+        if col.kind in TEMPORAL_KINDS and col.n_cells - 1 > max_groups:
+            raise UnsupportedQuery(
+                f"GROUP BY {shown(fn)} with {col.name!r} also elsewhere in the query is compiled one group per "
+                f"{col.granularity} ({col.n_cells - 1} of them), more than the limit of {max_groups}; group by "
+                f"date_trunc(…) of a column the query uses nowhere else (drop the condition on {col.name!r}, or ask "
+                f"one query per period: WHERE {col.name} >= … AND {col.name} < …), or declare a coarser granularity."
+            )

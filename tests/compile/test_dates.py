@@ -267,3 +267,11 @@ def test_dbapi_rows_carry_date_keys_and_types() -> None:
         assert cur.description[0][1] == "DATE"
         cur.execute("SELECT EXTRACT(dow FROM d) AS w, COUNT(*) FROM ev WHERE d < '2024-03-01' GROUP BY w")
         assert [r[0] for r in cur.fetchall()] == list(range(7)) and cur.description[0][1] == "BIGINT"
+
+
+def test_merged_groups_beyond_the_group_limit_are_refused_naming_the_fix() -> None:
+    wide = dpgate.Schema.from_dict({"tables": {"ev": {"columns": {
+        "ts": {"type": "timestamp", "min": "2024-01-01 00:00", "max": "2024-12-31 23:59", "granularity": "minute"}}}}})
+    with pytest.raises(dpgate.UnsupportedQuery, match="one query per period"):
+        compile_sql("SELECT COUNT(*) FROM ev WHERE ts >= '2024-03-01' GROUP BY date_trunc('day', ts)", wide)
+    assert len(compile_sql("SELECT COUNT(*) FROM ev GROUP BY date_trunc('day', ts)", wide)) == 366
