@@ -265,11 +265,16 @@ def _compile_statement(
     with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
         regroup = rewrite_time_groups(tree)  # GROUP BY date_trunc(…) / EXTRACT(…): merged granules
         if regroup and isinstance(tree, exp.Select) and (coarse := coarse_schema(tree, regroup, schema)):
-            if has_derived(tree):
-                stmt = compile_derived(tree, coarse[0], dialect, hints=found, sql=sql, max_outputs=limit)
-            else:
-                stmt = compile_tree(tree, coarse[0], dialect, hints=found, sql=sql, max_outputs=limit)
-            return fine_queries(stmt, coarse[0], coarse[1])
+            try:
+                if has_derived(tree):
+                    stmt = compile_derived(tree.copy(), coarse[0], dialect, hints=found, sql=sql, max_outputs=limit)
+                else:
+                    stmt = compile_tree(tree.copy(), coarse[0], dialect, hints=found, sql=sql, max_outputs=limit)
+                return fine_queries(stmt, coarse[0], coarse[1])
+            except QueryTooComplex:
+                raise
+            except UnsupportedQuery:  # e.g. a literal off the coarse cells' boundaries: per granule, merged
+                pass
         if regroup:
             check_merged_size(tree, regroup, schema, MAX_GROUPS)
         inner = None if regroup else limit  # the limit is on the merged groups

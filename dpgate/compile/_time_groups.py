@@ -12,7 +12,7 @@ query on the cells like any other: history and inference combine it with the oth
 equal to it, become the bare column) and returns what :func:`merge_time_groups` needs.
 AVG / VAR / STDDEV outputs with such a key are refused (their components would be merged
 after their combination) — except on the fast path: when the key is ``date_trunc`` and the
-column appears nowhere else, the statement is compiled on the
+column's other uses mean the same on the coarser cells (:func:`_exact_on_coarse`), the statement is compiled on the
 column declared at that unit (:func:`coarse_schema`) and its queries mapped back onto the
 declared cells (:func:`fine_queries`), without a group per granule.
 """
@@ -187,8 +187,8 @@ def _sum(table: Any, parts: list[LinearQuery], group: tuple[tuple[str, Any], ...
 
 # -- the fast path: a coarser declaration, its queries mapped back onto the declared cells ------------
 def coarse_schema(tree: exp.Expr, found: dict[str, exp.Expr], schema: Schema) -> tuple[Schema, Table] | None:
-    """When every grouped ``date_trunc(unit, col)`` has a granularity as unit and ``col`` appears
-    nowhere else in the query: the schema with ``col`` declared at that unit (and the declared
+    """When every grouped ``date_trunc(unit, col)`` has ``col``'s other uses exact on the unit's
+    cells (:func:`_exact_on_coarse`): the schema with ``col`` declared at that unit (and the declared
     table), so that its groups are compiled directly; else None (per-granule groups are merged).
 
     A coarse cell is a run of consecutive declared cells, so a query on the coarse cells is the
@@ -214,12 +214,41 @@ def coarse_schema(tree: exp.Expr, found: dict[str, exp.Expr], schema: Schema) ->
                                max=ordinal(granule_start(hi, gran), unit_name), granularity=unit_name)
     for node in tree.find_all(exp.Column):
         if node.name.lower() in coarse:
-            parent = node.parent.parent if isinstance(node.parent, exp.Alias) else node.parent
-            if not isinstance(parent, (exp.Group, exp.Select)):
+            child, parent = _context(node)
+            if not isinstance(parent, (exp.Group, exp.Select)) and not _exact_on_coarse(child, parent):
                 return None
     cols = tuple(coarse.get(c.name.lower(), c) for c in table.columns)
     out = Schema(tuple(replace(t, columns=cols) if t is table else t for t in schema.tables))
     return out, table
+
+
+def _context(node: exp.Expr) -> tuple[exp.Expr, exp.Expr | None]:
+    """``node`` (or the parentheses around it) and the node it is an operand of (past an alias)."""
+    child, parent = node, node.parent
+    while isinstance(parent, exp.Paren):
+        child, parent = parent, parent.parent
+    if isinstance(parent, exp.Alias):
+        return parent, parent.parent
+    return child, parent
+
+
+def _exact_on_coarse(child: exp.Expr, parent: exp.Expr | None) -> bool:
+    """Whether a use of the grouped column means the same on its coarse cells as on the declared
+    ones: ``IS NULL``; ``EXTRACT`` and ``date_trunc`` (the compiler refuses a unit finer than the
+    coarse cells); ``col >= c`` and ``col < c`` with a constant ``c`` (the compiler refuses one off
+    the coarse boundaries), not ``<=``, ``>``, ``=``: ``ts <= '2024-03-01'`` holds on one hour of
+    March 1st, not on the whole day."""
+    if isinstance(parent, exp.Is):
+        return parent.this is child
+    if isinstance(parent, exp.Extract):
+        return parent.expression is child
+    if isinstance(parent, (exp.TimestampTrunc, exp.DateTrunc)):
+        return parent.this is child
+    if isinstance(parent, (exp.GTE, exp.LT, exp.LTE, exp.GT)):
+        below = isinstance(parent, (exp.GTE, exp.LT)) == (parent.this is child)  # col >= c, col < c, c <= col, c > col
+        other = parent.expression if parent.this is child else parent.this
+        return below and other.find(exp.Column) is None
+    return False
 
 
 def fine_queries(stmt: CompiledStatement, coarse: Schema, table: Table) -> CompiledStatement:

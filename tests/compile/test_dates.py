@@ -273,5 +273,30 @@ def test_merged_groups_beyond_the_group_limit_are_refused_naming_the_fix() -> No
     wide = dpgate.Schema.from_dict({"tables": {"ev": {"columns": {
         "ts": {"type": "timestamp", "min": "2024-01-01 00:00", "max": "2024-12-31 23:59", "granularity": "minute"}}}}})
     with pytest.raises(dpgate.UnsupportedQuery, match="one query per period"):
-        compile_sql("SELECT COUNT(*) FROM ev WHERE ts >= '2024-03-01' GROUP BY date_trunc('day', ts)", wide)
+        compile_sql("SELECT COUNT(*) FROM ev WHERE ts <= '2024-03-01' GROUP BY date_trunc('day', ts)", wide)
     assert len(compile_sql("SELECT COUNT(*) FROM ev GROUP BY date_trunc('day', ts)", wide)) == 366
+    start = time.perf_counter()  # a condition exact on days: compiled on the days, not per minute
+    assert len(compile_sql("SELECT COUNT(*) FROM ev WHERE ts >= '2024-03-01' GROUP BY date_trunc('day', ts)",
+                           wide)) == 306
+    assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize("col, unit, where", [
+    ("ts", "day", "ts >= '2024-03-05' AND ts < '2024-03-10'"),
+    ("ts", "day", "'2024-03-05' <= ts AND '2024-03-10' > ts AND EXTRACT(dow FROM ts) <> 0"),
+    ("ts", "day", "ts <= '2024-03-05'"),  # not exact on days: merged per hour
+    ("ts", "day", "ts > '2024-03-05'"),
+    ("ts", "day", "ts = '2024-03-05 10:00' OR ts IS NULL"),
+    ("ts", "week", "ts >= '2024-03-04' AND date_trunc('day', ts) <> '2024-03-06'"),
+    ("ts", "day", "ts >= '2024-03-05 10:00'"),  # off the days' boundaries: merged per hour
+    ("ts", "day", "EXTRACT(hour FROM ts) < 12"),  # finer than a day: merged per hour
+    ("d", "month", "d >= '2024-03-01' AND d < '2024-07-01' AND EXTRACT(quarter FROM d) = 2"),
+    ("d", "month", "d BETWEEN '2024-03-01' AND '2024-06-30'"),
+])
+def test_group_by_date_trunc_with_conditions_on_the_column_matches_the_merged_groups(col: str, unit: str,
+                                                                                     where: str) -> None:
+    sql = f"SELECT date_trunc('{unit}', {col}) AS k, COUNT(*), SUM(EXTRACT(day FROM d)) FROM ev WHERE {where} GROUP BY k"
+    merged = sql.replace(f"WHERE {where}", f"WHERE ({where}) AND ({col} = {col} OR {col} IS NULL)")
+    got, want = compile_statement(sql, SCHEMA), compile_statement(merged, SCHEMA)
+    assert got.group_keys == want.group_keys and len(got.queries) == len(want.queries) > 0
+    assert all(np.array_equal(a.dense(T), b.dense(T)) for a, b in zip(got.queries, want.queries, strict=True))
