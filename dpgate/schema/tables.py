@@ -101,7 +101,8 @@ class Column:
 
     Attributes:
         name: column name as it appears in SQL (case preserved).
-        kind: ``"integer"``, ``"binned"``, ``"categorical"`` or ``"boolean"``.
+        kind: ``"integer"``, ``"binned"``, ``"categorical"``, ``"boolean"``, ``"date"`` or ``"timestamp"``
+            (``min``/``max``: granule ordinals of ``granularity``, :mod:`dpgate.schema._temporal`).
         min, max: inclusive integer range (integer kind; binned kind when declared).
         edges: bin edges ``e0 < e1 < … < ek`` of half-open bins ``[e_i, e_{i+1})`` (binned kind).
         values: declared category values, as strings (categorical kind).
