@@ -88,6 +88,7 @@ from dpgate.errors import ProgrammingError, SchemaError
 from dpgate.gateway import Gateway
 from dpgate.ledger.core import Ledger
 from dpgate.plan.decide import Policy
+from dpgate.schema._temporal import parse_instant
 from dpgate.schema.domains import Schema
 
 __all__ = ["DPAccessor", "content_fingerprint"]
@@ -101,7 +102,7 @@ class _Config:
     schema: Schema | None
     name: str | None
     categories: tuple[tuple[str, tuple[str, ...]], ...]
-    bounds: tuple[tuple[str, tuple[int, int]], ...]
+    bounds: tuple[tuple[str, tuple[Any, ...]], ...]
     bins: tuple[tuple[str, tuple[float, ...]], ...]
     budget: float
     ledger: str | None
@@ -304,7 +305,7 @@ class DPAccessor:
         budget: float = 1.0,
         ledger: str | os.PathLike[str] | None = None,
         name: str | None = None,
-        bounds: Mapping[str, tuple[int, int]] | None = None,
+        bounds: Mapping[str, tuple[Any, ...]] | None = None,
         bins: Mapping[str, Iterable[float]] | None = None,
         policy: Policy = "minimal",
         seed: int | None = None,
@@ -358,7 +359,7 @@ class DPAccessor:
             schema=sch,
             name=name,
             categories=tuple(sorted((str(k), tuple(str(v) for v in vs)) for k, vs in (categories or {}).items())),
-            bounds=tuple(sorted((str(k), (int(v[0]), int(v[1]))) for k, v in (bounds or {}).items())),
+            bounds=tuple(sorted((str(k), _bound(v)) for k, v in (bounds or {}).items())),
             bins=tuple(sorted((str(k), tuple(float(e) for e in v)) for k, v in (bins or {}).items())),
             budget=budget,
             ledger=None if ledger is None else os.path.realpath(os.fspath(ledger)),
@@ -449,3 +450,10 @@ class DPAccessor:
     def history(self) -> pd.DataFrame:
         """Every release on this data so far (one row per noisy measurement)."""
         return self.gateway.history
+
+
+def _bound(v: Any) -> tuple[Any, ...]:
+    """A ``bounds=`` entry as stored: integers, or a date range (min, max[, granularity]) as given."""
+    if len(v) in (2, 3) and all(parse_instant(x) is not None for x in v[:2]):
+        return tuple(v)
+    return (int(v[0]), int(v[1]))

@@ -42,6 +42,9 @@ case-insensitive, quoted or not) whose output columns are
   compiled into their ``COUNT``/``SUM``/``SUM(x*x)`` components
   (:mod:`dpgate.compile.derived`; answered by :mod:`dpgate.answer.combine`).
 
+Dates and timestamps (``DATE '…'``, ISO strings, ``EXTRACT``, ``date_trunc``, also in ``GROUP BY``):
+:mod:`dpgate.compile._dates` and :mod:`dpgate.compile._time_groups`.
+
 ``WHERE`` / ``FILTER`` conditions may use ``= <> != < <= > >=`` (constants on
 either side), ``BETWEEN``, ``IN (…)``, ``NOT``, ``AND``, ``OR``, ``IS [NOT] NULL``,
 ``IS [NOT] TRUE/FALSE``, ``LIKE`` / ``ILIKE`` / ``NOT LIKE`` (with ``ESCAPE``) on
@@ -132,7 +135,14 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from dpgate.compile.bounds import MAX_MESSAGE, bounded_message
+from dpgate.compile._time_groups import (
+    check_merged_size,
+    coarse_schema,
+    fine_queries,
+    merge_time_groups,
+    rewrite_time_groups,
+)
+from dpgate.compile.bounds import MAX_MESSAGE, bounded_message, too_many_outputs
 from dpgate.compile.derived import compile_derived, has_derived
 from dpgate.compile.placeholders import placeholders
 from dpgate.compile.post import PostProcess
@@ -254,9 +264,31 @@ def _compile_statement(
     # dpgate bug, not a refusal: say so rather than blame the user's SQL.
     limit = max_outputs if str(found.get("method", "exact")).lower() == "exact" else None
     with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
+        regroup = rewrite_time_groups(tree)  # GROUP BY date_trunc(…) / EXTRACT(…): merged granules
+        if regroup and isinstance(tree, exp.Select) and (coarse := coarse_schema(tree, regroup, schema)):
+            try:
+                if has_derived(tree):
+                    stmt = compile_derived(tree.copy(), coarse[0], dialect, hints=found, sql=sql, max_outputs=limit)
+                else:
+                    stmt = compile_tree(tree.copy(), coarse[0], dialect, hints=found, sql=sql, max_outputs=limit)
+                return fine_queries(stmt, coarse[0], coarse[1])
+            except QueryTooComplex:
+                raise
+            except UnsupportedQuery:  # e.g. a literal off the coarse cells' boundaries: per granule, merged
+                pass
+        if regroup:
+            check_merged_size(tree, regroup, schema, MAX_GROUPS)
+        inner = None if regroup else limit  # the limit is on the merged groups
         if isinstance(tree, exp.Select) and has_derived(tree):
-            return compile_derived(tree, schema, dialect, hints=found, sql=sql, max_outputs=limit)
-        return compile_tree(tree, schema, dialect, hints=found, sql=sql, max_outputs=limit)
+            stmt = compile_derived(tree, schema, dialect, hints=found, sql=sql, max_outputs=inner)
+        else:
+            stmt = compile_tree(tree, schema, dialect, hints=found, sql=sql, max_outputs=inner)
+        if not regroup:
+            return stmt
+        stmt = merge_time_groups(stmt, regroup, schema)
+        if limit is not None and len(stmt.queries) > limit:
+            raise too_many_outputs(len(stmt.queries), limit)
+        return stmt
 
 
 # sqlglot raises its own errors, and plain ValueError / TypeError / KeyError /

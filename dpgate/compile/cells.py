@@ -24,15 +24,18 @@ from sqlglot import exp
 from dpgate._validate import FALSE_WORDS, TRUE_WORDS
 from dpgate.compile.bounds import LARGEST_EXPONENT, excerpt, number_order, refuse_out_of_range
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
+from dpgate.schema._temporal import TEMPORAL_KINDS
 from dpgate.schema.domains import Column
 
 __all__ = [
-    "NUM", "BOOL", "CAT", "BIN", "STR", "NULL", "CMP", "FLIP", "OPS", "Val",
+    "NUM", "BOOL", "CAT", "BIN", "STR", "NULL", "TIME", "CMP", "FLIP", "OPS", "Val",
     "children", "walk", "column_of", "boolean", "parse_number", "constant", "like_regex", "fmt_number", "base_value",
     "candidate_cells", "change_points", "bin_truth", "categorical_compare", "binned_compare", "coerce_literal",
 ]
 
 NUM, BOOL, CAT, BIN, STR, NULL = "number", "boolean", "categorical", "binned", "string", "null"
+#: A date/timestamp value: seconds since 1970-01-01 of a granule's start (:mod:`dpgate.compile._dates`).
+TIME = "time"
 
 CMP: dict[type, tuple[str, Callable[[Any, Any], Any]]] = {
     exp.EQ: ("=", operator.eq),
@@ -213,7 +216,26 @@ def _cells_value(col: Column, idx: np.ndarray) -> Val:
         return Val(NUM, np.where(null, 0.0, (col.min + idx).astype(float)), null, col)
     if col.kind == "boolean":
         return Val(BOOL, idx == 1, null, col)
+    if col.kind in TEMPORAL_KINDS:
+        return _time_cells(col, idx, null)
     return Val(CAT if col.kind == "categorical" else BIN, idx, null, col)
+
+
+def _time_cells(col: Column, idx: np.ndarray, null: np.ndarray) -> Val:
+    """The TIME value of a date/timestamp column on cells ``idx`` (granule starts, in seconds)."""
+    lo, _ = col.int_range()
+    k = np.where(null, lo, lo + idx).astype(np.int64)
+    gran = col.granularity
+    if gran == "year":
+        secs = (k - 1970).astype("datetime64[Y]").astype("datetime64[s]").astype(np.int64)
+    elif gran in ("month", "quarter"):  # a quarter's start is its first month's
+        months = k - 12 * 1970 if gran == "month" else 3 * k - 12 * 1970
+        secs = months.astype("datetime64[M]").astype("datetime64[s]").astype(np.int64)
+    elif gran == "week":
+        secs = (7 * k - 3) * 86400
+    else:
+        secs = k * {"day": 86400, "hour": 3600, "minute": 60}[gran or "day"]
+    return Val(TIME, np.where(null, 0.0, secs.astype(float)), null, col)
 
 
 #: Integer columns with more cells than this are evaluated only at candidate cells

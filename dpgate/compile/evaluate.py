@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from dpgate.compile._dates import time_operands
 from dpgate.compile.cells import (
     BIN,
     BOOL,
@@ -41,6 +42,7 @@ from dpgate.compile.cells import (
     NUM,
     OPS,
     STR,
+    TIME,
     Val,
     base_value,
     binned_compare,
@@ -285,6 +287,9 @@ class Evaluator:
                 f"{where}: column {column_of(a).name!r} is binned and its cells carry no single number; "
                 "use CASE WHEN on the bin edges to give bins numbers, or declare an integer range."
             )
+        if a.kind == TIME:
+            return (f"{where}: a date or timestamp is not a number; use EXTRACT(year FROM …) (or month, day, dow, "
+                    "hour, …) for numbers, and compare dates with dates.")
         return f"{where}: a string is not a number; weights must be numeric."
 
     def cond(self, node: exp.Expr) -> Val:
@@ -343,6 +348,8 @@ class Evaluator:
     # -- comparisons ------------------------------------------------------------------------
     def compare(self, sym: str, a: Val, b: Val, node: exp.Expr) -> Val:
         """``a sym b`` in three-valued logic, with the rules for categorical and binned columns."""
+        if a.kind == TIME or b.kind == TIME:  # dates: numbers of seconds, constants checked against the column
+            a, b = time_operands(a, b, node)
         if a.kind in (CAT, BIN) or b.kind in (CAT, BIN):
             if b.kind in (CAT, BIN) and a.kind not in (CAT, BIN):
                 a, b, sym = b, a, FLIP[sym]

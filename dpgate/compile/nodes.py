@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 from sqlglot import exp
 
+from dpgate.compile._dates import date_trunc, extract, is_time_cast, time_literal
 from dpgate.compile.cells import BOOL, CAT, NULL, NUM, STR, Val, boolean, column_of, like_regex, parse_number
 from dpgate.errors import UnsupportedQuery
 
@@ -245,6 +246,8 @@ def _cast(ev: Evaluator, node: exp.Cast) -> Val:
     """CAST / TRY_CAST to BOOLEAN, an integer type (integers only) or a real type."""
     to: exp.DataType = node.args["to"]
     a = ev.ev(node.this)
+    if is_time_cast(node):
+        return time_literal(node, a)
     if to.is_type(exp.DataType.Type.BOOLEAN):
         if a.kind in (BOOL, NULL):
             return a
@@ -264,7 +267,7 @@ def _cast(ev: Evaluator, node: exp.Cast) -> Val:
     if to.is_type(*exp.DataType.REAL_TYPES):
         return ev.as_num(a, node.this, node)
     raise UnsupportedQuery(
-        f"{node.sql()!r}: CAST to {to.sql()} is not supported; cast to INTEGER, DOUBLE or BOOLEAN."
+        f"{node.sql()!r}: CAST to {to.sql()} is not supported; cast to INTEGER, DOUBLE, BOOLEAN, DATE or TIMESTAMP."
     )
 
 
@@ -325,6 +328,9 @@ _HANDLERS: dict[type, Handler] = {
     exp.Cast: _cast,
     exp.TryCast: _cast,
     exp.Abs: _abs,
+    exp.Extract: lambda ev, node: extract(ev.ev(node.expression), node),
+    exp.TimestampTrunc: lambda ev, node: date_trunc(ev.ev(node.this), node),
+    exp.DateTrunc: lambda ev, node: date_trunc(ev.ev(node.this), node),
 }
 #: Node class → its resolved handler, filled on first use (sqlglot's node classes are a fixed set).
 _RESOLVED: dict[type, Handler] = {}

@@ -25,6 +25,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from dpgate._validate import FALSE_WORDS, TRUE_WORDS, confidence_level, finite, positive_finite
+from dpgate.compile._dates import date_parameter
 from dpgate.compile.bounds import check_number_text, check_parameter, excerpt
 from dpgate.errors import (
     DataError,
@@ -488,6 +489,4 @@ def literal(value: Any) -> exp.Expr:
     if isinstance(value, numbers.Real):
         f = finite(value, f"the parameter {value!r}", error=ProgrammingError)
         return exp.Literal.number(repr(f))
-    raise InvalidArgumentType(
-        f"parameter of type {type(value).__name__} is not supported; pass None, bool, int, float, Decimal or str."
-    )
+    return date_parameter(value)  # a date or datetime, or refused naming the types accepted

@@ -147,7 +147,8 @@ class Statements(Protocol):
         """Raise ``InterfaceError`` if the connection is closed."""
 
 
-_GROUP_TYPES = {"integer": "BIGINT", "binned": "VARCHAR", "categorical": "VARCHAR", "boolean": "BOOLEAN"}
+_GROUP_TYPES = {"integer": "BIGINT", "binned": "VARCHAR", "categorical": "VARCHAR", "boolean": "BOOLEAN",
+                "date": "DATE", "timestamp": "TIMESTAMP"}
 _ROW_KEY = "\x00dpgate_group"
 
 
@@ -170,7 +171,10 @@ def result_set(result: Result, intervals: bool, schema: Schema) -> ResultSet:
     for out in st.outputs:
         if out.kind == "group":
             names.append(out.name)
-            types.append((_GROUP_TYPES[table.column(st.group_columns[out.index]).kind], True))
+            kind = table.column(st.group_columns[out.index]).kind
+            if kind in ("date", "timestamp") and any(isinstance(k[out.index], int) for k in st.group_keys):
+                kind = "integer"  # GROUP BY EXTRACT(… FROM a date): integer keys
+            types.append((_GROUP_TYPES[kind], True))
         else:
             names.append(out.name)
             # Integers when every answer of the column was rounded (SET dpgate.round = on).

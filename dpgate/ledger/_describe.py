@@ -14,6 +14,7 @@ import numpy as np
 
 from dpgate.compile.query import LinearQuery, breakpoint_array
 from dpgate.ledger._records import LedgerRecord
+from dpgate.schema._temporal import granule_start, iso
 from dpgate.schema.domains import Column, Schema, Table
 
 if TYPE_CHECKING:
@@ -65,13 +66,11 @@ def _cells(col: Column, cells: np.ndarray) -> str:
     """The cells ``cells`` (increasing indices) of ``col`` in words; reads the labels of the cells shown only."""
     n = int(cells.size)
     first, last = int(cells[0]), int(cells[-1])
-    if col.kind == "integer" and n > 2 and last - first == n - 1 and last < col.null_cell:
-        lo, _ = col.int_range()
-        return f"{col.name} {lo + first}–{lo + last}"
+    if col.kind in _RANGED and n > 2 and last - first == n - 1 and last < col.null_cell:
+        return f"{col.name} {_label(col, first)}–{_label(col, last)}"
     shown_cells = cells.tolist() if n <= 8 else [*cells[:4].tolist(), last]
-    if col.kind == "integer":  # an integer cell's label is its value (no list of a wide column's labels)
-        lo, _ = col.int_range()
-        labels: Any = {c: None if c >= col.null_cell else lo + c for c in shown_cells}
+    if col.kind in _RANGED:  # a cell's label from its index (no list of a wide column's labels)
+        labels: Any = {c: None if c >= col.null_cell else _label(col, c) for c in shown_cells}
     else:
         labels = col.labels()
     shown = ["NULL" if labels[c] is None else str(labels[c]) for c in shown_cells]
@@ -112,3 +111,15 @@ def _described(text: str, table: Table) -> str:
 #: reused meanwhile.
 _DESCRIBED: dict[tuple[int, str], tuple[Table, str]] = {}
 _DESCRIBED_MAX = 4096
+
+
+#: Kinds whose cells are consecutive values of a range (a date's cells are its granules).
+_RANGED = ("integer", "date", "timestamp")
+
+
+def _label(col: Column, cell: int) -> Any:
+    """The label of a non-NULL cell of a :data:`_RANGED` column: the integer, or the granule's ISO start."""
+    lo, _ = col.int_range()
+    if col.kind == "integer":
+        return lo + cell
+    return iso(granule_start(lo + cell, col.granularity or "day"), col.kind)

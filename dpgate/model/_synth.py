@@ -119,6 +119,8 @@ def _values(col: Column, cells: np.ndarray, rng: np.random.Generator) -> Any:
     if col.kind == "categorical":
         labels = np.array([*col.values, OTHER_LABEL, None], dtype=object)
         return labels[cells]
+    if col.kind in ("date", "timestamp"):  # a granule's first instant
+        return np.array(col.labels(), dtype=object)[cells]
     # binned
     e = np.asarray(col.edges, dtype=float)
     k = np.minimum(cells, len(e) - 2)

@@ -21,7 +21,8 @@ column's value:
   (``'1e-400'``) as 0 — DuckDB's and Spark's reading, which PostgreSQL's generated SQL
   reproduces (:func:`_pg_double`).  No generated expression fails on any stored value:
   an engine error would tell whether the row meets the query's other conditions.
-* integer ``[min, max]``: cell ``clamp(floor(v), min, max) - min``.
+* integer ``[min, max]``: cell ``clamp(floor(v), min, max) - min``; date / timestamp: the same on
+  the granule ordinal of ``v`` (:mod:`dpgate.release._dates`; non-ISO text is NULL).
 * binned ``e0 < … < ek``: bin ``i`` holds ``e_i <= v < e_{i+1}``; ``v < e1`` is bin 0
   and ``v >= e_{k-1}`` the last bin (clamping).  A binned column's ``min``/``max``, if
   declared, play no role in the mapping.
@@ -64,6 +65,7 @@ from sqlglot import exp
 
 from dpgate.compile.query import breakpoint_array
 from dpgate.errors import DPGateInternalError
+from dpgate.release._dates import granule_ordinal
 from dpgate.schema.domains import Column
 
 __all__ = [
@@ -242,6 +244,8 @@ class BoundColumn:
         x = self.raw()
         kind, tc = self.decl.kind, self.tclass
         nan = exp.Cast(this=exp.Literal.string("NaN"), to=sql_type("DOUBLE"))
+        if kind in ("date", "timestamp"):  # its granule's ordinal, then mapped as an integer
+            return granule_ordinal(x, self.decl.granularity or "day", tc, self.dialect)
         if kind in ("integer", "binned"):
             if tc in ("int", "decimal"):
                 return x
@@ -275,7 +279,7 @@ class BoundColumn:
     # -- thresholds and categories ----------------------------------------
     def threshold(self, cell: int) -> int | float:
         """Ordered kinds: the value where cell ``cell`` starts."""
-        if self.decl.kind == "integer":
+        if self.decl.kind in ("integer", "date", "timestamp"):
             return self.decl.int_range()[0] + cell
         return self.decl.edges[cell]
 
@@ -313,7 +317,7 @@ class BoundColumn:
         has_null = ranges[-1][1] == n
         parts: list[exp.Expression] = []
         kind = self.decl.kind
-        if kind in ("integer", "binned"):
+        if kind in ("integer", "binned", "date", "timestamp"):
             # Interior single cells of an integer-typed column hold one value each: one
             # ``IN`` list, which DuckDB evaluates faster than an OR of ranges.
             exact = kind == "integer" and self.tclass in ("int", "bool")
@@ -370,7 +374,7 @@ class BoundColumn:
         d = self.decl
         null_if = exp.If(this=exp.Is(this=self.value(), expression=exp.Null()), true=number(d.null_cell))
         ifs = [null_if]
-        if d.kind == "integer":
+        if d.kind in ("integer", "date", "timestamp"):
             lo, hi = d.int_range()
             if hi > lo:
                 ifs.append(exp.If(this=exp.LT(this=self.value(), expression=number(lo + 1)), true=number(0)))

@@ -57,6 +57,7 @@ from dpgate.errors import (
 from dpgate.release._bounding import bounded_table, row_order_key, unit_column
 from dpgate.release._cube_batch import OneColumnBatch, slab_bounds
 from dpgate.release._cube_sql import BoundColumn, disjunction, grouped_counts, leaf_count, set_condition, type_class
+from dpgate.release._dates import temporal_class
 from dpgate.schema._frame_check import check_frame_values
 from dpgate.schema.domains import Schema, Table
 
@@ -147,7 +148,8 @@ class Cube:
                     missing_cols.append(f"{t.name}.{c.name}")
                     continue
                 phys, typ = binding.columns[c.name.lower()]
-                bound[c.name.lower()] = BoundColumn(c, phys, type_class(typ), self.dialect)
+                tclass = temporal_class(typ) if c.kind in ("date", "timestamp") else type_class(typ)
+                bound[c.name.lower()] = BoundColumn(c, phys, tclass, self.dialect)
             self._tables[t.name.lower()] = (binding.ref, bound)
             if t.privacy_unit is not None:
                 self._units[t.name.lower()] = unit_column(t, binding.columns)

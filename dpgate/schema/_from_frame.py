@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from dpgate.errors import SchemaError
+from dpgate.schema._temporal import parse_instant
 from dpgate.schema.tables import Column, Table
 
 __all__ = ["table_from_dataframe"]
@@ -27,7 +28,7 @@ def table_from_dataframe(
     name: str,
     *,
     categories: Mapping[str, Iterable[Any]] | None,
-    bounds: Mapping[str, tuple[int, int]] | None,
+    bounds: Mapping[str, tuple[Any, ...]] | None,
     bins: Mapping[str, Iterable[float]] | None,
     unsafe_infer_from_data: bool,
     nullable: Iterable[str] = (),
@@ -70,6 +71,8 @@ def table_from_dataframe(
             if cname in bounds:
                 spec = {"type": "integer", "min": bounds[cname][0], "max": bounds[cname][1], "bins": bins[cname]}
             cols.append(Column.from_dict(cname, spec, name))
+        elif cname in bounds and _temporal_bounds(bounds[cname]):
+            cols.append(Column.from_dict(cname, _temporal_spec(bounds[cname]), name))
         elif cname in bounds:
             lo, hi = bounds[cname]
             cols.append(Column.from_dict(cname, {"type": "integer", "min": lo, "max": hi}, name))
@@ -100,6 +103,11 @@ def _inferred_column(cname: str, s: Any) -> Column:
         if not values:
             raise SchemaError(f"{where}: a Categorical with no categories has no domain to infer; declare it.")
         return Column(cname, "categorical", values=tuple(values))
+    if pd.api.types.is_datetime64_any_dtype(s.dtype):  # days from the earliest to the latest value
+        lo, hi = s.min(), s.max()
+        if pd.isna(lo):
+            raise SchemaError(f"{where}: no non-NULL values to infer a date range from; declare bounds.")
+        return Column.from_dict(cname, {"type": "date", "min": lo.to_pydatetime(), "max": hi.to_pydatetime()})
     if pd.api.types.is_numeric_dtype(s.dtype):
         lo, hi = s.min(), s.max()
         if pd.isna(lo):
@@ -123,6 +131,12 @@ def _undeclared(cname: str, s: Any) -> str:
             f"its values: df.dp.configure(categories={{{cname!r}: [...every possible value...]}}) (or "
             f"Schema.from_dataframe(df, categories={{{cname!r}: [...]}}))."
         )
+    if pd.api.types.is_datetime64_any_dtype(s.dtype):
+        return (
+            f"{where}: date and timestamp columns need a public range; pass bounds={{{cname!r}: "
+            "('2024-01-01', '2024-12-31')} (days), or (min, max, 'hour') for another granularity "
+            "(minute, hour, day, month, year)."
+        )
     if pd.api.types.is_numeric_dtype(s.dtype):
         return (
             f"{where}: numeric columns need public bounds; pass bounds={{{cname!r}: (min, max)}} "
@@ -132,3 +146,15 @@ def _undeclared(cname: str, s: Any) -> str:
         f"{where}: dtype {s.dtype} has no public domain; declare its values: "
         f"df.dp.configure(categories={{{cname!r}: [...every possible value...]}})."
     )
+
+
+def _temporal_bounds(b: Any) -> bool:
+    """Whether ``bounds=`` declares a date range: (min, max[, granularity]) with dates, datetimes or ISO text."""
+    return isinstance(b, (tuple, list)) and len(b) in (2, 3) and all(parse_instant(v) is not None for v in b[:2])
+
+
+def _temporal_spec(b: Any) -> dict[str, Any]:
+    """The declaration of a date range from ``bounds=``: a date column unless the granularity is finer than a day."""
+    gran = str(b[2]).lower() if len(b) == 3 else "day"
+    kind = "timestamp" if gran in ("hour", "minute") else "date"
+    return {"type": kind, "min": b[0], "max": b[1], "granularity": gran}

@@ -113,7 +113,7 @@ class Schema:
         name: str = "df",
         *,
         categories: Mapping[str, Iterable[Any]] | None = None,
-        bounds: Mapping[str, tuple[int, int]] | None = None,
+        bounds: Mapping[str, tuple[Any, ...]] | None = None,
         bins: Mapping[str, Iterable[float]] | None = None,
         unsafe_infer_from_data: bool = False,
         max_rows_per_individual: int = 1,
@@ -126,7 +126,8 @@ class Schema:
 
         Every domain is declared by the caller: ``categories={col: [values]}`` for
         categorical columns (any dtype; values compared as strings), ``bounds={col:
-        (min, max)}`` (inclusive integers) or ``bins={col: edges}`` for numeric columns;
+        (min, max)}`` (inclusive integers) or ``bins={col: edges}`` for numeric columns, ``bounds={col:
+        ("2024-01-01", "2024-12-31"[, "hour"])}`` (dates, datetimes or ISO text) for dates and timestamps;
         ``bool`` columns are boolean by their type.  ``nullable=[cols]`` and ``other=[cols]``
         declare that those columns may hold NULL / undeclared categories (``GROUP BY``
         then emits their NULL / ``<other>`` groups).  A ``Categorical`` dtype is *not*

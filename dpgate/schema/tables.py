@@ -20,6 +20,8 @@ binned         half-open bins ``[e0,e1), …, [ek-1,ek)``,    clamped to the fir
                then NULL                                   bin
 categorical    the declared values, then ``other``, NULL   go to ``other``
 boolean        ``false, true``, then NULL                  any non-zero value is true
+date,          the granules ``min … max`` (day, month,      truncated to the granule,
+timestamp      year; also hour, minute), then NULL          then clamped (schema._temporal)
 =============  ==========================================  ==========================
 
 NULL rows are never dropped: they land in the NULL cell, which ``COUNT(*)``
@@ -69,11 +71,12 @@ import numpy as np
 
 from dpgate._validate import finite
 from dpgate.errors import DPGateInternalError, SchemaError
+from dpgate.schema import _temporal
 from dpgate.schema._unit import check_unit
 
 __all__ = ["Column", "Table", "NULL_LABEL", "OTHER_LABEL", "MAX_COLUMN_CELLS", "MAX_DECLARED_VALUES"]
 
-ColumnKind = Literal["integer", "binned", "categorical", "boolean"]
+ColumnKind = Literal["integer", "binned", "categorical", "boolean", "date", "timestamp"]
 
 #: Label of the NULL cell in group keys and cell listings.
 NULL_LABEL = None
@@ -98,7 +101,8 @@ class Column:
 
     Attributes:
         name: column name as it appears in SQL (case preserved).
-        kind: ``"integer"``, ``"binned"``, ``"categorical"`` or ``"boolean"``.
+        kind: ``"integer"``, ``"binned"``, ``"categorical"``, ``"boolean"``, ``"date"`` or ``"timestamp"``
+            (``min``/``max``: granule ordinals of ``granularity``, :mod:`dpgate.schema._temporal`).
         min, max: inclusive integer range (integer kind; binned kind when declared).
         edges: bin edges ``e0 < e1 < … < ek`` of half-open bins ``[e_i, e_{i+1})`` (binned kind).
         values: declared category values, as strings (categorical kind).
@@ -114,6 +118,7 @@ class Column:
     values: tuple[str, ...] = ()
     nullable: bool = False
     other: bool = False
+    granularity: str | None = None  # date / timestamp kinds: min, max are granule ordinals (schema._temporal)
 
     def __post_init__(self) -> None:
         where = f"column {_brief(self.name)}"
@@ -128,7 +133,10 @@ class Column:
         for key, bound in (("min", self.min), ("max", self.max)):
             if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)):
                 raise SchemaError(f"{where}: {key!r} must be an integer, got {_brief(bound)}.")
-        if self.kind == "integer":
+        if self.kind in _temporal.TEMPORAL_KINDS:
+            if self.granularity not in _temporal.GROUPING_UNITS or self.min is None or self.max is None:
+                raise SchemaError(f"{where}: a {self.kind} column needs min, max and a granularity.")
+        elif self.kind == "integer":
             if self.min is None or self.max is None:
                 raise SchemaError(f"{where}: an integer column needs both 'min' and 'max'.")
             if self.max < self.min:
@@ -170,7 +178,8 @@ class Column:
                 raise SchemaError(f"{where}: 'values' has duplicates: {_brief(dup)}.")
         elif self.kind != "boolean":
             raise SchemaError(
-                f"{where}: unknown type {self.kind!r}; use integer, numeric (with bins), categorical or boolean."
+                f"{where}: unknown type {self.kind!r}; use integer, numeric (with bins), categorical, boolean, date or "
+                "timestamp."
             )
 
     def int_range(self) -> tuple[int, int]:
@@ -183,7 +192,7 @@ class Column:
     @property
     def n_cells(self) -> int:
         """Number of cells, including the NULL cell (and ``other`` for categoricals)."""
-        if self.kind == "integer":
+        if self.kind in ("integer", *_temporal.TEMPORAL_KINDS):
             lo, hi = self.int_range()
             return hi - lo + 2
         if self.kind == "binned":
@@ -205,13 +214,17 @@ class Column:
     @property
     def ordered(self) -> bool:
         """Whether ``<``, ``BETWEEN`` and ranges make sense on this column."""
-        return self.kind in ("integer", "binned")
+        return self.kind in ("integer", "binned", *_temporal.TEMPORAL_KINDS)
 
     def labels(self) -> list[Any]:
         """Public label of every cell, in cell order (used as GROUP BY keys)."""
         if self.kind == "integer":
             lo, hi = self.int_range()
             return [*range(lo, hi + 1), NULL_LABEL]
+        if self.kind in _temporal.TEMPORAL_KINDS:  # a granule's first instant: a date, or a datetime
+            lo, hi = self.int_range()
+            starts = [_temporal.granule_start(k, self.granularity or "") for k in range(lo, hi + 1)]
+            return [*(s.date() if self.kind == "date" else s for s in starts), NULL_LABEL]
         if self.kind == "binned":
             return [*(f"[{_num(a)}, {_num(b)})" for a, b in zip(self.edges, self.edges[1:], strict=False)), NULL_LABEL]
         if self.kind == "categorical":
@@ -261,6 +274,11 @@ class Column:
                 out.update(type="integer", min=self.min, max=self.max)
         elif self.kind == "categorical":
             out = {"type": "categorical", "values": list(self.values)}
+        elif self.kind in _temporal.TEMPORAL_KINDS:
+            lo, hi = self.int_range()
+            gran = self.granularity or ""
+            out = {"type": self.kind, "granularity": gran, "min": _temporal.iso(_temporal.granule_start(lo, gran), self.kind),
+                   "max": _temporal.iso(_temporal.granule_start(hi, gran), self.kind)}
         else:
             out = {"type": "boolean"}
         # Only when set, so that a schema declaring neither keeps its fingerprint (and its ledgers).
@@ -278,11 +296,13 @@ class Column:
             raise SchemaError(
                 f"{where}: expected a mapping like {{type: integer, min: 0, max: 100}}, got {_brief(spec)}."
             )
-        known = {"type", "min", "max", "bins", "values", "nullable", "other", "description"}
+        known = {"type", "min", "max", "bins", "values", "nullable", "other", "description", "granularity"}
         unknown = set(spec) - known
         if unknown:
             raise SchemaError(f"{where}: unknown keys {sorted(unknown)}; allowed keys are {sorted(known)}.")
         kind = str(spec.get("type", "")).lower()
+        if "granularity" in spec and kind not in _temporal.TEMPORAL_KINDS:
+            raise SchemaError(f"{where}: 'granularity' applies to date and timestamp columns only.")
         flags = {k: spec[k] for k in ("nullable", "other") if k in spec}
         try:
             return replace(cls._from_spec(name, spec, kind, where), **flags)
@@ -324,8 +344,12 @@ class Column:
             return cls(name, "categorical", values=tuple(str(v) for v in values))
         if kind in ("boolean", "bool"):
             return cls(name, "boolean")
+        if kind in _temporal.TEMPORAL_KINDS:
+            lo_t, hi_t, gran = _temporal.declared_range(spec, kind, where, MAX_COLUMN_CELLS)
+            return cls(name, "date" if kind == "date" else "timestamp", min=lo_t, max=hi_t, granularity=gran)
         raise SchemaError(
-            f"{where}: unknown type {spec.get('type')!r}; use integer, numeric (with bins), categorical or boolean."
+            f"{where}: unknown type {spec.get('type')!r}; use integer, numeric (with bins), categorical, boolean, "
+            "date or timestamp."
         )
 
 

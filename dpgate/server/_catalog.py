@@ -49,7 +49,7 @@ __all__ = ["CatalogAnswer", "answer", "SERVER_VERSION", "VERSION_STRING"]
 SERVER_VERSION = "15.0"
 VERSION_STRING = f"PostgreSQL {SERVER_VERSION} (dpgate: differentially private counting queries only)"
 _PG_TYPES = {"integer": ("bigint", 20), "categorical": ("text", 25), "binned": ("text", 25),
-             "boolean": ("boolean", 16)}
+             "boolean": ("boolean", 16), "date": ("date", 1082), "timestamp": ("timestamp without time zone", 1114)}
 
 
 @dataclass(frozen=True)

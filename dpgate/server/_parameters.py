@@ -17,11 +17,13 @@ from sqlglot import exp
 
 from dpgate import errors
 from dpgate.compile.statement import check_statement, dialect_of
+from dpgate.schema._temporal import granule_start, iso
 from dpgate.server._values import BOOL, FLOAT8, INT8, TEXT
 
 __all__ = ["infer_parameters", "KINDS_OID"]
 
-KINDS_OID = {"integer": INT8, "categorical": TEXT, "binned": TEXT, "boolean": BOOL}
+# Date/timestamp keys as ISO text (a GROUP BY EXTRACT(…) of a date column has integer keys).
+KINDS_OID = {"integer": INT8, "categorical": TEXT, "binned": TEXT, "boolean": BOOL, "date": TEXT, "timestamp": TEXT}
 
 
 def _cast_guess(cast: exp.Cast) -> tuple[int, Any] | None:
@@ -80,7 +82,8 @@ def infer_parameters(sql: str, schema: Any, dialect: str) -> list[tuple[int, Any
                 c = None
             if c is not None and (not typed or guess[0] == KINDS_OID[c.kind]):
                 dummy = {"integer": c.min, "binned": c.min, "boolean": True}.get(
-                    c.kind, c.values[0] if c.values else "")
+                    c.kind, c.values[0] if c.values else iso(granule_start(c.min or 0, c.granularity), c.kind)
+                    if c.granularity else "")  # a date column: its first granule
                 guess = (KINDS_OID[c.kind], dummy)
         out[int(str(h.this))] = guess
     return [out.get(i, (TEXT, "")) for i in range(1, max(out) + 1)]

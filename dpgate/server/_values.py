@@ -8,6 +8,7 @@ their declared column (integer ``int8``, categorical or binned ``text``, boolean
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import struct
 from decimal import Decimal
@@ -21,6 +22,7 @@ __all__ = ["BOOL", "INT2", "INT4", "INT8", "FLOAT4", "FLOAT8", "NUMERIC", "TEXT"
 
 BOOL, INT2, INT4, INT8, OID, FLOAT4, FLOAT8 = 16, 21, 23, 20, 26, 700, 701
 NUMERIC, TEXT, VARCHAR, NAME, CHAR, UNKNOWN, JSON = 1700, 25, 1043, 19, 18, 705, 114
+DATE, TIMESTAMP, TIMESTAMPTZ = 1082, 1114, 1184
 TYPE_SIZES = {BOOL: 1, INT2: 2, INT4: 4, INT8: 8, OID: 4, FLOAT4: 4, FLOAT8: 8, NAME: 64, CHAR: 1}
 
 _DBAPI = {"DOUBLE": FLOAT8, "BIGINT": INT8, "VARCHAR": TEXT, "BOOLEAN": BOOL}
@@ -92,6 +94,8 @@ def decode_param(data: bytes, oid: int, fmt: int) -> Any:
                 return float(struct.unpack("!f" if oid == FLOAT4 else "!d", data)[0])
             if oid == NUMERIC:
                 return _numeric_binary(data)
+            if oid in (DATE, TIMESTAMP, TIMESTAMPTZ):
+                return _time_binary(data, oid)
             return data.decode("utf-8")
         text = data.decode("utf-8")
         if oid in (INT2, INT4, INT8, OID, FLOAT4, FLOAT8, NUMERIC):
@@ -113,3 +117,10 @@ def decode_param(data: bytes, oid: int, fmt: int) -> Any:
         return text
     except (ValueError, struct.error, UnicodeDecodeError, ArithmeticError):
         raise DataError(f"invalid {'binary' if fmt else 'text'} value for a parameter of type OID {oid}.") from None
+
+
+def _time_binary(data: bytes, oid: int) -> dt.date:
+    """A binary DATE (int32 days) or TIMESTAMP[TZ] (int64 microseconds) since 2000-01-01 (UTC for TIMESTAMPTZ)."""
+    if oid == DATE:
+        return dt.date(2000, 1, 1) + dt.timedelta(days=struct.unpack("!i", data)[0])
+    return dt.datetime(2000, 1, 1) + dt.timedelta(microseconds=struct.unpack("!q", data)[0])
