@@ -43,7 +43,8 @@ __all__ = ["answer", "MAX_ROWS", "FIRST_OID", "column_comment", "table_comment",
 FIRST_OID = 16384
 MAX_ROWS = 100_000  # rows a join of virtual relations may produce before the statement is refused
 _NAMESPACE, _OWNER, _DATABASE = 2200, 10, 16383
-_TYPES = {"integer": (20, "bigint"), "categorical": (25, "text"), "binned": (25, "text"), "boolean": (16, "boolean")}
+_TYPES = {"integer": (20, "bigint"), "categorical": (25, "text"), "binned": (25, "text"), "boolean": (16, "boolean"),
+          "date": (1082, "date"), "timestamp": (1114, "timestamp without time zone")}
 _TYPE_NAMES = {oid: name for oid, name in _TYPES.values()}
 _SHOWN_VALUES = 20  # declared categories listed in a column's description
 
@@ -60,6 +61,8 @@ def column_comment(col: Column) -> str:
         shown = ", ".join(repr(v) for v in col.values[:_SHOWN_VALUES])
         more = f", … ({len(col.values)} values)" if len(col.values) > _SHOWN_VALUES else ""
         text = f"one of {shown}{more}" + ("; other values: '<other>'" if col.other else "")
+    elif col.kind in ("date", "timestamp"):
+        text = f"{col.kind} {col.min}..{col.max} by {col.granularity}"
     else:
         text = "true or false"
     return f"dpgate domain: {text}" + ("; NULL allowed" if col.nullable else "")
@@ -69,7 +72,8 @@ def table_comment(table: Table) -> str:
     """The table's public facts, as ``\\dt+`` shows them in the Description column."""
     unit = table.max_rows_per_individual
     rows = f"; {table.rows} rows (declared)" if table.rows is not None else ""
-    return (f"dpgate: differentially private counts only; privacy unit: one person, up to {unit} "
+    who = f"each {table.privacy_unit}" if table.privacy_unit else "one person"
+    return (f"dpgate: differentially private counts only; privacy unit: {who}, up to {unit} "
             f"row{'s' if unit != 1 else ''}{rows}")
 
 
