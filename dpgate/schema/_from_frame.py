@@ -91,7 +91,11 @@ def table_from_dataframe(
             cols.append(column)
         elif unsafe_infer_from_data:
             inferred.append(cname)
-            cols.append(_inferred_column(cname, s))
+            try:
+                cols.append(_inferred_column(cname, s))
+            except (TypeError, ValueError):  # unhashable or unorderable values: no domain to read
+                problems.append(f"DataFrame column {cname!r}: its values (of mixed or non-scalar types) give no "
+                                f"domain to infer; declare it, e.g. categories={{{cname!r}: [...]}}.")
         elif not declared_only:
             problems.append(undeclared_message(cname, s))
     usable = {c.name for c in cols}

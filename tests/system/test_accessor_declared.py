@@ -214,3 +214,10 @@ def test_frame_column_names_that_are_not_strings(pums) -> None:
     with pytest.raises(SchemaError, match=r"several columns named \['a'\]"):
         clash.dp.configure(bounds={"a": (0, 5), "b": (0, 5)})
     clash.dp.configure(bounds={"b": (0, 5)})  # a doubled name left undeclared is not in the way
+
+
+def test_unsafe_inference_of_non_scalar_values_is_refused_specifically() -> None:
+    df = pd.DataFrame({"a": [[1], [2]] * 20, "c": [1, 2] * 20})
+    with pytest.raises(SchemaError, match="'a': its values .* give no domain to infer"):
+        df.dp.configure(bounds={"c": (0, 3)}, unsafe_infer_from_data=True)
+    df.dp.configure(bounds={"c": (0, 3)})  # left undeclared, the list column is not in the way
