@@ -35,7 +35,14 @@ def _label(v: Any) -> str | None:
         return None
     if isinstance(v, (float, np.floating)) and float(v).is_integer():
         return str(int(v))
-    return str(v)
+    text = str(v)
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, which pandas' hashing cannot encode: its bytes, marked
+        return "\x00" + text.encode("utf-8", "surrogatepass").decode("latin-1")
+    return text
 
 
 def _encoded(s: pd.Series, how: Encoding) -> np.ndarray:

@@ -5,9 +5,7 @@ Importing this module (``import dpgate`` does) registers ``df.dp``::
     >>> import pandas as pd, dpgate.accessor
     >>> import dpgate.datasets
     >>> df, _ = dpgate.datasets.load_pums()
-    >>> df.dp.configure(categories={"sex": ["0", "1"]},
-    ...                 bounds={"age": (0, 100), "educ": (1, 16), "race": (1, 6),
-    ...                         "income": (0, 500000), "married": (0, 1)}, budget=1.0)
+    >>> df.dp.configure(categories={"sex": ["0", "1"]}, bounds={"age": (0, 100)}, budget=1.0)
     >>> out = df.dp.query("SELECT sex, COUNT(*) AS n FROM df WHERE age < 30 GROUP BY sex", accuracy=10)
     >>> list(out.columns)
     ['sex', 'n', 'n_low', 'n_high', 'n_secure', 'n_source']
@@ -17,12 +15,16 @@ Importing this module (``import dpgate`` does) registers ``df.dp``::
     True
 
 The frame is the table ``df`` (or ``name=``).  Its public schema comes from
-``schema=`` or from declarations: ``categories={col: [values]}``, ``bounds={col:
-(min, max)}`` (inclusive integers) or ``bins={col: edges}``; ``bool`` columns are
-boolean (:meth:`dpgate.Schema.from_dataframe`).  Values are never read to choose a
-domain, and a ``Categorical`` dtype is not a declaration (``read_csv(dtype="category")``
-builds its categories from the data): declare its values, or opt in to reading
-them with ``unsafe_infer_from_data=True``.
+``schema=`` or from declarations, and then holds only the columns they name:
+``categories={col: [values]}``, ``bounds={col: (min, max)}`` (inclusive integers, or
+dates) or ``bins={col: edges}`` — plus ``bool`` columns, boolean by type.  Other columns
+are not part of it: a query using one is refused, naming it and what to declare, and
+only the declared columns reach the gateway (and a ledger's data fingerprint); they
+still take part in recognising the same rows (below).  Every problem with the
+declarations is reported in one error.  Values are never read to choose a domain, and a
+``Categorical`` dtype is not a declaration (``read_csv(dtype="category")`` builds its
+categories from the data): declare its values, or opt in to reading undeclared domains
+with ``unsafe_infer_from_data=True``.  :meth:`DPAccessor.explain` prices a query for free.
 
 The budget follows people, not frames
 =====================================
@@ -75,56 +77,41 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import pandas as pd
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
 
 from dpgate._rowhash import Encoding, content_fingerprint, encode_all, encodings_of, hashed
 from dpgate.answer.result import Result
-from dpgate.errors import ProgrammingError, SchemaError
+from dpgate.compile.statement import dialect_of
+from dpgate.errors import InvalidArgumentType, ProgrammingError, SchemaError
 from dpgate.gateway import Gateway
 from dpgate.ledger.core import Ledger
 from dpgate.plan.decide import Policy
-from dpgate.schema._temporal import parse_instant
+from dpgate.schema._from_frame import table_from_dataframe, undeclared_columns_error
 from dpgate.schema.domains import Schema
 
 __all__ = ["DPAccessor", "content_fingerprint"]
+
+_T = TypeVar("_T")
 
 
 # -- the registry --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Config:
-    """What ``configure`` was asked for."""
+    """What ``configure`` was asked for (``declared``: the schema is from categories= / bounds= / bins=)."""
 
-    schema: Schema | None
-    name: str | None
-    categories: tuple[tuple[str, tuple[str, ...]], ...]
-    bounds: tuple[tuple[str, tuple[Any, ...]], ...]
-    bins: tuple[tuple[str, tuple[float, ...]], ...]
+    schema: Schema
     budget: float
     ledger: str | None
     policy: Policy
     seed: int | None
-    unsafe_infer_from_data: bool = False
-    nullable: tuple[str, ...] = ()
-    other: tuple[str, ...] = ()
-
-    def schema_for(self, df: pd.DataFrame) -> Schema:
-        if self.schema is not None:
-            return self.schema
-        return Schema.from_dataframe(
-            df,
-            self.name or "df",
-            categories=dict(self.categories) or None,
-            bounds=dict(self.bounds) or None,
-            bins=dict(self.bins) or None,
-            unsafe_infer_from_data=self.unsafe_infer_from_data,
-            nullable=self.nullable,
-            other=self.other,
-        )
+    declared: bool = False
 
 
 Relation = Literal["same", "overlap"]
@@ -207,7 +194,7 @@ def _one_table(schema: Schema) -> None:
 
 def _configured(df: pd.DataFrame, config: _Config) -> Gateway:
     """The gateway for ``df`` under ``config``: the one of the same rows, or a new one (see module docs)."""
-    schema = config.schema_for(df)
+    schema = config.schema
     _one_table(schema)
     (table,) = schema.tables
     names = {str(c): c for c in df.columns}
@@ -262,17 +249,31 @@ def _same_rows(df: pd.DataFrame) -> list[tuple[_Entry, Relation]]:
     return related
 
 
-def _lookup(df: pd.DataFrame) -> Gateway:
-    """The gateway of an already configured set of rows equal to ``df``'s (see module docs)."""
+def _lookup(df: pd.DataFrame) -> _Entry:
+    """The configured entry of a set of rows equal to ``df``'s (see module docs)."""
     with _LOCK:
         related = _same_rows(df)
         if related:
-            return related[0][0].gateway
+            return related[0][0]
     raise ProgrammingError(
         "this DataFrame has no dpgate budget: declare its public domains and budget first, e.g. "
         "df.dp.configure(categories={'col': [...]}, bounds={'age': (0, 100)}, budget=1.0) "
         "(or df.dp.configure(schema=...))."
     )
+
+
+def _undeclared_in(sql: str, entry: _Entry, df: pd.DataFrame) -> SchemaError | None:
+    """The refusal of a query using columns of ``df`` its declarations left out, else None: asked once the
+    gateway refused it with a SchemaError (before reading or spending); reads the SQL, not the data."""
+    (table,) = entry.schema.tables
+    frame = {str(c).lower() for c in df.columns}
+    try:
+        trees = dialect_of(entry.gateway.dialect).parse(sql)
+    except (SqlglotError, RecursionError):
+        return None  # the gateway's own message stands
+    used = dict.fromkeys(node.name for tree in trees if tree is not None for node in tree.find_all(exp.Column))
+    missing = [n for n in used if n and n.lower() in frame and not table.has_column(n)]
+    return undeclared_columns_error(df, table, missing) if missing else None
 
 
 def _forget_all() -> None:
@@ -318,9 +319,9 @@ class DPAccessor:
         """Declare the frame's public schema and its privacy budget.
 
         Args:
-            schema: a one-table ``dpgate.Schema``, dict or YAML path; default: from
-                ``categories`` / ``bounds`` / ``bins`` and bool dtypes
-                (:meth:`dpgate.Schema.from_dataframe`).
+            schema: a one-table ``dpgate.Schema``, dict or YAML path; default: built from
+                ``categories`` / ``bounds`` / ``bins``, which name the only columns queries may
+                use (with the bool columns, boolean by type).
             budget: total privacy budget ε of these rows (default 1.0).
             ledger: a path for a durable ledger (the budget then survives the process).
             name: the table name used in SQL (default ``df``, or the schema's table).
@@ -338,15 +339,17 @@ class DPAccessor:
             other: categorical columns that may hold undeclared values (an ``<other>`` group).
 
         Raises:
-            SchemaError: the schema is invalid, or a column has no declared domain.
+            SchemaError: the schema or the declarations are invalid (every problem in one error).
             ProgrammingError: these rows already have a budget with another budget, ledger,
                 seed or schema, or they overlap rows configured earlier (see module docs).
             LedgerError: the ledger belongs to other data, another schema or budget.
         """
         if isinstance(schema, Ledger) or isinstance(ledger, Ledger):
             raise ProgrammingError("df.dp.configure takes a ledger *path*, not an open Ledger.")
-        sch = None if schema is None else Schema.load(schema)
-        if sch is not None:
+        if name is not None and not isinstance(name, str):
+            raise InvalidArgumentType(f"name= is the table's name in SQL, a string; got {type(name).__name__}.")
+        if schema is not None:
+            sch = Schema.load(schema)
             _one_table(sch)
             if name is not None and name.lower() != sch.tables[0].name.lower():
                 raise SchemaError(f"name={name!r} differs from the schema's table {sch.tables[0].name!r}.")
@@ -355,19 +358,19 @@ class DPAccessor:
                     "categories=, bounds=, bins=, nullable= and other= build a schema from the frame; with schema= "
                     "declare them there."
                 )
+        else:  # only the named columns (and bool ones): the others are not part of the schema
+            table = table_from_dataframe(
+                self._df, name or "df", categories=categories, bounds=bounds, bins=bins,
+                unsafe_infer_from_data=unsafe_infer_from_data, nullable=nullable, other=other, declared_only=True,
+            )
+            sch = Schema((table,))
         config = _Config(
             schema=sch,
-            name=name,
-            categories=tuple(sorted((str(k), tuple(str(v) for v in vs)) for k, vs in (categories or {}).items())),
-            bounds=tuple(sorted((str(k), _bound(v)) for k, v in (bounds or {}).items())),
-            bins=tuple(sorted((str(k), tuple(float(e) for e in v)) for k, v in (bins or {}).items())),
             budget=budget,
             ledger=None if ledger is None else os.path.realpath(os.fspath(ledger)),
             policy=policy,
             seed=seed,
-            unsafe_infer_from_data=unsafe_infer_from_data,
-            nullable=tuple(sorted(str(c) for c in nullable)),
-            other=tuple(sorted(str(c) for c in other)),
+            declared=schema is None,
         )
         # Validates now (schema against data, overlap with configured rows, ledger binding, clashes).
         # Nothing is written to df.attrs: pandas copies attrs into derived frames, and neither a
@@ -414,11 +417,52 @@ class DPAccessor:
         round: bool = False,  # noqa: A002 - the name Gateway.query uses
     ) -> Result:
         """Like :meth:`query` but returns the :class:`~dpgate.Result` (its ``answers`` carry posteriors)."""
-        return self.gateway.query(sql, accuracy, confidence, params=params, allow_partial=allow_partial, round=round)
+        return self._ask(sql, lambda gw: gw.query(sql, accuracy, confidence, params=params,
+                                                  allow_partial=allow_partial, round=round))
+
+    def explain(
+        self, sql: str, accuracy: float | None = None, confidence: float | None = None, *, params: Any = None
+    ) -> pd.DataFrame:
+        """What :meth:`query` would do and cost, as a DataFrame — free: nothing is read, spent or recorded.
+
+        :meth:`dpgate.Gateway.explain`'s quote, one row per output: ``output``, ``group``, ``source``
+        (``"history"`` = free, ``"fresh"`` = paid for), ``epsilon`` (what its own releases charge),
+        ``halfwidth`` (of its interval at ``confidence``), ``confidence``, ``remaining`` and ``note``;
+        after several outputs a ``(statement)`` row gives the total.  The next identical
+        :meth:`query` charges exactly the quoted ε, unless another release happens in between.
+
+        Example:
+            >>> import pandas as pd, dpgate.accessor
+            >>> staff = pd.DataFrame({"dept": ["a", "b", "c", "a"] * 50, "tenure": list(range(40)) * 5})
+            >>> staff.dp.configure(categories={"dept": ["a", "b", "c"]}, bounds={"tenure": (0, 40)})
+            >>> sql = "SELECT COUNT(*) AS n FROM df WHERE tenure < 10"
+            >>> quote = staff.dp.explain(sql, accuracy=20)
+            >>> quote[["output", "source"]].values.tolist(), staff.dp.spent      # a price, nothing spent
+            ([['n', 'fresh']], 0.0)
+            >>> charged = staff.dp.result(sql, accuracy=20).answer.epsilon_spent
+            >>> bool(charged == quote["epsilon"].iloc[0] == staff.dp.spent)
+            True
+
+        Raises:
+            SchemaError, UnsupportedQuery, InvalidRequirement: as :meth:`query` (nothing spent).
+        """
+        return self._ask(sql, lambda gw: gw.explain(sql, accuracy, confidence, params=params).to_pandas())
 
     def probability(self, sql: str, low: float | None = None, high: float | None = None, *, params: Any = None) -> float:
         """P(low ≤ answer ≤ high | everything released so far); free."""
-        return self.gateway.probability(sql, low, high, params=params)
+        return self._ask(sql, lambda gw: gw.probability(sql, low, high, params=params))
+
+    def _ask(self, sql: str, call: Callable[[Gateway], _T]) -> _T:
+        """``call`` on these rows' gateway; a query using a column the declarations left out is
+        refused naming it and how to declare it."""
+        entry = _lookup(self._df)
+        try:
+            return call(entry.gateway)
+        except SchemaError:
+            refusal = _undeclared_in(sql, entry, self._df) if entry.config.declared and isinstance(sql, str) else None
+            if refusal is None:
+                raise
+            raise refusal from None
 
     # -- budget ----------------------------------------------------------------------------------------
     @property
@@ -429,7 +473,7 @@ class DPAccessor:
             ProgrammingError: no configured frame holds these rows (call ``df.dp.configure``),
                 or they overlap a configured frame's rows without being the same rows.
         """
-        return _lookup(self._df)
+        return _lookup(self._df).gateway
 
     @property
     def budget(self) -> float:
@@ -451,9 +495,3 @@ class DPAccessor:
         """Every release on this data so far (one row per noisy measurement)."""
         return self.gateway.history
 
-
-def _bound(v: Any) -> tuple[Any, ...]:
-    """A ``bounds=`` entry as stored: integers, or a date range (min, max[, granularity]) as given."""
-    if len(v) in (2, 3) and all(parse_instant(x) is not None for x in v[:2]):
-        return tuple(v)
-    return (int(v[0]), int(v[1]))

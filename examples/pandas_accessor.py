@@ -37,6 +37,9 @@ df = load()
 df.dp.configure(bounds=BOUNDS, categories=CATEGORIES, budget=1.0, seed=0)
 print(df.dp.query("SELECT race, COUNT(*) AS n FROM df GROUP BY race ORDER BY n DESC LIMIT 3", accuracy=15))
 print(f"spent {df.dp.spent:.3f}")
+# The price before paying (free): what the next query would charge and leave.
+print(df.dp.explain("SELECT COUNT(*) AS n FROM df WHERE age < 30", accuracy=10)[["output", "source", "epsilon",
+                                                                                 "remaining"]])
 
 # The budget follows the people: a copy, or re-reading the same file, does not reset it.
 again = load()

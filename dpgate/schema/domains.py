@@ -146,8 +146,9 @@ class Schema:
         unchecked predecessor.
 
         Raises:
-            SchemaError: a column has no declared domain (the message shows how to
-                declare it), or a declaration names a column the frame lacks.
+            SchemaError: a column has no declared domain, or a declaration is invalid or names
+                a column the frame lacks — every such problem in one error, each showing what to
+                write.  (``df.dp.configure`` instead leaves undeclared columns out of the schema.)
 
         Example:
             >>> import pandas as pd

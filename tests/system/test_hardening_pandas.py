@@ -53,17 +53,19 @@ def test_inferred_categorical_is_refused_with_how_to_declare_it(pums):
     df = pums.assign(zip=["10001"] * 999 + ["99999"])  # one person alone in zip 99999
     df["zip"] = df["zip"].astype("category")  # categories read from the data
     df[["sex", "race"]] = df[["sex", "race"]].astype(str).astype("category")
-    with pytest.raises(SchemaError) as exc:  # the starting commit took all three as declared
-        df.dp.configure(bounds={**BOUNDS, "married": (0, 1)})
-    msg = str(exc.value)
-    assert "'sex'" in msg  # the first undeclared Categorical
-    with pytest.raises(SchemaError) as exc:
-        df.dp.configure(bounds={**BOUNDS, "married": (0, 1)}, categories=CATEGORIES)
-    msg = str(exc.value)
-    assert "'zip'" in msg and "Categorical" in msg and "df.dp.configure(categories={'zip': [" in msg
-    assert "99999" not in msg  # the refusal names no value
-    with pytest.raises(SchemaError, match="categories="):
-        dpgate.Schema.from_dataframe(df[["zip"]])
+    # The starting commit took all three as declared; now an undeclared column is not part of the
+    # schema (issue 32), and a query using one is refused naming it and how to declare it.
+    df.dp.configure(bounds={**BOUNDS, "married": (0, 1)}, categories=CATEGORIES)
+    for sql in ("SELECT zip, COUNT(*) AS n FROM df GROUP BY zip", "SELECT COUNT(*) FROM df WHERE zip = '99999'"):
+        with pytest.raises(SchemaError) as exc:
+            df.dp.query(sql, accuracy=20)
+        msg = str(exc.value)
+        assert "'zip'" in msg and "Categorical" in msg and "df.dp.configure(categories={'zip': [" in msg
+        assert "10001" not in msg and "99999" not in msg  # the refusal names no value
+    assert df.dp.spent == 0 and len(df.dp.history) == 0
+    with pytest.raises(SchemaError, match="categories=") as exc:
+        dpgate.Schema.from_dataframe(df[["zip", "sex"]])
+    assert "'zip'" in str(exc.value) and "'sex'" in str(exc.value)  # every undeclared column in one error
 
 
 def test_declared_categories_are_the_domain_not_the_datas(pums):
