@@ -43,3 +43,20 @@ def test_manual_documents_every_public_object(tmp_path: Path) -> None:
         assert f'id="Posterior.{method}"' in inference and callable(getattr(Posterior, method))
     for module in ("datasets", "accessor", "server", "dbapi"):
         assert f'href="dpgate/{module}.html"' in page or (tmp_path / "dpgate" / f"{module}.html").is_file()
+
+
+def test_manual_has_a_page_per_readme_guide(tmp_path: Path) -> None:
+    """Each ``##`` section of the README is a guide page of the manual, linked from its index, with
+    the section's text (its tables and code blocks rendered)."""
+    BUILD["build"](tmp_path)
+    index = (tmp_path / "index.html").read_text(encoding="utf-8")
+    sections = BUILD["guides"]()
+    assert len(sections) > 10
+    for slug, title, text in sections[1:]:
+        page = tmp_path / "guide" / f"{slug}.html"
+        assert page.is_file() and f'href="guide/{slug}.html"' in index, title
+        body = page.read_text(encoding="utf-8")
+        prose = re.sub(r"```.*?```|`[^`]*`|\[|\]\([^)]*\)", " ", text.split("\n", 1)[-1], flags=re.S)
+        first = re.findall(r"\b[A-Za-z]{6,}\b", prose)[:3]  # code is highlighted: words of the prose
+        assert all(w in body for w in first), (title, first)
+    assert 'href="dpgate.html"' in index and "<h2>Guides</h2>" in index
