@@ -1,0 +1,74 @@
+"""A JDBC client against ``dpgate serve``: Debian's PostgreSQL JDBC driver (``libpostgresql-jdbc-java``) and
+Java 17 run ``tests/server/jdbc/DpgateClient.java`` — a plain COUNT, a GROUP BY, a PreparedStatement with a bound
+int, ``DatabaseMetaData.getTables``/``getColumns`` (what DBeaver and Metabase call on connect) and an EXPLAIN — and
+its answers are compared with the same statements over psycopg and with the ledger.  A missing java or driver
+fails, never skips (``.ci/run`` installs both)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+from _dpserve import PASSWORDS, dsn, ledger_records, thread_server
+
+from dpgate.datasets import load_pums
+
+JAR = Path("/usr/share/java/postgresql.jar")
+CLIENT = Path(__file__).parent / "jdbc" / "DpgateClient.java"
+JDBC_TYPES = {"integer": ("int8", -5), "categorical": ("text", 12), "binned": ("text", 12), "boolean": ("bool", -7)}
+
+
+def _run_client(port: int) -> dict[str, list[list[str]]]:
+    """The client's output lines, by kind (the first tab-separated field)."""
+    java = shutil.which("java")
+    assert java is not None, "java is missing: apt-get install openjdk-17-jdk-headless (.ci/run does)"
+    assert JAR.is_file(), f"{JAR} is missing: apt-get install libpostgresql-jdbc-java (.ci/run does)"
+    # a single-file source program: java compiles it in memory, no javac step or class files
+    out = subprocess.run([java, "-cp", str(JAR), str(CLIENT), str(port), "alice", PASSWORDS["alice"]],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines: dict[str, list[list[str]]] = {}
+    for line in out.stdout.splitlines():
+        kind, *fields = line.split("\t")
+        lines.setdefault(kind, []).append(fields)
+    assert "ERROR" not in lines, lines["ERROR"]
+    assert lines.get("DONE") == [[]], out.stdout
+    return lines
+
+
+def test_a_jdbc_client_queries_describes_and_explains_like_psycopg(tmp_path: Path) -> None:
+    with thread_server(tmp_path, budget=5.0, caps={"alice": 2.0, "bob": 0.5}) as server:
+        got = _run_client(server.port)
+        assert got["CONNECTED"] == [["PostgreSQL"]]
+        released = ledger_records(tmp_path)
+        assert released == 4  # the COUNT, the GROUP BY's two groups, the prepared COUNT; EXPLAIN spends nothing
+        with psycopg.connect(dsn(server.port), autocommit=True) as con:
+            # The same statements over psycopg come from history: the very values JDBC was given, nothing spent.
+            count = con.execute("SELECT COUNT(*) FROM pums").fetchall()
+            assert [[float(v) for v in row] for row in got["COUNT"]] == [[count[0][0]]]
+            groups = con.execute("SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex ORDER BY sex").fetchall()
+            assert [(sex, float(n)) for sex, n in got["GROUP"]] == groups
+            prepared = con.execute("SELECT COUNT(*) FROM pums WHERE age < %s", [30]).fetchone()
+            assert prepared is not None and float(got["PREPARED"][0][0]) == pytest.approx(prepared[0])
+            # pgjdbc's named server-side statement (from the 5th execution on) answers the same, from history
+            assert got["PREPARED_AGAIN"] == got["PREPARED"] * 5
+            assert 150 < prepared[0] < 300
+            explain = con.execute("EXPLAIN SELECT COUNT(*) FROM pums WHERE married")
+            names = [d.name for d in explain.description or []]
+            expected = explain.fetchall()
+        assert ledger_records(tmp_path) == released
+    assert got["EXPLAIN_COLUMNS"] == [names]
+    assert len(got["EXPLAIN"]) == len(expected) == 1
+    jdbc, mine = got["EXPLAIN"][0], expected[0]
+    assert jdbc[:3] == ["COUNT(*)", "", "fresh"] and mine[:3] == ("COUNT(*)", "", "fresh")
+    for text, value in zip(jdbc[3:7], mine[3:7], strict=True):  # epsilon, halfwidth, confidence, remaining
+        assert float(text) == pytest.approx(value)
+    _, schema = load_pums()
+    table = schema.tables[0]
+    assert got["TABLE"] == [["public", table.name, "TABLE"]]
+    assert got["COLUMN"] == [[c.name, JDBC_TYPES[c.kind][0], str(JDBC_TYPES[c.kind][1]), str(n)]
+                             for n, c in enumerate(table.columns, 1)]
+    assert got["SCHEMA"] == [["public"]]
