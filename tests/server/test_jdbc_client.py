@@ -72,3 +72,44 @@ def test_a_jdbc_client_queries_describes_and_explains_like_psycopg(tmp_path: Pat
     assert got["COLUMN"] == [[c.name, JDBC_TYPES[c.kind][0], str(JDBC_TYPES[c.kind][1]), str(n)]
                              for n, c in enumerate(table.columns, 1)]
     assert got["SCHEMA"] == [["public"]]
+
+
+def _catalog(sql: str) -> tuple[list[str], list[tuple[object, ...]]]:
+    from dpgate.server import _pg_catalog
+
+    _, schema = load_pums()
+    found = _pg_catalog.answer(sql, [], schema, user="alice", database="pums")
+    assert found is not None
+    fields, rows = found
+    return [f.name for f in fields], list(rows)
+
+
+def test_the_virtual_catalog_evaluates_derived_tables_row_number_and_nullif() -> None:
+    """What pgjdbc's getColumns needs: ``SELECT * FROM (… row_number() OVER …) c``, NULLIF, pg_type joined."""
+    names, rows = _catalog(
+        "SELECT * FROM (SELECT c.relname, a.attname, t.typname, nullif(a.attidentity, '') AS ident, "
+        "row_number() OVER (PARTITION BY a.attrelid ORDER BY a.attnum DESC) AS n "
+        "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid "
+        "JOIN pg_catalog.pg_type t ON a.atttypid = t.oid WHERE a.attnum > 4) d WHERE d.n < 3 ORDER BY n")
+    assert names == ["relname", "attname", "typname", "ident", "n"]
+    assert rows == [("pums", "married", "bool", None, 1), ("pums", "income", "int8", None, 2)]
+    # pg_type is empty to a statement that does not read pg_attribute: its filters are beyond the interpreter
+    # (psycopg's lookup of hstore by to_regtype, psql's \dT), and unknown filters keep rows
+    assert _catalog("SELECT oid FROM pg_catalog.pg_type t WHERE t.oid = to_regtype('hstore')")[1] == []
+
+
+def test_hostile_derived_tables_are_bounded() -> None:
+    import time
+
+    from dpgate import errors
+
+    seven = ", ".join(f"pg_catalog.pg_attribute a{i}" for i in range(7))  # 6**7 rows in a derived table
+    started = time.monotonic()
+    with pytest.raises(errors.QueryTooComplex):
+        _catalog(f"SELECT 1 FROM (SELECT a0.attname FROM {seven}) x")
+    deep = "SELECT * FROM pg_catalog.pg_class"
+    for i in range(200):
+        deep = f"SELECT * FROM ({deep}) d{i}"
+    with pytest.raises(errors.QueryTooComplex):
+        _catalog(deep)
+    assert time.monotonic() - started < 5.0
