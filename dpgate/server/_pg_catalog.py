@@ -105,8 +105,10 @@ def _relations(schema: Schema, user: str, database: str) -> dict[str, list[dict[
                       "rolcreatedb": False, "rolcanlogin": True, "rolconnlimit": -1, "rolvaliduntil": None,
                       "rolreplication": False, "rolbypassrls": False}],
         "pg_am": [{"oid": 2, "amname": "heap", "amtype": "t"}],
+        # pgjdbc's getImportedKeys reads max_index_keys first; at its default, psql's \dconfig does not list it
+        "pg_settings": [{"name": "max_index_keys", "setting": "32", "source": "default", "boot_val": "32"}],
         # the declared columns' types, for statements joining pg_attribute to pg_type (pgjdbc's getColumns); answer()
-        # empties it for the others (psql's \\dT, psycopg's type lookups), whose filters it cannot evaluate
+        # empties it for the others (psql's \dT, psycopg's type lookups), whose filters it cannot evaluate
         "pg_type": [{"oid": oid, "typname": {"bigint": "int8", "boolean": "bool"}.get(name, name), "typnamespace": 11,
                      "typtype": "b", "typnotnull": False, "typbasetype": 0, "typtypmod": -1, "typrelid": 0}
                     for oid, name in _TYPE_NAMES.items()],

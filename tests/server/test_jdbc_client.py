@@ -1,8 +1,8 @@
 """A JDBC client against ``dpgate serve``: Debian's PostgreSQL JDBC driver (``libpostgresql-jdbc-java``) and
 Java 17 run ``tests/server/jdbc/DpgateClient.java`` — a plain COUNT, a GROUP BY, a PreparedStatement with a bound
-int, ``DatabaseMetaData.getTables``/``getColumns`` (what DBeaver and Metabase call on connect) and an EXPLAIN — and
-its answers are compared with the same statements over psycopg and with the ledger.  A missing java or driver
-fails, never skips (``.ci/run`` installs both)."""
+int, ``DatabaseMetaData.getTables``/``getColumns``/keys/indexes and ``SHOW search_path`` (what DBeaver and
+Metabase call on connect) and an EXPLAIN — and its answers are compared with the same statements over psycopg
+and with the ledger.  A missing java or driver fails, never skips (``.ci/run`` installs both)."""
 
 from __future__ import annotations
 
@@ -72,6 +72,8 @@ def test_a_jdbc_client_queries_describes_and_explains_like_psycopg(tmp_path: Pat
     assert got["COLUMN"] == [[c.name, JDBC_TYPES[c.kind][0], str(JDBC_TYPES[c.kind][1]), str(n)]
                              for n, c in enumerate(table.columns, 1)]
     assert got["SCHEMA"] == [["public"]]
+    assert got["KEYS"] == [["0"]]  # getPrimaryKeys, getImportedKeys, getExportedKeys, getIndexInfo: empty, no error
+    assert got["SEARCH_PATH"] == [['"$user", public']]
 
 
 def _catalog(sql: str) -> tuple[list[str], list[tuple[object, ...]]]:

@@ -102,6 +102,24 @@ public class DpgateClient {
                     }
                 }
             });
+            step("keys", () -> {  // DBeaver and Metabase read keys and indexes on connect: none are declared
+                DatabaseMetaData md = con.getMetaData();
+                ResultSet[] sets = {md.getPrimaryKeys(null, "public", "pums"), md.getImportedKeys(null, "public", "pums"),
+                                    md.getExportedKeys(null, "public", "pums"), md.getIndexInfo(null, "public", "pums", false, true)};
+                int rows = 0;
+                for (ResultSet rs : sets) {
+                    while (rs.next()) {
+                        rows++;
+                    }
+                    rs.close();
+                }
+                System.out.println("KEYS\t" + rows);
+            });
+            step("search_path", () -> {
+                try (Statement st = con.createStatement(); ResultSet rs = st.executeQuery("SHOW search_path")) {
+                    print("SEARCH_PATH", rs);
+                }
+            });
             step("explain", () -> {
                 try (Statement st = con.createStatement();
                      ResultSet rs = st.executeQuery("EXPLAIN SELECT COUNT(*) FROM pums WHERE married")) {
