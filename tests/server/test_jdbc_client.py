@@ -74,6 +74,7 @@ def test_a_jdbc_client_queries_describes_and_explains_like_psycopg(tmp_path: Pat
     assert got["SCHEMA"] == [["public"]]
     assert got["KEYS"] == [["0"]]  # getPrimaryKeys, getImportedKeys, getExportedKeys, getIndexInfo: empty, no error
     assert got["SEARCH_PATH"] == [['"$user", public']]
+    assert len(got["TYPEINFO"]) == 1  # getTypeInfo answers (its generate_series beside pg_type), without an error
 
 
 def _catalog(sql: str) -> tuple[list[str], list[tuple[object, ...]]]:
@@ -98,6 +99,12 @@ def test_the_virtual_catalog_evaluates_derived_tables_row_number_and_nullif() ->
     # pg_type is empty to a statement that does not read pg_attribute: its filters are beyond the interpreter
     # (psycopg's lookup of hstore by to_regtype, psql's \dT), and unknown filters keep rows
     assert _catalog("SELECT oid FROM pg_catalog.pg_type t WHERE t.oid = to_regtype('hstore')")[1] == []
+    # a function in FROM is empty only beside catalogue relations: alone, or beside a declared table, not catalogue
+    from dpgate.server import _pg_catalog
+
+    _, schema = load_pums()
+    for sql in ("SELECT * FROM generate_series(1, 3)", "SELECT COUNT(*) FROM pums, generate_series(1, 3) s"):
+        assert _pg_catalog.answer(sql, [], schema, user="alice", database="pums") is None
 
 
 def test_hostile_derived_tables_are_bounded() -> None:

@@ -115,6 +115,15 @@ public class DpgateClient {
                 }
                 System.out.println("KEYS\t" + rows);
             });
+            step("typeinfo", () -> {
+                try (ResultSet rs = con.getMetaData().getTypeInfo()) {
+                    int rows = 0;
+                    while (rs.next()) {
+                        rows++;
+                    }
+                    System.out.println("TYPEINFO\t" + rows);
+                }
+            });
             step("search_path", () -> {
                 try (Statement st = con.createStatement(); ResultSet rs = st.executeQuery("SHOW search_path")) {
                     print("SEARCH_PATH", rs);
