@@ -11,8 +11,8 @@ the columns the statement asks for (psql 15 crashed on a 7-column answer to its
 evaluated here, on virtual rows: ``pg_class`` holds the declared tables, ``pg_attribute``
 their columns (the declared domain is the column's description, ``col_description``),
 ``pg_namespace`` the schema ``public``, ``pg_database`` the database, ``pg_roles`` the
-analyst, ``pg_am`` ``heap``, ``pg_type`` the columns' types (to a statement that reads
-``pg_attribute``); every other catalogue relation is empty.  Its select list,
+analyst, ``pg_am`` ``heap``, ``pg_type`` and ``pg_description`` the columns' types and domains
+(to a statement that reads ``pg_attribute``); every other catalogue relation is empty.  Its select list,
 ``FROM``/``JOIN``s (tables and derived tables), ``WHERE``, ``ORDER BY`` and ``LIMIT`` are
 evaluated by a small interpreter of columns, constants, parameters, comparisons, ``CASE``,
 ``NULLIF``, ``row_number() OVER`` and the catalogue functions psql calls; what it does not know is ``NULL`` (in a condition: true, so an
@@ -107,8 +107,11 @@ def _relations(schema: Schema, user: str, database: str) -> dict[str, list[dict[
         "pg_am": [{"oid": 2, "amname": "heap", "amtype": "t"}],
         # pgjdbc's getImportedKeys reads max_index_keys first; at its default, psql's \dconfig does not list it
         "pg_settings": [{"name": "max_index_keys", "setting": "32", "source": "default", "boot_val": "32"}],
-        # the declared columns' types, for statements joining pg_attribute to pg_type (pgjdbc's getColumns); answer()
-        # empties it for the others (psql's \dT, psycopg's type lookups), whose filters it cannot evaluate
+        # the declared columns' types and domains, for statements joining pg_attribute to pg_type and pg_description
+        # (pgjdbc's getColumns: the REMARKS BI tools show); answer() empties both for the others (psql's \dT,
+        # psycopg's type lookups), whose filters it cannot evaluate
+        "pg_description": [{"objoid": a["attrelid"], "classoid": 1259, "objsubid": a["attnum"],
+                            "description": column_comment(a["_column"])} for a in attributes],
         "pg_type": [{"oid": oid, "typname": {"bigint": "int8", "boolean": "bool"}.get(name, name), "typnamespace": 11,
                      "typtype": "b", "typnotnull": False, "typbasetype": 0, "typtypmod": -1, "typrelid": 0}
                     for oid, name in _TYPE_NAMES.items()],
@@ -147,7 +150,7 @@ def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str, databa
         return None
     relations = _relations(schema, user, database)
     if not any(t.name.lower() == "pg_attribute" for t in tables):
-        relations["pg_type"] = []
+        relations["pg_type"] = relations["pg_description"] = []
     run = _Run(relations, params, budget_note)
     names, rows = run.query(tree)
     fields = tuple(_field(n, p) for n, p in zip(names, run.prototype(tree), strict=True))

@@ -15,6 +15,7 @@ import pytest
 from _dpserve import PASSWORDS, dsn, ledger_records, thread_server
 
 from dpgate.datasets import load_pums
+from dpgate.server._pg_catalog import column_comment
 
 JAR = Path("/usr/share/java/postgresql.jar")
 CLIENT = Path(__file__).parent / "jdbc" / "DpgateClient.java"
@@ -69,7 +70,8 @@ def test_a_jdbc_client_queries_describes_and_explains_like_psycopg(tmp_path: Pat
     _, schema = load_pums()
     table = schema.tables[0]
     assert got["TABLE"] == [["public", table.name, "TABLE"]]
-    assert got["COLUMN"] == [[c.name, JDBC_TYPES[c.kind][0], str(JDBC_TYPES[c.kind][1]), str(n)]
+    # the declared domain is each column's REMARKS (the description BI tools show beside a column)
+    assert got["COLUMN"] == [[c.name, JDBC_TYPES[c.kind][0], str(JDBC_TYPES[c.kind][1]), str(n), column_comment(c)]
                              for n, c in enumerate(table.columns, 1)]
     assert got["SCHEMA"] == [["public"]]
     assert got["KEYS"] == [["0"]]  # getPrimaryKeys, getImportedKeys, getExportedKeys, getIndexInfo: empty, no error

@@ -91,7 +91,7 @@ public class DpgateClient {
                 try (ResultSet rs = md.getColumns(null, null, "pums", "%")) {
                     while (rs.next()) {
                         System.out.println("COLUMN\t" + rs.getString("COLUMN_NAME") + "\t" + rs.getString("TYPE_NAME")
-                                + "\t" + rs.getInt("DATA_TYPE") + "\t" + rs.getInt("ORDINAL_POSITION"));
+                                + "\t" + rs.getInt("DATA_TYPE") + "\t" + rs.getInt("ORDINAL_POSITION") + "\t" + rs.getString("REMARKS"));
                     }
                 }
             });
