@@ -110,8 +110,8 @@ def _relations(schema: Schema, user: str, database: str) -> dict[str, list[dict[
         # the declared columns' types and domains, for statements joining pg_attribute to pg_type and pg_description
         # (pgjdbc's getColumns: the REMARKS BI tools show); answer() empties both for the others (psql's \dT,
         # psycopg's type lookups), whose filters it cannot evaluate
-        "pg_description": [{"objoid": a["attrelid"], "classoid": 1259, "objsubid": a["attnum"],
-                            "description": column_comment(a["_column"])} for a in attributes],
+        "pg_description": [{"objoid": FIRST_OID + i, "classoid": 1259, "objsubid": n, "description": column_comment(c)}
+                           for i, t in enumerate(schema.tables) for n, c in enumerate(t.columns, 1)],
         "pg_type": [{"oid": oid, "typname": {"bigint": "int8", "boolean": "bool"}.get(name, name), "typnamespace": 11,
                      "typtype": "b", "typnotnull": False, "typbasetype": 0, "typtypmod": -1, "typrelid": 0}
                     for oid, name in _TYPE_NAMES.items()],
