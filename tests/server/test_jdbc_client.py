@@ -124,3 +124,19 @@ def test_hostile_derived_tables_are_bounded() -> None:
     with pytest.raises(errors.QueryTooComplex):
         _catalog(deep)
     assert time.monotonic() - started < 5.0
+
+
+def test_hostile_derived_tables_over_the_wire_are_refused_in_time(tmp_path: Path) -> None:
+    import time
+
+    seven = ", ".join(f"pg_catalog.pg_attribute a{i}" for i in range(7))
+    with thread_server(tmp_path) as server, psycopg.connect(dsn(server.port), autocommit=True) as con:
+        started = time.monotonic()
+        for sql in (f"SELECT * FROM (SELECT a0.attname FROM {seven}) x",
+                    f"SELECT n FROM (SELECT row_number() OVER (ORDER BY a0.attname) AS n FROM {seven}) x"):
+            with pytest.raises(psycopg.Error) as err:
+                con.execute(sql)
+            assert err.value.sqlstate == "54000" and "joins more than" in str(err.value)
+        assert time.monotonic() - started < 10.0
+        assert con.execute("SELECT 1").fetchone() == (1,)  # the session goes on
+        assert ledger_records(tmp_path) == 0
