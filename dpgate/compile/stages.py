@@ -310,7 +310,7 @@ def resolve_table(c: Compilation) -> None:
     table = schema.table(t.name)
     table.bound()  # a privacy unit declared without its bound: refused before anything is read
     if t.args.get("catalog") or (t.args.get("db") and not table.addressable_as(t.db)):
-        declared = f"'main' and its declared schema {table.schema!r}" if table.schema else "only 'main'"
+        declared = f"'main', 'public' and its declared schema {table.schema!r}" if table.schema else "'main' and 'public'"
         prefix = ".".join(p for p in (t.catalog, t.db) if p)
         raise SchemaError(
             f"schema {prefix!r} in {t.sql()!r} is not declared for table {table.name!r}, which accepts {declared}; "

@@ -397,9 +397,9 @@ class Table:
             )
 
     def addressable_as(self, qualifier: str) -> bool:
-        """Whether ``FROM qualifier.<table>`` names this table: ``main`` or the declared schema."""
+        """Whether ``FROM qualifier.<table>`` names it: ``main``, ``public`` (serve's catalogue) or its schema."""
         q = qualifier.lower()
-        return q == "main" or (self.schema is not None and q == self.schema.lower())
+        return q in ("main", "public") or (self.schema is not None and q == self.schema.lower())
 
     def column(self, name: str) -> Column:
         """The column called ``name`` (case-insensitive); SchemaError names the declared ones."""

@@ -246,7 +246,8 @@ def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str, databa
         return _one(*simple[text], oid=NAME if "version" not in text else TEXT)
     if text == "select 1":  # connection pools' and BI tools' liveness check (SQLAlchemy pool_pre_ping)
         return _one("?column?", 1, INT4)
-    if re.search(r'\binformation_schema"?\s*\.', text):  # reads a view (psql's \dt names the schema in a string)
+    # reads a view (psql's \dt names the schema in a string); not a function (pgjdbc's _pg_expandarray on pg_index)
+    if re.search(r'\binformation_schema"?\s*\.(?!\s*"?_pg_)', text):
         return _information_schema(sql, params, schema, database)
     if "pg_catalog." not in text and "pg_" not in text:
         return None

@@ -1,5 +1,8 @@
 """A small read-only ``pg_catalog`` built from the declared schema, for the describe queries of clients.
 
+Why one module of over 500 lines: the interpreter's relations, joins, derived tables and expressions
+share one statement's state (:class:`_Run`); split, each part would reach into the others.
+
 psql's describe family (``\\d``, ``\\d+``, ``\\dt+``, ``\\l``, ``\\dn``, ``\\dv``, ``\\df``,
 ``\\du`` …) and the reflection queries of SQLAlchemy read ``pg_class``, ``pg_attribute``,
 ``pg_namespace`` … and read the result *by column position*: an answer must have exactly
@@ -8,10 +11,11 @@ the columns the statement asks for (psql 15 crashed on a 7-column answer to its
 evaluated here, on virtual rows: ``pg_class`` holds the declared tables, ``pg_attribute``
 their columns (the declared domain is the column's description, ``col_description``),
 ``pg_namespace`` the schema ``public``, ``pg_database`` the database, ``pg_roles`` the
-analyst, ``pg_am`` ``heap``; every other catalogue relation is empty.  Its select list,
-``FROM``/``JOIN``s, ``WHERE``, ``ORDER BY`` and ``LIMIT`` are evaluated by a small
-interpreter of columns, constants, parameters, comparisons, ``CASE`` and the catalogue
-functions psql calls; what it does not know is ``NULL`` (in a condition: true, so an
+analyst, ``pg_am`` ``heap``, ``pg_type`` and ``pg_description`` the columns' types and domains
+(to a statement that reads ``pg_attribute``); every other catalogue relation is empty.  Its select list,
+``FROM``/``JOIN``s (tables and derived tables), ``WHERE``, ``ORDER BY`` and ``LIMIT`` are
+evaluated by a small interpreter of columns, constants, parameters, comparisons, ``CASE``,
+``NULLIF``, ``row_number() OVER`` and the catalogue functions psql calls; what it does not know is ``NULL`` (in a condition: true, so an
 unknown filter never hides a declared table).  Nothing here reads data or the ledger.
 
 Bounds: the statement is within the compiler's size and nesting limits before it is
@@ -105,6 +109,16 @@ def _relations(schema: Schema, user: str, database: str) -> dict[str, list[dict[
                       "rolcreatedb": False, "rolcanlogin": True, "rolconnlimit": -1, "rolvaliduntil": None,
                       "rolreplication": False, "rolbypassrls": False}],
         "pg_am": [{"oid": 2, "amname": "heap", "amtype": "t"}],
+        # pgjdbc's getImportedKeys reads max_index_keys first; at its default, psql's \dconfig does not list it
+        "pg_settings": [{"name": "max_index_keys", "setting": "32", "source": "default", "boot_val": "32"}],
+        # the declared columns' types and domains, for statements joining pg_attribute to pg_type and pg_description
+        # (pgjdbc's getColumns: the REMARKS BI tools show); answer() empties both for the others (psql's \dT,
+        # psycopg's type lookups), whose filters it cannot evaluate
+        "pg_description": [{"objoid": FIRST_OID + i, "classoid": 1259, "objsubid": n, "description": column_comment(c)}
+                           for i, t in enumerate(schema.tables) for n, c in enumerate(t.columns, 1)],
+        "pg_type": [{"oid": oid, "typname": {"bigint": "int8", "boolean": "bool"}.get(name, name), "typnamespace": 11,
+                     "typtype": "b", "typnotnull": False, "typbasetype": 0, "typtypmod": -1, "typrelid": 0}
+                    for oid, name in _TYPE_NAMES.items()],
     }
 
 
@@ -133,10 +147,15 @@ def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str, databa
     except sqlglot.errors.SqlglotError:
         return None
     tables = list(tree.find_all(exp.Table))
-    if not isinstance(tree, (exp.Select, exp.Union)) or not tables \
-            or not all(_is_catalog(t, schema) for t in tables):
+    # a function in FROM (pgjdbc's generate_series over current_schemas) is empty, beside catalogue relations only
+    catalog = [_is_catalog(t, schema) for t in tables]
+    if not isinstance(tree, (exp.Select, exp.Union)) or not any(catalog) \
+            or not all(c or isinstance(t.this, exp.Func) for c, t in zip(catalog, tables, strict=True)):
         return None
-    run = _Run(_relations(schema, user, database), params, budget_note)
+    relations = _relations(schema, user, database)
+    if not any(t.name.lower() == "pg_attribute" for t in tables):
+        relations["pg_type"] = relations["pg_description"] = []
+    run = _Run(relations, params, budget_note)
     names, rows = run.query(tree)
     fields = tuple(_field(n, p) for n, p in zip(names, run.prototype(tree), strict=True))
     texts = [f.type_oid == TEXT for f in fields]
@@ -270,6 +289,10 @@ class _Run:
         from_ = tree.args.get("from_") or tree.args.get("from")
         env: Row = {}
         for item in ([from_.this] if from_ is not None else []) + [j.this for j in tree.args.get("joins") or []]:
+            if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Select):  # typed as its select list
+                first = self.prototype(item.this)
+                env[item.alias_or_name.lower()] = dict(zip(self._names(item.this), first, strict=True))
+                continue
             rows = self.relation(item)
             env.update(rows[0] if rows else {alias: {} for alias in self._aliases(item)})
         return [self.value(e, env) for item in tree.expressions for e in self._expanded(item, tree)]
@@ -282,6 +305,10 @@ class _Run:
         if where is not None:
             envs = [r for r in envs if _on_time() and self.truth(where.this, r) is not False]
         out = [(tuple(self.value(e, r) for e in items), r) for r in envs if _on_time()]
+        for i, e in enumerate(items):
+            window = e.this if isinstance(e, exp.Alias) else e
+            if isinstance(window, exp.Window) and isinstance(window.this, exp.RowNumber):
+                out = self._row_number(i, window, out)
         order = sel.args.get("order")
         for o in reversed(order.expressions if order is not None else []):
             key = functools.partial(self._order_key, o.this, names)
@@ -294,12 +321,39 @@ class _Run:
                 rows = rows[: max(n, 0)]
         return names, rows
 
+    def _row_number(self, i: int, window: exp.Window,
+                    out: list[tuple[tuple[Any, ...], Row]]) -> list[tuple[tuple[Any, ...], Row]]:
+        """``row_number() OVER (PARTITION BY … ORDER BY …)`` as value ``i`` of each row (pgjdbc numbers columns)."""
+        groups: dict[tuple[str, ...], list[int]] = {}
+        for k, (_, env) in enumerate(out):
+            part = tuple(str(self.value(p, env)) for p in window.args.get("partition_by") or [])
+            groups.setdefault(part, []).append(k)
+        order = window.args.get("order")
+        numbered = list(out)
+        for members in groups.values():
+            for o in reversed(order.expressions if order is not None else []):
+                key: Callable[[int], tuple[bool, str]] = functools.partial(self._window_key, o.this, out)
+                members.sort(key=key, reverse=bool(o.args.get("desc")))
+            for n, k in enumerate(members, 1):
+                values, env = out[k]
+                numbered[k] = (values[:i] + (n,) + values[i + 1:], env)
+        return numbered
+
+    def _window_key(self, e: exp.Expression, out: list[tuple[tuple[Any, ...], Row]], k: int) -> tuple[bool, str]:
+        return self._order_key(e, [], out[k])
+
+    def _names(self, sel: exp.Select) -> list[str]:
+        """The output names of a derived table's columns, as its outer query refers to them."""
+        return [_output_name(c).lower() for e in sel.expressions for c in self._expanded(e, sel)]
+
     def _expanded(self, e: exp.Expression, sel: exp.Select) -> list[exp.Expression]:
         """A select-list item; ``*`` as the columns of the virtual relation in FROM (its own when unknown)."""
         if not isinstance(e, exp.Star):
             return [e]
         from_ = sel.args.get("from_") or sel.args.get("from")
         table = from_.this if from_ is not None else None
+        if isinstance(table, exp.Subquery) and isinstance(table.this, exp.Select):
+            return [exp.column(n, table.alias_or_name) for n in self._names(table.this)]
         rows = self.relations.get(table.name.lower(), []) if isinstance(table, exp.Table) else []
         alias = table.alias_or_name if isinstance(table, exp.Table) else ""
         return [exp.column(k, alias) for k in rows[0] if not k.startswith("_")] if rows else [e]
@@ -340,8 +394,11 @@ class _Run:
 
     def relation(self, e: exp.Expression) -> list[Row]:
         """The rows of a FROM item, each as ``{alias: row, relation name: row}``."""
+        if isinstance(e, exp.Subquery) and isinstance(e.this, exp.Select):  # a derived table (pgjdbc's getColumns)
+            names, derived = self.select(e.this, {})
+            return [{e.alias_or_name.lower(): dict(zip((n.lower() for n in names), r, strict=True))} for r in derived]
         if not isinstance(e, exp.Table):
-            return []  # a subquery or function in FROM: nothing dpgate declares
+            return []  # a function in FROM: nothing dpgate declares
         rows = self.relations.get(e.name.lower(), [])
         return [{alias: r for alias in self._aliases(e)} for r in rows]
 
@@ -490,6 +547,9 @@ _NODES: dict[type, Callable[[_Run, Any, Row], Any]] = {
     exp.Parameter: _Run.placeholder,
     exp.CurrentUser: lambda run, e, env: run.relations["pg_roles"][0]["rolname"],
     exp.Exists: lambda run, e, env: None,
+    exp.Nullif: lambda run, e, env: (lambda v: None if _same(v, run.value(e.expression, env)) else v)(
+        run.value(e.this, env)),
+    exp.Window: lambda run, e, env: 1 if isinstance(e.this, exp.RowNumber) else None,  # numbered by select()
     exp.Neg: lambda run, e, env: (lambda v: -v if isinstance(v, int) and not isinstance(v, bool) else None)(
         run.value(e.this, env)),
 }

@@ -319,7 +319,8 @@ class Session:
             return Outcome((_field(name, TEXT),), ((text,),), "SHOW")
         if name in ("transaction isolation level", "transaction_isolation"):
             return Outcome((_field("transaction_isolation", TEXT),), (("read committed",),), "SHOW")
-        known = {k.lower(): v for k, v in self.parameters.items()}
+        # PostgreSQL's default search_path, unless the client SET one (DBeaver reads it on connect)
+        known = {"search_path": '"$user", public', **{k.lower(): v for k, v in self.parameters.items()}}
         if name in known:
             return Outcome((_field(name, TEXT),), ((known[name],),), "SHOW")
         raise SqlError("42704", f"unrecognized configuration parameter {excerpt(name)}.")

@@ -235,10 +235,10 @@ def test_string_constants_take_the_column_type_symmetrically() -> None:
 
 def test_declared_schema_prefix() -> None:
     base = compile_sql("SELECT COUNT(*) FROM pums WHERE age < 30", SCHEMA)
-    for name in ("PUMS.PUMS", "pums.pums", "main.pums", '"PUMS"."PUMS"'):
+    for name in ("PUMS.PUMS", "pums.pums", "main.pums", '"PUMS"."PUMS"', "public.pums", '"public"."pums"'):
         assert compile_sql(f"SELECT COUNT(*) FROM {name} WHERE age < 30", SCHEMA) == base, name
     assert compile_sql("SELECT COUNT(*) FROM PUMS.PUMS AS p WHERE p.age < 30", SCHEMA) == base
-    with pytest.raises(SchemaError, match=r"schema 'census' .* accepts 'main' and its declared schema 'PUMS'"):
+    with pytest.raises(SchemaError, match=r"schema 'census' .* accepts 'main', 'public' and its declared schema 'PUMS'"):
         compile_sql("SELECT COUNT(*) FROM census.pums", SCHEMA)
     with pytest.raises(SchemaError, match="schema 'x.PUMS'"):
         compile_sql("SELECT COUNT(*) FROM x.PUMS.pums", SCHEMA)
