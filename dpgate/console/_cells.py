@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dpgate.ledger import LedgerRecord
-from dpgate.ledger import _cell_spend
+from dpgate.ledger import LedgerRecord, _cell_spend
 from dpgate.ledger._cell_spend import CellSpend, cell_label
 from dpgate.schema.domains import Table
 
