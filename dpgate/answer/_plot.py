@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dpgate.errors import NotSupportedError
@@ -17,8 +18,6 @@ from dpgate.errors import NotSupportedError
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
-
-    from dpgate.answer.result import Result
 
 __all__ = ["PlottingUnavailable", "intervals_html", "new_figure", "result_figure"]
 
@@ -44,17 +43,16 @@ def _finite(x: float) -> float:
     return x if math.isfinite(x) else math.nan
 
 
-def result_figure(result: Result) -> Figure:
-    """``result``'s answers as points with their intervals as error bars: the groups side by side
-    (in domain order, every group released), one panel per aggregate output column.  An unavailable
-    answer (NaN) leaves its place empty."""
-    st = result.statement
-    n_aggs = max(1, st.n_aggregates)
-    fig = new_figure(figsize=(max(4.0, 0.5 * len(result.answers) / n_aggs + 2), 2.8 * n_aggs),
-                     layout="constrained")
+def result_figure(answers: Sequence[Any], n_aggregates: int, group_columns: Sequence[Any]) -> Figure:
+    """A result's ``answers`` (``Answer`` values, group by group, ``n_aggregates`` per group) as
+    points with their intervals as error bars: the groups side by side (in domain order, every
+    group released), one panel per aggregate output column.  An unavailable answer (NaN) leaves
+    its place empty.  (Typed loosely: this module does not import :mod:`dpgate.answer.result`.)"""
+    n_aggs = max(1, n_aggregates)
+    fig = new_figure(figsize=(max(4.0, 0.5 * len(answers) / n_aggs + 2), 2.8 * n_aggs), layout="constrained")
     axes = fig.subplots(n_aggs, 1, squeeze=False)[:, 0]
     for k, ax in enumerate(axes):
-        chunk = result.answers[k::n_aggs]
+        chunk = answers[k::n_aggs]
         values = [_finite(a.value) for a in chunk]
         below = [v - _finite(a.low) for v, a in zip(values, chunk, strict=True)]
         above = [_finite(a.high) - v for v, a in zip(values, chunk, strict=True)]
@@ -62,8 +60,8 @@ def result_figure(result: Result) -> Figure:
         ax.errorbar(x, values, yerr=[below, above], fmt="o", capsize=3, label=chunk[0].label if chunk else None)
         ax.set_xticks(x, [", ".join(str(key) for _, key in a.group) for a in chunk],
                       rotation=45 if len(chunk) > 6 else 0, ha="right" if len(chunk) > 6 else "center")
-        if st.group_columns:
-            ax.set_xlabel(", ".join(str(c) for c in st.group_columns))
+        if group_columns:
+            ax.set_xlabel(", ".join(str(c) for c in group_columns))
         conf = f" ({chunk[0].confidence:.0%} intervals)" if chunk else ""
         ax.set_title(f"{chunk[0].label if chunk else ''}{conf}")
     return fig

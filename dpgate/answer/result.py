@@ -238,7 +238,7 @@ class Result:
         """
         from dpgate.answer._plot import result_figure
 
-        return result_figure(self)
+        return result_figure(self.answers, self.statement.n_aggregates, self.statement.group_columns)
 
     def to_pandas(self, *, intervals: bool = True) -> pd.DataFrame:
         """One row per group: the group keys, then per output column its value and,
