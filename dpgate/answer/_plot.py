@@ -23,6 +23,8 @@ __all__ = ["PlottingUnavailable", "intervals_html", "new_figure", "result_figure
 
 #: The most rows ``Result._repr_html_`` shows (as pandas' ``max_rows`` did).
 HTML_ROWS = 60
+#: ``Result.plot``: the widest figure (inches) and the most group labels on an axis.
+MAX_WIDTH, MAX_TICKS = 16.0, 40
 
 
 class PlottingUnavailable(NotSupportedError, ImportError):
@@ -49,7 +51,8 @@ def result_figure(answers: Sequence[Any], n_aggregates: int, group_columns: Sequ
     group released), one panel per aggregate output column.  An unavailable answer (NaN) leaves
     its place empty.  (Typed loosely: this module does not import :mod:`dpgate.answer.result`.)"""
     n_aggs = max(1, n_aggregates)
-    fig = new_figure(figsize=(max(4.0, 0.5 * len(answers) / n_aggs + 2), 2.8 * n_aggs), layout="constrained")
+    width = min(MAX_WIDTH, max(4.0, 0.5 * len(answers) / n_aggs + 2))
+    fig = new_figure(figsize=(width, 2.8 * n_aggs), layout="constrained")
     axes = fig.subplots(n_aggs, 1, squeeze=False)[:, 0]
     for k, ax in enumerate(axes):
         chunk = answers[k::n_aggs]
@@ -58,7 +61,8 @@ def result_figure(answers: Sequence[Any], n_aggregates: int, group_columns: Sequ
         above = [_finite(a.high) - v for v, a in zip(values, chunk, strict=True)]
         x = list(range(len(chunk)))
         ax.errorbar(x, values, yerr=[below, above], fmt="o", capsize=3, label=chunk[0].label if chunk else None)
-        ax.set_xticks(x, [", ".join(str(key) for _, key in a.group) for a in chunk],
+        step = math.ceil(len(chunk) / MAX_TICKS) if chunk else 1  # many groups: every step-th one labelled
+        ax.set_xticks(x[::step], [", ".join(str(key) for _, key in a.group) for a in chunk[::step]],
                       rotation=45 if len(chunk) > 6 else 0, ha="right" if len(chunk) > 6 else "center")
         if group_columns:
             ax.set_xlabel(", ".join(str(c) for c in group_columns))
