@@ -60,14 +60,14 @@ def result_figure(answers: Sequence[Any], n_aggregates: int, group_columns: Sequ
         below = [v - _finite(a.low) for v, a in zip(values, chunk, strict=True)]
         above = [_finite(a.high) - v for v, a in zip(values, chunk, strict=True)]
         x = list(range(len(chunk)))
-        ax.errorbar(x, values, yerr=[below, above], fmt="o", capsize=3, label=chunk[0].label if chunk else None)
+        ax.errorbar(x, values, yerr=[below, above], fmt="o", capsize=3)
         step = math.ceil(len(chunk) / MAX_TICKS) if chunk else 1  # many groups: every step-th one labelled
         ax.set_xticks(x[::step], [", ".join(str(key) for _, key in a.group) for a in chunk[::step]],
-                      rotation=45 if len(chunk) > 6 else 0, ha="right" if len(chunk) > 6 else "center")
+                      rotation=45 if len(chunk) > 6 else 0, ha="right" if len(chunk) > 6 else "center", parse_math=False)
         if group_columns:
-            ax.set_xlabel(", ".join(str(c) for c in group_columns))
+            ax.set_xlabel(", ".join(str(c) for c in group_columns), parse_math=False)
         conf = f" ({chunk[0].confidence:.0%} intervals)" if chunk else ""
-        ax.set_title(f"{chunk[0].label if chunk else ''}{conf}")
+        ax.set_title(f"{chunk[0].label if chunk else ''}{conf}", parse_math=False)  # a label is text, never TeX
     return fig
 
 

@@ -87,10 +87,10 @@ class Plots:
         ax = fig.subplots()
         ax.bar(range(len(rows)), heights, color="#4a78c2")
         ax.set_xticks(range(len(rows)), labels, rotation=45 if len(rows) > 6 else 0,
-                      ha="right" if len(rows) > 6 else "center")
-        ax.set_xlabel(f"{t.name}.{col.name}")
+                      ha="right" if len(rows) > 6 else "center", parse_math=False)
+        ax.set_xlabel(f"{t.name}.{col.name}", parse_math=False)  # declared names are text, never TeX
         ax.set_ylabel("spent budget ε of a row")
-        ax.set_title(f"Where the budget went: {col.name}")
+        ax.set_title(f"Where the budget went: {col.name}", parse_math=False)
         return fig
 
     def _plotted_table(self, column: str, table: str | None) -> Table:

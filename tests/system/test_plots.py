@@ -3,6 +3,7 @@ interval bars of ``Result._repr_html_`` — the numbers drawn are the released o
 
 from __future__ import annotations
 
+import io
 import re
 import sys
 import warnings
@@ -107,6 +108,19 @@ def test_repr_html_has_one_bar_per_answer_and_escapes_hostile_labels() -> None:
         assert f"title='[{a.low:.6g}, {a.high:.6g}]'" in page
     widths = [float(w) for w in re.findall(r"left:[0-9.]+%;width:([0-9.]+)%", page)]
     assert len(widths) == 6 and all(0 < w <= 100 for w in widths)
+
+
+def test_labels_that_look_like_tex_are_drawn_as_text() -> None:
+    tex = r"$\notacommand{$"
+    df = pd.DataFrame({"g": ["a", tex, "a"]})
+    schema = {"tables": {"t": {"columns": {"g": {"type": "categorical", "values": ["a", tex]}}}}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        gw = dpgate.Gateway(df, schema, budget=1.0, seed=0)
+        res = gw.query('SELECT g, COUNT(*) AS "$\\x$" FROM t GROUP BY g', accuracy=5)
+    for fig in (res.plot(), gw.plot_cells("g"), gw.plot_budget()):
+        fig.savefig(io.BytesIO(), format="png")  # draws every text: no mathtext error
+    assert [t.get_text() for t in res.plot().axes[0].get_xticklabels()] == ["a", tex]
 
 
 def html_escaped(text: str) -> str:
