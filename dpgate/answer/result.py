@@ -30,6 +30,7 @@ from dpgate.inference import support_of
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
 
     from dpgate.compile import CompiledStatement
     from dpgate.compile.query import LinearQuery
@@ -218,10 +219,26 @@ class Result:
         return head + "\n" + self.to_pandas().to_string(index=False, max_rows=60)
 
     def _repr_html_(self) -> str:
+        """The frame of :meth:`to_pandas` with each interval also drawn as a small bar (HTML and CSS only)."""
         import html
 
+        from dpgate.answer._plot import intervals_html
+
         head = html.escape(repr(self).splitlines()[0])
-        return f"<p>{head}</p>" + self.to_pandas().to_html(index=False, max_rows=60)
+        aggregates = [out.name for out in self.statement.outputs if out.kind == "aggregate"]
+        return f"<p>{head}</p>" + intervals_html(self.to_pandas(), aggregates)
+
+    def plot(self) -> Figure:
+        """The answers as points with their intervals as error bars, the groups side by side, one
+        panel per aggregate output column; returns the matplotlib ``Figure`` (needs the ``demo``
+        extra: ``pip install 'dpgate[demo]'``).  Draws only what was released: free.
+
+        Raises:
+            PlottingUnavailable: matplotlib is not installed (a ``dpgate.NotSupportedError``).
+        """
+        from dpgate.answer._plot import result_figure
+
+        return result_figure(self.answers, self.statement.n_aggregates, self.statement.group_columns)
 
     def to_pandas(self, *, intervals: bool = True) -> pd.DataFrame:
         """One row per group: the group keys, then per output column its value and,

@@ -4,6 +4,7 @@
   behind them, each in one ledger transaction;
 - :mod:`~dpgate.gateway._extensions` — its warm starts, model-based estimates and synthetic data,
   delegated to :mod:`dpgate.warmstart` and :mod:`dpgate.model`;
+- :mod:`~dpgate.gateway._plots` — ``plot_budget`` and ``plot_cells`` (matplotlib, imported on use);
 - :mod:`~dpgate.gateway._asks` — per query, which of its intervals an answer is: the level
   (``dpgate.plan.asks``) its intervals are planned at, so that all hold together.
 

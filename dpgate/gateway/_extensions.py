@@ -23,6 +23,7 @@ from dpgate.answer.result import Result
 from dpgate.compile import MODEL_METHODS, CompiledStatement
 from dpgate.compile.derived import refuse_derived
 from dpgate.errors import InvalidRequirement
+from dpgate.gateway._plots import Plots
 from dpgate.ledger._history import LedgerHistory
 from dpgate.plan.seam import GatewaySeam
 from dpgate.warmstart import design as warmstart
@@ -30,7 +31,8 @@ from dpgate.warmstart import design as warmstart
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Extensions"]
+# Plots: Gateway's other mixin, imported with this one (gateway.py is at its size limit).
+__all__ = ["Extensions", "Plots"]
 
 _R = TypeVar("_R", bound=Result)
 

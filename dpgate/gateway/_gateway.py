@@ -35,7 +35,7 @@ from dpgate.compile.query import LinearQuery
 from dpgate.errors import Error, InvalidArgument, InvalidRequirement, NotEstimable, ProgrammingError
 from dpgate.errors import Warning as DPGateWarning
 from dpgate.gateway._asks import Asks, ReaskMode, check_reasks
-from dpgate.gateway._extensions import Extensions
+from dpgate.gateway._extensions import Extensions, Plots
 from dpgate.gateway._latency import Latency
 from dpgate.gateway._ledger_open import ledger_for
 from dpgate.inference import IncrementalBLUE, Posterior, support_of
@@ -73,7 +73,7 @@ def _outside_dpgate() -> int:
     return level
 
 
-class Gateway(Extensions):
+class Gateway(Extensions, Plots):
     """A differentially private gateway in front of one data source.
 
     Args:

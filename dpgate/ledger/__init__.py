@@ -9,7 +9,8 @@
 - :mod:`~dpgate.ledger._history`, :mod:`~dpgate.ledger._checkpoint` — a gateway's history kept
   in step with its ledger, and the checkpoint that makes re-opening fast;
 - :mod:`~dpgate.ledger._provenance` — per-analyst charges and caps of ``dpgate serve``;
-- :mod:`~dpgate.ledger._describe` — a released query in words, for ``Gateway.history``.
+- :mod:`~dpgate.ledger._describe` — a released query in words, for ``Gateway.history``;
+- :mod:`~dpgate.ledger._cell_spend` — the per-cell spent budget from the records (the console, ``Gateway.plot_cells``).
 """
 
 from dpgate.ledger.core import FORMAT_VERSION, Ledger, LedgerRecord, LedgerTransaction
