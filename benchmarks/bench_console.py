@@ -15,7 +15,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import platform
 import random
 import socket
 import statistics
@@ -116,6 +118,7 @@ def main() -> None:
     parser.add_argument("--releases", type=int, default=None)
     args = parser.parse_args()
     n = args.releases or (1000 if args.quick or os.environ.get("DPGATE_BENCH_QUICK") else 10_000)
+    pages: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "ledger.db")
         start = time.perf_counter()
@@ -127,6 +130,13 @@ def main() -> None:
                 first, size = fetch(base + page)
                 again = statistics.median(fetch(base + page)[0] for _ in range(5))
                 print(f"{page:45s} {first:10.3f} {again:11.3f} {size / 1000:10.0f}")
+                pages[page] = {"first_s": first, "median_s": again, "kb": size / 1000}
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "console.json")
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump({"releases": n, "analysts": len(ANALYSTS), "pages": pages,
+                   "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"},
+                  fh, indent=1)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
