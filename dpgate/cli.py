@@ -66,9 +66,13 @@ def demo(dataset: str, setting: Setting, queries: int | None, seed: int, out_dir
     demo extra: pip install 'dpgate[demo]').
     The noise is seeded so the demo is reproducible: insecure, demo only.
     """
+    import warnings
+
     from dpgate._demo.report import run_demo
 
-    run_demo(dataset, setting, queries, seed, out_dir, progress)
+    with warnings.catch_warnings():  # said once in the demo's header, not once per gateway
+        warnings.filterwarnings("ignore", message="this dpgate gateway draws its noise from a seed")
+        run_demo(dataset, setting, queries, seed, out_dir, progress)
 
 
 def _schema(data: str, schema_path: str | None) -> Any:
