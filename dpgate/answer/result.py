@@ -167,6 +167,13 @@ class Answer:
         return self.posterior.mean() if self.posterior is not None else self.value
 
     @property
+    def certified_halfwidth(self) -> float:
+        """The certified half-width of the interval: its posterior's at :attr:`interval_confidence`,
+        before the cut to the values the truth can take (that cut depends on the value, so no
+        decision may read it); :attr:`halfwidth` when there is no posterior."""
+        return self.halfwidth if self.posterior is None else self.posterior.halfwidth(self.interval_confidence)
+
+    @property
     def halfwidth(self) -> float:
         """Half the interval's width (``inf`` when unavailable)."""
         return (self.high - self.low) / 2 if math.isfinite(self.high - self.low) else math.inf

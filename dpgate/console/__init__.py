@@ -9,7 +9,6 @@ domain), the release history (filtered and paged on the server), and per analyst
 draw the charts ship in ``static/`` (BSD-3-Clause, their licences beside them): no CDN.
 
 - :mod:`~dpgate.console._data` — :class:`LedgerReader`: the ledger's snapshot and the pages' numbers;
-- :mod:`~dpgate.console._cells` — the per-cell spent budget (:mod:`dpgate.ledger._cell_spend`) within the console's limit;
 - :mod:`~dpgate.console._charts` — the charts (Vega-Lite specifications built with Altair);
 - :mod:`~dpgate.console._html`, :mod:`~dpgate.console._app` — the pages and the ASGI application (Starlette);
 - :mod:`~dpgate.console._serve`, :mod:`~dpgate.console._cli` — the access rules, uvicorn, the command, and

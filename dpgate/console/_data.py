@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpgate.console._cells import CellSpend, cell_spend
 from dpgate.errors import Error, InvalidArgument, LedgerError
 from dpgate.ledger import Ledger, LedgerRecord
+from dpgate.ledger._cell_spend import CellSpend, cell_spend
 from dpgate.ledger._describe import _described
 from dpgate.ledger._provenance import analyst_spent
 from dpgate.schema.domains import Schema
@@ -231,7 +231,7 @@ class LedgerReader:
         return [{"analyst": a, "source": s, "statements": n} for (a, s), n in sorted(counts.items())]
 
     def cells(self, snap: Snapshot, table: str) -> CellSpend:
-        """``B`` of ``table`` (:func:`~dpgate.console._cells.cell_spend`), kept until a release arrives."""
+        """``B`` of ``table`` (:func:`~dpgate.ledger._cell_spend.cell_spend`), kept until a release arrives."""
         if self.schema is None:
             raise InvalidArgument("the console was started without --schema, so it cannot place the releases on cells")
         t = self.schema.table(table)

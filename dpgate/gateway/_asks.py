@@ -159,7 +159,7 @@ class Asks:
             seen = self._seen.get(key)
             a = seen.answer if seen is not None else None
             if (seen is None or a is None or a.query is None or a.query.key != q.key
-                    or a.interval_confidence < ask_confidence(asked.stated, seen.level) or not meets(_certified(a), accuracy)):
+                    or a.interval_confidence < ask_confidence(asked.stated, seen.level) or not meets(a.certified_halfwidth, accuracy)):
                 return None
             out.append(replace(a, source="history", epsilon_spent=0.0, accuracy=accuracy, label=q.label, group=q.group,
                                query=q, confidence=asked.stated, meets_requirement=True, secure=secure))
@@ -192,15 +192,9 @@ class Asks:
     def quoted(self, asked: Asked, spent: float, budget: float, stmt: CompiledStatement) -> Explanation:
         """``explain``'s quote of an ``asked`` whose earlier intervals are given again: free."""
         assert asked.again is not None
-        quotes = tuple(Quote(a.label, a.group, "history", 0.0, _certified(a), a.interval_confidence, budget - spent)
+        quotes = tuple(Quote(a.label, a.group, "history", 0.0, a.certified_halfwidth, a.interval_confidence, budget - spent)
                        for a in asked.again)
         return Explanation(quotes, 0.0, spent, budget, stmt)
-
-
-def _certified(a: Answer) -> float:
-    """The certified half-width of ``a``'s interval (its posterior's, before it was cut to the support:
-    the cut depends on the value, and no decision may)."""
-    return a.halfwidth if a.posterior is None else a.posterior.halfwidth(a.interval_confidence)
 
 
 def _stated(a: Answer, confidence: float) -> Answer:

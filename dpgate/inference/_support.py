@@ -89,9 +89,8 @@ def _support(q: LinearQuery, rows: int | None) -> Support:
     off = float(q.offset)
     if q.is_zero:  # a public constant
         return Support(off, off)
+    if rows is None:  # a half-line when every weight has one sign (cached on the query)
+        return Support(off if q.weight_sign > 0 else -math.inf, off if q.weight_sign < 0 else math.inf)
     w = q.numerators
-    lo_w, hi_w = (int(w.min()), int(w.max())) if w.size else (0, 0)
-    if rows is not None:
-        return Support(off + float(Fraction(rows * min(lo_w, 0), q.denominator)),
-                       off + float(Fraction(rows * max(hi_w, 0), q.denominator)))
-    return Support(off if lo_w >= 0 else -math.inf, off if hi_w <= 0 else math.inf)
+    return Support(off + float(Fraction(rows * min(int(w.min()), 0), q.denominator)),
+                   off + float(Fraction(rows * max(int(w.max()), 0), q.denominator)))

@@ -189,7 +189,7 @@ def quote(
         source = "fresh" if "fresh" in kinds else "history" if "history" in kinds else "exact"
         group = stmt.queries[idx[0]].group
         if d.kind == "linear":
-            quotes.append(Quote(name, group, source, eps, _certified(at(confidence)[idx[0]]), confidence, shown, over,
+            quotes.append(Quote(name, group, source, eps, at(confidence)[idx[0]].certified_halfwidth, confidence, shown, over,
                                 increase))
             continue
         c = component_confidence(d, confidence)
@@ -197,20 +197,12 @@ def quote(
         comps = []
         for label, i in zip(("COUNT(x)", f"SUM({x})", f"SUM(({x})²)"), idx, strict=False):
             q = stmt.queries[i]
-            comps.append(f"{label} ±{_certified(at(c)[i]) * (q.sensitivity or 1.0):.6g}")
+            comps.append(f"{label} ±{at(c)[i].certified_halfwidth * (q.sensitivity or 1.0):.6g}")
         note = f"{d.kind.upper()} from {', '.join(comps)} at {c:.4g}; its interval depends on their values"
         quotes.append(Quote(name, group, source, eps, math.nan, confidence, shown, "; ".join(filter(None, (note, over))),
                             increase))
     releases = tuple((m.query, m.alpha) for s in steps if s.kind == "fresh" for m in s.measurements)
     return Explanation(tuple(quotes), float(sum(s.increase for s in steps)), spent, budget, stmt, releases)
-
-
-def _certified(a: Answer) -> float:
-    """The certified half-width of an answer: its posterior's, before the released interval is cut
-    at the least possible value (with every release valued 0, that cut would halve a count's width)."""
-    if a.posterior is None:
-        return a.halfwidth
-    return a.posterior.halfwidth(a.interval_confidence)
 
 
 def zero_valued(steps: Sequence[Step]) -> list[Step]:

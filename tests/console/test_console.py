@@ -434,10 +434,10 @@ def test_a_ledger_read_without_its_key_is_shown_unverified(built: Any, tmp_path:
 
 
 def test_a_grid_too_fine_to_price_is_said_on_the_page(built: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dpgate.console import _cells
+    from dpgate.ledger import _cell_spend
 
     gw, ledger, _ = built
-    monkeypatch.setattr(_cells, "MAX_BOXES", 4)
+    monkeypatch.setattr(_cell_spend, "MAX_BOXES", 4)
     reader = LedgerReader(ledger, gw.schema)
     try:
         status, text = _asgi_get(create_app(reader), "/cells", "table=pums&columns=age")
