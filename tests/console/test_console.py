@@ -15,7 +15,6 @@ import contextlib
 import json
 import math
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -30,8 +29,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
+from _chromium import chromium
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -119,15 +117,7 @@ def console(built: tuple[dpgate.Gateway, Path, Path]) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def browser(console: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """Headless Chromium, logged in to the console (``?token=`` once: the console sets its cookie)."""
-    for tool in ("chromium", "chromedriver"):
-        assert shutil.which(tool), f"{tool} is missing: apt-get install chromium chromium-driver (.ci/run does)"
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or ""
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                 "--window-size=1280,1000"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP violations, script errors
-    driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver") or ""))
+    driver = chromium(browser_log=True)  # CSP violations, script errors
     driver.set_page_load_timeout(30)
     driver.shots = tmp_path_factory.mktemp("screenshots")  # type: ignore[attr-defined]
     try:

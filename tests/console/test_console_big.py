@@ -8,7 +8,6 @@ The benchmark measures the issue's 10 000 releases; this test keeps the suite fa
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import socket
 import threading
 import time
@@ -20,8 +19,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
+from _chromium import chromium
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -87,14 +85,7 @@ def test_every_page_within_a_second(console: tuple[str, LedgerReader]) -> None:
 def test_the_long_budget_chart_is_drawn(console: tuple[str, LedgerReader],
                                         tmp_path_factory: pytest.TempPathFactory) -> None:
     base, _ = console
-    for tool in ("chromium", "chromedriver"):
-        assert shutil.which(tool), f"{tool} is missing: apt-get install chromium chromium-driver (.ci/run does)"
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or ""
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                 "--window-size=1280,1000"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver") or ""))
+    driver = chromium()
     try:
         start = time.monotonic()
         driver.get(base + "/")
