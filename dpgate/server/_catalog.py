@@ -8,7 +8,9 @@ evaluated on the virtual catalogue of :mod:`dpgate.server._pg_catalog`, with
 exactly the columns it asks for (SQLAlchemy's ``get_columns`` keeps its own answer
 here); plus ``version()``,
 ``current_schema()``, ``current_database()``, ``current_user``, ``SELECT 1``
-(connection pools' liveness check), and the ``information_schema.tables``,
+(connection pools' liveness check), a ``SELECT … FROM <declared table> … LIMIT 0`` (Metabase's and
+DBeaver's "can this table be read?" probe: no rows, whatever the data, so its columns and types
+are all it answers), and the ``information_schema.tables``,
 ``.columns`` and ``.schemata`` queries of the shape BI tools (DBeaver, Metabase)
 send: plain columns or ``*``, a ``WHERE`` of ``=``/``<>``/``IN``/``NOT IN``/``LIKE``
 comparisons with constants or parameters joined by ``AND``, ``ORDER BY``, ``LIMIT``
@@ -42,7 +44,7 @@ from dpgate.errors import UnsupportedQuery
 from dpgate.schema.domains import Column, Schema
 from dpgate.server import _pg_catalog
 from dpgate.server._protocol import Field
-from dpgate.server._values import BOOL, CHAR, INT4, JSON, NAME, TEXT, TYPE_SIZES, VARCHAR
+from dpgate.server._values import BOOL, CHAR, INT4, JSON, NAME, NUMERIC, TEXT, TYPE_SIZES, VARCHAR
 
 __all__ = ["CatalogAnswer", "answer", "SERVER_VERSION", "VERSION_STRING"]
 
@@ -90,6 +92,49 @@ def _check_statement(sql: str) -> None:
     """The size and nesting limits, before sqlglot parses ``sql`` (a ``-- pg_`` comment sends any
     statement here: parsed first, a too deeply nested one raised RecursionError)."""
     check_statement(sql, dialect_of("postgres"))
+
+
+def _empty_probe(sql: str, schema: Schema) -> CatalogAnswer | None:
+    """``SELECT <columns, constants or *> FROM <declared table> [WHERE …] LIMIT 0``: no rows and the
+    columns' declared types, or None when ``sql`` is not of that shape (the compiler then refuses it).
+
+    Its result is empty whatever the data, so it reveals nothing and costs nothing; the ``WHERE``
+    is never evaluated."""
+    _check_statement(sql)
+    try:
+        tree = sqlglot.parse_one(sql, read="postgres")
+    except sqlglot.errors.ParseError:
+        return None
+    limit = tree.args.get("limit")
+    value = limit.expression if isinstance(limit, exp.Limit) else None
+    if (not isinstance(tree, exp.Select) or not isinstance(value, exp.Literal) or str(value.this) != "0"
+            or any(tree.args.get(k) for k in ("joins", "group", "having", "with", "offset", "distinct", "laterals"))):
+        return None
+    table = tree.args.get("from_")
+    source = table.this if isinstance(table, exp.From) else None
+    if not isinstance(source, exp.Table) or source.catalog or source.db.lower() not in ("", "public"):
+        return None
+    declared = {t.name.lower(): t for t in schema.tables}.get(source.name.lower())
+    if declared is None:
+        return None
+    columns = {c.name.lower(): c for c in declared.columns}
+    fields: list[Field] = []
+    for e in tree.expressions:
+        inner = e.this if isinstance(e, exp.Alias) else e
+        if isinstance(inner, exp.Star):
+            fields += [_f(c.name, _PG_TYPES[c.kind][1]) for c in declared.columns]
+            continue
+        if isinstance(inner, exp.Column) and inner.name.lower() in columns:
+            col = columns[inner.name.lower()]
+            oid = _PG_TYPES[col.kind][1]
+        elif isinstance(inner, exp.Boolean):
+            oid = BOOL
+        elif isinstance(inner, exp.Literal):
+            oid = TEXT if inner.is_string else INT4 if inner.this.isdigit() else NUMERIC
+        else:
+            return None
+        fields.append(_f(e.alias_or_name if isinstance(e, exp.Alias) or isinstance(inner, exp.Column) else "?column?", oid))
+    return CatalogAnswer(tuple(fields), ())
 
 
 # -- information_schema: tables, columns, schemata -----------------------------------------------
@@ -246,6 +291,10 @@ def answer(sql: str, params: Sequence[Any], schema: Schema, *, user: str, databa
         return _one(*simple[text], oid=NAME if "version" not in text else TEXT)
     if text == "select 1":  # connection pools' and BI tools' liveness check (SQLAlchemy pool_pre_ping)
         return _one("?column?", 1, INT4)
+    if re.search(r"\blimit\s+0$", text):
+        probe = _empty_probe(sql, schema)
+        if probe is not None:
+            return probe
     # reads a view (psql's \dt names the schema in a string); not a function (pgjdbc's _pg_expandarray on pg_index)
     if re.search(r'\binformation_schema"?\s*\.(?!\s*"?_pg_)', text):
         return _information_schema(sql, params, schema, database)

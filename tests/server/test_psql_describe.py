@@ -210,3 +210,25 @@ def test_a_prepared_catalogue_query_is_typed_alike_at_describe_and_run(served) -
             await con.close()
 
     asyncio.run(run())
+
+
+def test_a_limit_zero_probe_answers_no_rows_and_the_declared_types_reading_nothing(served) -> None:
+    server, tmp = served
+    with psycopg.connect(dsn(server.port), autocommit=True) as con:
+        for sql, names, oids in (
+            ('SELECT TRUE AS "_" FROM "public"."pums" WHERE 1 <> 1 LIMIT 0', ["_"], [16]),  # Metabase
+            ("SELECT * FROM pums LIMIT 0", ["age", "sex", "educ", "race", "income", "married"],
+             [20, 25, 20, 25, 20, 16]),
+            ("select age, 'x' as label, 2 from pums where income > 10 limit 0", ["age", "label", "?column?"],
+             [20, 25, 23]),
+        ):
+            cur = con.execute(sql)
+            assert cur.fetchall() == [] and [d.name for d in cur.description] == names, sql
+            assert [d.type_code for d in cur.description] == oids, sql
+        for refused in ("SELECT age FROM pums LIMIT 1", "SELECT nope FROM pums LIMIT 0",
+                        "SELECT age FROM nope LIMIT 0", "SELECT age + 1 FROM pums LIMIT 0",
+                        "SELECT age FROM pums a JOIN pums b ON a.age = b.age LIMIT 0",
+                        "SELECT age FROM pums WHERE " + " AND ".join(["age > 1"] * 3000) + " LIMIT 0"):
+            with pytest.raises(psycopg.Error):
+                con.execute(refused)
+    assert ledger_records(tmp) == 0
