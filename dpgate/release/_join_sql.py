@@ -88,7 +88,7 @@ def joined_relation(
         if unit is None:  # a public table, or a row-level fact table: read as is
             rels[low] = exp.alias_(ref.copy(), alias[low], table=True)
             continue
-        k = jt.bound() if low == jt.root.lower() else 1
+        k = t.bound() if low == jt.root.lower() else 1  # the fact table's bound; one row of the others
         carry = [unit, *needs[low]]
         rels[low] = bounded_table(ref, alias[low], unit, [cols[c.name.lower()] for c in t.columns], k, key, dialect,
                                   carry=carry)
