@@ -265,7 +265,7 @@ def _compile_statement(
     # dpgate bug, not a refusal: say so rather than blame the user's SQL.
     limit = max_outputs if str(found.get("method", "exact")).lower() == "exact" else None
     with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
-        tree = rewrite_joins(tree, schema)  # a declared join: one SELECT over the table it makes
+        tree = rewrite_joins(tree, schema, dialect)  # a declared join: one SELECT over the table it makes
         regroup = rewrite_time_groups(tree)  # GROUP BY date_trunc(…) / EXTRACT(…): merged granules
         if regroup and isinstance(tree, exp.Select) and (coarse := coarse_schema(tree, regroup, schema)):
             try:

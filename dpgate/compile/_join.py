@@ -33,7 +33,7 @@ __all__ = ["public_alone", "rewrite_joins"]
 _JOIN_ARGS = {"this", "on", "using", "kind", "pivots"}
 
 
-def rewrite_joins(tree: exp.Expr, schema: Schema) -> exp.Expr:
+def rewrite_joins(tree: exp.Expr, schema: Schema, dialect: str = "duckdb") -> exp.Expr:
     """``tree`` itself when it has no join and no ``COUNT(DISTINCT <unit>)``; else a copy over
     the join's table (module docstring).
 
@@ -80,12 +80,26 @@ def rewrite_joins(tree: exp.Expr, schema: Schema) -> exp.Expr:
         edges.extend(e for e in found if e not in edges)
     if not joins:
         _distinct_units(new, tables, schema, None)
-        return new
+        return _named_as_written(new, tree, dialect)
     jt = joined(schema, edges)
     new.set("joins", None)  # the ON / USING columns are the join's own, never renamed
     _distinct_units(new, tables, schema, jt)
     _rename_columns(new, tables, jt)
     new.set("from_", exp.From(this=exp.Table(this=exp.to_identifier(jt.name, quoted=True))))
+    return _named_as_written(new, tree, dialect)
+
+
+def _named_as_written(new: exp.Select, tree: exp.Select, dialect: str) -> exp.Select:
+    """Unaliased aggregate outputs keep the name of their text as written (``SUM(o.amount)``), not of
+    the rewritten one; columns keep theirs (``c.age`` is ``age``, as in SQL)."""
+    items = []
+    for mine, written in zip(new.expressions, tree.expressions, strict=True):
+        body = mine.unnest() if isinstance(mine, exp.Paren) else mine
+        if isinstance(mine, exp.Alias) or isinstance(body, exp.Column):
+            items.append(mine)
+        else:
+            items.append(exp.alias_(mine, written.sql(dialect=dialect), quoted=True))
+    new.set("expressions", items)
     return new
 
 

@@ -130,6 +130,7 @@ def check_links(tables: Sequence[Any]) -> None:
                 f"table {t.name!r}: its key {t.links.key!r} is not one of its columns; declare it under columns "
                 f"(e.g. {t.links.key}: " + "{type: key})."
             )
+    for t in tables:
         seen: set[str] = set()
         for r in t.links.references:
             path = f"{t.name}.{r.column} → {r.target}.{r.target_column}"
