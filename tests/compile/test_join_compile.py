@@ -107,7 +107,7 @@ def test_a_join_is_one_table_whatever_the_spelling() -> None:
 
 
 @pytest.mark.parametrize(("sql", "error", "message"), [
-    (f"SELECT COUNT(*) FROM orders o LEFT JOIN customers c ON o.customer_id = c.id", "UnsupportedQuery",
+    ("SELECT COUNT(*) FROM orders o LEFT JOIN customers c ON o.customer_id = c.id", "UnsupportedQuery",
      "LEFT JOIN \\(an outer join\\) is not supported.*" + PATHS),
     ("SELECT COUNT(*) FROM orders o FULL OUTER JOIN customers c ON o.customer_id = c.id", "UnsupportedQuery",
      "outer join"),
