@@ -23,7 +23,8 @@ Supported SQL
 
 One ``SELECT`` from one declared table (``pums``, ``main.pums``, ``"PUMS"``, or
 ``PUMS.pums`` when the table declares ``schema: PUMS``; names are
-case-insensitive, quoted or not) whose output columns are
+case-insensitive, quoted or not) — or from a join along declared paths
+(:mod:`dpgate.compile._join`: compiled as one table) — whose output columns are
 
 * ``COUNT(*)``, ``COUNT(1)``, ``COUNT(expr)`` (rows where ``expr`` is not NULL),
   ``COUNT_IF(cond)``;

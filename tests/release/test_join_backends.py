@@ -268,3 +268,17 @@ def test_a_repeated_join_is_answered_from_history_and_charged_as_its_own_table()
         assert gw.spent == pytest.approx(alone)
         gw.query(f"SELECT c.age, COUNT(*) {JOIN_CU} GROUP BY c.age", accuracy=10)
         assert gw.spent == pytest.approx(spent + alone)
+
+
+def test_a_reopened_ledger_finds_its_joins(tmp_path: Any) -> None:
+    """The join's table is named by its paths, so a new process resolves the records made on it."""
+    data, path = make_data(5), str(tmp_path / "ledger.db")
+    sql = f"SELECT tier, COUNT(*) {JOIN_CU} GROUP BY tier"
+    with dpgate.Gateway(data, SCHEMA, budget=100.0, ledger=path) as gw:
+        first = gw.query(sql, accuracy=10)
+        spent = gw.spent
+    with dpgate.Gateway(data, Schema.from_dict(SPEC), budget=100.0, ledger=path) as gw:
+        assert gw.spent == pytest.approx(spent)
+        again = gw.query(sql.replace("o JOIN customers c", "AS o INNER JOIN customers AS c"), accuracy=10)
+        assert {a.source for a in again.answers} == {"history"} and gw.spent == pytest.approx(spent)
+        assert [a.value for a in again.answers] == [a.value for a in first.answers]
