@@ -117,7 +117,8 @@ class Evaluator:
             if node.this.args.get("quoted"):
                 hint = " (double quotes name a column; write string constants in single quotes)"
             if node.name.lower() in getattr(self.table, "ambiguous", ()):  # a join's (dpgate.schema._joins)
-                hint = f" (several joined tables declare it: qualify it, e.g. <table>.{node.name})"
+                which = [c.name for c in self.table.columns if c.name.lower().endswith("." + node.name.lower())]
+                hint = f" (several joined tables declare it: write {' or '.join(which)})"
             elif self.table.privacy_unit is not None and node.name.lower() == self.table.privacy_unit.lower():
                 hint = (" (it is the table's privacy unit, which identifies people: it is never grouped on, "
                         "filtered on or returned)")

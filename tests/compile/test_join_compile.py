@@ -133,7 +133,7 @@ def test_a_join_is_one_table_whatever_the_spelling() -> None:
      "table 'clients' is not declared"),
     (f"SELECT o.customer_id, COUNT(*) {JOIN} GROUP BY 1", "SchemaError", "'orders''s privacy unit"),
     (f"SELECT COUNT(*) {JOIN} WHERE o.shop = 'a'", "SchemaError", "'orders''s key: it only joins tables"),
-    (f"SELECT COUNT(*) {JOIN} WHERE age > 3", "SchemaError", "several joined tables declare it: qualify it"),
+    (f"SELECT COUNT(*) {JOIN} WHERE age > 3", "SchemaError", "several joined tables declare it: write orders.age or customers.age"),
     (f"SELECT COUNT(*) {JOIN} WHERE x.age > 3", "SchemaError", "qualified by 'x', which names none"),
     (f"SELECT COUNT(*) {JOIN} WHERE c.pages > 3", "SchemaError", "'pages' is not declared in table 'customers'"),
     (f"SELECT COUNT(DISTINCT o.customer_id) {JOIN}", "UnsupportedQuery",
