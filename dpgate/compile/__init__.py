@@ -23,7 +23,8 @@ Supported SQL
 
 One ``SELECT`` from one declared table (``pums``, ``main.pums``, ``"PUMS"``, or
 ``PUMS.pums`` when the table declares ``schema: PUMS``; names are
-case-insensitive, quoted or not) whose output columns are
+case-insensitive, quoted or not) — or from a join along declared paths
+(:mod:`dpgate.compile._join`: compiled as one table) — whose output columns are
 
 * ``COUNT(*)``, ``COUNT(1)``, ``COUNT(expr)`` (rows where ``expr`` is not NULL),
   ``COUNT_IF(cond)``;
@@ -135,6 +136,7 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from dpgate.compile._join import rewrite_joins
 from dpgate.compile._time_groups import (
     check_merged_size,
     coarse_schema,
@@ -264,6 +266,7 @@ def _compile_statement(
     # dpgate bug, not a refusal: say so rather than blame the user's SQL.
     limit = max_outputs if str(found.get("method", "exact")).lower() == "exact" else None
     with map_exceptions(_COMPILER_FAILURES, _sqlglot_failure):
+        tree = rewrite_joins(tree, schema, dialect)  # a declared join: one SELECT over the table it makes
         regroup = rewrite_time_groups(tree)  # GROUP BY date_trunc(…) / EXTRACT(…): merged granules
         if regroup and isinstance(tree, exp.Select) and (coarse := coarse_schema(tree, regroup, schema)):
             try:

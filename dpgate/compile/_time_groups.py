@@ -199,6 +199,8 @@ def coarse_schema(tree: exp.Expr, found: dict[str, exp.Expr], schema: Schema) ->
         table = schema.table(ref.name)
     except SchemaError:
         return None
+    if not any(t is table for t in schema.tables):  # a join's table: its groups are merged per granule
+        return None
     coarse: dict[str, Column] = {}
     for name, fn in found.items():
         unit = fn.args.get("unit")

@@ -116,7 +116,10 @@ class Evaluator:
             hint = ""
             if node.this.args.get("quoted"):
                 hint = " (double quotes name a column; write string constants in single quotes)"
-            if self.table.privacy_unit is not None and node.name.lower() == self.table.privacy_unit.lower():
+            if node.name.lower() in getattr(self.table, "ambiguous", ()):  # a join's (dpgate.schema._joins)
+                which = [c.name for c in self.table.columns if c.name.lower().endswith("." + node.name.lower())]
+                hint = f" (several joined tables declare it: write {' or '.join(which)})"
+            elif self.table.privacy_unit is not None and node.name.lower() == self.table.privacy_unit.lower():
                 hint = (" (it is the table's privacy unit, which identifies people: it is never grouped on, "
                         "filtered on or returned)")
             raise SchemaError(

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import numpy as np
 from sqlglot import exp
 
+from dpgate.compile._join import public_alone
 from dpgate.compile.aggregates import (
     Derivation,
     SelectItem,
@@ -309,6 +310,8 @@ def resolve_table(c: Compilation) -> None:
         )
     table = schema.table(t.name)
     table.bound()  # a privacy unit declared without its bound: refused before anything is read
+    if table.links.public:
+        raise public_alone(table)
     if t.args.get("catalog") or (t.args.get("db") and not table.addressable_as(t.db)):
         declared = f"'main', 'public' and its declared schema {table.schema!r}" if table.schema else "'main' and 'public'"
         prefix = ".".join(p for p in (t.catalog, t.db) if p)

@@ -10,7 +10,9 @@ this derived table instead::
         FROM <table> WHERE u IS NOT NULL
     ) WHERE rank <= k
 
-(computed without ranking the rows of units that have at most ``k``, :func:`bounded_table`).
+(computed without ranking the rows of units that have at most ``k``: those units are found by
+one ``GROUP BY u HAVING COUNT(*) > k``, the other units' rows are kept by an anti-join, and only
+theirs are ranked, :func:`bounded_table`).
 
 Why this order.  Which rows of a person are kept must not depend on the query, or two
 answers would measure two different tables and the BLUE could not combine them: the
@@ -88,48 +90,75 @@ def _part(col: BoundColumn) -> exp.Expression:
 
 
 def bounded_table(
-    ref: exp.Table, alias: str, unit: str, columns: Sequence[BoundColumn], k: int, key: str, dialect: str
+    ref: exp.Table, alias: str, unit: str, columns: Sequence[BoundColumn], k: int, key: str, dialect: str,
+    carry: Sequence[str] = (),
 ) -> exp.Subquery:
     """The table ``ref`` with at most ``k`` rows per ``unit`` (see the module docstring), as a
     derived table named ``alias`` exposing the physical ``columns`` under their own names.
+
+    ``carry``: for a join (:mod:`dpgate.release._join_sql`), physical key columns exposed too,
+    with the unit.  Rows are still ranked by the hash of their declared columns — the same kept
+    cells as without them, so one bounded table for single-table and joined queries — and ties
+    (rows equal on every declared cell) broken by a second hash that includes the keys, so that
+    which key a kept row joins with is a function of the unit's own rows too.
 
     Units with at most ``k`` rows keep them all without hashing or sorting anything (the
     ``ROW_NUMBER`` would keep them all too); only the others' rows are ranked.  With ``k``
     at a high percentile of rows per person, as the README advises, that is a few rows, and
     a statement costs a fraction of ranking every row (2 M rows, 10 per person on average, k = 15:
     0.2 s instead of 1.2 s on DuckDB; with most units above k it costs as much as ranking all).
+    The heavy units come from one aggregate rather than a per-row ``COUNT(*) OVER (PARTITION BY
+    u)``, which engines evaluate once per branch of the union (20 M rows, 2 M units: 1.75 s for the
+    aggregate, 4.2 s for the window; benchmarks/README.md, "bench_join.py").
     """
     text: exp.Expression = exp.Literal.string(key)
     for col in columns:
         text = exp.DPipe(this=exp.DPipe(this=text, expression=exp.Literal.string(",")), expression=_part(col))
-    order: exp.Expression = exp.MD5(this=text)
-    if dialect == "postgres":  # a locale's collation could order hex digits otherwise
-        order = exp.Collate(this=order, expression=exp.Identifier(this="C", quoted=True))
     taken = {c.name.lower() for c in columns} | {unit.lower()}
+    extra = [x for x in dict.fromkeys(carry) if x.lower() not in taken]
+    taken |= {x.lower() for x in extra}
+    orders: list[exp.Expression] = [exp.MD5(this=text)]
+    if extra:  # ties of the declared cells broken by the keys (docstring)
+        tie = text.copy()
+        for x in extra:
+            part = exp.Coalesce(this=exp.MD5(this=exp.Cast(this=exp.column(x, quoted=True), to=sql_type("VARCHAR"))),
+                                expressions=[exp.Literal.string("N")])
+            tie = exp.DPipe(this=exp.DPipe(this=tie, expression=exp.Literal.string(",")), expression=part)
+        orders.append(exp.MD5(this=tie))
+    if dialect == "postgres":  # a locale's collation could order hex digits otherwise
+        orders = [exp.Collate(this=o, expression=exp.Identifier(this="C", quoted=True)) for o in orders]
     rows, rank = [n for n in (f"dpgate_{i}" for i in range(len(taken) + 2)) if n not in taken][:2]
 
     def raw() -> list[exp.Expression]:
-        return [c.raw() for c in columns]
+        return [c.raw() for c in columns] + [exp.column(x, quoted=True) for x in extra]
+
+    def out() -> list[exp.Expression]:  # what the bounded table exposes (a join's: its keys and unit too)
+        return raw() + ([exp.column(unit, quoted=True)] if carry else [])
 
     def unit_col() -> exp.Expression:
         return exp.column(unit, quoted=True)
 
-    per_unit = exp.Window(this=exp.Count(this=exp.Star()), partition_by=[unit_col()])
     known = exp.Not(this=exp.Is(this=unit_col(), expression=exp.Null()))
-    counted = (exp.select(*raw(), unit_col(), exp.alias_(per_unit, rows, quoted=True), copy=False)
-               .from_(ref.copy(), copy=False).where(known, copy=False))
+    # The units with more than k rows: one aggregate (cheaper than a per-row window count), few rows.
+    heavy_units = (exp.select(exp.alias_(unit_col(), rows, quoted=True), copy=False).from_(ref.copy(), copy=False)
+                   .where(known.copy(), copy=False).group_by(unit_col(), copy=False)
+                   .having(exp.GT(this=exp.Count(this=exp.Star()), expression=number(k)), copy=False))
 
-    def of_units(op: type[exp.Binary]) -> exp.Select:  # rows of the units whose row count is ``op`` k
-        cond = op(this=exp.column(rows, quoted=True), expression=number(k))
-        return exp.select(*raw(), unit_col(), copy=False).from_(
-            counted.subquery("dpgate_counted"), copy=False).where(cond, copy=False)
+    def heavy() -> exp.Expression:
+        return heavy_units.subquery("dpgate_heavy", copy=True)
 
-    light = exp.select(*raw(), copy=False).from_(of_units(exp.LTE).subquery("dpgate_light", copy=False), copy=False)
+    def heavy_unit() -> exp.Expression:
+        return exp.column(rows, table="dpgate_heavy", quoted=True)
+
+    # Rows of the other units, all kept: an anti-join (a LEFT JOIN that finds no heavy unit).
+    light = (exp.select(*out(), copy=False).from_(ref.copy(), copy=False)
+             .join(heavy(), on=exp.EQ(this=unit_col(), expression=heavy_unit()), join_type="left", copy=False)
+             .where(exp.and_(known.copy(), exp.Is(this=heavy_unit(), expression=exp.Null()), copy=False), copy=False))
     window = exp.Window(this=exp.RowNumber(), partition_by=[unit_col()],
-                        order=exp.Order(expressions=[exp.Ordered(this=order)]))
-    ranked = exp.select(*raw(), exp.alias_(window, rank, quoted=True), copy=False).from_(
-        of_units(exp.GT).subquery("dpgate_heavy", copy=False), copy=False)
-    kept = (exp.select(*raw(), copy=False).from_(ranked.subquery("dpgate_ranked", copy=False), copy=False)
+                        order=exp.Order(expressions=[exp.Ordered(this=o) for o in orders]))
+    ranked = (exp.select(*out(), exp.alias_(window, rank, quoted=True), copy=False).from_(ref.copy(), copy=False)
+              .join(heavy(), on=exp.EQ(this=unit_col(), expression=heavy_unit()), join_type="inner", copy=False))
+    kept = (exp.select(*out(), copy=False).from_(ranked.subquery("dpgate_ranked", copy=False), copy=False)
             .where(exp.LTE(this=exp.column(rank, quoted=True), expression=number(k)), copy=False))
     both = exp.union(light, kept, distinct=False, copy=False)
     return exp.Subquery(this=both, alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))

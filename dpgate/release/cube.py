@@ -58,7 +58,9 @@ from dpgate.release._bounding import bounded_table, row_order_key, unit_column
 from dpgate.release._cube_batch import OneColumnBatch, slab_bounds
 from dpgate.release._cube_sql import BoundColumn, disjunction, grouped_counts, leaf_count, set_condition, type_class
 from dpgate.release._dates import temporal_class
+from dpgate.release._join_sql import duplicate_keys, joined_relation, public_keys
 from dpgate.schema._frame_check import check_frame_values
+from dpgate.schema._joins import JoinedTable
 from dpgate.schema.domains import Schema, Table
 
 __all__ = ["Cube", "MAX_HISTOGRAM_BOXES"]
@@ -136,6 +138,8 @@ class Cube:
                 raise engine_failure(self.dialect, exc) from None
         self._tables: dict[str, tuple[exp.Table, dict[str, BoundColumn]]] = {}
         self._units: dict[str, str] = {}  # table → physical privacy-unit column (unit tables only)
+        self._found: dict[str, dict[str, tuple[str, str]]] = {}  # table → its catalog columns (joins' keys)
+        self._joins: dict[str, tuple[exp.Expression, dict[str, BoundColumn]]] = {}  # join → relation, columns
         missing_tables, missing_cols = [], []
         for t in self.schema.tables:
             binding = found.get(t.name.lower())
@@ -151,6 +155,7 @@ class Cube:
                 tclass = temporal_class(typ) if c.kind in ("date", "timestamp") else type_class(typ)
                 bound[c.name.lower()] = BoundColumn(c, phys, tclass, self.dialect)
             self._tables[t.name.lower()] = (binding.ref, bound)
+            self._found[t.name.lower()] = binding.columns
             if t.privacy_unit is not None:
                 self._units[t.name.lower()] = unit_column(t, binding.columns)
         if missing_tables or missing_cols:
@@ -182,11 +187,14 @@ class Cube:
         the gateway passes a secret derived from its ledger's key, so that every answer of a ledger
         is about the same bounded table.  Default: a random secret, fixed for this cube's life."""
         self._row_order = row_order_key(secret)
+        self._joins = {}  # relations written with the old key
 
     def _table(self, name: str) -> tuple[Table, exp.Expression, dict[str, BoundColumn]]:
         """The table, the relation the generated SQL reads (at most ``k`` rows per privacy unit),
         and its bound columns."""
         t = self.schema.table(name)
+        if isinstance(t, JoinedTable):
+            return t, *self._joined(t)
         ref, cols = self._tables[t.name.lower()]
         unit = self._units.get(t.name.lower())
         if unit is None:
@@ -194,6 +202,24 @@ class Cube:
         bounded = bounded_table(ref, t.name, unit, [cols[c.name.lower()] for c in t.columns], t.bound(),
                                 self._row_order, self.dialect)
         return t, bounded, cols
+
+    def _joined(self, t: JoinedTable) -> tuple[exp.Expression, dict[str, BoundColumn]]:
+        """A declared join's relation (:mod:`dpgate.release._join_sql`); first, its public tables' keys
+        are checked unique (public rows: reading them reveals no one)."""
+        with self._lock:
+            found = self._joins.get(t.name.lower())
+            if found is None:
+                for name, key in public_keys(t, self.schema, self._found):
+                    res = self._execute(duplicate_keys(self._tables[name.lower()][0], key), numpy=True)
+                    if int(np.asarray(res["n"]).sum()):
+                        raise SchemaError(
+                            f"public table {name!r} declares key {key!r}, but {int(np.asarray(res['n']).sum())} of its "
+                            "values occur on several rows, so a join would count a row once per copy; make the key "
+                            "unique in the source (one row per key), or declare the column that is."
+                        )
+                found = self._joins[t.name.lower()] = joined_relation(
+                    t, self.schema, self._tables, self._units, self._found, self._row_order, self.dialect)
+            return found
 
     # -- histograms ------------------------------------------------------------
     def histogram(

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dpgate.errors import SchemaError
+from dpgate.schema._links import is_key_column
 
 __all__ = ["MAX_ROWS_PER_UNIT", "check_unit", "frame_unit", "queryable_columns", "unit_declaration"]
 
@@ -75,9 +76,9 @@ def queryable_columns(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     SmartNoise's ``private_id`` column is) is accepted and its domain ignored, since the unit is
     never grouped on, filtered on or returned."""
     unit, columns = spec.get("privacy_unit"), spec["columns"]
-    if not isinstance(unit, str):
-        return columns
-    return {name: c for name, c in columns.items() if str(name).lower() != unit.lower()}
+    unit = unit.lower() if isinstance(unit, str) else None
+    # ``{type: key}`` columns join tables (dpgate.schema._links): like the unit, never queryable.
+    return {name: c for name, c in columns.items() if str(name).lower() != unit and not is_key_column(c)}
 
 
 def frame_unit(table: str, unit: Any, k: Any, legacy: Any) -> dict[str, Any]:

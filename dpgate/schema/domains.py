@@ -16,6 +16,8 @@ from typing import Any
 
 from dpgate.errors import SchemaError
 from dpgate.schema._from_frame import table_from_dataframe
+from dpgate.schema._joins import join_named
+from dpgate.schema._links import check_links, links_declaration
 from dpgate.schema._unit import frame_unit, queryable_columns, unit_declaration
 from dpgate.schema.tables import NULL_LABEL, OTHER_LABEL, Column, Table
 
@@ -42,12 +44,16 @@ class Schema:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise SchemaError(f"tables declared twice (names are case-insensitive): {dup}.")
+        check_links(self.tables)
 
     def table(self, name: str) -> Table:
         """The table called ``name`` (case-insensitive); SchemaError names the declared ones."""
         for t in self.tables:
             if t.name.lower() == name.lower():
                 return t
+        joined = join_named(self, name)  # the table a declared join makes (dpgate.schema._joins)
+        if joined is not None:
+            return joined
         raise SchemaError(f"table {name!r} is not declared in the schema; declared tables: {[t.name for t in self.tables]}.")
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,15 +76,16 @@ class Schema:
             if not isinstance(tspec, Mapping) or not isinstance(tspec.get("columns"), Mapping):
                 raise SchemaError(f"table {tname!r}: needs a 'columns' mapping of column name to declaration.")
             unknown = set(tspec) - {"columns", "rows", "privacy_unit", "max_rows_per_unit", "max_rows_per_individual",
-                                    "schema", "description"}
+                                    "schema", "description", "references", "public", "key"}
             if unknown:
                 raise SchemaError(
                     f"table {tname!r}: unknown keys {sorted(unknown)}; allowed: columns, rows, "
-                    "privacy_unit, max_rows_per_unit, schema, description."
+                    "privacy_unit, max_rows_per_unit, references, public, key, schema, description."
                 )
             cols = tuple(Column.from_dict(str(c), cs, str(tname)) for c, cs in queryable_columns(tspec).items())
             unit = unit_declaration(str(tname), tspec)
-            tables.append(Table(str(tname), cols, rows=tspec.get("rows"), schema=tspec.get("schema"), **unit))
+            links = links_declaration(str(tname), tspec)
+            tables.append(Table(str(tname), cols, rows=tspec.get("rows"), schema=tspec.get("schema"), links=links, **unit))
         return cls(tuple(tables))
 
     @classmethod

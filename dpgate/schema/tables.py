@@ -30,13 +30,11 @@ counts, ``COUNT(col)`` and ``SUM(col)`` skip, and ``col IS NULL`` selects.  The
 value and matches no ``LIKE`` pattern.  A table is the product of its columns'
 cells; the cube counts rows per cell.
 
-Group keys are the *declared* keys (:meth:`Column.group_cells`): ``GROUP BY col``
-emits the NULL group only when the column declares ``nullable: true``, and a
-categorical's ``<other>`` group only when it declares ``other: true``.  The cells
-exist either way: a row with an undeclared value or NULL in a column not so
-declared is still counted by every ungrouped aggregate and predicate that matches
-it (``COUNT(*)``, ``col IS NULL``, ``sex <> '1'``), and by ``GROUP BY`` on *other*
-columns; it only falls in no group of ``GROUP BY col``.
+Group keys are the *declared* keys (:meth:`Column.group_cells`): ``GROUP BY col`` emits the NULL
+group only when the column declares ``nullable: true``, and a categorical's ``<other>`` group only
+when it declares ``other: true``.  The cells exist either way: a row with an undeclared value or
+NULL in a column not so declared is still counted by every ungrouped aggregate and predicate that
+matches it (``COUNT(*)``, ``col IS NULL``, ``sex <> '1'``), and by ``GROUP BY`` on *other* columns.
 
 The format, as YAML or the same structure as a dict::
 
@@ -52,10 +50,10 @@ The format, as YAML or the same structure as a dict::
           sex:     {type: categorical, values: ["0", "1"], other: true}
           married: {type: boolean, nullable: true}
 
-``nullable: true`` (any column) and ``other: true`` (categoricals) declare that
-NULL / undeclared values may occur, so ``GROUP BY`` emits their groups.  A table
-may declare ``schema: PUMS`` so that SQL may address it as ``PUMS.pums`` (the
-name ``main`` is always accepted).  ``type: numeric`` (or ``float``) columns must declare ``bins``.
+``nullable: true`` (any column) and ``other: true`` (categoricals) declare that NULL / undeclared
+values may occur, so ``GROUP BY`` emits their groups.  A table may declare ``schema: PUMS`` so that
+SQL may address it as ``PUMS.pums`` (``main`` is always accepted).  ``type: numeric`` (or ``float``)
+columns must declare ``bins``.  Joins: ``references``, ``public``, ``key`` (:mod:`dpgate.schema._links`).
 """
 
 from __future__ import annotations
@@ -72,6 +70,7 @@ import numpy as np
 from dpgate._validate import finite
 from dpgate.errors import DPGateInternalError, SchemaError
 from dpgate.schema import _temporal
+from dpgate.schema._links import Links
 from dpgate.schema._unit import check_unit
 
 __all__ = ["Column", "Table", "NULL_LABEL", "OTHER_LABEL", "MAX_COLUMN_CELLS", "MAX_DECLARED_VALUES"]
@@ -83,14 +82,12 @@ NULL_LABEL = None
 #: Label of the out-of-domain cell of a categorical column.
 OTHER_LABEL = "<other>"
 
-#: Largest number of cells one column may declare (keeps cell indices in int64
-#: arithmetic and group-by outputs sane).
+#: Largest number of cells one column may declare (keeps cell indices in int64 arithmetic and group-by outputs sane).
 MAX_COLUMN_CELLS = 10_000_000
-#: Most values one categorical column may declare, and most bin edges of a binned one
-#: (a declaration is written by hand or generated from a code list; a YAML alias bomb is not).
+#: Most values one categorical column may declare, and most bin edges of a binned one (a declaration is
+#: written by hand or generated from a code list; a YAML alias bomb is not).
 MAX_DECLARED_VALUES = 100_000
-#: Longest rendering of a declared value echoed in an error message.
-_ECHO_CHARS = 200
+_ECHO_CHARS = 200  # longest rendering of a declared value echoed in an error message
 _ECHO = reprlib.Repr()
 _ECHO.maxlevel, _ECHO.maxlist, _ECHO.maxtuple, _ECHO.maxdict, _ECHO.maxstring, _ECHO.maxother = 2, 10, 10, 5, 60, 60
 
@@ -372,6 +369,7 @@ class Table:
             ``None`` for a row-level table (one row per person).  It is never among ``columns``
             (a declaration file listing it there has it removed, :mod:`dpgate.schema._unit`): it is
             never grouped on, filtered on or returned, only used to bound contributions.
+        links: join paths, ``public``, ``key`` and ``{type: key}`` columns (:mod:`dpgate.schema._links`).
     """
 
     name: str
@@ -380,6 +378,7 @@ class Table:
     max_rows_per_unit: int | None = 1
     schema: str | None = None
     privacy_unit: str | None = None
+    links: Links = Links()
 
     def __post_init__(self) -> None:
         if not self.columns:
@@ -446,7 +445,7 @@ class Table:
 
     def to_dict(self) -> dict[str, Any]:
         """The declaration in the schema file format."""
-        out: dict[str, Any] = {"columns": {c.name: c.to_dict() for c in self.columns}}
+        out: dict[str, Any] = {"columns": {**{c.name: c.to_dict() for c in self.columns}, **self.links.key_columns()}}
         if self.rows is not None:
             out["rows"] = self.rows
         if self.privacy_unit is not None:
@@ -457,6 +456,7 @@ class Table:
             out["max_rows_per_individual"] = self.max_rows_per_unit
         if self.schema is not None:
             out["schema"] = self.schema
+        out.update(self.links.to_dict())
         return out
 
 
