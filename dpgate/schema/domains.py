@@ -16,6 +16,7 @@ from typing import Any
 
 from dpgate.errors import SchemaError
 from dpgate.schema._from_frame import table_from_dataframe
+from dpgate.schema._references import check_references, reference_declaration
 from dpgate.schema._unit import frame_unit, queryable_columns, unit_declaration
 from dpgate.schema.tables import NULL_LABEL, OTHER_LABEL, Column, Table
 
@@ -42,6 +43,7 @@ class Schema:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise SchemaError(f"tables declared twice (names are case-insensitive): {dup}.")
+        check_references(self.tables)
 
     def table(self, name: str) -> Table:
         """The table called ``name`` (case-insensitive); SchemaError names the declared ones."""
@@ -70,15 +72,16 @@ class Schema:
             if not isinstance(tspec, Mapping) or not isinstance(tspec.get("columns"), Mapping):
                 raise SchemaError(f"table {tname!r}: needs a 'columns' mapping of column name to declaration.")
             unknown = set(tspec) - {"columns", "rows", "privacy_unit", "max_rows_per_unit", "max_rows_per_individual",
-                                    "schema", "description"}
+                                    "schema", "description", "references", "public", "key"}
             if unknown:
                 raise SchemaError(
                     f"table {tname!r}: unknown keys {sorted(unknown)}; allowed: columns, rows, "
-                    "privacy_unit, max_rows_per_unit, schema, description."
+                    "privacy_unit, max_rows_per_unit, references, public, key, schema, description."
                 )
             cols = tuple(Column.from_dict(str(c), cs, str(tname)) for c, cs in queryable_columns(tspec).items())
             unit = unit_declaration(str(tname), tspec)
-            tables.append(Table(str(tname), cols, rows=tspec.get("rows"), schema=tspec.get("schema"), **unit))
+            tables.append(Table(str(tname), cols, rows=tspec.get("rows"), schema=tspec.get("schema"), **unit,
+                                **reference_declaration(str(tname), tspec)))
         return cls(tuple(tables))
 
     @classmethod

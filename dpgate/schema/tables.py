@@ -1,5 +1,7 @@
 """Public domains: what every column may hold (``Column``), and a table of columns (``Table``).
 
+Why one module of over 500 lines: a column's kinds and a table's keys are one declaration format.
+
 A column's four kinds share one declaration format, validated together; a schema of
 tables is :mod:`dpgate.schema.domains`, and a schema from pandas frames
 :mod:`dpgate.schema._from_frame`.
@@ -72,6 +74,7 @@ import numpy as np
 from dpgate._validate import finite
 from dpgate.errors import DPGateInternalError, SchemaError
 from dpgate.schema import _temporal
+from dpgate.schema._references import reference_keys
 from dpgate.schema._unit import check_unit
 
 __all__ = ["Column", "Table", "NULL_LABEL", "OTHER_LABEL", "MAX_COLUMN_CELLS", "MAX_DECLARED_VALUES"]
@@ -372,6 +375,8 @@ class Table:
             ``None`` for a row-level table (one row per person).  It is never among ``columns``
             (a declaration file listing it there has it removed, :mod:`dpgate.schema._unit`): it is
             never grouped on, filtered on or returned, only used to bound contributions.
+        references, public, key: declared join paths (``(column, "table.column")`` pairs), a public
+            dimension, the column identifying its rows (:mod:`dpgate.schema._references`).
     """
 
     name: str
@@ -380,6 +385,9 @@ class Table:
     max_rows_per_unit: int | None = 1
     schema: str | None = None
     privacy_unit: str | None = None
+    references: tuple[tuple[str, str], ...] = ()
+    public: bool = False
+    key: str | None = None
 
     def __post_init__(self) -> None:
         if not self.columns:
@@ -457,7 +465,7 @@ class Table:
             out["max_rows_per_individual"] = self.max_rows_per_unit
         if self.schema is not None:
             out["schema"] = self.schema
-        return out
+        return out | reference_keys(self)
 
 
 def _brief(v: Any) -> str:
