@@ -367,8 +367,7 @@ class Gateway(Extensions, Plots):
         For the package's SQL front ends, which quote the very statement they then hand to
         :meth:`run` (the server's per-analyst cap check), compiling it once.
         """
-        return with_unit(self._quote(statement, accuracy, confidence, policy, method),
-                         self.schema.table(statement.table))
+        return with_unit(self._quote(statement, accuracy, confidence, policy, method), self.schema.table(statement.table))
 
     def _quote(self, statement: CompiledStatement, accuracy: float | None, confidence: float | None,
                policy: Policy | None, method: str | None) -> Explanation:

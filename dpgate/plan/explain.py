@@ -149,6 +149,9 @@ class Explanation:
         return (f"<dpgate.Explanation {len(self.quotes)} outputs, {verdict}; "
                 f"{max(self.remaining, 0.0):.6g} of {self.budget:g} would remain{pay}{unit}>")
 
+    def _repr_html_(self) -> str:
+        return f"<p>{_html_escape(repr(self))}</p>" + self.to_pandas().to_html(index=False)
+
 
 def with_unit(explanation: Explanation, table: Table) -> Explanation:
     """``explanation`` naming ``table``'s privacy unit and bound, when it declares one (else unchanged)."""
@@ -158,9 +161,6 @@ def with_unit(explanation: Explanation, table: Table) -> Explanation:
     u = table.privacy_unit
     return replace(explanation, unit=f"privacy unit {u}: at most {k} row{'s' if k != 1 else ''} of each {u} counted, "
                                      f"every charge ×{k}")
-
-    def _repr_html_(self) -> str:
-        return f"<p>{_html_escape(repr(self))}</p>" + self.to_pandas().to_html(index=False)
 
 
 def _html_escape(text: str) -> str:

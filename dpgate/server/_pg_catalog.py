@@ -94,8 +94,8 @@ def unit_constraint(table: Table) -> str:
 def _relations(schema: Schema, user: str, database: str) -> dict[str, list[dict[str, Any]]]:
     """The virtual rows of the catalogue relations that are not empty."""
     classes = [{"oid": FIRST_OID + i, "relname": t.name, "relnamespace": _NAMESPACE, "relkind": "r",
-                "relowner": _OWNER, "relchecks": int(t.privacy_unit is not None),  # \d shows unit_constraint() "relhasindex": False, "relhasrules": False,
-                "relhastriggers": False, "relrowsecurity": False, "relforcerowsecurity": False,
+                "relowner": _OWNER, "relchecks": int(t.privacy_unit is not None), "relhasindex": False,
+                "relhasrules": False, "relhastriggers": False, "relrowsecurity": False, "relforcerowsecurity": False,
                 "relispartition": False, "relhasoids": False, "reloptions": None, "reltablespace": 0,
                 "reloftype": 0, "relpersistence": "p", "relreplident": "d", "relam": 2, "reltoastrelid": 0,
                 "reltuples": float(t.rows) if t.rows is not None else -1.0, "relnatts": len(t.columns),
