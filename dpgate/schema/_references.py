@@ -107,6 +107,9 @@ def check_references(tables: Iterable[Table]) -> None:
                 raise SchemaError(f"table {t.name!r}: references {col!r}, which is neither a declared column nor its "
                                   "privacy_unit; declare the column first.")
             tname, tcol = target.split(".")
+            if tname.lower() == t.name.lower():
+                raise SchemaError(f"table {t.name!r}: references {col!r} -> {target!r} points at the table itself; "
+                                  "a reference joins two tables: name another one.")
             other = by_name.get(tname.lower())
             if other is None:
                 raise SchemaError(f"table {t.name!r}: references {col!r} -> {target!r}, but no table {tname!r} is "

@@ -55,6 +55,7 @@ def test_a_schema_declaring_none_keeps_its_format_and_fingerprint() -> None:
     ({"references": {"customer_id": "customers.age"}}, "'age' is not the key of 'customers'.*declare 'key: age'"),
     ({"references": {"nope": "customers.id"}}, "references 'nope', which is neither a declared column nor"),
     ({"references": {"customer_id": "customers"}}, "must be written 'table.column'"),
+    ({"references": {"shop": "orders.customer_id"}}, "points at the table itself"),
     ({"references": {"customer_id": "a.b.c"}}, "must be written 'table.column'"),
     ({"references": {"customer_id": 3}}, "must be written 'table.column'"),
     ({"references": ["customer_id"]}, "references must map a column to 'table.column'"),
