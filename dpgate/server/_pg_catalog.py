@@ -555,7 +555,8 @@ _NODES: dict[type, Callable[[_Run, Any, Row], Any]] = {
     exp.Collate: lambda run, e, env: run.value(e.this, env),
     exp.Cast: lambda run, e, env: run.value(e.this, env),
     exp.Not: lambda run, e, env: (lambda v: None if v is None else not v)(run.truth(e.this, env)),
-    exp.Is: lambda run, e, env: run.value(e.this, env) is None if isinstance(e.expression, exp.Null) else None,
+    exp.Is: lambda run, e, env: (run.value(e.this, env) is None) != bool(e.args.get("negate"))  # IS [NOT] NULL
+    if isinstance(e.expression, exp.Null) else None,
     exp.Operator: _Run.operator,
     exp.Anonymous: _Run.function,
     exp.Case: _Run.case,

@@ -213,7 +213,7 @@ def test_df_dp_takes_a_privacy_unit_and_a_bound(subset) -> None:
 
 def test_psql_d_shows_the_unit_and_the_bound(subset, tmp_path: Path) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from _dpserve import ledger_records, psql, users_file
+    from _dpserve import PASSWORDS, ledger_records, psql, users_file
 
     from dpgate.server import Server
     from dpgate.server.users import load_users
@@ -237,6 +237,22 @@ def test_psql_d_shows_the_unit_and_the_bound(subset, tmp_path: Path) -> None:
             assert "dpgate domain: timestamp 2013-01-01 00:00..2013-12-31 23:00 by hour" in plus
             explain = psql(server.port, "EXPLAIN SELECT COUNT(*) FROM flights")
             assert f"every charge ×{K}" in explain.stdout, explain.stderr
+            # SQLAlchemy's reflection reads the constraint too (its CASE … IS NOT NULL), and nothing else
+            import warnings
+
+            import sqlalchemy as sa
+            engine = sa.create_engine(f"postgresql+psycopg://alice:{PASSWORDS['alice']}@127.0.0.1:{server.port}/flights")
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    table = sa.Table("flights", sa.MetaData(), autoload_with=engine)
+                    insp = sa.inspect(engine)
+                    checks = insp.get_check_constraints("flights")
+                    assert insp.get_foreign_keys("flights") == [] and insp.get_check_constraints("airlines") == []
+            finally:
+                engine.dispose()
+            assert "tailnum" not in table.c and [c["name"] for c in checks] == ["dpgate_privacy_unit"]
+            assert checks[0]["sqltext"].startswith(f"privacy unit tailnum: at most {K} rows")
         finally:
             server.shutdown(timeout=10)
     assert ledger_records(tmp_path) == 0  # describing and EXPLAIN spend nothing
