@@ -78,6 +78,8 @@ def table_comment(table: Table) -> str:
     unit = table.max_rows_per_individual
     rows = f"; {table.rows} rows (declared)" if table.rows is not None else ""
     who = f"each {table.privacy_unit}" if table.privacy_unit else "one person"
+    if table.public:  # declared joins will read it as a lookup; until then it is answered as row-level
+        who = f"one person (public dimension, key {table.key}: answered as row-level until declared joins)"
     return (f"dpgate: differentially private counts only; privacy unit: {who}, up to {unit} "
             f"row{'s' if unit != 1 else ''}{rows}")
 

@@ -231,6 +231,9 @@ def test_psql_d_shows_the_unit_and_the_bound(subset, tmp_path: Path) -> None:
                     f"the rest dropped; every charge ×{K})") in out.stdout
             planes = psql(server.port, footers, r"\d planes").stdout
             assert "at most 1 row of each tailnum counted" in planes
+            listed = psql(server.port, r"\dt+").stdout
+            assert f"privacy unit: each tailnum, up to {K} rows" in listed
+            assert "privacy unit: one person (public dimension, key carrier: answered as row-level" in listed
             airlines = psql(server.port, footers, r"\d airlines").stdout
             assert "carrier" in airlines and "Check constraints" not in airlines  # public: no unit
             plus = psql(server.port, footers, r"\d+ flights").stdout
