@@ -22,6 +22,7 @@ import pytest
 
 import dpgate
 import dpgate.accessor  # noqa: F401  (registers df.dp)
+import dpgate.release.cube
 from dpgate import datasets
 from dpgate.release._bounding import ROW_ORDER, row_order_key
 from dpgate.schema import _temporal
@@ -267,3 +268,49 @@ def test_the_cli_answers_on_data_flights() -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert '"origin": "EWR"' in proc.stdout and '"origin": "LGA"' in proc.stdout
+
+
+# -- PostgreSQL and Spark keep the same flights ----------------------------------------------------------------
+PG_DB = "dpgate_flights"
+FLIGHT_TYPES = ("tailnum text, time_hour timestamp, carrier text, origin text, dep_delay integer, "
+                "arr_delay integer, air_time integer, distance integer")
+
+
+def _rows(df: pd.DataFrame) -> list[tuple[Any, ...]]:
+    def value(v: Any) -> Any:
+        if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and np.isnan(v)):
+            return None
+        if isinstance(v, pd.Timestamp):
+            return v.to_pydatetime()
+        return int(v) if isinstance(v, (int, np.integer)) else v
+
+    return [tuple(value(v) for v in r) for r in df.itertuples(index=False)]
+
+
+def test_postgres_and_spark_keep_the_same_flights(subset, pg_server: Any, spark: Any) -> None:
+    import psycopg
+
+    frames, schema = subset
+    few = frames["flights"][frames["flights"]["tailnum"].isin(frames["planes"]["tailnum"].head(10))
+                            | (frames["flights"]["tailnum"] == frames["flights"]["tailnum"].value_counts().idxmax())]
+    few = few.reset_index(drop=True)
+    flights_only = Schema.from_dict({"tables": {"flights": {k: v for k, v in schema.to_dict()["tables"]["flights"].items()
+                                                            if k != "references"}}})
+    with psycopg.connect(pg_server.url(), autocommit=True) as con:
+        con.execute(f"DROP DATABASE IF EXISTS {PG_DB}")
+        con.execute(f"CREATE DATABASE {PG_DB}")
+    with psycopg.connect(pg_server.url(PG_DB)) as con:
+        con.execute(f"CREATE TABLE flights ({FLIGHT_TYPES})")
+        with con.cursor().copy("COPY flights FROM STDIN") as copy:
+            for row in _rows(few):
+                copy.write_row(row)
+    secret = b"f" * 32
+    want = bounded(few, flights_only, secret)
+    assert few.groupby("tailnum").size().max() > K
+    sources = {"duckdb": few, "postgres": str(pg_server.url(PG_DB)),
+               "spark": spark.createDataFrame(_rows(few), FLIGHT_TYPES.replace("text", "string").replace("integer", "int"))}
+    for name, data in sources.items():
+        with dpgate.release.cube.Cube(data, flights_only, row_order=secret) as cube:
+            by_origin = cube.histogram("flights", ["origin"]).tolist()
+        # the same rows kept (time_hour, text and integers all enter the keyed order) on every engine
+        assert by_origin == [*(int((want["origin"] == o).sum()) for o in ("EWR", "JFK", "LGA")), 0, 0], name
