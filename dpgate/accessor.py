@@ -1,5 +1,7 @@
 """The pandas accessor ``df.dp``: differentially private SQL on a DataFrame.
 
+Why one module of over 500 lines: configuring, finding configured rows again and asking share one registry.
+
 Importing this module (``import dpgate`` does) registers ``df.dp``::
 
     >>> import pandas as pd, dpgate.accessor
@@ -94,6 +96,7 @@ from dpgate.gateway import Gateway
 from dpgate.ledger.core import Ledger
 from dpgate.plan.decide import Policy
 from dpgate.schema._from_frame import table_from_dataframe, undeclared_columns_error
+from dpgate.schema._unit import frame_unit
 from dpgate.schema.domains import Schema
 
 __all__ = ["DPAccessor", "content_fingerprint"]
@@ -198,7 +201,7 @@ def _configured(df: pd.DataFrame, config: _Config) -> Gateway:
     _one_table(schema)
     (table,) = schema.tables
     names = {str(c): c for c in df.columns}
-    declared = [c.name for c in table.columns if c.name in names]
+    declared = [c for c in (*(c.name for c in table.columns), table.privacy_unit) if c in names]  # unit: to bound
     with _LOCK:
         related = _same_rows(df)
         if related:
@@ -315,6 +318,8 @@ class DPAccessor:
         unsafe_infer_from_data: bool = False,
         nullable: Iterable[str] = (),
         other: Iterable[str] = (),
+        privacy_unit: str | None = None,
+        max_rows_per_unit: int | None = None,
     ) -> None:
         """Declare the frame's public schema and its privacy budget.
 
@@ -337,6 +342,8 @@ class DPAccessor:
                 this leaks information and voids the guarantee for those columns.
             nullable: columns that may hold NULL (``GROUP BY`` then emits a NULL group).
             other: categorical columns that may hold undeclared values (an ``<other>`` group).
+            privacy_unit, max_rows_per_unit: the column identifying a person and how many of their rows
+                count (rows beyond are dropped by a keyed hash; every charge ×k), as in a schema file.
 
         Raises:
             SchemaError: the schema or the declarations are invalid (every problem in one error).
@@ -353,15 +360,16 @@ class DPAccessor:
             _one_table(sch)
             if name is not None and name.lower() != sch.tables[0].name.lower():
                 raise SchemaError(f"name={name!r} differs from the schema's table {sch.tables[0].name!r}.")
-            if bounds or bins or categories or nullable or other:
+            if bounds or bins or categories or nullable or other or (privacy_unit, max_rows_per_unit) != (None, None):
                 raise SchemaError(
-                    "categories=, bounds=, bins=, nullable= and other= build a schema from the frame; with schema= "
-                    "declare them there."
+                    "categories=, bounds=, bins=, nullable=, other=, privacy_unit= and max_rows_per_unit= build a "
+                    "schema from the frame; with schema= declare them there."
                 )
         else:  # only the named columns (and bool ones): the others are not part of the schema
             table = table_from_dataframe(
                 self._df, name or "df", categories=categories, bounds=bounds, bins=bins,
                 unsafe_infer_from_data=unsafe_infer_from_data, nullable=nullable, other=other, declared_only=True,
+                unit=frame_unit(name or "df", privacy_unit, max_rows_per_unit, 1),
             )
             sch = Schema((table,))
         config = _Config(

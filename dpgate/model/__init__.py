@@ -258,6 +258,14 @@ def synthesize(gw: GatewaySeam, table: str | None = None, rows: int | None = Non
         table = gw.schema.tables[0].name
     if rows is not None and (isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 0):
         raise InvalidRequirement(f"rows must be a non-negative integer, got {rows!r}.")
+    declared = gw.schema.table(table)
+    if declared.privacy_unit is not None and declared.max_rows_per_unit != 1:
+        raise NotEstimable(
+            f"table {declared.name!r} has up to {declared.max_rows_per_unit} rows per {declared.privacy_unit}: "
+            f"synthetic rows are drawn one by one, with no {declared.privacy_unit} tying them together, so they "
+            f"would not be a table of {declared.privacy_unit}s; synthesize refuses it. Ask the counts you need with "
+            "query() (or estimate(), free from history), or synthesize a table with one row per unit."
+        )
     with gw.locked_view(table) as view:
         hist = history_of(view)
         if hist.m == 0 and hist.total is None and rows is None:

@@ -34,13 +34,14 @@ from dpgate.compile.query import LinearQuery
 from dpgate.errors import UnsupportedQuery
 from dpgate.plan.budget import fits
 from dpgate.plan.decide import Step
+from dpgate.schema.tables import Table
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from dpgate.plan.accounting import CellCosts
 
-__all__ = ["Quote", "Explanation", "quote", "zero_valued", "strip_explain", "COLUMNS"]
+__all__ = ["Quote", "Explanation", "quote", "with_unit", "zero_valued", "strip_explain", "COLUMNS"]
 
 #: The columns of :meth:`Explanation.to_pandas` and of ``EXPLAIN`` rows.
 COLUMNS = ("output", "group", "source", "epsilon", "halfwidth", "confidence", "remaining", "note")
@@ -92,6 +93,8 @@ class Explanation:
         statement: the compiled statement.
         releases: the fresh releases it would make, ``(query, α)`` in the order they would be
             recorded (what ``dpgate serve`` prices against an analyst's own charge).
+        unit: on a table with a privacy unit, its unit and bound in words (:func:`with_unit`), shown by
+            ``repr`` and in the last row's ``note``; empty on a row-level table.
     """
 
     quotes: tuple[Quote, ...]
@@ -100,6 +103,7 @@ class Explanation:
     budget: float
     statement: CompiledStatement = field(repr=False)
     releases: tuple[tuple[LinearQuery, float], ...] = field(default=(), repr=False)
+    unit: str = ""
 
     @property
     def remaining(self) -> float:
@@ -128,6 +132,8 @@ class Explanation:
             note += "" if self.affordable else "; over budget: it would be refused"
             rows.append(("(statement)", "", source, self.epsilon, math.nan, self.quotes[0].confidence,
                          max(self.remaining, 0.0), note))
+        if self.unit and rows:
+            rows[-1] = (*rows[-1][:-1], "; ".join(filter(None, (rows[-1][-1], self.unit))))
         return rows
 
     def to_pandas(self) -> pd.DataFrame:
@@ -139,11 +145,22 @@ class Explanation:
     def __repr__(self) -> str:
         verdict = "free" if self.free else f"ε = {self.epsilon:.6g}"
         pay = "" if self.affordable else " — over budget, would be refused"
+        unit = f"; {self.unit}" if self.unit else ""
         return (f"<dpgate.Explanation {len(self.quotes)} outputs, {verdict}; "
-                f"{max(self.remaining, 0.0):.6g} of {self.budget:g} would remain{pay}>")
+                f"{max(self.remaining, 0.0):.6g} of {self.budget:g} would remain{pay}{unit}>")
 
     def _repr_html_(self) -> str:
         return f"<p>{_html_escape(repr(self))}</p>" + self.to_pandas().to_html(index=False)
+
+
+def with_unit(explanation: Explanation, table: Table) -> Explanation:
+    """``explanation`` naming ``table``'s privacy unit and bound, when it declares one (else unchanged)."""
+    if table.privacy_unit is None or table.max_rows_per_unit is None:
+        return explanation
+    k = table.max_rows_per_unit
+    u = table.privacy_unit
+    return replace(explanation, unit=f"privacy unit {u}: at most {k} row{'s' if k != 1 else ''} of each {u} counted, "
+                                     f"every charge ×{k}")
 
 
 def _html_escape(text: str) -> str:

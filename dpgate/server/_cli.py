@@ -19,7 +19,7 @@ SWITCH_INTERVAL = 0.0001
 
 @click.command()
 @click.option("--data", required=True, help="A .duckdb, .csv or .parquet file (never modified), or an embedded data "
-              "set: pums, nettrace, searchlogs.")
+              "set: pums, nettrace, searchlogs, flights.")
 @click.option("--schema", "schema_path", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Schema YAML (public domains); omitted with an embedded data set.")
 @click.option("--ledger", required=True,

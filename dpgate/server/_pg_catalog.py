@@ -42,7 +42,7 @@ from dpgate.schema.domains import Column, Schema, Table
 from dpgate.server._protocol import Field
 from dpgate.server._values import BOOL, INT8, OID, TEXT, TYPE_SIZES
 
-__all__ = ["answer", "MAX_ROWS", "FIRST_OID", "column_comment", "table_comment", "psql_like"]
+__all__ = ["answer", "MAX_ROWS", "FIRST_OID", "column_comment", "table_comment", "unit_constraint", "psql_like"]
 
 FIRST_OID = 16384
 MAX_ROWS = 100_000  # rows a join of virtual relations may produce before the statement is refused
@@ -66,7 +66,8 @@ def column_comment(col: Column) -> str:
         more = f", … ({len(col.values)} values)" if len(col.values) > _SHOWN_VALUES else ""
         text = f"one of {shown}{more}" + ("; other values: '<other>'" if col.other else "")
     elif col.kind in ("date", "timestamp"):
-        text = f"{col.kind} {col.min}..{col.max} by {col.granularity}"
+        declared = col.to_dict()  # the range as dates, not granule ordinals
+        text = f"{col.kind} {declared['min']}..{declared['max']} by {col.granularity}"
     else:
         text = "true or false"
     return f"dpgate domain: {text}" + ("; NULL allowed" if col.nullable else "")
@@ -77,15 +78,27 @@ def table_comment(table: Table) -> str:
     unit = table.max_rows_per_individual
     rows = f"; {table.rows} rows (declared)" if table.rows is not None else ""
     who = f"each {table.privacy_unit}" if table.privacy_unit else "one person"
+    if table.links.public:  # no one's data: read only as a lookup by declared joins
+        return (f"dpgate: public dimension, key {table.links.key}: joined as a lookup along declared "
+                "references, never queried alone")
     return (f"dpgate: differentially private counts only; privacy unit: {who}, up to {unit} "
             f"row{'s' if unit != 1 else ''}{rows}")
+
+
+def unit_constraint(table: Table) -> str:
+    """A unit table's unit and bound, as psql's ``\\d`` prints a check constraint (``"dpgate_privacy_unit" CHECK (…)``)."""
+    unit, k = table.privacy_unit, table.max_rows_per_unit
+    if k is None:
+        return f"CHECK (privacy unit {unit}: no max_rows_per_unit declared, every query is refused)"
+    return (f"CHECK (privacy unit {unit}: at most {k} row{'s' if k != 1 else ''} of each {unit} counted, the rest "
+            f"dropped; every charge ×{k})")
 
 
 def _relations(schema: Schema, user: str, database: str) -> dict[str, list[dict[str, Any]]]:
     """The virtual rows of the catalogue relations that are not empty."""
     classes = [{"oid": FIRST_OID + i, "relname": t.name, "relnamespace": _NAMESPACE, "relkind": "r",
-                "relowner": _OWNER, "relchecks": 0, "relhasindex": False, "relhasrules": False,
-                "relhastriggers": False, "relrowsecurity": False, "relforcerowsecurity": False,
+                "relowner": _OWNER, "relchecks": int(t.privacy_unit is not None), "relhasindex": False,
+                "relhasrules": False, "relhastriggers": False, "relrowsecurity": False, "relforcerowsecurity": False,
                 "relispartition": False, "relhasoids": False, "reloptions": None, "reltablespace": 0,
                 "reloftype": 0, "relpersistence": "p", "relreplident": "d", "relam": 2, "reltoastrelid": 0,
                 "reltuples": float(t.rows) if t.rows is not None else -1.0, "relnatts": len(t.columns),
@@ -109,6 +122,10 @@ def _relations(schema: Schema, user: str, database: str) -> dict[str, list[dict[
                       "rolcreatedb": False, "rolcanlogin": True, "rolconnlimit": -1, "rolvaliduntil": None,
                       "rolreplication": False, "rolbypassrls": False}],
         "pg_am": [{"oid": 2, "amname": "heap", "amtype": "t"}],
+        # a unit table's unit and bound, as the one "check constraint" \d lists under the columns
+        "pg_constraint": [{"oid": FIRST_OID + len(schema.tables) + i, "conname": "dpgate_privacy_unit", "contype": "c",
+                           "conrelid": FIRST_OID + i, "connamespace": _NAMESPACE, "_def": unit_constraint(t)}
+                          for i, t in enumerate(schema.tables) if t.privacy_unit is not None],
         # pgjdbc's getImportedKeys reads max_index_keys first; at its default, psql's \dconfig does not list it
         "pg_settings": [{"name": "max_index_keys", "setting": "32", "source": "default", "boot_val": "32"}],
         # the declared columns' types and domains, for statements joining pg_attribute to pg_type and pg_description
@@ -486,6 +503,9 @@ class _Run:
             if table is None:
                 return None
             return table_comment(table) + (f"; {self.budget_note()}" if self.budget_note is not None else "")
+        if name == "pg_get_constraintdef" and args:
+            oid = self._int(args[0], env)
+            return next((c["_def"] for c in self.relations["pg_constraint"] if c["oid"] == oid), None)
         if name == "pg_encoding_to_char":
             return "UTF8"
         if name in ("current_database", "current_schema", "current_user", "session_user"):
@@ -538,7 +558,8 @@ _NODES: dict[type, Callable[[_Run, Any, Row], Any]] = {
     exp.Collate: lambda run, e, env: run.value(e.this, env),
     exp.Cast: lambda run, e, env: run.value(e.this, env),
     exp.Not: lambda run, e, env: (lambda v: None if v is None else not v)(run.truth(e.this, env)),
-    exp.Is: lambda run, e, env: run.value(e.this, env) is None if isinstance(e.expression, exp.Null) else None,
+    exp.Is: lambda run, e, env: (run.value(e.this, env) is None) != bool(e.args.get("negate"))  # IS [NOT] NULL
+    if isinstance(e.expression, exp.Null) else None,
     exp.Operator: _Run.operator,
     exp.Anonymous: _Run.function,
     exp.Case: _Run.case,

@@ -12,7 +12,7 @@ from dpgate.release.cube import Cube
 
 
 def test_list() -> None:
-    assert datasets.list_datasets() == ["pums", "pums_null", "nettrace", "searchlogs"]
+    assert datasets.list_datasets() == ["pums", "pums_null", "nettrace", "searchlogs", "flights"]
 
 
 def test_pums_schema_and_values_within_declared_domain() -> None:

@@ -21,6 +21,10 @@ EXAMPLES = {  # each script in examples/ and lines its output must contain
     "postgres_backend.py": ["identical to DuckDB: True", "same answers with the ledger in PostgreSQL: True",
                             "ledger reopened: 17 releases", "from history, ε=0.0"],
     "spark_backend.py": ["spark: spent ε", "income ≥ 50 000:", "race", "identical to DuckDB: True"],
+    "warehouse_with_people.py": ["flights   unit-level: privacy unit tailnum, at most 250", "airlines  public",
+                                 "history", "monthly counts again: ε=0.0", "every charge ×250",
+                                 "synthesize refused:", "by manufacturer", "undeclared join refused:",
+                                 "releases recorded:"],
     "serve_and_connect.py": ["alice EXPLAIN:", "bob budget: analyst=bob", "analyst_spent=0,", "married",
                              "server exited with 0"],
 }
