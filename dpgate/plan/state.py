@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import weakref
 from collections.abc import Iterator, Sequence, Set
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -56,20 +56,15 @@ DEFAULT_MAX_ATOMS = 20_000
 MAX_ATOM_WEIGHTS = 32
 
 
-_support_cache: weakref.WeakKeyDictionary[LinearQuery, LinearQuery] = weakref.WeakKeyDictionary()
-
-
 def _support(table: Table, query: LinearQuery) -> LinearQuery:
-    """The 0/1 query of ``query``'s support, on its coarsest grid (built once per query object)."""
-    found = _support_cache.get(query)
+    """The 0/1 query of ``query``'s support, on its coarsest grid (built once per query object,
+    kept on it: a lookup by equality would compare a wide query's 500 002 weights)."""
+    found = query.__dict__.get("_support_query")
     if found is None:
-        found = _support_cache[query] = LinearQuery.from_grid(
+        found = query.__dict__["_support_query"] = LinearQuery.from_grid(
             table, query.columns, query.breakpoints, (np.asarray(query.numerators) != 0).astype(float)
         )
-    return found
-
-
-_wide_cache: weakref.WeakKeyDictionary[LinearQuery, bool] = weakref.WeakKeyDictionary()
+    return cast(LinearQuery, found)
 
 
 def _held(query: LinearQuery) -> bool:
@@ -78,14 +73,11 @@ def _held(query: LinearQuery) -> bool:
 
 
 def _wide(query: LinearQuery) -> bool:
-    """Whether ``query`` has more distinct weights than :data:`MAX_ATOM_WEIGHTS`."""
-    nums = np.asarray(query.numerators)
-    if nums.size <= MAX_ATOM_WEIGHTS + 1:  # + the zero weight
+    """Whether ``query`` has more distinct weights than :data:`MAX_ATOM_WEIGHTS` (memoised on the
+    query and on its :attr:`~LinearQuery.linear_part`: a wide query is sorted once)."""
+    if np.asarray(query.numerators).size <= MAX_ATOM_WEIGHTS + 1:  # + the zero weight
         return False
-    found = _wide_cache.get(query)
-    if found is None:  # a wide query is sorted once per object (benchmarks/README.md)
-        found = _wide_cache[query] = query.has_more_weights_than(MAX_ATOM_WEIGHTS + 1)
-    return found
+    return query.has_more_weights_than(MAX_ATOM_WEIGHTS + 1)
 
 
 def _held_key(query: LinearQuery) -> tuple[object, ...]:
