@@ -29,6 +29,7 @@ from dpgate.compile.query import LinearQuery
 from dpgate.errors import UnsupportedQuery
 from dpgate.inference import IncrementalBLUE
 from dpgate.inference._sparse import stacked_rows
+from dpgate.plan._moments import Moments, record_moments
 from dpgate.plan._repeats import _NO_REPEATS, Repeats, isolation_key
 from dpgate.plan._view import TableView, _frozen
 from dpgate.plan.accounting import CellCosts
@@ -164,6 +165,9 @@ class TableState:
     #: Releases of queries the atoms do not hold, by :func:`isolation_key`: per key, the
     #: released factors and the one-atom BLUE over them (:class:`Repeats`).
     isolated: dict[str, Repeats] = field(default_factory=dict)
+    #: The same releases, those linear on slabs of one integer column (``SUM(income)``), by that
+    #: column: on (atom, moment) coordinates, where they inform each other (:mod:`dpgate.plan._moments`).
+    moments: dict[str, Moments] = field(default_factory=dict)
     #: In a planning copy (:meth:`refined`), the positions of the statement's queries
     #: that stay outside the atoms.
     outside: frozenset[int] = frozenset()
@@ -497,6 +501,8 @@ class TableState:
         for i in sorted(outside):
             it = items[i]
             key, factor = isolation_key(it.query)
+            if _wide(it.query):  # linear on slabs of one column: also on (atom, moment) coordinates
+                record_moments(self.table, self.moments, self.isolated, key, it.query, it.scale, it.value, it.lattice)
             self.isolated[key] = self.isolated.get(key, _NO_REPEATS).plus(factor, it.scale, it.value, it.lattice)
         if held:
             rows = stacked_rows([self.atoms.vector(it.query) for it in held] if vectors is None else
@@ -576,6 +582,7 @@ class TableState:
         self.queries, self.record_ids, self._row_of = list(self.queries), list(self.record_ids), dict(self._row_of)
         self.alphas, self.sensitivities = list(self.alphas), list(self.sensitivities)
         self.isolated, self._known = dict(self.isolated), dict(self._known or {})
+        self.moments = dict(self.moments)
         self.costs = costs
         self._append(items, self.outside, vectors)
         self.outside, self.refined_for = frozenset(), None
@@ -595,6 +602,8 @@ class TableState:
     def __setstate__(self, state: dict[str, object]) -> None:
         # A checkpoint written before plans were values holds the planner's caches (None): dropped.
         self.__dict__.update({k: v for k, v in state.items() if k not in _FORMER_CACHES})
+        if "moments" not in state:  # a checkpoint written before moment histories: its wide
+            self.moments = {}  # queries keep their exact repeats (their keys are not in one)
         if "_row_of" not in state:  # a checkpoint written before the map existed
             self._row_of = {_charge_key(q): i for i, q in enumerate(self.queries)}
 
