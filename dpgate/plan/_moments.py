@@ -157,6 +157,8 @@ class Moments:
 
     def refined(self, lifted: Lifted) -> Moments | None:
         """These releases on atoms that hold ``lifted`` (self when they do), or None over the limits."""
+        if self.atoms.n_atoms == self.atoms.labels.size and self.atoms.holds(lifted.query):
+            return self  # every box an atom, and its breakpoints the grid's: constant on them (a repeat)
         atoms = copy.copy(self.atoms)
         try:
             parent = atoms.refine(lifted.query)
