@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -149,6 +149,8 @@ class Moments:
     atoms: AtomPartition
     blue: IncrementalBLUE
     keys: frozenset[str] = frozenset()
+    #: :meth:`vector` of the lifted queries asked so far (the atoms of one Moments never change).
+    _vectors: dict[tuple[LinearQuery, int], np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def new(cls, table: Table) -> Moments:
@@ -173,7 +175,12 @@ class Moments:
 
     def vector(self, lifted: Lifted) -> np.ndarray:
         """``lifted``'s query over these atoms (which must hold it), in the original query's weights."""
-        return self.atoms.vector(lifted.query) / lifted.denominator
+        key = (lifted.query, lifted.denominator)
+        found = self._vectors.get(key)
+        if found is None:
+            found = self._vectors[key] = self.atoms.vector(lifted.query) / lifted.denominator
+            found.setflags(write=False)
+        return found
 
     def estimate(self, h: np.ndarray) -> Estimate:
         return self.blue.estimate(h)

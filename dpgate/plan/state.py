@@ -136,7 +136,8 @@ class TableState:
 
     * ``atoms`` (at most ``max_atoms``, a working limit) carry the inference: the BLUE
       over the released queries they hold.  A query they cannot hold within the limit
-      stays outside them and is estimated from its exact repeats only (``isolated``);
+      stays outside them and is estimated from its exact repeats only (``isolated``) — or,
+      wide and linear on slabs of one column, from every such release (``moments``);
       a GROUP BY is held whole or not at all.  Estimating from a subset of history is
       still an unbiased estimator with an exact error law: only reuse is lost.
     * ``cost_atoms`` — the boxes of the grid of every release's breakpoints (a
