@@ -84,7 +84,9 @@ class Answer:
         isolated: True when the query's statement cut the domain finer than the inference
             atom limit (``Gateway(max_atoms=...)``) allows, even on the local history of its
             own columns (``dpgate.ledger._history``): it was then answered on its own, from its
-            exact repeats and rescalings only (never combined with other queries).  Its fresh
+            exact repeats and rescalings only (never combined with other queries).  A wide query
+            linear on slabs of one integer column (``SUM(income)``) is not isolated: it is estimated
+            with every such release over that column (``dpgate.plan._moments``).  Its fresh
             releases are still charged their per-cell cost (wide ones: their budget on
             every cell of their support).
         components: for AVG / VAR / STDDEV (``dpgate.answer.combine``), the answers of the linear

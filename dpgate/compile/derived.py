@@ -173,7 +173,8 @@ def _integral(comps: list[LinearQuery], expanded: list[np.ndarray], c: int) -> b
     weights, without float copies of a wide column's arrays."""
     if any(q.denominator != 1 for q in comps):
         return False
-    top = max((int(np.abs(e).max(initial=0)) for e in expanded), default=0)
+    # On each query's own grid: its expansion repeats the same numerators (no |·| of a wide union grid).
+    top = max((int(np.abs(q.numerators).max(initial=0)) for q in comps), default=0)
     return (abs(c) + 1) ** (len(comps) - 1) * (top + 1) < 2**52
 
 

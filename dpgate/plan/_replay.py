@@ -77,7 +77,7 @@ def _answer(
     off = float(q.offset) if q.offset else 0.0
     if step.kind == "exact":
         return Answer._of(off, off, off, confidence, accuracy, "exact", 0.0, None, True, q.label, q.group, q, secure,
-                          step.isolated is not None)
+                          _isolated(step))
     if step.alone and step.kind == "fresh":
         # Its own release is the answer (the baseline's, or a query history says nothing about).
         (m,) = step.measurements
@@ -98,7 +98,7 @@ def _answer(
             est = blue.estimate(step.h) if step.h is not None else None
         if est is None or est.posterior is None:
             return Answer._of(math.nan, -math.inf, math.inf, confidence, accuracy, "unavailable", 0.0, None, False,
-                              q.label, q.group, q, secure, step.isolated is not None)
+                              q.label, q.group, q, secure, _isolated(step))
         law, centre = est.posterior.law, est.posterior.mean()
         width = law.halfwidth(confidence)
     post = Posterior(centre + off, law, support_of(q, rows))
@@ -106,8 +106,14 @@ def _answer(
     return Answer._of(
         float(post.center), float(low), float(high), confidence, accuracy,
         "history" if step.kind in ("history", "unavailable") else "fresh", step.increase, post,
-        meets((high - low) / 2, accuracy), q.label, q.group, q, secure, step.isolated is not None,
+        meets((high - low) / 2, accuracy), q.label, q.group, q, secure, _isolated(step),
     )
+
+
+def _isolated(step: Step) -> bool:
+    """Whether ``step``'s answer is marked isolated: estimated from its exact repeats only (a
+    query in a moment history is estimated with every wide release over its column)."""
+    return step.isolated is not None and not step.modelled
 
 
 def refusal(

@@ -53,14 +53,15 @@ import numpy as np
 from dpgate.compile.bounds import check_deadline
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import DPGateInternalError, InvalidRequirement
-from dpgate.inference import ErrorLaw, IncrementalBLUE, minimal_scale, single_release_scale
+from dpgate.inference import ErrorLaw, Estimate, IncrementalBLUE, minimal_scale, single_release_scale
 from dpgate.inference._blue import ESTIMABLE_RTOL
 from dpgate.plan import _guard
 from dpgate.plan._atom_scale import common_scale
+from dpgate.plan._moments import moment_history
 from dpgate.plan._replay import answers
 from dpgate.plan.accounting import CellCosts, to_epsilon
 from dpgate.plan.plan import ACCURACY_RTOL, Measurement, Plan, Step, meets
-from dpgate.plan.state import RecordedCharges, TableState, isolation_key
+from dpgate.plan.state import RecordedCharges, TableState, _wide, isolation_key
 from dpgate.release.noise import lattice_for
 
 __all__ = [
@@ -323,19 +324,34 @@ def _charge_alone(
 
 
 def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: float, policy: str) -> Step:
-    """The plan for a query the atoms do not hold: from its exact repeats, else measured
-    on its own at the smallest budget that, with those repeats, meets the requirement."""
+    """The plan for a query the atoms do not hold: from its moment history when it is linear
+    on slabs of one column (:meth:`TableState.moment_history`: every wide release over that
+    column), else from its exact repeats; else measured on its own at the smallest budget
+    that, with that history, meets the requirement."""
     key, factor = isolation_key(q)
     repeats = state.isolated.get(key)
-    if repeats is None:  # never released: its own release is its answer (at the single-release scale)
-        scale = _alone_scale(q, accuracy, confidence, "minimal" if policy == "minimal" else "paper")
-        m = measurement(state, q, scale, h=np.array([factor]))
-        return Step(q, "fresh", m.h, (m,), alone=True, isolated=_EMPTY_HISTORY)
+    moments = moment_history(state.table, state.moments, state.isolated, q, key) \
+        if policy != "no_reuse" and _wide(q) else None
     h = np.array([factor])
-    est = repeats.estimate(factor) if policy != "no_reuse" else None
-    if est is not None and meets(est.halfwidth(confidence), accuracy):
-        return Step(q, "history", h, isolated=_EMPTY_HISTORY, estimate=est)  # answered by ``est``
-    iso = repeats.blue().copy()
+    est: Estimate | None = None
+    history: IncrementalBLUE | None = None
+    if moments is not None:
+        h = moments[1]
+        est = moments[0].estimate(h)
+        history = moments[0].blue if est.estimable else None
+    elif repeats is not None:
+        est = repeats.estimate(factor) if policy != "no_reuse" else None
+        history = repeats.blue()
+    modelled = moments is not None
+    # What a step answered without appending reads (a refusal's "history alone gives …").
+    empty = _EMPTY_HISTORY if moments is None else moments[0].blue
+    if history is None:  # never released, nor determined in part: its own release is its answer
+        scale = _alone_scale(q, accuracy, confidence, "minimal" if policy == "minimal" else "paper")
+        m = measurement(state, q, scale, h=h)
+        return Step(q, "fresh", m.h, (m,), alone=True, isolated=empty, modelled=modelled)
+    if est is not None and meets(est.halfwidth(confidence), accuracy):  # answered by ``est``
+        return Step(q, "history", h, isolated=empty, estimate=est, modelled=modelled)
+    iso = history.copy()
     scale = _alone_scale(q, accuracy, confidence, "paper")
     if policy == "minimal":
         if est is not None and est.estimable:
@@ -349,7 +365,7 @@ def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: fl
     # (at low confidence): checked, as every fresh step is.
     _, (m,) = _verified(state, iso, h, [measurement(state, q, scale, h=h)], accuracy, confidence, policy,
                         alone=alone, followed=False)
-    return Step(q, "fresh", h, (m,), alone=alone, isolated=iso)
+    return Step(q, "fresh", h, (m,), alone=alone, isolated=iso, modelled=modelled)
 
 
 def _columns(queries: Sequence[LinearQuery]) -> list[list[int]]:

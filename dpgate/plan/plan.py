@@ -80,12 +80,15 @@ class Step:
     isolated: IncrementalBLUE | None = field(default=None, repr=False)
     estimate: Estimate | None = field(default=None, repr=False)  # a history step's, from released values only
     same_as: int | None = None  # index of an equal query planned earlier in the statement
+    #: For a query outside the atoms: whether ``isolated`` is its moment history (every wide
+    #: release over its column, :mod:`dpgate.plan._moments`) rather than its exact repeats.
+    modelled: bool = False
 
     def measured(self, values: tuple[float, ...]) -> Step:
         """This step with its fresh releases' values (``dataclasses.replace``, without its
         per-call field inspection: a GROUP BY has a step per group)."""
         return Step(self.query, self.kind, self.h, self.measurements, self.increase, values, self.order, self.alone,
-                    self.isolated, self.estimate, self.same_as)
+                    self.isolated, self.estimate, self.same_as, self.modelled)
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import weakref
 from collections.abc import Iterator, Sequence, Set
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from dpgate.compile.query import LinearQuery
 from dpgate.errors import UnsupportedQuery
 from dpgate.inference import IncrementalBLUE
 from dpgate.inference._sparse import stacked_rows
+from dpgate.plan._moments import Moments, record_moments
 from dpgate.plan._repeats import _NO_REPEATS, Repeats, isolation_key
 from dpgate.plan._view import TableView, _frozen
 from dpgate.plan.accounting import CellCosts
@@ -56,20 +57,15 @@ DEFAULT_MAX_ATOMS = 20_000
 MAX_ATOM_WEIGHTS = 32
 
 
-_support_cache: weakref.WeakKeyDictionary[LinearQuery, LinearQuery] = weakref.WeakKeyDictionary()
-
-
 def _support(table: Table, query: LinearQuery) -> LinearQuery:
-    """The 0/1 query of ``query``'s support, on its coarsest grid (built once per query object)."""
-    found = _support_cache.get(query)
+    """The 0/1 query of ``query``'s support, on its coarsest grid (built once per query object,
+    kept on it: a lookup by equality would compare a wide query's 500 002 weights)."""
+    found = query.__dict__.get("_support_query")
     if found is None:
-        found = _support_cache[query] = LinearQuery.from_grid(
+        found = query.__dict__["_support_query"] = LinearQuery.from_grid(
             table, query.columns, query.breakpoints, (np.asarray(query.numerators) != 0).astype(float)
         )
-    return found
-
-
-_wide_cache: weakref.WeakKeyDictionary[LinearQuery, bool] = weakref.WeakKeyDictionary()
+    return cast(LinearQuery, found)
 
 
 def _held(query: LinearQuery) -> bool:
@@ -78,14 +74,11 @@ def _held(query: LinearQuery) -> bool:
 
 
 def _wide(query: LinearQuery) -> bool:
-    """Whether ``query`` has more distinct weights than :data:`MAX_ATOM_WEIGHTS`."""
-    nums = np.asarray(query.numerators)
-    if nums.size <= MAX_ATOM_WEIGHTS + 1:  # + the zero weight
+    """Whether ``query`` has more distinct weights than :data:`MAX_ATOM_WEIGHTS` (memoised on the
+    query and on its :attr:`~LinearQuery.linear_part`: a wide query is sorted once)."""
+    if np.asarray(query.numerators).size <= MAX_ATOM_WEIGHTS + 1:  # + the zero weight
         return False
-    found = _wide_cache.get(query)
-    if found is None:  # a wide query is sorted once per object (benchmarks/README.md)
-        found = _wide_cache[query] = query.has_more_weights_than(MAX_ATOM_WEIGHTS + 1)
-    return found
+    return query.has_more_weights_than(MAX_ATOM_WEIGHTS + 1)
 
 
 def _held_key(query: LinearQuery) -> tuple[object, ...]:
@@ -143,7 +136,8 @@ class TableState:
 
     * ``atoms`` (at most ``max_atoms``, a working limit) carry the inference: the BLUE
       over the released queries they hold.  A query they cannot hold within the limit
-      stays outside them and is estimated from its exact repeats only (``isolated``);
+      stays outside them and is estimated from its exact repeats only (``isolated``) — or,
+      wide and linear on slabs of one column, from every such release (``moments``);
       a GROUP BY is held whole or not at all.  Estimating from a subset of history is
       still an unbiased estimator with an exact error law: only reuse is lost.
     * ``cost_atoms`` — the boxes of the grid of every release's breakpoints (a
@@ -172,6 +166,9 @@ class TableState:
     #: Releases of queries the atoms do not hold, by :func:`isolation_key`: per key, the
     #: released factors and the one-atom BLUE over them (:class:`Repeats`).
     isolated: dict[str, Repeats] = field(default_factory=dict)
+    #: The same releases, those linear on slabs of one integer column (``SUM(income)``), by that
+    #: column: on (atom, moment) coordinates, where they inform each other (:mod:`dpgate.plan._moments`).
+    moments: dict[str, Moments] = field(default_factory=dict)
     #: In a planning copy (:meth:`refined`), the positions of the statement's queries
     #: that stay outside the atoms.
     outside: frozenset[int] = frozenset()
@@ -505,6 +502,8 @@ class TableState:
         for i in sorted(outside):
             it = items[i]
             key, factor = isolation_key(it.query)
+            if _wide(it.query):  # linear on slabs of one column: also on (atom, moment) coordinates
+                record_moments(self.table, self.moments, self.isolated, key, it.query, it.scale, it.value, it.lattice)
             self.isolated[key] = self.isolated.get(key, _NO_REPEATS).plus(factor, it.scale, it.value, it.lattice)
         if held:
             rows = stacked_rows([self.atoms.vector(it.query) for it in held] if vectors is None else
@@ -584,6 +583,7 @@ class TableState:
         self.queries, self.record_ids, self._row_of = list(self.queries), list(self.record_ids), dict(self._row_of)
         self.alphas, self.sensitivities = list(self.alphas), list(self.sensitivities)
         self.isolated, self._known = dict(self.isolated), dict(self._known or {})
+        self.moments = dict(self.moments)
         self.costs = costs
         self._append(items, self.outside, vectors)
         self.outside, self.refined_for = frozenset(), None
@@ -603,6 +603,8 @@ class TableState:
     def __setstate__(self, state: dict[str, object]) -> None:
         # A checkpoint written before plans were values holds the planner's caches (None): dropped.
         self.__dict__.update({k: v for k, v in state.items() if k not in _FORMER_CACHES})
+        if "moments" not in state:  # a checkpoint written before moment histories: its wide
+            self.moments = {}  # queries keep their exact repeats (their keys are not in one)
         if "_row_of" not in state:  # a checkpoint written before the map existed
             self._row_of = {_charge_key(q): i for i, q in enumerate(self.queries)}
 

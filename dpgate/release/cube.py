@@ -45,7 +45,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpgate.backends import engine_failure, open_backend
-from dpgate.compile.query import LinearQuery, union_grid
+from dpgate.compile.query import LinearQuery, breakpoint_array, union_grid
 from dpgate.errors import (
     DPGateInternalError,
     Error,
@@ -274,11 +274,30 @@ class Cube:
         """Counts on the grid; with ``mask``, only boxes where it is True are counted
         (others are returned as 0) and the rest of the table is filtered out in SQL."""
         shape = tuple(len(b) for b in bps)
+        if mask is not None and not mask.any():
+            return np.zeros(shape, dtype=np.int64)
+        idx, counts = self._occupied(ref, cols, bps, mask)
+        out = np.zeros(math.prod(shape), dtype=np.int64)
+        if counts.size and shape:
+            np.add.at(out, np.ravel_multi_index(tuple(idx), shape), counts)
+        elif counts.size:
+            out[0] = int(counts.sum())
+        out = out.reshape(shape)
+        if mask is not None:
+            out = np.where(mask, out, 0)
+        return out
+
+    def _occupied(
+        self, ref: exp.Expression, cols: list[BoundColumn], bps: list[tuple[int, ...]], mask: np.ndarray | None = None
+    ) -> tuple[list[np.ndarray], np.ndarray]:
+        """The grid's counts as the engine returns them: per axis, the box index of each
+        returned group, and its row count (boxes without rows are absent; a box may appear
+        more than once).  ``mask``: as in :meth:`_histogram` (rows of boxes outside it may
+        still be returned)."""
+        shape = tuple(len(b) for b in bps)
         where = None
         fixed: dict[int, int] = {}
         if mask is not None:
-            if not mask.any():
-                return np.zeros(shape, dtype=np.int64)
             # A filter that keeps most boxes (a GROUP BY's declared values, leaving out NULL and
             # undeclared ones) costs more to evaluate than the rows it saves: count them, drop them here.
             cond = set_condition(cols, bps, mask) if mask.mean() <= _FILTER_SHARE else exp.true()
@@ -326,15 +345,7 @@ class Cube:
             if cell:
                 k = np.searchsorted(np.asarray(bps[ax]), k, side="right") - 1
             idx[ax] = k
-        out = np.zeros(math.prod(shape), dtype=np.int64)
-        if counts.size and shape:
-            np.add.at(out, np.ravel_multi_index(tuple(idx), shape), counts)
-        elif counts.size:
-            out[0] = int(counts.sum())
-        out = out.reshape(shape)
-        if mask is not None:
-            out = np.where(mask, out, 0)
-        return out
+        return idx, counts
 
     # -- true answers ----------------------------------------------------------
     def _terms(self, query: LinearQuery, cols: dict[str, BoundColumn]) -> tuple[int, list[tuple[int, exp.Expression]]] | None:
@@ -394,8 +405,8 @@ class Cube:
         n_terms, zero_based = 0, True
         for q in queries:
             if q.has_more_weights_than(_MAX_BATCH_TERMS + 1):  # a wide query: its weights alone decide
-                n_terms = _MAX_BATCH_TERMS + 1
-                break
+                # SUM(income): a dense grid of 500 002 boxes per group costs more than the rows.
+                return self._numerators_on_rows(ref, cols, queries, union_cols, union_bps)
             u = set(np.asarray(q.numerators).ravel().tolist())  # a few small weights: no sort
             n_terms += len(u) - 1
             zero_based = zero_based and 0 in u
@@ -516,6 +527,39 @@ class Cube:
                 out[i] = int(np.dot(num[hit], counts[hit]))
             else:
                 out[i] = sum(int(a) * int(b) for a, b in zip(num[hit].tolist(), counts[hit].tolist(), strict=True))
+        return out
+
+    def _numerators_on_rows(
+        self, ref: exp.Expression, cols: dict[str, BoundColumn], queries: list[LinearQuery],
+        union_cols: list[str], union_bps: list[tuple[int, ...]],
+    ) -> list[int]:
+        """One scan: the union grid's occupied boxes as the engine groups them
+        (:meth:`_occupied`, never densified), then each query's exact ``Σ numerators·counts``
+        over those boxes — O(occupied boxes) per query, whatever the grid's size.
+
+        The same counts per box as :meth:`_numerators_on_union_grid`'s histogram (the same
+        row → box mapping), so the same integers; it is the path of wide queries (``SUM(income)``:
+        500 002 weights per group), whose dense grids cost more than the rows they count."""
+        idx, counts = self._occupied(ref, [cols[c.lower()] for c in union_cols], union_bps)
+        axis_of = {c.lower(): u for u, c in enumerate(union_cols)}
+        starts: dict[int, np.ndarray] = {}  # per union axis: each returned box's first cell
+        total = int(counts.sum())
+        out = []
+        for q in queries:
+            num = np.asarray(q.numerators)
+            flat = np.zeros(counts.size, dtype=np.int64)
+            for c, bp in zip(q.columns, q.breakpoints, strict=True):
+                u = axis_of[c.lower()]
+                if u not in starts:
+                    starts[u] = breakpoint_array(union_bps[u])[idx[u]]
+                own = breakpoint_array(bp)
+                # The union grid refines the query's: each union box lies in the query slab where it starts.
+                flat = flat * own.size + (np.searchsorted(own, starts[u], side="right") - 1)
+            weights = num.reshape(-1)[flat] if num.ndim else np.full(counts.size, int(num), dtype=np.int64)
+            if int(np.max(np.abs(weights), initial=0)) * total < 2**62:  # the weights of occupied boxes only
+                out.append(int(np.dot(weights, counts)))
+            else:
+                out.append(sum(int(a) * int(b) for a, b in zip(weights.tolist(), counts.tolist(), strict=True)))
         return out
 
     def _union_condition(self, queries: list[LinearQuery], cols: dict[str, BoundColumn]) -> exp.Expression | None:

@@ -405,3 +405,39 @@ def test_every_strategy_is_exact(monkeypatch: pytest.MonkeyPatch, knobs: dict[st
             cube.histogram("t", ["inc", "age"], [[0, 2], [0, 3, 7, 10]]),
             np.add.reduceat(np.add.reduceat(ref_histogram(T, df).sum(axis=(1, 2, 4, 5)).T, [0, 2], axis=0), [0, 3, 7, 10], axis=1),
         )
+
+
+WIDE = Schema.from_dict({"tables": {"w": {"columns": {
+    "v": {"type": "integer", "min": 0, "max": 300},
+    "g": {"type": "categorical", "values": ["a", "b", "c"]},
+    "n": {"type": "integer", "min": 0, "max": 4},
+}}}})
+
+
+def test_wide_queries_are_exact_on_occupied_boxes() -> None:
+    """Queries with more weights than a batch of filtered counts (``SUM(v)`` over a wide column,
+    grouped, filtered, with coarse slabs elsewhere, or weights near int64's end) are summed over
+    the engine's occupied boxes (``Cube._numerators_on_rows``): the same integers as row by row."""
+    table = WIDE.table("w")
+    rng = np.random.default_rng(5)
+    n = 400
+    v = rng.integers(-20, 330, n).astype(float)
+    v[rng.random(n) < 0.1] = np.nan
+    g = rng.choice(np.array(["a", "b", "c", "d", None], dtype=object), n)
+    df = pd.DataFrame({"v": v, "g": g, "n": rng.integers(0, 5, n)})
+    cells = table.column("v").n_cells
+    values = np.append(np.arange(cells - 1), 0.0)  # SUM(v): each cell's value, 0 on NULL
+    qs = []
+    for group in range(table.column("g").n_cells):  # SUM(v) … GROUP BY g
+        w = np.zeros((cells, table.column("g").n_cells))
+        w[:, group] = values
+        qs.append(LinearQuery.from_grid(table, ["v", "g"], [list(range(cells)), list(range(w.shape[1]))], w))
+    w = np.where(np.arange(cells) >= 40, values - 150, 0.0)[:, None] * np.array([[1.0, 0.0]])  # WHERE v >= 40 AND n < 2
+    qs.append(LinearQuery.from_grid(table, ["v", "n"], [list(range(cells)), [0, 2]], w))
+    qs.append(LinearQuery.from_grid(table, ["v"], [list(range(cells))], rng.integers(-3, 90, cells) / 4))
+    qs.append(LinearQuery.from_grid(table, ["v"], [list(range(cells))], values * 2.0**46))  # Σ beyond int64's exact range
+    qs.append(LinearQuery.from_grid(table, ["g"], [[0, 1]], np.array([1.0, 0.0])))  # a narrow one in the batch
+    want = [ref_numerator(q, table, df) for q in qs]
+    with Cube(df, WIDE) as cube:
+        assert cube.true_numerators(qs) == want
+        assert [cube.true_numerator(q) for q in qs] == want
