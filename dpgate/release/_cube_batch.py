@@ -7,6 +7,8 @@ nothing here touches the data source.  Every result is an exact integer.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +16,7 @@ import numpy as np
 from dpgate.compile.query import LinearQuery, slab_starts
 from dpgate.errors import DPGateInternalError
 
-__all__ = ["OneColumnBatch", "slab_bounds"]
+__all__ = ["OneColumnBatch", "box_sums", "slab_bounds", "weighed_boxes"]
 
 
 @dataclass(frozen=True)
@@ -71,4 +73,48 @@ def slab_bounds(q: LinearQuery, axis_of: dict[str, int], ubps: list[np.ndarray])
         if starts is None:
             raise DPGateInternalError(f"the union grid for {c} does not refine a query's breakpoints")
         out[u] = np.append(starts, len(ubps[u]))
+    return out
+
+
+def weighed_boxes(queries: Sequence[LinearQuery], bounds: Mapping[int, list[np.ndarray]],
+                  shape: tuple[int, ...]) -> np.ndarray:
+    """The union-grid boxes some query ``i`` of ``bounds`` weighs, as a boolean mask: ±1 at
+    each weighed box's corners of a difference array, then prefix sums along every axis."""
+    corners = list(itertools.product((0, 1), repeat=len(shape)))
+    cover = np.zeros(tuple(n + 1 for n in shape), dtype=np.int64)
+    for i, bnd in bounds.items():
+        num = np.asarray(queries[i].numerators)
+        nz = np.nonzero(num.reshape(tuple(len(x) - 1 for x in bnd)))
+        if not len(nz[0]):
+            continue
+        for corner in corners:
+            idx = tuple(x[j + k] for x, j, k in zip(bnd, nz, corner, strict=True))
+            np.add.at(cover, idx, -1 if sum(corner) % 2 else 1)
+    for ax in range(len(shape)):
+        cover = np.cumsum(cover, axis=ax)
+    return cover[tuple(slice(0, n) for n in shape)] > 0
+
+
+def box_sums(hist: np.ndarray, queries: Sequence[LinearQuery], bounds: Mapping[int, list[np.ndarray]],
+             total: int) -> dict[int, int]:
+    """Each query ``i`` of ``bounds``: its exact ``Σ numerators·counts``, each of its boxes' count
+    read from the histogram's prefix sums (inclusion–exclusion over the corners); ``total``
+    is the histogram's sum (beyond int64's reach, Python integers)."""
+    shape = hist.shape
+    prefix = np.zeros(tuple(n + 1 for n in shape), dtype=np.int64)
+    prefix[tuple(slice(1, None) for _ in shape)] = hist
+    for ax in range(len(shape)):
+        prefix = np.cumsum(prefix, axis=ax)
+    out: dict[int, int] = {}
+    for i, bnd in bounds.items():
+        counts = prefix[np.ix_(*bnd)] if bnd else prefix
+        for ax in range(len(bnd)):
+            counts = np.diff(counts, axis=ax)
+        num = np.asarray(queries[i].numerators).ravel()
+        counts = counts.ravel()
+        hit = np.flatnonzero(num)
+        if int(np.max(np.abs(num), initial=0)) * total < 2**62:
+            out[i] = int(np.dot(num[hit], counts[hit]))
+        else:
+            out[i] = sum(int(a) * int(b) for a, b in zip(num[hit].tolist(), counts[hit].tolist(), strict=True))
     return out

@@ -1,6 +1,6 @@
 """The cube: exact row counts per cell, computed by the data engine from SQL that dpgate generates.
 
-Why one module of about 600 lines: the data sources, the locking and the
+Why one module of about 630 lines: the data sources, the locking and the
 exact-count cache sit behind one privacy boundary ("never release"), which is
 easier to audit in one file; SQL generation lives in ``_cube_sql.py`` and the
 bulk arithmetic of query batches in ``_cube_batch.py``.
@@ -34,7 +34,6 @@ The row → cell mapping and the SQL that computes it live in :mod:`dpgate.relea
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import secrets
 import threading
@@ -55,7 +54,7 @@ from dpgate.errors import (
     UnsupportedQuery,
 )
 from dpgate.release._bounding import bounded_table, row_order_key, unit_column
-from dpgate.release._cube_batch import OneColumnBatch, slab_bounds
+from dpgate.release._cube_batch import OneColumnBatch, box_sums, slab_bounds, weighed_boxes
 from dpgate.release._cube_sql import BoundColumn, disjunction, grouped_counts, leaf_count, set_condition, type_class
 from dpgate.release._dates import temporal_class
 from dpgate.release._join_sql import duplicate_keys, joined_relation, public_keys
@@ -484,19 +483,7 @@ class Cube:
         bulk = {u: OneColumnBatch.of([queries[i] for i in idxs], ubps[u]) for u, idxs in one_d.items()}
         rest = sorted(set(range(len(queries))) - {i for idxs in one_d.values() for i in idxs})
         bounds = {i: slab_bounds(queries[i], axis_of, ubps) for i in rest}
-        corners = list(itertools.product((0, 1), repeat=len(shape)))
-        cover = np.zeros(tuple(n + 1 for n in shape), dtype=np.int64)
-        for i, bnd in bounds.items():
-            num = np.asarray(queries[i].numerators)
-            nz = np.nonzero(num.reshape(tuple(len(x) - 1 for x in bnd)))
-            if not len(nz[0]):
-                continue
-            for corner in corners:
-                idx = tuple(x[j + k] for x, j, k in zip(bnd, nz, corner, strict=True))
-                np.add.at(cover, idx, -1 if sum(corner) % 2 else 1)
-        for ax in range(len(shape)):
-            cover = np.cumsum(cover, axis=ax)
-        mask = cover[tuple(slice(0, n) for n in shape)] > 0
+        mask = weighed_boxes(queries, bounds, shape)
         for u, batch in bulk.items():
             mask |= np.expand_dims(batch.weighed(), tuple(ax for ax in range(len(shape)) if ax != u))
         hist = self._histogram(ref, [cols[c.lower()] for c in union_cols], union_bps, mask)
@@ -512,21 +499,8 @@ class Cube:
                     out[i] = v
         if not bounds:
             return out
-        prefix = np.zeros(tuple(n + 1 for n in shape), dtype=np.int64)
-        prefix[tuple(slice(1, None) for _ in shape)] = hist
-        for ax in range(len(shape)):
-            prefix = np.cumsum(prefix, axis=ax)
-        for i, bnd in bounds.items():
-            counts = prefix[np.ix_(*bnd)] if bnd else prefix
-            for ax in range(len(bnd)):
-                counts = np.diff(counts, axis=ax)
-            num = np.asarray(queries[i].numerators).ravel()
-            counts = counts.ravel()
-            hit = np.flatnonzero(num)
-            if int(np.max(np.abs(num), initial=0)) * total < 2**62:
-                out[i] = int(np.dot(num[hit], counts[hit]))
-            else:
-                out[i] = sum(int(a) * int(b) for a, b in zip(num[hit].tolist(), counts[hit].tolist(), strict=True))
+        for i, value in box_sums(hist, queries, bounds, total).items():
+            out[i] = value
         return out
 
     def _numerators_on_rows(
