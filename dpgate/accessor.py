@@ -28,6 +28,12 @@ declarations is reported in one error.  Values are never read to choose a domain
 categories from the data): declare its values, or opt in to reading undeclared domains
 with ``unsafe_infer_from_data=True``.  :meth:`DPAccessor.explain` prices a query for free.
 
+Frames joined along declared references are configured together, once: the frame's
+``references=``, the other frames in ``tables=`` and their declarations in ``schemas=`` (or a
+multi-table ``schema=`` with ``tables=``).  They get one gateway and one budget: each of
+their rows is registered below, so any of them finds that budget, and a frame among them
+cannot get another.
+
 The budget follows people, not frames
 =====================================
 
@@ -193,7 +199,7 @@ def _one_table(schema: Schema) -> None:
     if len(schema.tables) != 1:
         raise SchemaError(
             f"a DataFrame is one table, but the schema declares {[t.name for t in schema.tables]}; "
-            "pass a one-table schema."
+            "pass a one-table schema, or the other tables' frames with tables=."
         )
 
 
@@ -249,6 +255,7 @@ def _configured(df: pd.DataFrame, config: _Config, others: Mapping[str, pd.DataF
     ``others``: the frames of the schema's other tables, joined with ``df`` under one budget."""
     schema, others = config.schema, others or {}
     table = schema.table(config.table)
+    people = {n: f for n, f in others.items() if not schema.table(n).links.public}  # a public table: no one's rows
     with _LOCK:
         related = _same_rows(df)
         if related:
@@ -273,13 +280,13 @@ def _configured(df: pd.DataFrame, config: _Config, others: Mapping[str, pd.DataF
                     "values, or restart Python (an in-memory budget lasts one process; use a ledger path to "
                     "keep it across processes)."
                 )
-            if any([e.gateway for e, _ in _same_rows(frame)] != [entry.gateway] for frame in others.values()):
+            if any([e.gateway for e, _ in _same_rows(frame)] != [entry.gateway] for frame in people.values()):
                 raise ProgrammingError(
                     f"these rows are already configured: they are {_describe(entry)}, joined with other frames; "
                     "pass the same frames in tables=, or query the frames configured first."
                 )
             return entry.gateway
-        for tname, frame in others.items():
+        for tname, frame in people.items():
             taken = _same_rows(frame)
             if taken:
                 raise ProgrammingError(
@@ -290,7 +297,7 @@ def _configured(df: pd.DataFrame, config: _Config, others: Mapping[str, pd.DataF
         snapshots = {n: _snapshot(f, schema.table(n)) for n, f in frames.items()}
         gw = Gateway(snapshots if len(schema.tables) > 1 else snapshots[table.name], schema, budget=config.budget,
                      ledger=config.ledger, policy=config.policy, seed=config.seed)
-        for tname, frame in frames.items():
+        for tname, frame in {table.name: df, **people}.items():
             names = {str(c): c for c in frame.columns}
             encodings = encodings_of(frame, names)
             encodings.update({c.name: "label" if c.kind == "categorical" else "number"

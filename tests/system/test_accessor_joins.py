@@ -110,3 +110,17 @@ def test_bad_declarations_get_the_gateways_errors_and_nothing_is_configured() ->
     with pytest.raises(dpgate.ProgrammingError, match="the frame of table 'customers' .* holds the rows of"):
         other_people = orders.head(5).assign(shop="elsewhere")  # no row of these orders: other people
         other_people.dp.configure(**declare(references={"customer_id": "customers.id"}, **both))
+
+
+def test_a_public_dimension_frame_may_serve_two_sets_of_people() -> None:
+    data = make_data(9)
+    shops = data["shops"]
+    lookup = {"references": {"shop": "shops.shop"}, "tables": {"shops": shops}, "schemas": {"shops": SHOPS}}
+    first, second = data["orders"], data["orders"].head(30).assign(shop="b", status="elsewhere")
+    first.dp.configure(**declare(**lookup))
+    second.dp.configure(**declare(**lookup))  # other people, the same public shops: no one's rows, no budget
+    sql = "SELECT s.region, COUNT(*) FROM df o JOIN shops s ON o.shop = s.shop GROUP BY s.region"
+    first.dp.query(sql, accuracy=10)
+    assert first.dp.spent > 0 and second.dp.spent == 0
+    with pytest.raises(dpgate.ProgrammingError):  # no budget of its own (its shop column meets the orders')
+        shops.dp.spent  # noqa: B018
