@@ -582,17 +582,24 @@ class _Run:
 
     def _listed(self, query: exp.Expression) -> list[exp.Expression] | None:
         """The values of ``x IN (SELECT … UNION ALL VALUES (…))`` whose selects read no relation (psql's
-        "Referenced by" query), or None for any other subquery."""
-        if isinstance(query, (exp.Subquery, exp.Union)):
-            parts = [self._listed(q) for q in ((query.this,) if isinstance(query, exp.Subquery)
-                                                 else (query.this, query.expression))]
-            return None if None in parts else [v for p in parts for v in p or []]
-        from_ = query.args.get("from_") or query.args.get("from") if isinstance(query, exp.Select) else None
-        if isinstance(query, exp.Select) and from_ is None:
-            return list(query.expressions)
-        rows = from_.this.expressions if from_ is not None and isinstance(from_.this, exp.Values) else []
-        tuples = [t.expressions[0] for t in rows if isinstance(t, exp.Tuple) and len(t.expressions) == 1]
-        return tuples if rows and len(tuples) == len(rows) else None
+        "Referenced by" query), or None for any other subquery.  Iterative: a union chain is as deep as long."""
+        out: list[exp.Expression] = []
+        stack = [query]
+        while stack:
+            q = stack.pop()
+            if isinstance(q, (exp.Subquery, exp.Union)):
+                stack += [q.this] if isinstance(q, exp.Subquery) else [q.expression, q.this]
+                continue
+            from_ = q.args.get("from_") or q.args.get("from") if isinstance(q, exp.Select) else None
+            rows = from_.this.expressions if from_ is not None and isinstance(from_.this, exp.Values) else []
+            tuples = [t.expressions[0] for t in rows if isinstance(t, exp.Tuple) and len(t.expressions) == 1]
+            if isinstance(q, exp.Select) and from_ is None:
+                out += q.expressions
+            elif rows and len(tuples) == len(rows):
+                out += tuples
+            else:
+                return None
+        return out
 
     def in_(self, e: exp.In, env: Row) -> Any:
         listed = list(e.expressions)

@@ -255,6 +255,10 @@ def test_declared_references_are_foreign_keys_in_the_virtual_catalogue() -> None
     assert ask(incoming.format(oid["planes"])) == [
         ("flights_tailnum_fkey", "flights", "FOREIGN KEY (tailnum) REFERENCES planes(tailnum)")]
     assert ask(incoming.format(oid["flights"])) == []
+    chain = ("SELECT conname FROM pg_catalog.pg_constraint WHERE confrelid IN ("
+             + " UNION ALL ".join([f"SELECT {oid['planes']}"] * 3000) + ")")  # as deep as long: no recursion
+    start = time.perf_counter()
+    assert ask(chain) == [("flights_tailnum_fkey",)] and time.perf_counter() - start < LIMIT_S
     assert ask("SELECT relname FROM pg_catalog.pg_class WHERE relhastriggers") == [  # psql reads keys of these
         ("flights",), ("planes",), ("airlines",), ("airports",)]
     # an aliased relation is known by its alias only: the second pg_class does not hide the first
