@@ -28,6 +28,12 @@ declarations is reported in one error.  Values are never read to choose a domain
 categories from the data): declare its values, or opt in to reading undeclared domains
 with ``unsafe_infer_from_data=True``.  :meth:`DPAccessor.explain` prices a query for free.
 
+Frames joined along declared references are configured together, once: the frame's
+``references=``, the other frames in ``tables=`` and their declarations in ``schemas=`` (or a
+multi-table ``schema=`` with ``tables=``).  They get one gateway and one budget: each of
+their rows is registered below, so any of them finds that budget, and a frame among them
+cannot get another.
+
 The budget follows people, not frames
 =====================================
 
@@ -97,7 +103,7 @@ from dpgate.ledger.core import Ledger
 from dpgate.plan.decide import Policy
 from dpgate.schema._from_frame import table_from_dataframe, undeclared_columns_error
 from dpgate.schema._unit import frame_unit
-from dpgate.schema.domains import Schema
+from dpgate.schema.domains import Schema, Table
 
 __all__ = ["DPAccessor", "content_fingerprint"]
 
@@ -115,6 +121,7 @@ class _Config:
     policy: Policy
     seed: int | None
     declared: bool = False
+    table: str = "df"  # the frame's own table (the others: tables=)
 
 
 Relation = Literal["same", "overlap"]
@@ -135,6 +142,7 @@ class _Entry:
     encodings: dict[str, Encoding]
     encoded: dict[str, np.ndarray] = field(repr=False)
     _hashes: dict[tuple[str, ...], np.ndarray] = field(default_factory=dict, repr=False)
+    table: str = "df"  # the table these rows are, in ``schema``
 
     def hashes(self, columns: tuple[str, ...]) -> np.ndarray:
         """Sorted keyed row hashes on ``columns`` (cached)."""
@@ -171,7 +179,7 @@ def _related(df: pd.DataFrame) -> list[tuple[_Entry, Relation]]:
 
 
 def _describe(entry: _Entry) -> str:
-    (table,) = entry.schema.tables
+    table = entry.schema.table(entry.table)
     return (
         f"a frame configured earlier in this process as table {table.name!r} "
         f"(budget {entry.gateway.budget:g}, spent {entry.gateway.spent:.4g})"
@@ -191,17 +199,63 @@ def _one_table(schema: Schema) -> None:
     if len(schema.tables) != 1:
         raise SchemaError(
             f"a DataFrame is one table, but the schema declares {[t.name for t in schema.tables]}; "
-            "pass a one-table schema."
+            "pass a one-table schema, or the other tables' frames with tables=."
         )
 
 
-def _configured(df: pd.DataFrame, config: _Config) -> Gateway:
-    """The gateway for ``df`` under ``config``: the one of the same rows, or a new one (see module docs)."""
-    schema = config.schema
-    _one_table(schema)
-    (table,) = schema.tables
-    names = {str(c): c for c in df.columns}
-    declared = [c for c in (*(c.name for c in table.columns), table.privacy_unit) if c in names]  # unit: to bound
+def _frame_table(schema: Schema, name: str | None, others: Mapping[str, pd.DataFrame]) -> str:
+    """The declared table that is the frame: ``name``, else the one the ``tables=`` frames are not."""
+    if not others and name is None:
+        _one_table(schema)
+    own = name if name is not None else [t.name for t in schema.tables if t.name not in others]
+    if isinstance(own, list) and len(own) != 1:
+        raise SchemaError(f"the schema declares {[t.name for t in schema.tables]}, and tables= holds frames for "
+                          f"{list(others)}; say which table this DataFrame is with name=.")
+    own = schema.table(own if isinstance(own, str) else own[0]).name  # SchemaError: not declared
+    for tname in others:
+        if tname.lower() == own.lower() or not any(t.name.lower() == tname.lower() for t in schema.tables):
+            raise SchemaError(f"tables= holds a frame for {tname!r}, which is this DataFrame's table or not declared; "
+                              f"declared tables: {[t.name for t in schema.tables]} (declare it: schemas={{"
+                              f"{tname!r}: {{...}}}}).")
+    return own
+
+
+def _joined_schema(table: Table, references: Any, schemas: Any, df: pd.DataFrame) -> Schema:
+    """The frame's table with its ``references`` (a column of the frame not otherwise declared is a
+    ``{type: key}``), beside the ``schemas=`` declarations of the other frames' tables."""
+    if not isinstance(references or {}, Mapping) or not isinstance(schemas or {}, Mapping):
+        raise InvalidArgumentType("references= maps a column to '<table>.<column>' and schemas= a table name to its "
+                                  "declaration (as under tables: in a schema file), both dicts.")
+    spec = table.to_dict()
+    if references:
+        spec["references"] = dict(references)
+        frame = {str(c) for c in df.columns}
+        for col in references:
+            if str(col) not in frame:
+                raise SchemaError(f"references= names column {str(col)[:80]!r}, which this DataFrame does not have; "
+                                  f"its columns: {sorted(frame)[:20]}.")
+            if not table.has_column(str(col)) and str(col) != table.privacy_unit:
+                spec["columns"][str(col)] = {"type": "key"}  # a join identifier: no domain, never grouped on
+    clash = [n for n in schemas or {} if str(n).lower() == table.name.lower()]
+    if clash:
+        raise SchemaError(f"schemas= declares {clash[0]!r}, this DataFrame's own table; declare it with the other "
+                          "keywords (categories=, bounds=, privacy_unit=, references= …).")
+    return Schema.from_dict({"tables": {table.name: spec, **{str(n): d for n, d in (schemas or {}).items()}}})
+
+
+def _snapshot(frame: pd.DataFrame, table: Table) -> pd.DataFrame:
+    """The columns of ``frame`` the gateway reads: the declared ones, the unit (to bound) and join keys."""
+    names = {str(c): c for c in frame.columns}
+    needed = (*(c.name for c in table.columns), table.privacy_unit, *table.links.keys)
+    return pd.DataFrame({c: frame[names[c]].copy() for c in dict.fromkeys(needed) if c in names})
+
+
+def _configured(df: pd.DataFrame, config: _Config, others: Mapping[str, pd.DataFrame] | None = None) -> Gateway:
+    """The gateway for ``df`` under ``config``: the one of the same rows, or a new one (see module docs);
+    ``others``: the frames of the schema's other tables, joined with ``df`` under one budget."""
+    schema, others = config.schema, others or {}
+    table = schema.table(config.table)
+    people = {n: f for n, f in others.items() if not schema.table(n).links.public}  # a public table: no one's rows
     with _LOCK:
         related = _same_rows(df)
         if related:
@@ -226,21 +280,38 @@ def _configured(df: pd.DataFrame, config: _Config) -> Gateway:
                     "values, or restart Python (an in-memory budget lasts one process; use a ledger path to "
                     "keep it across processes)."
                 )
+            if any([e.gateway for e, _ in _same_rows(frame)] != [entry.gateway] for frame in people.values()):
+                raise ProgrammingError(
+                    f"these rows are already configured: they are {_describe(entry)}, joined with other frames; "
+                    "pass the same frames in tables=, or query the frames configured first."
+                )
             return entry.gateway
-        encodings = encodings_of(df, names)
-        encodings.update({c.name: "label" if c.kind == "categorical" else "number"
-                          for c in table.columns if c.name in names})
-        encoded = encode_all(df, encodings)
-        snapshot = pd.DataFrame({c: df[names[c]].copy() for c in declared})
-        gw = Gateway(snapshot, schema, budget=config.budget, ledger=config.ledger, policy=config.policy,
-                     seed=config.seed)
-        _ENTRIES.append(_Entry(gw, config, schema, encodings, encoded))
+        for tname, frame in people.items():
+            taken = _same_rows(frame)
+            if taken:
+                raise ProgrammingError(
+                    f"the frame of table {tname!r} (tables=) holds the rows of {_describe(taken[0][0])}: one set of "
+                    "people has one budget. Configure the joined frames together once, or query that frame."
+                )
+        frames = {table.name: df, **{schema.table(n).name: f for n, f in others.items()}}
+        snapshots = {n: _snapshot(f, schema.table(n)) for n, f in frames.items()}
+        gw = Gateway(snapshots if len(schema.tables) > 1 else snapshots[table.name], schema, budget=config.budget,
+                     ledger=config.ledger, policy=config.policy, seed=config.seed)
+        for tname, frame in {table.name: df, **people}.items():
+            names = {str(c): c for c in frame.columns}
+            encodings = encodings_of(frame, names)
+            encodings.update({c.name: "label" if c.kind == "categorical" else "number"
+                              for c in schema.table(tname).columns if c.name in names})
+            _ENTRIES.append(_Entry(gw, config, schema, encodings, encode_all(frame, encodings), table=tname))
         return gw
 
 
 def _same_rows(df: pd.DataFrame) -> list[tuple[_Entry, Relation]]:
     """The configured entry holding exactly ``df``'s rows (or none); any partial overlap is refused."""
     related = _related(df)
+    same = next((e for e, rel in related if rel == "same"), None)
+    if same is not None:  # frames joined under one budget may share values: one gateway, no second budget
+        related = [(e, rel) for e, rel in related if e is same or e.gateway is not same.gateway]
     for entry, rel in related:
         if rel == "overlap":
             raise _refuse_overlap(entry)
@@ -268,14 +339,17 @@ def _lookup(df: pd.DataFrame) -> _Entry:
 def _undeclared_in(sql: str, entry: _Entry, df: pd.DataFrame) -> SchemaError | None:
     """The refusal of a query using columns of ``df`` its declarations left out, else None: asked once the
     gateway refused it with a SchemaError (before reading or spending); reads the SQL, not the data."""
-    (table,) = entry.schema.tables
+    table = entry.schema.table(entry.table)
     frame = {str(c).lower() for c in df.columns}
     try:
         trees = dialect_of(entry.gateway.dialect).parse(sql)
     except (SqlglotError, RecursionError):
         return None  # the gateway's own message stands
+    declared = {t.name.lower() for t in entry.schema.tables}
+    if any(t.name.lower() not in declared for tree in trees if tree is not None for t in tree.find_all(exp.Table)):
+        return None  # an undeclared table: the gateway's message names the declared ones
     used = dict.fromkeys(node.name for tree in trees if tree is not None for node in tree.find_all(exp.Column))
-    missing = [n for n in used if n and n.lower() in frame and not table.has_column(n)]
+    missing = [n for n in used if n and n.lower() in frame and not table.links.has_physical(table, n)]
     return undeclared_columns_error(df, table, missing) if missing else None
 
 
@@ -320,6 +394,9 @@ class DPAccessor:
         other: Iterable[str] = (),
         privacy_unit: str | None = None,
         max_rows_per_unit: int | None = None,
+        references: Mapping[str, str] | None = None,
+        tables: Mapping[str, pd.DataFrame] | None = None,
+        schemas: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         """Declare the frame's public schema and its privacy budget.
 
@@ -344,6 +421,15 @@ class DPAccessor:
             other: categorical columns that may hold undeclared values (an ``<other>`` group).
             privacy_unit, max_rows_per_unit: the column identifying a person and how many of their rows
                 count (rows beyond are dropped by a keyed hash; every charge ×k), as in a schema file.
+            references: declared join paths from this frame, as in a schema file:
+                ``{"customer_id": "customers.id"}`` (the referenced table's privacy unit, or a public
+                table's key); a referencing column not otherwise declared is a join key.
+            tables: the frames of the other tables, ``{"customers": customers_df}``: one budget for all
+                of them (queries join them along declared references; each frame's rows then share it).
+            schemas: each other table's declaration, as under ``tables:`` in a schema file, e.g.
+                ``{"customers": {"privacy_unit": "id", "max_rows_per_unit": 1, "columns": {...}}}``
+                (or ``{"public": True, "key": "sku", "columns": {...}}``); with ``schema=``, declare
+                every table there instead.
 
         Raises:
             SchemaError: the schema or the declarations are invalid (every problem in one error).
@@ -355,23 +441,32 @@ class DPAccessor:
             raise ProgrammingError("df.dp.configure takes a ledger *path*, not an open Ledger.")
         if name is not None and not isinstance(name, str):
             raise InvalidArgumentType(f"name= is the table's name in SQL, a string; got {type(name).__name__}.")
+        if not isinstance(tables or {}, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, pd.DataFrame) for k, v in (tables or {}).items()):
+            raise InvalidArgumentType("tables= maps each other table's name to its DataFrame, "
+                                      "e.g. tables={'customers': customers_df}.")
+        others = dict(tables or {})
         if schema is not None:
             sch = Schema.load(schema)
-            _one_table(sch)
-            if name is not None and name.lower() != sch.tables[0].name.lower():
+            if not others and len(sch.tables) == 1 and name is not None \
+                    and name.lower() != sch.tables[0].name.lower():
                 raise SchemaError(f"name={name!r} differs from the schema's table {sch.tables[0].name!r}.")
-            if bounds or bins or categories or nullable or other or (privacy_unit, max_rows_per_unit) != (None, None):
+            if bounds or bins or categories or nullable or other or references or schemas \
+                    or (privacy_unit, max_rows_per_unit) != (None, None):
                 raise SchemaError(
-                    "categories=, bounds=, bins=, nullable=, other=, privacy_unit= and max_rows_per_unit= build a "
-                    "schema from the frame; with schema= declare them there."
+                    "categories=, bounds=, bins=, nullable=, other=, privacy_unit=, max_rows_per_unit=, references= "
+                    "and schemas= build a schema from the frame; with schema= declare them there."
                 )
+            own = _frame_table(sch, name, others)
         else:  # only the named columns (and bool ones): the others are not part of the schema
             table = table_from_dataframe(
                 self._df, name or "df", categories=categories, bounds=bounds, bins=bins,
                 unsafe_infer_from_data=unsafe_infer_from_data, nullable=nullable, other=other, declared_only=True,
                 unit=frame_unit(name or "df", privacy_unit, max_rows_per_unit, 1),
             )
-            sch = Schema((table,))
+            sch = Schema((table,)) if not (references or schemas or others) \
+                else _joined_schema(table, references, schemas, self._df)
+            own = _frame_table(sch, table.name, others)
         config = _Config(
             schema=sch,
             budget=budget,
@@ -379,11 +474,12 @@ class DPAccessor:
             policy=policy,
             seed=seed,
             declared=schema is None,
+            table=own,
         )
         # Validates now (schema against data, overlap with configured rows, ledger binding, clashes).
         # Nothing is written to df.attrs: pandas copies attrs into derived frames, and neither a
         # budget nor a seed may travel with them; the registry finds these rows by content.
-        _configured(self._df, config)
+        _configured(self._df, config, others)
 
     # -- queries ---------------------------------------------------------------------------------------
     def query(

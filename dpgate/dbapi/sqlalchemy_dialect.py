@@ -17,7 +17,8 @@ file (``dpgate:////abs/path.duckdb`` for an absolute path) or an embedded data s
 Every connection of one engine shares **one** :class:`~dpgate.Gateway` — one budget and one
 ledger, whatever the pool opens (a connection per pool slot with its own in-memory ledger
 would spend the budget once per slot).  Reflection (``inspect(engine).get_table_names()``,
-``get_columns``, ``Table(..., autoload_with=engine)``) answers from the declared schema; the
+``get_columns``, ``get_foreign_keys`` (the declared references), ``Table(..., autoload_with=engine)``)
+answers from the declared schema; the
 pool's rollback on return is a no-op (nothing dpgate releases can be taken back).
 """
 
@@ -30,7 +31,7 @@ from typing import Any
 
 from sqlalchemy import types as sqltypes
 from sqlalchemy.engine import URL, default
-from sqlalchemy.engine.interfaces import ReflectedColumn, ReflectedPrimaryKeyConstraint
+from sqlalchemy.engine.interfaces import ReflectedColumn, ReflectedForeignKeyConstraint, ReflectedPrimaryKeyConstraint
 
 from dpgate.errors import InterfaceError
 
@@ -178,8 +179,13 @@ class DPGateDialect(default.DefaultDialect):
         return ReflectedPrimaryKeyConstraint(constrained_columns=[], name=None)
 
     def get_foreign_keys(self, connection: Any, table_name: str, schema: str | None = None,
-                         **kw: Any) -> list[Any]:
-        return []
+                         **kw: Any) -> list[ReflectedForeignKeyConstraint]:
+        """The declared references, named as ``dpgate serve``'s catalogue names them (PostgreSQL's way)."""
+        table = self._schema(connection).table(table_name)
+        return [ReflectedForeignKeyConstraint(name=f"{table.name}_{r.column}_fkey", constrained_columns=[r.column],
+                                              referred_schema=None, referred_table=r.target,
+                                              referred_columns=[r.target_column], options={})
+                for r in table.links.references]
 
     def get_indexes(self, connection: Any, table_name: str, schema: str | None = None, **kw: Any) -> list[Any]:
         return []

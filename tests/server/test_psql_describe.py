@@ -232,3 +232,41 @@ def test_a_limit_zero_probe_answers_no_rows_and_the_declared_types_reading_nothi
             with pytest.raises(psycopg.Error):
                 con.execute(refused)
     assert ledger_records(tmp) == 0
+
+
+def test_declared_references_are_foreign_keys_in_the_virtual_catalogue() -> None:
+    _, schema = dpgate.datasets.load_flights()
+    oid = {t.name: _pg_catalog.FIRST_OID + i for i, t in enumerate(schema.tables)}
+
+    def ask(sql: str, *params: object) -> list[tuple[object, ...]]:
+        found = _catalog.answer(sql, params, schema, user="u", database="d")
+        assert found is not None
+        return list(found.rows)
+
+    outgoing = ("SELECT true as sametable, conname, pg_catalog.pg_get_constraintdef(r.oid, true) as condef, "
+                "conrelid::pg_catalog.regclass AS ontable FROM pg_catalog.pg_constraint r "
+                f"WHERE r.conrelid = '{oid['flights']}' AND r.contype = 'f' AND conparentid = 0 ORDER BY conname")
+    assert ask(outgoing)[-1] == (True, "flights_tailnum_fkey", "FOREIGN KEY (tailnum) REFERENCES planes(tailnum)",
+                                 "flights")
+    incoming = ("SELECT conname, conrelid::pg_catalog.regclass AS ontable, pg_catalog.pg_get_constraintdef(oid, true) "
+                "AS condef FROM pg_catalog.pg_constraint c WHERE confrelid IN (SELECT "
+                "pg_catalog.pg_partition_ancestors('{0}') UNION ALL VALUES ('{0}'::pg_catalog.regclass)) "
+                "AND contype = 'f' AND conparentid = 0 ORDER BY conname;")  # psql 15's "Referenced by"
+    assert ask(incoming.format(oid["planes"])) == [
+        ("flights_tailnum_fkey", "flights", "FOREIGN KEY (tailnum) REFERENCES planes(tailnum)")]
+    assert ask(incoming.format(oid["flights"])) == []
+    chain = ("SELECT conname FROM pg_catalog.pg_constraint WHERE confrelid IN ("
+             + " UNION ALL ".join([f"SELECT {oid['planes']}"] * 3000) + ")")  # as deep as long: no recursion
+    start = time.perf_counter()
+    assert ask(chain) == [("flights_tailnum_fkey",)] and time.perf_counter() - start < LIMIT_S
+    assert ask("SELECT relname FROM pg_catalog.pg_class WHERE relhastriggers") == [  # psql reads keys of these
+        ("flights",), ("planes",), ("airlines",), ("airports",)]
+    # an aliased relation is known by its alias only: the second pg_class does not hide the first
+    twice = ("SELECT pg_catalog.pg_class.relname, cls_ref.relname FROM pg_catalog.pg_class JOIN "
+             "pg_catalog.pg_constraint ON pg_catalog.pg_class.oid = pg_catalog.pg_constraint.conrelid AND "
+             "pg_catalog.pg_constraint.contype = 'f' JOIN pg_catalog.pg_class AS cls_ref ON "
+             "cls_ref.oid = pg_catalog.pg_constraint.confrelid ORDER BY 2")
+    assert ask(twice) == [("flights", "airlines"), ("flights", "airports"), ("flights", "planes")]
+    _, pums = dpgate.datasets.load_pums()
+    assert _catalog.answer("SELECT conname FROM pg_catalog.pg_constraint WHERE contype = 'f'", (), pums,
+                           user="u", database="d").rows == ()

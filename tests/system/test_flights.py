@@ -231,32 +231,50 @@ def test_psql_d_shows_the_unit_and_the_bound(subset, tmp_path: Path) -> None:
             assert "Check constraints:" in out.stdout
             assert (f'"dpgate_privacy_unit" CHECK (privacy unit tailnum: at most {K} rows of each tailnum counted, '
                     f"the rest dropped; every charge ×{K})") in out.stdout
+            # each declared reference as a foreign key, and on the referenced table "Referenced by"
+            assert ("Foreign-key constraints:\n"
+                    '    "flights_carrier_fkey" FOREIGN KEY (carrier) REFERENCES airlines(carrier)\n'
+                    '    "flights_origin_fkey" FOREIGN KEY (origin) REFERENCES airports(faa)\n'
+                    '    "flights_tailnum_fkey" FOREIGN KEY (tailnum) REFERENCES planes(tailnum)\n') in out.stdout
             planes = psql(server.port, footers, r"\d planes").stdout
             assert "at most 1 row of each tailnum counted" in planes
+            assert ('Referenced by:\n    TABLE "flights" CONSTRAINT "flights_tailnum_fkey" FOREIGN KEY (tailnum) '
+                    "REFERENCES planes(tailnum)\n") in planes and "Foreign-key constraints" not in planes
             listed = psql(server.port, r"\dt+").stdout
             assert f"privacy unit: each tailnum, up to {K} rows" in listed
             assert "dpgate: public dimension, key carrier: joined as a lookup along declared references" in listed
             airlines = psql(server.port, footers, r"\d airlines").stdout
             assert "carrier" in airlines and "Check constraints" not in airlines  # public: no unit
+            assert ('Referenced by:\n    TABLE "flights" CONSTRAINT "flights_carrier_fkey" FOREIGN KEY (carrier) '
+                    "REFERENCES airlines(carrier)\n") in airlines
             plus = psql(server.port, footers, r"\d+ flights").stdout
             assert "dpgate domain: timestamp 2013-01-01 00:00..2013-12-31 23:00 by hour" in plus
             explain = psql(server.port, "EXPLAIN SELECT COUNT(*) FROM flights")
             assert f"every charge ×{K}" in explain.stdout, explain.stderr
-            # SQLAlchemy's reflection reads the constraint too (its CASE … IS NOT NULL), and nothing else
+            # SQLAlchemy's reflection reads the constraints too (its CASE … IS NOT NULL), and nothing else
             import warnings
 
             import sqlalchemy as sa
             engine = sa.create_engine(f"postgresql+psycopg://alice:{PASSWORDS['alice']}@127.0.0.1:{server.port}/flights")
             try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("error")
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
                     table = sa.Table("flights", sa.MetaData(), autoload_with=engine)
                     insp = sa.inspect(engine)
                     checks = insp.get_check_constraints("flights")
-                    assert insp.get_foreign_keys("flights") == [] and insp.get_check_constraints("airlines") == []
+                    fkeys = insp.get_foreign_keys("flights")
+                    assert insp.get_check_constraints("airlines") == [] and insp.get_foreign_keys("planes") == []
             finally:
                 engine.dispose()
+            assert [(f["constrained_columns"], f["referred_table"], f["referred_columns"]) for f in fkeys] == [
+                (["carrier"], "airlines", ["carrier"]), (["origin"], "airports", ["faa"]),
+                (["tailnum"], "planes", ["tailnum"])]
+            # the unit tailnum is no queryable column: a reflected Table skips its key, saying so, and keeps the others
+            assert [str(w.message).split(";")[0] for w in caught] == [
+                "On reflected table flights, skipping reflection of foreign key constraint flights_tailnum_fkey"
+            ], [str(w.message) for w in caught]
             assert "tailnum" not in table.c and [c["name"] for c in checks] == ["dpgate_privacy_unit"]
+            assert sorted(fk.target_fullname for fk in table.foreign_keys) == ["airlines.carrier", "airports.faa"]
             assert checks[0]["sqltext"].startswith(f"privacy unit tailnum: at most {K} rows")
         finally:
             server.shutdown(timeout=10)
