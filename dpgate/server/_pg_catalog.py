@@ -313,16 +313,20 @@ class _Run:
         self.relations, self.params, self.budget_note = relations, params, budget_note
 
     def query(self, tree: exp.Expression) -> tuple[list[str], list[tuple[Any, ...]]]:
-        if isinstance(tree, exp.Union):
-            names, left = self.query(tree.this)
-            _, right = self.query(tree.expression)
-            rows = left + right
-            if tree.args.get("distinct"):
-                rows = list(dict.fromkeys(rows))
-            return names, rows
+        # A chain of UNIONs parses left-deep: walked in a loop, so its length cannot recurse
+        # (a right branch nests only inside parentheses, which check_complexity bounds).
+        chain = []
+        while isinstance(tree, exp.Union):
+            chain.append(tree)
+            tree = tree.this
         if not isinstance(tree, exp.Select):
             raise UnsupportedQuery("this catalogue query has another shape; nothing was read.")
-        return self.select(tree, {})
+        names, rows = self.select(tree, {})
+        for union in reversed(chain):
+            rows = rows + self.query(union.expression)[1]
+            if union.args.get("distinct"):
+                rows = list(dict.fromkeys(rows))
+        return names, rows
 
     def prototype(self, tree: exp.Expression) -> list[Any]:
         """The select list's values on the first row of each relation it reads (NULL for an empty one)."""

@@ -270,3 +270,12 @@ def test_declared_references_are_foreign_keys_in_the_virtual_catalogue() -> None
     _, pums = dpgate.datasets.load_pums()
     assert _catalog.answer("SELECT conname FROM pg_catalog.pg_constraint WHERE contype = 'f'", (), pums,
                            user="u", database="d").rows == ()
+
+
+def test_a_long_union_chain_of_catalogue_selects_is_walked_not_recursed() -> None:
+    _, schema = dpgate.datasets.load_pums()
+    for op, rows in ((" UNION ALL ", 2000), (" UNION ", 1)):
+        sql = op.join(["SELECT relname FROM pg_catalog.pg_class"] * 2000)  # 99 989 characters: within the limit
+        start = time.perf_counter()
+        found = _catalog.answer(sql, (), schema, user="u", database="d")
+        assert found is not None and len(found.rows) == rows and time.perf_counter() - start < LIMIT_S
