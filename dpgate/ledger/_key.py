@@ -185,8 +185,10 @@ def binding_mac(key: bytes, fingerprint: str) -> str:
 
 
 def header_mac(key: bytes, meta: dict[str, str]) -> str:
-    """The MAC of the budget header: the start of the chain."""
-    return _mac(key, "header", [meta.get(k) for k in ("format_version", "binding", "budget", "created_at")])
+    """The MAC of the budget header: the start of the chain.  A zCDP ledger's header names its
+    accounting (``privacy``), covered too; a pure-ε ledger's has none (ledgers made before zCDP)."""
+    fields = ("format_version", "binding", "budget", "created_at", *(("privacy",) if "privacy" in meta else ()))
+    return _mac(key, "header", [meta.get(k) for k in fields])
 
 
 def record_mac(key: bytes, previous: str, row: Sequence[object]) -> str:

@@ -366,19 +366,20 @@ def extend_chain(key: bytes, head: Anchor, rows: Sequence[tuple[Any, ...]], wher
     return count, mac
 
 
-def new_header(key: bytes, fingerprint: str, budget: float) -> dict[str, str]:
-    """The metadata of a new ledger: format, keyed binding, budget, creation time, and the
-    header MAC that starts the chain."""
+def new_header(key: bytes, fingerprint: str, budget: float, privacy: str = "pure") -> dict[str, str]:
+    """The metadata of a new ledger: format, keyed binding, budget, creation time, its accounting
+    when it is zCDP (``privacy``, the budget then in ρ), and the header MAC that starts the chain."""
     meta = {"format_version": FORMAT_VERSION, "binding": binding_mac(key, fingerprint), "budget": repr(budget),
-            "created_at": now()}
+            "created_at": now(), **({"privacy": privacy} if privacy != "pure" else {})}
     meta["header_mac"] = header_mac(key, meta)
     return meta
 
 
 def check_header(meta: dict[str, str], where: str, *, key: bytes | None, fingerprint: str | None,
-                 budget: float) -> None:
+                 budget: float, privacy: str = "pure") -> None:
     """Refuse stored metadata of another format version, data source (with the key and a
-    fingerprint), budget, or (with the key) a header whose MAC does not match.
+    fingerprint), accounting (``privacy``: a ledger without one is pure ε), budget, or (with
+    the key) a header whose MAC does not match.
 
     Raises:
         LedgerError: saying which, and what to do.
@@ -398,6 +399,16 @@ def check_header(meta: dict[str, str], where: str, *, key: bytes | None, fingerp
                 "created with another key. Its budget was spent on other data: open the gateway "
                 "on the original data, schema and key, or use a new ledger path."
             )
+    stored_privacy = meta.get("privacy", "pure")
+    if stored_privacy != privacy:
+        unit = {"pure": "ε", "zcdp": "ρ"}
+        raise LedgerError(
+            f"The ledger {where!r} keeps {stored_privacy!r} accounting (its budget {meta.get('budget')} is in "
+            f"{unit.get(stored_privacy, '?')}), but privacy={privacy!r} was requested. A ledger's accounting "
+            f"cannot change: open it with privacy={stored_privacy!r}, or use a new ledger path"
+            + (" (its ε-DP releases are ε²/2-zCDP, so a new zCDP ledger may start from their sum)."
+               if stored_privacy == "pure" else ".")
+        )
     try:
         stored_budget = float(meta.get("budget", "nan"))
     except ValueError:

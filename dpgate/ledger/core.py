@@ -103,6 +103,7 @@ from dpgate.ledger._records import (
 )
 from dpgate.ledger._sqlite import SqliteStore
 from dpgate.ledger._store import AppendHook, Connection, LedgerStore, provenance_key
+from dpgate.plan.zcdp import check_privacy
 
 __all__ = ["FORMAT_VERSION", "Ledger", "LedgerRecord", "LedgerTransaction"]
 
@@ -128,6 +129,8 @@ class Ledger:
         self.store = store
         self.binding = ""
         self.budget = budget
+        #: The accounting: ``"pure"`` (ε) or ``"zcdp"`` (ρ), the unit of ``budget`` and of ``cost_after``.
+        self.privacy = "pure"
         self.session = uuid.uuid4().hex
         self._key = key  # None: opened for audit without the key (read-only, unverified)
         self._key_path = key_path  # where a missing key is created (None: in memory, or given as bytes)
@@ -152,6 +155,7 @@ class Ledger:
         timeout: float = _DEFAULT_TIMEOUT,
         key: bytes | str | os.PathLike[str] | None = None,
         new: bool = False,
+        privacy: str = "pure",
     ) -> Ledger:
         """Open (creating if needed) the ledger at ``path``, bound to data and budget.
 
@@ -174,6 +178,8 @@ class Ledger:
                 a missing or empty ledger whose anchor (``<path>.anchor``) records
                 committed releases is refused, since its budget would silently
                 start again from zero.
+            privacy: the accounting (``"pure"`` ε or ``"zcdp"`` ρ, the budget's unit).
+                Stored on creation (a pure ledger stores none); must match on reopening.
 
         Returns:
             The open ledger.
@@ -188,6 +194,7 @@ class Ledger:
         if not isinstance(fingerprint, str) or not fingerprint:
             raise InvalidRequirement("The ledger fingerprint must be a non-empty string.")
         budget = positive_finite(budget, "The budget", error=InvalidRequirement)
+        privacy = check_privacy(privacy)
         # An infinite timeout (wait for ever) is allowed.
         if real(timeout, "The ledger timeout (seconds)", error=InvalidRequirement) <= 0:
             raise InvalidRequirement(f"The ledger timeout must be > 0 seconds, not {timeout!r}.")
@@ -197,8 +204,9 @@ class Ledger:
             store = PostgresStore(path, float(timeout))
             secret, key_path = store.ledger_key(key)
             anchor = None if key_path is None else key_path + ".anchor"
-            return cls(store, float(budget), secret, key_path=key_path, anchor_path=anchor)._initialised(
-                fingerprint, new=new)
+            shared = cls(store, float(budget), secret, key_path=key_path, anchor_path=anchor)
+            shared.privacy = privacy
+            return shared._initialised(fingerprint, new=new)
         resolved: str | None = None
         if path is not None:
             resolved = os.path.abspath(os.fspath(path))
@@ -212,6 +220,7 @@ class Ledger:
         ledger = cls(SqliteStore(resolved, float(timeout)), float(budget), secret,
                      key_path=None if resolved is None else resolved + ".key",
                      anchor_path=None if resolved is None else resolved + ".anchor")
+        ledger.privacy = privacy
         return ledger._initialised(fingerprint, new=new)
 
     @classmethod
@@ -265,6 +274,7 @@ class Ledger:
             secret = None  # audit without the key
         ledger = cls(SqliteStore(where, float(timeout)), budget, secret, key_path=where + ".key",
                      anchor_path=where + ".anchor")
+        ledger.privacy = meta.get("privacy", "pure")
         return ledger._initialised(None, new=False)
 
     @property
@@ -343,13 +353,13 @@ class Ledger:
                 write_anchor(self.provenance_anchor, (0, ""), durable=True)  # a new ledger's provenance is empty
         for statement in self.store.schema:  # not executescript(): it would COMMIT first
             conn.execute(statement)
-        meta = new_header(self._key, fingerprint, self.budget)
+        meta = new_header(self._key, fingerprint, self.budget, self.privacy)
         conn.executemany("INSERT INTO dpgate_meta(key, value) VALUES (?, ?)", list(meta.items()))
         self.binding = meta["binding"]
         self._head = (0, meta["header_mac"])
 
     def _check_meta(self, meta: dict[str, str], where: str, fingerprint: str | None) -> None:
-        check_header(meta, where, key=self._key, fingerprint=fingerprint, budget=self.budget)
+        check_header(meta, where, key=self._key, fingerprint=fingerprint, budget=self.budget, privacy=self.privacy)
         self.binding = meta.get("binding", "")
         if self._key is not None:
             with self._head_guard:
