@@ -166,7 +166,9 @@ def _budget_summary(budget: float, spent: float, releases: int) -> dict[str, Any
 
 def _ledger_summary(meta: dict[str, str], recs: Any) -> dict[str, Any]:
     """:func:`_budget_summary` of a ledger read by :func:`_read_ledger` (spent = the last cumulative cost)."""
-    return _budget_summary(float(meta["budget"]), max((r.cost_after for r in recs), default=0.0), len(recs))
+    # The last record's: costs only grow, and a ledger converted to zCDP kept ε before its ρ.
+    budget = float(meta.get("converted_budget", meta["budget"]))
+    return _budget_summary(budget, recs[-1].cost_after if recs else 0.0, len(recs))
 
 
 @cli.command()

@@ -115,6 +115,8 @@ class Gateway(Accounting, Extensions, Plots):
         max_memory: bytes of arrays one statement may build (default 1 GiB; ``compile.bounds.reserve_memory``).
         reasks: ``"simultaneous"`` (default: all intervals of a query hold together, ``plan.asks``) or ``"independent"``.
         privacy: ``"pure"`` (default: ε-DP) or ``"zcdp"`` (ρ-zCDP, composing like √k; ``gateway._privacy``).
+        convert_ledger: with ``privacy="zcdp"``, convert a pure-ε ``ledger`` to zCDP (for good; its releases are
+            then charged ε²/2-zCDP each); without it such a ledger is refused with an error naming this switch.
 
     Example:
         >>> import dpgate, dpgate.datasets
@@ -146,6 +148,7 @@ class Gateway(Accounting, Extensions, Plots):
         max_memory: int = DEFAULT_MAX_MEMORY,
         reasks: ReaskMode = "simultaneous",
         privacy: str = "pure",
+        convert_ledger: bool = False,
     ):
         self.privacy, budget = privacy_budget(privacy, budget)
         self.policy, reasks = check_policy(policy), check_reasks(reasks)
@@ -162,7 +165,7 @@ class Gateway(Accounting, Extensions, Plots):
         fingerprint = hashlib.sha256(f"{self._cube.fingerprint()}|{self._fingerprinted[1]}".encode()).hexdigest()
         with collector_paused():
             self._ledger = ledger_for(self._cube, ledger, fingerprint=fingerprint, budget=float(budget),
-                                      key=ledger_key, new=new_ledger, privacy=self.privacy)
+                                      key=ledger_key, new=new_ledger, privacy=self.privacy, convert=convert_ledger)
             self._owns_ledger = not isinstance(ledger, Ledger)
             self._noise = noise_source(seed)
             self._history = LedgerHistory(self.schema, self._ledger, max_atoms, zcdp=self.privacy == "zcdp")

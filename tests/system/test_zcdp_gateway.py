@@ -232,3 +232,46 @@ def test_coverage_of_fresh_and_history_intervals_over_200_gateways(confidence: f
         se = math.sqrt(confidence * (1 - confidence) / n)
         assert sum(h) / n >= confidence - 3 * se, (source, sum(h) / n, n)
     assert len(hits["history"]) >= 200  # the re-asks came from history
+
+
+def test_convert_ledger_charges_pure_releases_as_rho(tmp_path) -> None:
+    path = str(tmp_path / "p.db")
+    pure = _gw(ledger=path, privacy="pure", budget=2.0)
+    _ask(pure, "SELECT COUNT(*) FROM t WHERE x < 2", 20)
+    _ask(pure, "SELECT COUNT(*) FROM t WHERE x < 3", 20)
+    alphas = [r.alpha for r in pure.ledger.records()]
+    pure.close()
+    with pytest.raises(LedgerError, match="convert_ledger=True"):
+        _gw(ledger=path)
+    with pytest.raises(InvalidArgument):
+        _gw(ledger=path, convert_ledger="yes")
+    gw = _gw(ledger=path, convert_ledger=True, budget=0.3)
+    assert gw.privacy == "zcdp" and gw.budget == 0.3
+    assert gw.spent == pytest.approx(sum(a**2 / 2 for a in alphas), rel=1e-9)  # cells x < 2 hold both
+    before = gw.spent
+    r = _ask(gw, "SELECT COUNT(*) FROM t WHERE x = 3", 20)
+    assert gw.spent >= before and gw.ledger.records()[-1].cost_after == pytest.approx(gw.spent)
+    assert r.rho_spent is not None
+    after = gw.spent
+    gw.close()
+    again = _gw(ledger=path, budget=0.3)  # now a zCDP ledger: no switch needed, ρ budget kept
+    assert again.spent == pytest.approx(after)
+    again.close()
+    with pytest.raises(LedgerError, match="budget"):
+        _gw(ledger=path, budget=0.4)
+    with pytest.raises(LedgerError, match="'zcdp'"):
+        _gw(ledger=path, privacy="pure", budget=2.0)
+    assert dpgate.ledger.Ledger.open_existing(path).budget == 0.3
+
+
+def test_a_conversion_cannot_be_edited(tmp_path) -> None:
+    path = str(tmp_path / "p.db")
+    _gw(ledger=path, privacy="pure", budget=2.0).close()
+    _gw(ledger=path, convert_ledger=True, budget=0.3).close()
+    con = sqlite3.connect(path)
+    con.execute("DROP TRIGGER IF EXISTS dpgate_meta_no_update")
+    con.execute("UPDATE dpgate_meta SET value = '3.0' WHERE key = 'converted_budget'")
+    con.commit()
+    con.close()
+    with pytest.raises(LedgerError, match="conversion"):
+        _gw(ledger=path, budget=3.0)
