@@ -116,12 +116,13 @@ class _Config:
     """What ``configure`` was asked for (``declared``: the schema is from categories= / bounds= / bins=)."""
 
     schema: Schema
-    budget: float
+    budget: Any
     ledger: str | None
     policy: Policy
     seed: int | None
     declared: bool = False
     table: str = "df"  # the frame's own table (the others: tables=)
+    privacy: str = "pure"
 
 
 Relation = Literal["same", "overlap"]
@@ -269,7 +270,7 @@ def _configured(df: pd.DataFrame, config: _Config, others: Mapping[str, pd.DataF
             old = entry.config
             clash = [
                 f"{k}={getattr(old, k)!r} (asked {getattr(config, k)!r})"
-                for k in ("budget", "ledger", "seed")
+                for k in ("budget", "ledger", "seed", "privacy")
                 if getattr(old, k) != getattr(config, k)
             ]
             if clash:
@@ -296,7 +297,8 @@ def _configured(df: pd.DataFrame, config: _Config, others: Mapping[str, pd.DataF
         frames = {table.name: df, **{schema.table(n).name: f for n, f in others.items()}}
         snapshots = {n: _snapshot(f, schema.table(n)) for n, f in frames.items()}
         gw = Gateway(snapshots if len(schema.tables) > 1 else snapshots[table.name], schema, budget=config.budget,
-                     ledger=config.ledger, policy=config.policy, seed=config.seed)
+                     ledger=config.ledger, policy=config.policy, seed=config.seed,
+                     privacy=config.privacy)
         for tname, frame in {table.name: df, **people}.items():
             names = {str(c): c for c in frame.columns}
             encodings = encodings_of(frame, names)
@@ -397,6 +399,7 @@ class DPAccessor:
         references: Mapping[str, str] | None = None,
         tables: Mapping[str, pd.DataFrame] | None = None,
         schemas: Mapping[str, Mapping[str, Any]] | None = None,
+        privacy: str = "pure",
     ) -> None:
         """Declare the frame's public schema and its privacy budget.
 
@@ -404,7 +407,7 @@ class DPAccessor:
             schema: a one-table ``dpgate.Schema``, dict or YAML path; default: built from
                 ``categories`` / ``bounds`` / ``bins``, which name the only columns queries may
                 use (with the bool columns, boolean by type).
-            budget: total privacy budget ε of these rows (default 1.0).
+            budget: total privacy budget ε of these rows (default 1.0); ρ (or ``(ε, δ)``) for zCDP.
             ledger: a path for a durable ledger (the budget then survives the process).
             name: the table name used in SQL (default ``df``, or the schema's table).
             bounds: inclusive integer ``(min, max)`` per numeric column.
@@ -430,6 +433,7 @@ class DPAccessor:
                 ``{"customers": {"privacy_unit": "id", "max_rows_per_unit": 1, "columns": {...}}}``
                 (or ``{"public": True, "key": "sku", "columns": {...}}``); with ``schema=``, declare
                 every table there instead.
+            privacy: ``"pure"`` (default, ε-DP) or ``"zcdp"`` (ρ; :class:`~dpgate.Gateway`).
 
         Raises:
             SchemaError: the schema or the declarations are invalid (every problem in one error).
@@ -475,6 +479,7 @@ class DPAccessor:
             seed=seed,
             declared=schema is None,
             table=own,
+            privacy=privacy,
         )
         # Validates now (schema against data, overlap with configured rows, ledger binding, clashes).
         # Nothing is written to df.attrs: pandas copies attrs into derived frames, and neither a
@@ -502,7 +507,7 @@ class DPAccessor:
         integers for counts (free post-processing, see :meth:`dpgate.Result.rounded`).
 
         Privacy: as :meth:`dpgate.Gateway.query` — add/remove-one-row DP; each fresh
-        measurement of a linear query with sensitivity ``S`` gets discrete Laplace
+        measurement of a linear query with sensitivity ``S`` gets discrete Laplace (zCDP: Gaussian)
         noise of scale ``S/α`` at the smallest α meeting the requirement; answers from
         history cost nothing.  ``confidence`` defaults to 0.95 (or a SQL hint).
         """
@@ -581,7 +586,7 @@ class DPAccessor:
 
     @property
     def budget(self) -> float:
-        """Total privacy budget ε of this data."""
+        """Total privacy budget ε of this data (ρ for ``privacy="zcdp"``)."""
         return self.gateway.budget
 
     @property

@@ -31,6 +31,7 @@ from dpgate._version import __version__
 from dpgate.compile.query import LinearQuery
 from dpgate.ledger import _checkpoint
 from dpgate.plan.state import RecordedCharges, RecordedRelease, TableState
+from dpgate.release._gaussian import GAUSSIAN_NOISE
 from dpgate.schema.domains import Schema
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ __all__ = ["LedgerHistory", "collector_paused"]
 #: (``dpgate.ledger._checkpoint``); closing it checkpoints whatever it added.
 CHECKPOINT_AFTER = 64
 #: Layout of the checkpointed inference state (a checkpoint of another layout is replayed).
-STATE_LAYOUT = 6  # 6: statement runs kept for local histories; 5: cost atoms in blocks (plan.cost_grid)
+STATE_LAYOUT = 7  # 7: Gaussian releases (zCDP) marked in the inference state; 6: statement runs kept for local histories; 5: cost atoms in blocks (plan.cost_grid)
 #: Local histories kept, the most recently used ones (:meth:`LedgerHistory.planning_state`).
 _LOCAL_KEPT = 4
 
@@ -57,10 +58,11 @@ class LedgerHistory:
         schema: the declared tables.
         ledger: the ledger the states follow.
         max_atoms: each table's limit on inference atoms (``Gateway(max_atoms=...)``).
+        zcdp: the costs count ρ (a gateway opened with ``privacy="zcdp"``), not ε.
     """
 
-    def __init__(self, schema: Schema, ledger: Ledger, max_atoms: int) -> None:
-        self.schema, self.ledger, self.max_atoms = schema, ledger, max_atoms
+    def __init__(self, schema: Schema, ledger: Ledger, max_atoms: int, *, zcdp: bool = False) -> None:
+        self.schema, self.ledger, self.max_atoms, self.zcdp = schema, ledger, max_atoms, zcdp
         self.tables: dict[str, TableState] = {}
         #: Per table, each recorded statement's columns (lower-cased) and releases, in ledger order.
         self.runs: dict[str, list[tuple[frozenset[str], tuple[RecordedRelease, ...]]]] = {}
@@ -81,7 +83,7 @@ class LedgerHistory:
         t = self.schema.table(table)
         key = t.name.lower()
         if key not in self.tables:
-            self.tables[key] = TableState.new(t, self.max_atoms)
+            self.tables[key] = TableState.new(t, self.max_atoms, zcdp=self.zcdp)
         return self.tables[key]
 
     def planning_state(self, table: str, queries: Sequence[LinearQuery]) -> TableState:
@@ -115,7 +117,7 @@ class LedgerHistory:
         runs = self.runs.get(key[0], [])
         found = self._local.pop(key, None)
         if found is None:  # its atoms are its columns' only: wide queries whose weights fit are held too
-            found = (replace(TableState.new(t, self.max_atoms), hold_wide=self.max_atoms), 0)
+            found = (replace(TableState.new(t, self.max_atoms, zcdp=self.zcdp), hold_wide=self.max_atoms), 0)
         state, seen = found
         for cols, items in runs[seen:]:
             if cols <= columns:
@@ -176,13 +178,14 @@ class LedgerHistory:
 
     def _header(self) -> dict[str, Any]:
         """What a checkpoint must match besides the records (the replay depends on these)."""
-        return {"version": __version__, "schema": self.schema.fingerprint(), "max_atoms": self.max_atoms,
-                "state": STATE_LAYOUT}
+        header = {"version": __version__, "schema": self.schema.fingerprint(), "max_atoms": self.max_atoms,
+                  "state": STATE_LAYOUT}
+        return {**header, "privacy": "zcdp"} if self.zcdp else header
 
     def _apply(self, recs: Sequence[LedgerRecord], queries: Sequence[LinearQuery]) -> None:
         """Apply one statement's records (:meth:`TableState.record_many`: one batched update)."""
         self._note_security(recs)
-        items = [RecordedRelease(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
+        items = [RecordedRelease(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity, r.noise == GAUSSIAN_NOISE)
                  for r, q in zip(recs, queries, strict=True)]
         self.state(recs[0].table).record_many(items)
         self._ran(recs[0].table, items)
@@ -199,7 +202,8 @@ class LedgerHistory:
         if records and records[0].id == self.last_id + 1 and plan.installable:
             self._note_security(records)
             state = plan.refined
-            items = [RecordedRelease(r.id, m.query, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
+            items = [RecordedRelease(r.id, m.query, r.scale, r.value, r.lattice, r.alpha, r.sensitivity,
+                                     r.noise == GAUSSIAN_NOISE)
                      for r, m in zip(records, parts, strict=True)]
             state.record_as_planned(items, charges.costs, [m.h for m in parts])
             self.tables[state.table.name.lower()] = state

@@ -34,6 +34,7 @@ from dpgate.compile.query import LinearQuery
 from dpgate.errors import UnsupportedQuery
 from dpgate.plan.budget import fits
 from dpgate.plan.decide import Step
+from dpgate.plan.zcdp import DEFAULT_DELTA, epsilon_of
 from dpgate.schema.tables import Table
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ class Explanation:
             recorded (what ``dpgate serve`` prices against an analyst's own charge).
         unit: on a table with a privacy unit, its unit and bound in words (:func:`with_unit`), shown by
             ``repr`` and in the last row's ``note``; empty on a row-level table.
+        privacy: the gateway's accounting; for ``"zcdp"`` every ``epsilon`` above is a ρ, and
+            :meth:`rows` ends with the statement stated as ε at δ = 1e-6 (:attr:`epsilon_at_delta`).
     """
 
     quotes: tuple[Quote, ...]
@@ -104,6 +107,15 @@ class Explanation:
     statement: CompiledStatement = field(repr=False)
     releases: tuple[tuple[LinearQuery, float], ...] = field(default=(), repr=False)
     unit: str = ""
+    privacy: str = field(default="pure", repr=False)
+
+    @property
+    def epsilon_at_delta(self) -> float:
+        """What the statement adds to the gateway's ε at δ = 1e-6: ``epsilon`` when pure; for zCDP
+        the increase of the converted spend (:func:`dpgate.plan.zcdp.epsilon_of`)."""
+        if self.privacy != "zcdp":
+            return self.epsilon
+        return max(0.0, epsilon_of(self.spent + self.epsilon) - epsilon_of(self.spent))
 
     @property
     def remaining(self) -> float:
@@ -134,6 +146,12 @@ class Explanation:
                          max(self.remaining, 0.0), note))
         if self.unit and rows:
             rows[-1] = (*rows[-1][:-1], "; ".join(filter(None, (rows[-1][-1], self.unit))))
+        if self.privacy == "zcdp" and self.quotes:
+            after = self.spent + self.epsilon
+            rows.append((f"(as ε at δ={DEFAULT_DELTA:g})", "", "", self.epsilon_at_delta, math.nan,
+                         self.quotes[0].confidence, max(epsilon_of(self.budget) - epsilon_of(after), 0.0),
+                         f"zCDP: the epsilon column above is ρ; ρ spent {after:.6g} of {self.budget:g} after it, "
+                         f"ε {epsilon_of(after):.6g} of {epsilon_of(self.budget):.6g} at δ={DEFAULT_DELTA:g}"))
         return rows
 
     def to_pandas(self) -> pd.DataFrame:
@@ -144,6 +162,8 @@ class Explanation:
 
     def __repr__(self) -> str:
         verdict = "free" if self.free else f"ε = {self.epsilon:.6g}"
+        if self.privacy == "zcdp" and not self.free:
+            verdict = f"ρ = {self.epsilon:.6g} (ε = {self.epsilon_at_delta:.6g} at δ={DEFAULT_DELTA:g})"
         pay = "" if self.affordable else " — over budget, would be refused"
         unit = f"; {self.unit}" if self.unit else ""
         return (f"<dpgate.Explanation {len(self.quotes)} outputs, {verdict}; "

@@ -1,6 +1,6 @@
 """A table's released history: the gateway's live state and its frozen snapshot.
 
-Why one module of about 640 lines: a :class:`TableState`'s four parts — inference atoms,
+Why one module of about 650 lines: a :class:`TableState`'s four parts — inference atoms,
 cost grid, incremental BLUE and the queries the atoms do not hold — are refined and
 recorded together under one invariant (every record reaches every part, in ledger order);
 split apart they would read each other's internals.  Its frozen snapshot is in
@@ -10,8 +10,7 @@ split apart they would read each other's internals.  Its frozen snapshot is in
 the incremental BLUE, per-cell costs, the released queries); only the gateway
 holds one.  :class:`TableView` is its frozen snapshot, the seam through which
 extensions (``dpgate.model``, ``dpgate.warmstart.design``) read history:
-``Gateway.locked_view`` hands one out under the gateway's lock.
-"""
+``Gateway.locked_view`` hands one out under the gateway's lock."""
 
 from __future__ import annotations
 
@@ -100,8 +99,8 @@ def _charge_key(query: LinearQuery) -> tuple[object, ...]:
 @dataclass(frozen=True, slots=True)
 class RecordedRelease:
     """One release as a ledger record holds it, for :meth:`TableState.record_many`: the record's
-    id, the measured query (offset 0), its noise scale, released value and lattice step, and the
-    budget ``α`` and sensitivity ``S`` it was charged at."""
+    id, the measured query (offset 0), its noise scale, released value and lattice step, the budget
+    ``α`` and sensitivity ``S`` it was charged at, and whether its noise was Gaussian (deviation ``scale``)."""
 
     record_id: int
     query: LinearQuery
@@ -110,6 +109,7 @@ class RecordedRelease:
     lattice: float
     alpha: float
     sensitivity: float
+    gaussian: bool = False
 
 
 @dataclass(frozen=True)
@@ -200,13 +200,13 @@ class TableState:
     _row_of: dict[tuple[object, ...], int] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def new(cls, table: Table, max_atoms: int = DEFAULT_MAX_ATOMS) -> TableState:
-        """Empty history on the one-atom partitions (at most ``max_atoms`` inference atoms)."""
+    def new(cls, table: Table, max_atoms: int = DEFAULT_MAX_ATOMS, *, zcdp: bool = False) -> TableState:
+        """Empty history on the one-atom partitions (≤ ``max_atoms`` inference atoms; ``zcdp``: costs in ρ)."""
         atoms = AtomPartition(table, max_atoms=max_atoms)
         cost_atoms = CostGrid(table)
         return cls(
             table, atoms, IncrementalBLUE(atoms.cell_sizes, keep_rows=False),
-            CellCosts(1, table.max_rows_per_individual), cost_atoms,
+            CellCosts(1, table.max_rows_per_individual, zcdp=zcdp), cost_atoms,
         )
 
     # -- the cost atoms -------------------------------------------------------------
@@ -502,9 +502,9 @@ class TableState:
         for i in sorted(outside):
             it = items[i]
             key, factor = isolation_key(it.query)
-            if _wide(it.query):  # linear on slabs of one column: also on (atom, moment) coordinates
+            if _wide(it.query) and not it.gaussian:  # linear on slabs of one column: (atom, moment) coordinates too
                 record_moments(self.table, self.moments, self.isolated, key, it.query, it.scale, it.value, it.lattice)
-            self.isolated[key] = self.isolated.get(key, _NO_REPEATS).plus(factor, it.scale, it.value, it.lattice)
+            self.isolated[key] = self.isolated.get(key, _NO_REPEATS).plus(factor, it.scale, it.value, it.lattice, it.gaussian)
         if held:
             rows = stacked_rows([self.atoms.vector(it.query) for it in held] if vectors is None else
                                 [v for i, v in enumerate(vectors) if i not in outside])
@@ -514,7 +514,8 @@ class TableState:
                 self.record_ids.append(it.record_id)
                 self.alphas.append(it.alpha)
                 self.sensitivities.append(it.sensitivity)
-            self.blue.extend(rows, [it.scale for it in held], [it.value for it in held], [it.lattice for it in held])
+            gaussian = [it.gaussian for it in held] if any(it.gaussian for it in held) else None
+            self.blue.extend(rows, [it.scale for it in held], [it.value for it in held], [it.lattice for it in held], gaussian)
         self._remember([q for i, q in enumerate(queries) if i not in outside], True)
         self._remember([queries[i] for i in outside], False)
 
