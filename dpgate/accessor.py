@@ -107,11 +107,12 @@ class _Config:
     """What ``configure`` was asked for (``declared``: the schema is from categories= / bounds= / bins=)."""
 
     schema: Schema
-    budget: float
+    budget: Any
     ledger: str | None
     policy: Policy
     seed: int | None
     declared: bool = False
+    privacy: str = "pure"
 
 
 Relation = Literal["same", "overlap"]
@@ -212,7 +213,7 @@ def _configured(df: pd.DataFrame, config: _Config) -> Gateway:
             old = entry.config
             clash = [
                 f"{k}={getattr(old, k)!r} (asked {getattr(config, k)!r})"
-                for k in ("budget", "ledger", "seed")
+                for k in ("budget", "ledger", "seed", "privacy")
                 if getattr(old, k) != getattr(config, k)
             ]
             if clash:
@@ -230,7 +231,7 @@ def _configured(df: pd.DataFrame, config: _Config) -> Gateway:
         encoded = encode_all(df, encodings)
         snapshot = pd.DataFrame({c: df[names[c]].copy() for c in declared})
         gw = Gateway(snapshot, schema, budget=config.budget, ledger=config.ledger, policy=config.policy,
-                     seed=config.seed)
+                     seed=config.seed, privacy=config.privacy)
         _ENTRIES.append(_Entry(gw, config, schema, encodings, encoded))
         return gw
 
@@ -315,6 +316,7 @@ class DPAccessor:
         unsafe_infer_from_data: bool = False,
         nullable: Iterable[str] = (),
         other: Iterable[str] = (),
+        privacy: str = "pure",
     ) -> None:
         """Declare the frame's public schema and its privacy budget.
 
@@ -322,7 +324,7 @@ class DPAccessor:
             schema: a one-table ``dpgate.Schema``, dict or YAML path; default: built from
                 ``categories`` / ``bounds`` / ``bins``, which name the only columns queries may
                 use (with the bool columns, boolean by type).
-            budget: total privacy budget ε of these rows (default 1.0).
+            budget: total privacy budget ε of these rows (default 1.0); ρ (or ``(ε, δ)``) for zCDP.
             ledger: a path for a durable ledger (the budget then survives the process).
             name: the table name used in SQL (default ``df``, or the schema's table).
             bounds: inclusive integer ``(min, max)`` per numeric column.
@@ -337,6 +339,7 @@ class DPAccessor:
                 this leaks information and voids the guarantee for those columns.
             nullable: columns that may hold NULL (``GROUP BY`` then emits a NULL group).
             other: categorical columns that may hold undeclared values (an ``<other>`` group).
+            privacy: ``"pure"`` (default, ε-DP) or ``"zcdp"`` (ρ; :class:`~dpgate.Gateway`).
 
         Raises:
             SchemaError: the schema or the declarations are invalid (every problem in one error).
@@ -370,7 +373,7 @@ class DPAccessor:
             ledger=None if ledger is None else os.path.realpath(os.fspath(ledger)),
             policy=policy,
             seed=seed,
-            declared=schema is None,
+            declared=schema is None, privacy=privacy,
         )
         # Validates now (schema against data, overlap with configured rows, ledger binding, clashes).
         # Nothing is written to df.attrs: pandas copies attrs into derived frames, and neither a
@@ -477,7 +480,7 @@ class DPAccessor:
 
     @property
     def budget(self) -> float:
-        """Total privacy budget ε of this data."""
+        """Total privacy budget ε of this data (ρ for ``privacy="zcdp"``)."""
         return self.gateway.budget
 
     @property

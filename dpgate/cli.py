@@ -101,6 +101,11 @@ _QUIET = click.option("--quiet", "-q", is_flag=True, expose_value=False, callbac
                       help="No progress bar (bars are drawn on stderr, on a terminal, for work over 2 s).")
 
 
+_PRIVACY = click.option("--privacy", type=click.Choice(["pure", "zcdp"]), default="pure", show_default=True,
+                        help="pure: ε-DP (Laplace, budget in ε); zcdp: ρ-zCDP, composing like √k (budget in ρ; "
+                        "fixed when the ledger is created).")
+
+
 def _gateway_options(f: Any) -> Any:
     """The options that open a gateway over a data file, shared by ``query`` and ``shell``."""
     options = [
@@ -109,7 +114,8 @@ def _gateway_options(f: Any) -> Any:
         click.option("--data", required=True, help="A .duckdb, .csv or .parquet file, or an embedded data set: "
                      "pums, nettrace, searchlogs."),
         click.option("--budget", type=float, required=True,
-                     help="Total privacy budget ε (fixed when the ledger is created)."),
+                     help="Total privacy budget ε (fixed when the ledger is created); ρ with --privacy zcdp."),
+        _PRIVACY,
         click.option("--ledger", default=None,
                      help="Durable ledger file (SQLite); omitted: in memory, forgotten on exit."),
         click.option("--accuracy", type=float, default=None,
@@ -160,7 +166,9 @@ def _budget_summary(budget: float, spent: float, releases: int) -> dict[str, Any
 
 def _ledger_summary(meta: dict[str, str], recs: Any) -> dict[str, Any]:
     """:func:`_budget_summary` of a ledger read by :func:`_read_ledger` (spent = the last cumulative cost)."""
-    return _budget_summary(float(meta["budget"]), max((r.cost_after for r in recs), default=0.0), len(recs))
+    # The last record's: costs only grow, and a ledger converted to zCDP kept ε before its ρ.
+    budget = float(meta.get("converted_budget", meta["budget"]))
+    return _budget_summary(budget, recs[-1].cost_after if recs else 0.0, len(recs))
 
 
 @cli.command()
@@ -172,15 +180,15 @@ def _ledger_summary(meta: dict[str, str], recs: Any) -> dict[str, Any]:
               help="Print what the query would cost (per output: free or fresh, ε, half-width, budget left) "
               "without reading data or spending.")
 @click.argument("sql")
-def query(schema_path: str | None, data: str, budget: float, ledger: str | None, accuracy: float | None,
-          confidence: float | None, policy: Policy, allow_partial: bool, as_json: bool, round_: bool,
-          explain: bool, sql: str) -> None:
+def query(schema_path: str | None, data: str, budget: float, privacy: str, ledger: str | None,
+          accuracy: float | None, confidence: float | None, policy: Policy, allow_partial: bool, as_json: bool,
+          round_: bool, explain: bool, sql: str) -> None:
     """Answer one SQL counting query within ±--accuracy and print the released table."""
     from dpgate.gateway import Gateway
 
     schema = _schema(data, schema_path)
     source = _open_data(data, schema)
-    with Gateway(source, schema, budget=budget, ledger=ledger, policy=policy) as gw:
+    with Gateway(source, schema, budget=budget, ledger=ledger, policy=policy, privacy=privacy) as gw:
         if explain:
             quote = gw.explain(sql, accuracy=accuracy, confidence=confidence)
             if as_json:
@@ -190,20 +198,24 @@ def query(schema_path: str | None, data: str, budget: float, ledger: str | None,
             else:
                 with _pd_display():
                     click.echo(quote.to_pandas().to_string(index=False))
-                click.echo(f"\nwould charge ε = {quote.epsilon:.6g}; {max(quote.remaining, 0.0):.6g} of "
+                click.echo(f"\nwould charge {gw.unit} = {quote.epsilon:.6g}; {max(quote.remaining, 0.0):.6g} of "
                            f"{gw.budget:g} would remain" + ("" if quote.affordable else " — over budget, refused")
                            + ".  Nothing was read or spent.")
             return
         res = gw.query(sql, accuracy=accuracy, confidence=confidence, allow_partial=allow_partial, round=round_)
         table = res.to_pandas()
         if as_json:
+            zcdp_json = ({"privacy": "zcdp", "rho_charged": res.rho_spent, "delta": 1e-06,
+                          "epsilon_spent": gw.spent_as()} if gw.privacy == "zcdp" else {})
             _echo_json({"rows": table.to_dict(orient="records"), "epsilon_charged": res.epsilon_spent,
-                        **_budget_summary(gw.budget, gw.spent, len(gw.ledger.records()))})
+                        **_budget_summary(gw.budget, gw.spent, len(gw.ledger.records())), **zcdp_json})
         else:
             with _pd_display():
                 click.echo(table.to_string(index=False))
-            click.echo(f"\nε charged: {res.epsilon_spent:.6g}   spent: {gw.spent:.6g} of {gw.budget:g}   "
-                       f"remaining: {gw.remaining:.6g}")
+            zcdp = f"   (ε at δ=1e-06: {gw.spent_as():.6g} of {gw.budget_as():.6g})" if gw.privacy == "zcdp" else ""
+            charged = res.rho_spent if res.rho_spent is not None else res.epsilon_spent
+            click.echo(f"\n{gw.unit} charged: {charged:.6g}   spent: {gw.spent:.6g} of {gw.budget:g}   "
+                       f"remaining: {gw.remaining:.6g}{zcdp}")
     if hasattr(source, "close"):
         source.close()
 
@@ -229,8 +241,8 @@ Statements end with ';' and may span lines.  Every answer is differentially priv
               help="Start with SET dpgate.intervals = on (low / high / source columns).")
 @click.option("--history-file", default=os.path.join("~", ".dpgate_history"), show_default=True,
               help="Where the shell's line history is kept (interactive sessions only).")
-def shell(schema_path: str | None, data: str, budget: float, ledger: str | None, accuracy: float | None,
-          confidence: float | None, policy: Policy, intervals: bool, history_file: str) -> None:
+def shell(schema_path: str | None, data: str, budget: float, privacy: str, ledger: str | None,
+          accuracy: float | None, confidence: float | None, policy: Policy, intervals: bool, history_file: str) -> None:
     """An interactive SQL shell over a DB-API connection (type \\help)."""
     import dpgate
 
@@ -241,7 +253,7 @@ def shell(schema_path: str | None, data: str, budget: float, ledger: str | None,
         _enable_line_history(os.path.expanduser(history_file))
     with dpgate.connect(source, schema=schema, budget=budget, ledger=ledger, accuracy=accuracy,
                         confidence=0.95 if confidence is None else confidence, intervals=intervals,
-                        policy=policy) as conn:
+                        policy=policy, privacy=privacy) as conn:
         if interactive:
             click.echo(f"dpgate shell: budget {conn.budget:g}, spent {conn.spent:.6g}.  \\help for help, \\q to quit.")
         failed = _shell_loop(conn, interactive)
@@ -477,13 +489,13 @@ def synthesize(schema_path: str | None, data: str, ledger: str, table: str | Non
         raise click.BadParameter(f"--out must end in .parquet or .csv, got {out!r}.", param_hint="--out")
     existing = Ledger.open_existing(ledger)
     try:
-        budget = float(existing.budget)
+        budget, privacy = float(existing.budget), existing.privacy
     finally:
         existing.close()
     schema = _schema(data, schema_path)
     source = _open_data(data, schema)
     a: float | str = alpha if alpha == "cv" else float(alpha)
-    with Gateway(source, schema, budget=budget, ledger=ledger) as gw:
+    with Gateway(source, schema, budget=budget, ledger=ledger, privacy=privacy) as gw:
         spent = gw.spent
         df = gw.synthesize(table, rows=rows, seed=seed, alpha=a)
         meta = df.attrs.get("dpgate", {})

@@ -65,7 +65,8 @@ class Answer:
         accuracy: the half-width the analyst asked for.
         source: ``"history"``, ``"fresh"``, ``"exact"``, ``"unavailable"`` or ``"model"``
             (see ``Source``; a ``"model"`` answer's ``low``/``high`` are not a guaranteed interval).
-        epsilon_spent: increase of the system privacy cost this answer caused (0 from history).
+        epsilon_spent: increase of the system privacy cost this answer caused (0 from history); for a
+            zCDP gateway, what it added to the system's ε at δ = 1e-6 (``Gateway.spent_as``).
         posterior: scipy.stats-like law of the true answer given everything released
             (``cdf, sf, ppf, pdf, interval, mean, std, probability``), or ``None`` when
             the answer is exact or unavailable.
@@ -95,6 +96,7 @@ class Answer:
             more when the gateway holds several intervals of the query together (``Gateway(reasks=
             "simultaneous")``, the default: the k-th distinct interval of a query is at ``1 − δ_k``,
             ``dpgate.plan.asks``), so that the one an analyst stops on still covers at ``confidence``.
+        rho_spent: for a zCDP gateway (``privacy="zcdp"``), the ρ this answer added; None for pure ε.
     """
 
     value: float
@@ -113,6 +115,7 @@ class Answer:
     isolated: bool = False
     components: tuple[Answer, ...] = field(default=(), repr=False)
     interval_confidence: float = field(default=math.nan, repr=False)
+    rho_spent: float | None = None
 
     def __post_init__(self) -> None:
         if math.isnan(self.interval_confidence):  # not given: the interval is at the stated confidence
@@ -135,7 +138,7 @@ class Answer:
             value=_tidy(value), low=_tidy(low), high=_tidy(high), confidence=confidence, accuracy=accuracy,
             source=source, epsilon_spent=epsilon_spent, posterior=posterior, meets_requirement=meets_requirement,
             label=label, group=group, query=query, secure=secure, isolated=isolated, components=(),
-            interval_confidence=confidence,
+            interval_confidence=confidence, rho_spent=None,
         )
         return out
 
@@ -199,12 +202,14 @@ class Result:
     Attributes:
         answers: one ``Answer`` per (group, aggregate output column), groups in domain order.
         statement: the compiled statement (outputs, group columns, post-processing).
-        epsilon_spent: total increase of the system privacy cost.
+        epsilon_spent: total increase of the system privacy cost (for a zCDP gateway, of its ε at δ = 1e-6).
+        rho_spent: for a zCDP gateway (``privacy="zcdp"``), the increase of its ρ; None for pure ε.
     """
 
     answers: tuple[Answer, ...]
     statement: CompiledStatement = field(repr=False)
     epsilon_spent: float = 0.0
+    rho_spent: float | None = None
 
     def rounded(self) -> Result:
         """This result with :meth:`Answer.rounded` applied to every answer (``round=True``)."""

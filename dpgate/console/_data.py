@@ -240,7 +240,7 @@ class LedgerReader:
             count = len(snap.records)
         if hit is not None and hit[0] == count:
             return hit[1]
-        found = cell_spend(snap.records[:count], t)
+        found = cell_spend(snap.records[:count], t, zcdp=self.ledger.privacy == "zcdp")
         with self._lock:
             snap.cells[t.name] = (count, found)
         return found

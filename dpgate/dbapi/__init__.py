@@ -212,6 +212,7 @@ def connect(
     fixed_latency: float | None = None,
     max_memory: int | None = None,
     reasks: str | None = None,
+    privacy: str | None = None,
 ) -> Connection:
     """Open a DB-API connection that answers counting queries with differential privacy.
 
@@ -224,7 +225,8 @@ def connect(
             ``schema``, ``budget``, ``ledger``, ``policy`` and ``seed`` must be omitted;
             closing the connection does not close that gateway).
         schema: the public domain: a ``dpgate.Schema``, a dict or a YAML path. Required.
-        budget: total privacy budget ε (default 1.0); must equal a ledger's stored budget.
+        budget: total privacy budget ε (default 1.0); must equal a ledger's stored budget.  With
+            ``privacy="zcdp"``, ρ (or a pair ``(ε, δ)``, converted to ρ).
         ledger: ``None`` (in memory, lost at exit), a path (durable SQLite ledger,
             shared safely by processes), a ``postgresql://`` URL (shared by gateways on
             several hosts; needs ``ledger_key``) or an open ``dpgate.ledger.core.Ledger``.
@@ -253,6 +255,7 @@ def connect(
             ``confidence`` (its k-th distinct interval is computed at ``1 − δ_k``, ``Σ δ_k ≤ δ``), so
             stopping on what you see is honest; ``"independent"``: each holds on its own
             (see :class:`~dpgate.Gateway` and ``dpgate.plan.asks``).
+        privacy: ``"pure"`` (default, ε-DP) or ``"zcdp"`` (ρ-zCDP; see :class:`~dpgate.Gateway`).
 
     Raises:
         OperationalError: the database file cannot be opened.
@@ -265,7 +268,7 @@ def connect(
                                 ("ledger_key", ledger_key), ("policy", policy), ("seed", seed),
                                 ("max_atoms", max_atoms), ("max_outputs", max_outputs),
                                 ("fixed_latency", fixed_latency), ("max_memory", max_memory),
-                                ("reasks", reasks)) if v is not None]
+                                ("reasks", reasks), ("privacy", privacy)) if v is not None]
         given += ["new_ledger"] if new_ledger else []
         if given:
             raise InterfaceError(
@@ -296,6 +299,7 @@ def connect(
                 fixed_latency=fixed_latency,
                 max_memory=DEFAULT_MAX_MEMORY if max_memory is None else max_memory,
                 reasks=check_reasks("simultaneous" if reasks is None else reasks),
+                privacy="pure" if privacy is None else privacy,
             )
         except TypeError as exc:
             raise InterfaceError(str(exc)) from None

@@ -5,6 +5,8 @@
 - :mod:`~dpgate.gateway._extensions` — its warm starts, model-based estimates and synthetic data,
   delegated to :mod:`dpgate.warmstart` and :mod:`dpgate.model`;
 - :mod:`~dpgate.gateway._plots` — ``plot_budget`` and ``plot_cells`` (matplotlib, imported on use);
+- :mod:`~dpgate.gateway._privacy` — its accounting, pure ε (default) or ρ-zCDP (``privacy="zcdp"``):
+  the budget's unit, ``spent_as(delta)``, charges stated as ρ and as ε at δ;
 - :mod:`~dpgate.gateway._asks` — per query, which of its intervals an answer is: the level
   (``dpgate.plan.asks``) its intervals are planned at, so that all hold together.
 

@@ -38,6 +38,7 @@ from dpgate.gateway._asks import Asks, ReaskMode, check_reasks
 from dpgate.gateway._extensions import Extensions, Plots
 from dpgate.gateway._latency import Latency
 from dpgate.gateway._ledger_open import ledger_for
+from dpgate.gateway._privacy import Accounting, privacy_budget
 from dpgate.inference import IncrementalBLUE, Posterior, support_of
 from dpgate.ledger._describe import history_frame
 from dpgate.ledger._history import LedgerHistory, collector_paused
@@ -73,7 +74,7 @@ def _outside_dpgate() -> int:
     return level
 
 
-class Gateway(Extensions, Plots):
+class Gateway(Accounting, Extensions, Plots):
     """A differentially private gateway in front of one data source.
 
     Args:
@@ -82,7 +83,8 @@ class Gateway(Extensions, Plots):
             ``postgresql://`` URL, SQLAlchemy engine or DB-API connection; a Spark DataFrame
             or ``(SparkSession, table)``; or a ``dpgate.backends.Backend`` (see that module).
         schema: a ``dpgate.Schema``, a dict in the schema format or a YAML path.
-        budget: total privacy budget ε of the system (per-cell accounting).
+        budget: total privacy budget ε of the system (per-cell accounting); ρ when ``privacy="zcdp"``,
+            which also takes a target ``(ε, δ)`` and converts it (``dpgate.plan.zcdp.rho_of``).
         ledger: ``None`` (history in memory), a path (durable SQLite ledger shared by
             processes), a ``postgresql://`` URL (a ledger shared by gateways on several
             hosts; needs ``ledger_key``, see ``dpgate.ledger._postgres``) or an open
@@ -112,6 +114,9 @@ class Gateway(Extensions, Plots):
             multiple of S if its work overruns), so its timing does not reveal the data (``gateway._latency``).
         max_memory: bytes of arrays one statement may build (default 1 GiB; ``compile.bounds.reserve_memory``).
         reasks: ``"simultaneous"`` (default: all intervals of a query hold together, ``plan.asks``) or ``"independent"``.
+        privacy: ``"pure"`` (default: ε-DP) or ``"zcdp"`` (ρ-zCDP, composing like √k; ``gateway._privacy``).
+        convert_ledger: with ``privacy="zcdp"``, convert a pure-ε ``ledger`` to zCDP (for good; its releases are
+            then charged ε²/2-zCDP each); without it such a ledger is refused with an error naming this switch.
 
     Example:
         >>> import dpgate, dpgate.datasets
@@ -142,8 +147,10 @@ class Gateway(Extensions, Plots):
         fixed_latency: float | None = None,
         max_memory: int = DEFAULT_MAX_MEMORY,
         reasks: ReaskMode = "simultaneous",
+        privacy: str = "pure",
+        convert_ledger: bool = False,
     ):
-        budget = positive_finite(budget, "budget", error=InvalidRequirement)
+        self.privacy, budget = privacy_budget(privacy, budget)
         self.policy, reasks = check_policy(policy), check_reasks(reasks)
         self.schema = Schema.load(schema)
         self.dialect = dialect
@@ -158,10 +165,10 @@ class Gateway(Extensions, Plots):
         fingerprint = hashlib.sha256(f"{self._cube.fingerprint()}|{self._fingerprinted[1]}".encode()).hexdigest()
         with collector_paused():
             self._ledger = ledger_for(self._cube, ledger, fingerprint=fingerprint, budget=float(budget),
-                                      key=ledger_key, new=new_ledger)
+                                      key=ledger_key, new=new_ledger, privacy=self.privacy, convert=convert_ledger)
             self._owns_ledger = not isinstance(ledger, Ledger)
             self._noise = noise_source(seed)
-            self._history = LedgerHistory(self.schema, self._ledger, max_atoms)
+            self._history = LedgerHistory(self.schema, self._ledger, max_atoms, zcdp=self.privacy == "zcdp")
             self._asks = Asks(reasks, self._history)  # per query, which of its intervals this is
             self._ispe_releases: list[warmstart.WarmStart] = []  # this object's ISPE warm starts, for method="mmse"
             self._lock = threading.RLock()
@@ -171,12 +178,12 @@ class Gateway(Extensions, Plots):
     # -- public properties -------------------------------------------------------
     @property
     def budget(self) -> float:
-        """The total privacy budget ε."""
+        """The total privacy budget ε (ρ for ``privacy="zcdp"``)."""
         return float(self._ledger.budget)
 
     @property
     def spent(self) -> float:
-        """System privacy cost so far: Σ over tables of ``k · max_j B_j`` (Xiao & Xiong (2012), Theorem 5.5)."""
+        """System privacy cost so far: Σ over tables of ``k · max_j B_j`` (Xiao & Xiong (2012), Theorem 5.5; ρ: ``k² · max_j R_j``)."""
         with self._lock:
             self._history.sync()
             return self._history.spent()
@@ -194,27 +201,6 @@ class Gateway(Extensions, Plots):
         GROUP BY, its group (e.g. ``COUNT where sex = 1``); ``query`` (last) is the exact
         weight vector as JSON."""
         return history_frame(self._ledger.records(), self.schema)
-
-    def _summary(self) -> list[tuple[str, str]]:
-        """What ``repr`` and the notebook display show.  The release count is the last record id
-        applied (ids run 1, 2, …), read after ``spent`` synced: the ledger is not re-read."""
-        spent = self.spent
-        return [("tables", ", ".join(t.name for t in self.schema.tables)), ("budget", f"{self.budget:g}"),
-                ("spent", f"{spent:.6g}"), ("remaining", f"{max(0.0, self.budget - spent):.6g}"),
-                ("releases", str(self._history.last_id)), ("policy", self.policy)]
-
-    def __repr__(self) -> str:
-        s = dict(self._summary())
-        return (f"<dpgate.Gateway tables=[{s['tables']}] budget={s['budget']} spent={s['spent']} "
-                f"remaining={s['remaining']} releases={s['releases']} policy={s['policy']}>")
-
-    def _repr_html_(self) -> str:
-        import html
-
-        rows = [("budget ε" if k == "budget" else k, v) for k, v in self._summary()]
-        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
-                       for k, v in rows)
-        return f"<b>dpgate.Gateway</b><table>{body}</table>"
 
     @property
     def ledger(self) -> Ledger:
@@ -314,7 +300,7 @@ class Gateway(Extensions, Plots):
             secure, rows = self._history.secure(stmt.table), planned.refined.table.rows
             out = self._asks.served(asked, lambda at: assemble(stmt, lambda c: answers(
                 blue, steps, accuracy, c, policy, secure=secure, replayed=replayed, rows=rows), at))
-        result = Result(out, stmt, float(sum(s.increase for s in steps)))
+            result = self._in_unit(Result(out, stmt, float(sum(s.increase for s in steps))), self._history.spent())
         return result.rounded() if round else result
 
     @single_threaded
@@ -350,7 +336,7 @@ class Gateway(Extensions, Plots):
             UnsupportedQuery, SchemaError, InvalidRequirement: as :meth:`query` (nothing spent).
         """
         stmt = self._checked(self.compile(sql, params, max_outputs=self.max_outputs))
-        return self._quote(stmt, accuracy, confidence, policy, method)
+        return self._stated(self._quote(stmt, accuracy, confidence, policy, method))
 
     @single_threaded
     def quote(
@@ -367,7 +353,7 @@ class Gateway(Extensions, Plots):
         For the package's SQL front ends, which quote the very statement they then hand to
         :meth:`run` (the server's per-analyst cap check), compiling it once.
         """
-        return self._quote(statement, accuracy, confidence, policy, method)
+        return self._stated(self._quote(statement, accuracy, confidence, policy, method))
 
     def _quote(self, statement: CompiledStatement, accuracy: float | None, confidence: float | None,
                policy: Policy | None, method: str | None) -> Explanation:

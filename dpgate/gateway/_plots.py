@@ -81,7 +81,7 @@ class Plots:
         t = self._plotted_table(column, table)
         col = t.column(column)
         fig = new_figure(figsize=(6.0, 3.5), layout="constrained")
-        rows = cell_spend(self.ledger.records(), t).over([col.name])
+        rows = cell_spend(self.ledger.records(), t, zcdp=self.ledger.privacy == "zcdp").over([col.name])
         labels = [str(r[col.name]) for r in rows]
         heights = [float(r["epsilon"]) for r in rows]  # type: ignore[arg-type]  # a float by construction
         ax = fig.subplots()

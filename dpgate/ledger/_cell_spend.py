@@ -7,7 +7,8 @@ release's per-box cost rounded up to units of ``2^-50`` exactly as
 ``B`` is computed on the coarsest grid refining every release's grid (the boxes of the
 union of their breakpoints, on which ``B`` is constant), then shown over one or two
 columns as the most any row with those values was charged (the maximum over the other
-columns), or as the boxes charged most.  Only the records are read: queries, α and S.
+columns), or as the boxes charged most.  Only the records are read: queries, α and S.  A zCDP
+ledger's (``zcdp=True``) are ρ: ``R_j = Σ_i (α_i|q_ij|/S_i)²/2`` and the table ``k² · max_j R_j``.
 Shared by the console's ``/cells`` page and ``Gateway.plot_cells`` (both show these numbers).
 """
 
@@ -52,13 +53,15 @@ class CellSpend:
     breakpoints: tuple[tuple[int, ...], ...]
     units: np.ndarray
     releases: int
+    zcdp: bool = False
     _labels: dict[int, list[str | None]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def charge(self) -> float:
         """The table's cost ``k · max_j B_j`` (ε), as the accounting computes it on one grid."""
         top = int(self.units.max()) if self.units.size else 0
-        return self.table.max_rows_per_individual * top / UNITS_PER_EPSILON
+        k = self.table.max_rows_per_individual
+        return (k**2 if self.zcdp else k) * top / UNITS_PER_EPSILON
 
     def count(self, columns: Sequence[str]) -> int:
         """How many rows :meth:`over` gives for ``columns``: the product of their slab counts."""
@@ -164,8 +167,10 @@ def _range_label(col: Column, cells: np.ndarray) -> str:
     return f"{cell_label(col, first)} … {cell_label(col, last)} ({n} values)"
 
 
-def cell_spend(records: Sequence[LedgerRecord], table: Table, *, max_boxes: int | None = None) -> CellSpend:
-    """``B`` of ``table`` from the ledger ``records`` (those of other tables are ignored).
+def cell_spend(records: Sequence[LedgerRecord], table: Table, *, max_boxes: int | None = None,
+               zcdp: bool = False) -> CellSpend:
+    """``B`` of ``table`` from the ledger ``records`` (those of other tables are ignored); ``zcdp``:
+    the ledger counts ρ.
 
     Raises:
         InvalidArgument: when the union grid of the table's releases has more than ``max_boxes``
@@ -185,6 +190,6 @@ def cell_spend(records: Sequence[LedgerRecord], table: Table, *, max_boxes: int 
             h = np.asarray(query.expand(table, columns, bps), dtype=float) / query.denominator
         else:  # a count of every row: one weight on every box
             h = np.full(units.shape, float(query.numerators.item()) / query.denominator)
-        cost = release_units(h, record.alpha, record.sensitivity)
+        cost = release_units(h, record.alpha, record.sensitivity, zcdp=zcdp)
         units = units + cost
-    return CellSpend(table, tuple(columns), tuple(tuple(b) for b in bps), units, len(mine))
+    return CellSpend(table, tuple(columns), tuple(tuple(b) for b in bps), units, len(mine), zcdp)

@@ -57,10 +57,11 @@ class LedgerHistory:
         schema: the declared tables.
         ledger: the ledger the states follow.
         max_atoms: each table's limit on inference atoms (``Gateway(max_atoms=...)``).
+        zcdp: the costs count ρ (a gateway opened with ``privacy="zcdp"``), not ε.
     """
 
-    def __init__(self, schema: Schema, ledger: Ledger, max_atoms: int) -> None:
-        self.schema, self.ledger, self.max_atoms = schema, ledger, max_atoms
+    def __init__(self, schema: Schema, ledger: Ledger, max_atoms: int, *, zcdp: bool = False) -> None:
+        self.schema, self.ledger, self.max_atoms, self.zcdp = schema, ledger, max_atoms, zcdp
         self.tables: dict[str, TableState] = {}
         #: Per table, each recorded statement's columns (lower-cased) and releases, in ledger order.
         self.runs: dict[str, list[tuple[frozenset[str], tuple[RecordedRelease, ...]]]] = {}
@@ -81,7 +82,7 @@ class LedgerHistory:
         t = self.schema.table(table)
         key = t.name.lower()
         if key not in self.tables:
-            self.tables[key] = TableState.new(t, self.max_atoms)
+            self.tables[key] = TableState.new(t, self.max_atoms, zcdp=self.zcdp)
         return self.tables[key]
 
     def planning_state(self, table: str, queries: Sequence[LinearQuery]) -> TableState:
@@ -115,7 +116,7 @@ class LedgerHistory:
         runs = self.runs.get(key[0], [])
         found = self._local.pop(key, None)
         if found is None:  # its atoms are its columns' only: wide queries whose weights fit are held too
-            found = (replace(TableState.new(t, self.max_atoms), hold_wide=self.max_atoms), 0)
+            found = (replace(TableState.new(t, self.max_atoms, zcdp=self.zcdp), hold_wide=self.max_atoms), 0)
         state, seen = found
         for cols, items in runs[seen:]:
             if cols <= columns:
@@ -176,8 +177,9 @@ class LedgerHistory:
 
     def _header(self) -> dict[str, Any]:
         """What a checkpoint must match besides the records (the replay depends on these)."""
-        return {"version": __version__, "schema": self.schema.fingerprint(), "max_atoms": self.max_atoms,
-                "state": STATE_LAYOUT}
+        header = {"version": __version__, "schema": self.schema.fingerprint(), "max_atoms": self.max_atoms,
+                  "state": STATE_LAYOUT}
+        return {**header, "privacy": "zcdp"} if self.zcdp else header
 
     def _apply(self, recs: Sequence[LedgerRecord], queries: Sequence[LinearQuery]) -> None:
         """Apply one statement's records (:meth:`TableState.record_many`: one batched update)."""

@@ -185,8 +185,17 @@ def binding_mac(key: bytes, fingerprint: str) -> str:
 
 
 def header_mac(key: bytes, meta: dict[str, str]) -> str:
-    """The MAC of the budget header: the start of the chain."""
-    return _mac(key, "header", [meta.get(k) for k in ("format_version", "binding", "budget", "created_at")])
+    """The MAC of the budget header: the start of the chain.  A zCDP ledger's header names its
+    accounting (``privacy``), covered too; a pure-ε ledger's has none (ledgers made before zCDP)."""
+    own = "privacy" in meta and "converted_budget" not in meta  # a converted ledger's is in conversion_mac
+    fields = ("format_version", "binding", "budget", "created_at", *(("privacy",) if own else ()))
+    return _mac(key, "header", [meta.get(k) for k in fields])
+
+
+def conversion_mac(key: bytes, meta: dict[str, str]) -> str:
+    """The MAC of a pure-ε ledger's conversion to zCDP (``Gateway(..., convert_ledger=True)``): its
+    original header's MAC, the new accounting and ρ budget, and how many records it held then."""
+    return _mac(key, "conversion", [meta.get(k) for k in ("header_mac", "privacy", "converted_budget", "converted_at")])
 
 
 def record_mac(key: bytes, previous: str, row: Sequence[object]) -> str:

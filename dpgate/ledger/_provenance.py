@@ -94,15 +94,17 @@ class _AnalystCosts:
     the cost atoms of a :class:`TableState` that records only costs; a release whose table or
     query the schema does not know (a ledger written by hand) is charged ``k·α`` (its ``α``
     bounds its per-cell cost; ``k``, :func:`_rows_per_person`, the rows of a person it may see).
+    ``zcdp``: the ledger counts ρ (``(kα)²/2`` for an unpriced release, per-cell ρ otherwise).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, zcdp: bool = False) -> None:
+        self.zcdp = zcdp
         self.tables: dict[str, TableState] = {}
         self.pending: list[_Release] = []
         self.unpriced = 0  # units charged α each (releases outside the schema)
 
     def copy(self) -> _AnalystCosts:
-        out = _AnalystCosts()
+        out = _AnalystCosts(self.zcdp)
         out.tables = {name: state.refined([], isolate=True) for name, state in self.tables.items()}
         out.pending, out.unpriced = list(self.pending), self.unpriced
         return out
@@ -117,7 +119,8 @@ class _AnalystCosts:
             except (Error, ValueError, KeyError, TypeError):
                 state = None
             if state is None:  # a release outside the schema (or with none given): k·α on every cell
-                self.unpriced += _rows_per_person(schema, table) * int(release_units(np.ones(1), alpha, 1.0)[0])
+                k = _rows_per_person(schema, table)
+                self.unpriced += (k**2 if self.zcdp else k) * int(release_units(np.ones(1), alpha, 1.0, zcdp=self.zcdp)[0])
                 continue
             runs.setdefault(state.table.name.lower(), []).append(RecordedRelease(0, query, 0.0, 0.0, 0.0, alpha,
                                                                                   sensitivity))
@@ -130,7 +133,7 @@ class _AnalystCosts:
         t = schema.table(table)
         found = self.tables.get(t.name.lower())
         if found is None:
-            found = self.tables[t.name.lower()] = TableState.new(t, max_atoms=1)
+            found = self.tables[t.name.lower()] = TableState.new(t, max_atoms=1, zcdp=self.zcdp)
         return found
 
 
@@ -147,7 +150,8 @@ class _Verified:
     """One process's verified view of a ledger's provenance: the last row checked, and per
     analyst the releases charged to them (guarded by ``lock``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, zcdp: bool = False) -> None:
+        self.zcdp = zcdp  # the ledger counts ρ
         self.lock = threading.Lock()
         self.head: tuple[int, str] = (0, "")  # (id, MAC) of the last verified row
         self.chained = False  # whether a MAC'd row was seen (unchained rows may only come before)
@@ -185,11 +189,11 @@ class _Verified:
                 taken.append((analyst, (table, query, float(alpha), float(sensitivity))))
             row_id = rid
         for analyst, release in taken:
-            self.analysts.setdefault(analyst, _AnalystCosts()).pending.append(release)
+            self.analysts.setdefault(analyst, _AnalystCosts(self.zcdp)).pending.append(release)
         self.head, self.chained = (row_id, mac), chained
 
     def costs(self, analyst: str) -> _AnalystCosts:
-        return self.analysts.setdefault(analyst, _AnalystCosts())
+        return self.analysts.setdefault(analyst, _AnalystCosts(self.zcdp))
 
 
 def _tampered(where: str, what: str) -> LedgerError:
@@ -207,7 +211,7 @@ def _verified(ledger: Ledger) -> _Verified:
     with _VERIFIED_GUARD:
         found = _VERIFIED.get(ledger)
         if found is None:
-            found = _VERIFIED[ledger] = _Verified()
+            found = _VERIFIED[ledger] = _Verified(ledger.privacy == "zcdp")
         return found
 
 

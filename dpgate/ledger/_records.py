@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpgate._validate import finite, nonnegative_finite
 from dpgate.errors import DPGateInternalError, InvalidRequirement, LedgerError
-from dpgate.ledger._key import Anchor, binding_mac, chain_macs, header_mac
+from dpgate.ledger._key import Anchor, binding_mac, chain_macs, conversion_mac, header_mac
 from dpgate.ledger._store import Connection, ProvenanceWriter, provenance_key
 
 if TYPE_CHECKING:
@@ -366,19 +366,21 @@ def extend_chain(key: bytes, head: Anchor, rows: Sequence[tuple[Any, ...]], wher
     return count, mac
 
 
-def new_header(key: bytes, fingerprint: str, budget: float) -> dict[str, str]:
-    """The metadata of a new ledger: format, keyed binding, budget, creation time, and the
-    header MAC that starts the chain."""
+def new_header(key: bytes, fingerprint: str, budget: float, privacy: str = "pure") -> dict[str, str]:
+    """The metadata of a new ledger: format, keyed binding, budget, creation time, its accounting
+    when it is zCDP (``privacy``, the budget then in ρ), and the header MAC that starts the chain."""
     meta = {"format_version": FORMAT_VERSION, "binding": binding_mac(key, fingerprint), "budget": repr(budget),
-            "created_at": now()}
+            "created_at": now(), **({"privacy": privacy} if privacy != "pure" else {})}
     meta["header_mac"] = header_mac(key, meta)
     return meta
 
 
 def check_header(meta: dict[str, str], where: str, *, key: bytes | None, fingerprint: str | None,
-                 budget: float) -> None:
+                 budget: float, privacy: str = "pure", convert: bool = False) -> bool:
     """Refuse stored metadata of another format version, data source (with the key and a
-    fingerprint), budget, or (with the key) a header whose MAC does not match.
+    fingerprint), accounting (``privacy``: a ledger without one is pure ε), budget, or (with
+    the key) a header whose MAC does not match.  ``convert``: a pure-ε ledger opened for zCDP is
+    accepted, to be converted (returns True: the caller converts it, see :func:`conversion_header`).
 
     Raises:
         LedgerError: saying which, and what to do.
@@ -398,11 +400,23 @@ def check_header(meta: dict[str, str], where: str, *, key: bytes | None, fingerp
                 "created with another key. Its budget was spent on other data: open the gateway "
                 "on the original data, schema and key, or use a new ledger path."
             )
+    stored_privacy = meta.get("privacy", "pure")
+    converting = convert and stored_privacy == "pure" and privacy == "zcdp"
+    if stored_privacy != privacy and not converting:
+        unit = {"pure": "ε", "zcdp": "ρ"}
+        raise LedgerError(
+            f"The ledger {where!r} keeps {stored_privacy!r} accounting (its budget {meta.get('budget')} is in "
+            f"{unit.get(stored_privacy, '?')}), but privacy={privacy!r} was requested. A ledger's accounting "
+            f"cannot change: open it with privacy={stored_privacy!r}, or use a new ledger path"
+            + (", or convert it with convert_ledger=True (its ε-DP releases are then charged as ε²/2-zCDP, "
+               f"and the ledger keeps ρ from then on, with budget={budget!r})."
+               if stored_privacy == "pure" else ".")
+        )
     try:
-        stored_budget = float(meta.get("budget", "nan"))
+        stored_budget = float(meta.get("converted_budget", meta.get("budget", "nan")))
     except ValueError:
         stored_budget = math.nan
-    if stored_budget != budget:
+    if stored_budget != budget and not converting:
         raise LedgerError(
             f"The ledger {where!r} was created with budget {meta.get('budget')}, "
             f"but budget={budget!r} was requested. A ledger's budget cannot change: "
@@ -413,3 +427,16 @@ def check_header(meta: dict[str, str], where: str, *, key: bytes | None, fingerp
             f"The header of the ledger {where!r} (its budget and binding) was modified, or the "
             f"ledger was created with another key. {NEW_LEDGER_HINT}"
         )
+    if key is not None and "converted_budget" in meta and not hmac.compare_digest(
+            meta.get("conversion_mac", ""), conversion_mac(key, meta)):
+        raise LedgerError(f"The zCDP conversion of the ledger {where!r} (its ρ budget) was modified, or the "
+                          f"ledger was created with another key. {NEW_LEDGER_HINT}")
+    return converting
+
+
+def conversion_header(key: bytes, meta: dict[str, str], budget: float, records: int) -> dict[str, str]:
+    """The metadata rows that convert a pure-ε ledger to zCDP with ρ budget ``budget`` after its first
+    ``records`` records (appended: the original header, and the chain that starts at it, stay as they are)."""
+    rows = {"privacy": "zcdp", "converted_budget": repr(budget), "converted_at": str(records)}
+    rows["conversion_mac"] = conversion_mac(key, {**meta, **rows})
+    return rows

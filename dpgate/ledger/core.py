@@ -97,12 +97,14 @@ from dpgate.ledger._records import (
     LedgerRecord,
     LedgerTransaction,
     check_header,
+    conversion_header,
     extend_chain,
     new_header,
     record_from_row,
 )
 from dpgate.ledger._sqlite import SqliteStore
 from dpgate.ledger._store import AppendHook, Connection, LedgerStore, provenance_key
+from dpgate.plan.zcdp import check_privacy
 
 __all__ = ["FORMAT_VERSION", "Ledger", "LedgerRecord", "LedgerTransaction"]
 
@@ -128,6 +130,9 @@ class Ledger:
         self.store = store
         self.binding = ""
         self.budget = budget
+        #: The accounting: ``"pure"`` (ε) or ``"zcdp"`` (ρ), the unit of ``budget`` and of ``cost_after``.
+        self.privacy = "pure"
+        self._convert = False  # Ledger.open(convert=True): a pure ledger opened for zCDP is converted
         self.session = uuid.uuid4().hex
         self._key = key  # None: opened for audit without the key (read-only, unverified)
         self._key_path = key_path  # where a missing key is created (None: in memory, or given as bytes)
@@ -152,6 +157,8 @@ class Ledger:
         timeout: float = _DEFAULT_TIMEOUT,
         key: bytes | str | os.PathLike[str] | None = None,
         new: bool = False,
+        privacy: str = "pure",
+        convert: bool = False,
     ) -> Ledger:
         """Open (creating if needed) the ledger at ``path``, bound to data and budget.
 
@@ -174,6 +181,11 @@ class Ledger:
                 a missing or empty ledger whose anchor (``<path>.anchor``) records
                 committed releases is refused, since its budget would silently
                 start again from zero.
+            privacy: the accounting (``"pure"`` ε or ``"zcdp"`` ρ, the budget's unit).
+                Stored on creation (a pure ledger stores none); must match on reopening.
+            convert: with ``privacy="zcdp"``, convert a pure-ε ledger to zCDP with ρ budget
+                ``budget``: its ε-DP releases are charged as ε²/2-zCDP from then on (recorded in
+                its metadata, MAC'd; never undone).
 
         Returns:
             The open ledger.
@@ -188,6 +200,9 @@ class Ledger:
         if not isinstance(fingerprint, str) or not fingerprint:
             raise InvalidRequirement("The ledger fingerprint must be a non-empty string.")
         budget = positive_finite(budget, "The budget", error=InvalidRequirement)
+        privacy = check_privacy(privacy)
+        if not isinstance(convert, bool):
+            raise InvalidArgumentType(f"convert must be True or False, not {convert!r}.")
         # An infinite timeout (wait for ever) is allowed.
         if real(timeout, "The ledger timeout (seconds)", error=InvalidRequirement) <= 0:
             raise InvalidRequirement(f"The ledger timeout must be > 0 seconds, not {timeout!r}.")
@@ -197,8 +212,9 @@ class Ledger:
             store = PostgresStore(path, float(timeout))
             secret, key_path = store.ledger_key(key)
             anchor = None if key_path is None else key_path + ".anchor"
-            return cls(store, float(budget), secret, key_path=key_path, anchor_path=anchor)._initialised(
-                fingerprint, new=new)
+            shared = cls(store, float(budget), secret, key_path=key_path, anchor_path=anchor)
+            shared.privacy, shared._convert = privacy, convert is True
+            return shared._initialised(fingerprint, new=new)
         resolved: str | None = None
         if path is not None:
             resolved = os.path.abspath(os.fspath(path))
@@ -212,6 +228,7 @@ class Ledger:
         ledger = cls(SqliteStore(resolved, float(timeout)), float(budget), secret,
                      key_path=None if resolved is None else resolved + ".key",
                      anchor_path=None if resolved is None else resolved + ".anchor")
+        ledger.privacy, ledger._convert = privacy, convert is True
         return ledger._initialised(fingerprint, new=new)
 
     @classmethod
@@ -253,7 +270,8 @@ class Ledger:
         if "budget" not in meta:
             raise LedgerError(f"{where!r} is not a complete dpgate ledger (it has no budget).")
         try:
-            budget = positive_finite(float(meta["budget"]), "The stored budget", error=LedgerError)
+            budget = positive_finite(float(meta.get("converted_budget", meta["budget"])), "The stored budget",
+                                     error=LedgerError)
         except ValueError:
             raise LedgerError(f"{where!r} stores an invalid budget {meta['budget']!r}.") from None
         secret: bytes | None
@@ -265,6 +283,7 @@ class Ledger:
             secret = None  # audit without the key
         ledger = cls(SqliteStore(where, float(timeout)), budget, secret, key_path=where + ".key",
                      anchor_path=where + ".anchor")
+        ledger.privacy = meta.get("privacy", "pure")
         return ledger._initialised(None, new=False)
 
     @property
@@ -317,9 +336,26 @@ class Ledger:
                     "and integrity cannot be checked. Restore the key file (or pass the operator's key), "
                     "or move the ledger away and start a new one."
                 )
-            self._check_meta(meta, where, fingerprint)
+            converting = self._check_meta(meta, where, fingerprint)
             with map_exceptions({sqlite3.OperationalError: LedgerError}, store.read_failed):
                 store.retry(lambda: self._verified(conn, 0, check_anchor=True))
+            if converting:
+                self._converted(conn, where, fingerprint)
+
+    def _converted(self, conn: Connection, where: str, fingerprint: str | None) -> None:
+        """Under the write lock: append the zCDP conversion to a verified pure ledger's metadata
+        (or check the one another process appended meanwhile)."""
+        store = self.store
+        if self._key is None:
+            raise LedgerError(f"Converting the ledger {where!r} to zCDP needs its key.")
+        with store.write_locked(conn):
+            meta = store.read_meta(conn, where) or {}
+            if "converted_budget" not in meta:
+                count = len(self._verified(conn, 0))
+                rows = conversion_header(self._key, meta, self.budget, count)
+                conn.executemany("INSERT INTO dpgate_meta(key, value) VALUES (?, ?)", list(rows.items()))
+                return
+        self._check_meta(meta, where, fingerprint)
 
     def _create(self, conn: Connection, fingerprint: str, *, new: bool) -> None:
         """Under the write lock, in an empty database: write the schema and the budget header."""
@@ -343,18 +379,21 @@ class Ledger:
                 write_anchor(self.provenance_anchor, (0, ""), durable=True)  # a new ledger's provenance is empty
         for statement in self.store.schema:  # not executescript(): it would COMMIT first
             conn.execute(statement)
-        meta = new_header(self._key, fingerprint, self.budget)
+        meta = new_header(self._key, fingerprint, self.budget, self.privacy)
         conn.executemany("INSERT INTO dpgate_meta(key, value) VALUES (?, ?)", list(meta.items()))
         self.binding = meta["binding"]
         self._head = (0, meta["header_mac"])
 
-    def _check_meta(self, meta: dict[str, str], where: str, fingerprint: str | None) -> None:
-        check_header(meta, where, key=self._key, fingerprint=fingerprint, budget=self.budget)
+    def _check_meta(self, meta: dict[str, str], where: str, fingerprint: str | None) -> bool:
+        """Check the stored metadata; True when a pure ledger is to be converted to zCDP."""
+        converting = check_header(meta, where, key=self._key, fingerprint=fingerprint, budget=self.budget,
+                                  privacy=self.privacy, convert=self._convert)
         self.binding = meta.get("binding", "")
         if self._key is not None:
             with self._head_guard:
                 if self._head[0] == 0:
                     self._head = (0, meta["header_mac"])
+        return converting
 
     # -- tamper evidence ---------------------------------------------------------
 

@@ -27,6 +27,13 @@ Python integers do, exactly but slowly.  ``α`` and ``S`` are floats and ``|h_j|
 rounded floats, so the ratio is first enlarged by ``2^-50`` (more than its
 rounding error) and capped at 1 (``|h_j| ≤ S`` holds exactly).  Floats are for
 display only (:attr:`CellCosts.charge`); :attr:`CellCosts.charge_units` is exact.
+
+zCDP (``CellCosts(..., zcdp=True)``, a gateway opened with ``privacy="zcdp"``): the same
+integers count ρ instead of ε.  A release of budget ``α`` (noise scale ``S/α``, Laplace or
+Gaussian) costs a row in cell ``j`` ``(α|h_j|/S)²/2`` — for Laplace noise the ρ of its ε-DP
+(ε²/2), for Gaussian noise of deviation ``σ = S/α`` exactly ``h_j²/(2σ²)`` — rounded up from
+the same enlarged ratio; a cell's ρ is the sum, and a table of ``k`` rows per unit costs
+``k² · Σ_b max R_b`` (Cauchy–Schwarz; the proof is in :mod:`dpgate.plan.zcdp`).
 """
 
 from __future__ import annotations
@@ -51,32 +58,34 @@ def to_epsilon(units: int) -> float:
     return units / UNITS_PER_EPSILON  # int / int: correctly rounded
 
 
-def release_units(h: np.ndarray, alpha: float, sensitivity: float) -> np.ndarray:
-    """Per-atom cost ``(α/S)|h_j|`` of one release, in units, rounded up (an object array of ints)."""
+def release_units(h: np.ndarray, alpha: float, sensitivity: float, *, zcdp: bool = False) -> np.ndarray:
+    """Per-atom cost ``(α/S)|h_j|`` of one release, in units, rounded up (an object array of ints);
+    with ``zcdp``, its ρ ``(α|h_j|/S)²/2``."""
+    price = _rho_units if zcdp else _units
     mags = np.abs(np.asarray(h, dtype=float)).ravel()
     on = np.flatnonzero(mags)  # a query usually touches few atoms: only those are priced
     live = mags[on]
     alpha, sensitivity = float(alpha), float(sensitivity)
     if live.size and live.min() == live.max():  # one weight (a count, a group): no sort
-        out = [_units(float(live[0]), alpha, sensitivity)]
+        out = [price(float(live[0]), alpha, sensitivity)]
         inverse = np.zeros(live.size, dtype=np.intp)
     else:
         values, inverse = np.unique(live, return_inverse=True)
-        out = [_units(v, alpha, sensitivity) for v in values.tolist()]
+        out = [price(v, alpha, sensitivity) for v in values.tolist()]
     fast = max(out, default=0) < _FAST
     result = np.zeros(mags.size, dtype=np.int64 if fast else object)
     result[on] = np.array(out, dtype=np.int64 if fast else object)[inverse]
     return result.reshape(np.shape(h))
 
 
-def _nonzero_units(weights: np.ndarray, alpha: float, sensitivity: float) -> np.ndarray:
+def _nonzero_units(weights: np.ndarray, alpha: float, sensitivity: float, zcdp: bool = False) -> np.ndarray:
     """:func:`release_units` of weights that are all non-zero (a sparse charge): one weight
     (a count, a group) is priced once and broadcast."""
     mags = np.abs(weights)
     if mags.size and mags.min() == mags.max():
-        u = _units(float(mags[0]), alpha, sensitivity)
+        u = (_rho_units if zcdp else _units)(float(mags[0]), alpha, sensitivity)
         return np.full(mags.size, u, dtype=np.int64 if u < _FAST else object)
-    return release_units(weights, alpha, sensitivity)
+    return release_units(weights, alpha, sensitivity, zcdp=zcdp)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -88,13 +97,23 @@ def _units(v: float, alpha: float, sensitivity: float) -> int:
     return -(-units.numerator // units.denominator)  # ceil
 
 
-def summed_units(releases: Sequence[tuple[np.ndarray, np.ndarray, float, float]]) -> tuple[np.ndarray, np.ndarray]:
+@functools.lru_cache(maxsize=4096)
+def _rho_units(v: float, alpha: float, sensitivity: float) -> int:
+    """``(α·v/S)²/2`` in units, rounded up, from the ratio enlarged as in :func:`_units` (memoised)."""
+    ratio = Fraction(v) / Fraction(sensitivity)
+    ratio = Fraction(1) if ratio >= 1 else min(Fraction(1), ratio * _RATIO_SLACK)
+    units = (Fraction(alpha) * ratio) ** 2 / 2 * UNITS_PER_EPSILON
+    return -(-units.numerator // units.denominator)  # ceil
+
+
+def summed_units(releases: Sequence[tuple[np.ndarray, np.ndarray, float, float]], *,
+                 zcdp: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The cells ``releases`` — ``(atoms, weights, α, S)``, as :meth:`CellCosts.add_sparse` takes
     them — touch (sorted) and what they add to each, in units, exactly as recording them does."""
     live = [(a, w, al, s) for a, w, al, s in releases if a.size]
     if not live:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    incs = [_nonzero_units(w, float(al), float(s)) for _, w, al, s in live]
+    incs = [_nonzero_units(w, float(al), float(s), zcdp) for _, w, al, s in live]
     if len(live) == 1:  # one release: its atoms are distinct
         order = np.argsort(live[0][0], kind="stable")
         return live[0][0][order], incs[0][order]
@@ -124,13 +143,23 @@ class CellCosts:
     Args:
         n_atoms: current number of atoms.
         rows_per_individual: ``k``, the declared ``max_rows_per_individual``.
+        zcdp: count ρ (ρ-zCDP per cell, a table charged ``k² · max R``) instead of ε.
     """
 
-    def __init__(self, n_atoms: int, rows_per_individual: int = 1) -> None:
+    def __init__(self, n_atoms: int, rows_per_individual: int = 1, *, zcdp: bool = False) -> None:
         self.units = np.zeros(n_atoms, dtype=np.int64)
-        self.k = int(rows_per_individual)
+        self.zcdp = bool(zcdp)
+        self.rows = int(rows_per_individual)
+        #: The multiplier of the largest cell cost: ``k`` for ε, ``k²`` for ρ (Cauchy–Schwarz).
+        self.k = self.rows**2 if self.zcdp else self.rows
         #: Where each block of atoms starts (the first at 0; see the module docstring).
         self.starts: tuple[int, ...] = (0,)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Unpickle (a checkpoint): one written before zCDP counted ε with multiplier ``k``."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("zcdp", False)
+        self.__dict__.setdefault("rows", self.k)
 
     @property
     def units(self) -> np.ndarray:
@@ -204,7 +233,7 @@ class CellCosts:
 
     def increase_units(self, h: np.ndarray, alpha: float, sensitivity: float) -> int:
         """Exact charge increase, in units, if ``h`` were released at budget ``alpha``."""
-        new = _plus(self.units, release_units(h, alpha, sensitivity))
+        new = _plus(self.units, release_units(h, alpha, sensitivity, zcdp=self.zcdp))
         return self.k * sum(_tops(new, self.starts)) - self.charge_units
 
     def increase(self, h: np.ndarray, alpha: float, sensitivity: float) -> float:
@@ -213,7 +242,7 @@ class CellCosts:
 
     def add(self, h: np.ndarray, alpha: float, sensitivity: float) -> None:
         """Record a release of ``h`` at budget ``alpha``."""
-        self.units = _plus(self.units, release_units(h, alpha, sensitivity))
+        self.units = _plus(self.units, release_units(h, alpha, sensitivity, zcdp=self.zcdp))
 
     def add_sparse(self, atoms: np.ndarray, weights: np.ndarray, alpha: float, sensitivity: float,
                    *, in_place: bool = False) -> None:
@@ -222,7 +251,7 @@ class CellCosts:
         replaced, not written (shallow copies of these costs share it)."""
         if not atoms.size:
             return
-        new = _plus(self.units[atoms], _nonzero_units(weights, float(alpha), float(sensitivity)))
+        new = _plus(self.units[atoms], _nonzero_units(weights, float(alpha), float(sensitivity), self.zcdp))
         if new.dtype != self.units.dtype:
             units = self.units.astype(new.dtype)
         else:
@@ -256,7 +285,7 @@ class CellCosts:
         if len(self.starts) > 1 and (blocks[0] != blocks[1] or np.unique(self._blocks_of(atoms)).size > 1):
             return None
         new = _plus(self.units[atoms], _nonzero_units(np.concatenate([w for _, w in charges]),
-                                                      float(alpha), float(sensitivity)))
+                                                      float(alpha), float(sensitivity), self.zcdp))
         if new.dtype != np.int64:
             return None
         # The block they all fall in; the others' maxima stay as they are.
@@ -283,7 +312,7 @@ class CellCosts:
         atoms = [a for a, _, _, _ in releases if a.size]
         if not atoms:
             return self.charge
-        incs = [_nonzero_units(w, float(al), float(s)) for a, w, al, s in releases if a.size]
+        incs = [_nonzero_units(w, float(al), float(s), self.zcdp) for a, w, al, s in releases if a.size]
         if len(atoms) == 1:  # one release: its atoms are distinct
             cells, added = atoms[0], incs[0]
         else:  # several may meet: each cell gets the sum of theirs
@@ -301,7 +330,7 @@ class CellCosts:
         """An independent copy (for planning a statement before committing it).  It shares this
         one's array until its first in-place write (copy on write: a statement answered from
         history copies nothing; the array can hold a cell per box of a 10⁶-box grid)."""
-        out = CellCosts(0, self.k)
+        out = CellCosts(0, self.rows, zcdp=self.zcdp)
         out._units, out._floats, out._max, out.starts = self._units, self._floats, self._max, self.starts
         out._tops = None if self._tops is None else list(self._tops)
         out._borrowed = True  # Python ints are immutable: a shallow copy of the array is independent too

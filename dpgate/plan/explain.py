@@ -34,6 +34,7 @@ from dpgate.compile.query import LinearQuery
 from dpgate.errors import UnsupportedQuery
 from dpgate.plan.budget import fits
 from dpgate.plan.decide import Step
+from dpgate.plan.zcdp import DEFAULT_DELTA, epsilon_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -92,6 +93,8 @@ class Explanation:
         statement: the compiled statement.
         releases: the fresh releases it would make, ``(query, α)`` in the order they would be
             recorded (what ``dpgate serve`` prices against an analyst's own charge).
+        privacy: the gateway's accounting; for ``"zcdp"`` every ``epsilon`` above is a ρ, and
+            :meth:`rows` ends with the statement stated as ε at δ = 1e-6 (:attr:`epsilon_at_delta`).
     """
 
     quotes: tuple[Quote, ...]
@@ -100,6 +103,15 @@ class Explanation:
     budget: float
     statement: CompiledStatement = field(repr=False)
     releases: tuple[tuple[LinearQuery, float], ...] = field(default=(), repr=False)
+    privacy: str = field(default="pure", repr=False)
+
+    @property
+    def epsilon_at_delta(self) -> float:
+        """What the statement adds to the gateway's ε at δ = 1e-6: ``epsilon`` when pure; for zCDP
+        the increase of the converted spend (:func:`dpgate.plan.zcdp.epsilon_of`)."""
+        if self.privacy != "zcdp":
+            return self.epsilon
+        return max(0.0, epsilon_of(self.spent + self.epsilon) - epsilon_of(self.spent))
 
     @property
     def remaining(self) -> float:
@@ -128,6 +140,12 @@ class Explanation:
             note += "" if self.affordable else "; over budget: it would be refused"
             rows.append(("(statement)", "", source, self.epsilon, math.nan, self.quotes[0].confidence,
                          max(self.remaining, 0.0), note))
+        if self.privacy == "zcdp" and self.quotes:
+            after = self.spent + self.epsilon
+            rows.append((f"(as ε at δ={DEFAULT_DELTA:g})", "", "", self.epsilon_at_delta, math.nan,
+                         self.quotes[0].confidence, max(epsilon_of(self.budget) - epsilon_of(after), 0.0),
+                         f"zCDP: the epsilon column above is ρ; ρ spent {after:.6g} of {self.budget:g} after it, "
+                         f"ε {epsilon_of(after):.6g} of {epsilon_of(self.budget):.6g} at δ={DEFAULT_DELTA:g}"))
         return rows
 
     def to_pandas(self) -> pd.DataFrame:
@@ -138,6 +156,8 @@ class Explanation:
 
     def __repr__(self) -> str:
         verdict = "free" if self.free else f"ε = {self.epsilon:.6g}"
+        if self.privacy == "zcdp" and not self.free:
+            verdict = f"ρ = {self.epsilon:.6g} (ε = {self.epsilon_at_delta:.6g} at δ={DEFAULT_DELTA:g})"
         pay = "" if self.affordable else " — over budget, would be refused"
         return (f"<dpgate.Explanation {len(self.quotes)} outputs, {verdict}; "
                 f"{max(self.remaining, 0.0):.6g} of {self.budget:g} would remain{pay}>")

@@ -203,13 +203,14 @@ class TableState:
     _row_of: dict[tuple[object, ...], int] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def new(cls, table: Table, max_atoms: int = DEFAULT_MAX_ATOMS) -> TableState:
-        """Empty history on the one-atom partitions (at most ``max_atoms`` inference atoms)."""
+    def new(cls, table: Table, max_atoms: int = DEFAULT_MAX_ATOMS, *, zcdp: bool = False) -> TableState:
+        """Empty history on the one-atom partitions (at most ``max_atoms`` inference atoms);
+        ``zcdp``: its costs count ρ (``CellCosts(..., zcdp=True)``)."""
         atoms = AtomPartition(table, max_atoms=max_atoms)
         cost_atoms = CostGrid(table)
         return cls(
             table, atoms, IncrementalBLUE(atoms.cell_sizes, keep_rows=False),
-            CellCosts(1, table.max_rows_per_individual), cost_atoms,
+            CellCosts(1, table.max_rows_per_individual, zcdp=zcdp), cost_atoms,
         )
 
     # -- the cost atoms -------------------------------------------------------------

@@ -28,7 +28,9 @@ SWITCH_INTERVAL = 0.0001
 @click.option("--ledger-key", default=None, type=click.Path(dir_okay=False),
               help="The ledger's key file (default for a SQLite ledger: <ledger>.key; required for PostgreSQL, "
                    "and shared by every host).")
-@click.option("--budget", type=float, required=True, help="Total (global, per-cell) privacy budget ε.")
+@click.option("--budget", type=float, required=True, help="Total (global, per-cell) privacy budget ε (ρ with --privacy zcdp).")
+@click.option("--privacy", type=click.Choice(["pure", "zcdp"]), default="pure", show_default=True,
+              help="pure: ε-DP; zcdp: ρ-zCDP (budget and analysts' caps in ρ), composing like √k.")
 @click.option("--users", "users_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Users file (dpgate user add) with SCRAM verifiers and per-analyst caps.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -61,7 +63,8 @@ SWITCH_INTERVAL = 0.0001
 @click.option("--fixed-latency", type=click.FloatRange(min=0, min_open=True, max=86_400), default=None,
               help="Seconds S: answer every statement that reads data S after it began (the next multiple of S "
                    "if it overruns), so response times do not depend on the data. Default: off.")
-def serve(data: str, schema_path: str | None, ledger: str, ledger_key: str | None, budget: float, users_path: str,
+def serve(data: str, schema_path: str | None, ledger: str, ledger_key: str | None, budget: float, privacy: str,
+          users_path: str,
           host: str, port: int, tls_cert: str | None, tls_key: str | None, allow_insecure_password: bool,
           require_tls: bool | None, accuracy: float | None, confidence: float, policy: Any, reasks: Any,
           max_connections: int, max_connections_per_analyst: int | None, auth_timeout: float, idle_timeout: float,
@@ -88,7 +91,7 @@ def serve(data: str, schema_path: str | None, ledger: str, ledger_key: str | Non
     schema = data_schema(data, schema_path, error=click.UsageError)
     users = load_users(users_path)
     gw = Gateway(open_data_file(data, schema, error=click.UsageError), schema, budget=budget, ledger=ledger,
-                 ledger_key=ledger_key, policy=policy, fixed_latency=fixed_latency, reasks=reasks)
+                 ledger_key=ledger_key, policy=policy, fixed_latency=fixed_latency, reasks=reasks, privacy=privacy)
     try:
         server = Server(gw, users, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                         allow_insecure_password=allow_insecure_password, require_tls=require_tls,

@@ -57,6 +57,7 @@ from dpgate.gateway import Gateway
 from dpgate.ledger import _provenance
 from dpgate.plan.budget import exhausted, fits, remaining
 from dpgate.plan.explain import COLUMNS, strip_explain
+from dpgate.plan.zcdp import DEFAULT_DELTA
 from dpgate.server import _catalog, _history
 from dpgate.server._parameters import KINDS_OID, infer_parameters
 from dpgate.server._protocol import Field
@@ -329,15 +330,21 @@ class Session:
         """The budget state in words (``\\dt+``'s table description): global, and this analyst's cap."""
         gw, a = self.gateway, self.analyst
         mine = _provenance.analyst_spent(gw.ledger, a.name, gw.schema)
-        return (f"budget ε {gw.spent:.4g} of {gw.budget:g} spent; {a.name}: {mine:.4g} of their cap {a.budget:g} "
+        unit = "ρ" if gw.privacy == "zcdp" else "ε"
+        return (f"budget {unit} {gw.spent:.4g} of {gw.budget:g} spent; {a.name}: {mine:.4g} of their cap {a.budget:g} "
                 "(SHOW dpgate.budget)")
 
     def _show_budget(self) -> Outcome:
         gw, a = self.gateway, self.analyst
         mine = _provenance.analyst_spent(gw.ledger, a.name, gw.schema)
-        names = ("analyst", "analyst_budget", "analyst_spent", "analyst_remaining", "budget", "spent", "remaining")
-        row = (a.name, a.budget, mine, remaining(mine, a.budget), gw.budget, gw.spent, gw.remaining)
-        return Outcome(tuple(_field(n, TEXT if i == 0 else FLOAT8) for i, n in enumerate(names)), (row,), "SHOW")
+        names: tuple[str, ...] = ("analyst", "analyst_budget", "analyst_spent", "analyst_remaining", "budget", "spent",
+                                  "remaining")
+        row: tuple[Any, ...] = (a.name, a.budget, mine, remaining(mine, a.budget), gw.budget, gw.spent, gw.remaining)
+        if gw.privacy == "zcdp":  # the figures above are ρ; beside them, the spend as ε at δ
+            names += ("privacy", "delta", "epsilon_spent", "epsilon_budget")
+            row += ("zcdp", DEFAULT_DELTA, gw.spent_as(DEFAULT_DELTA), gw.budget_as(DEFAULT_DELTA))
+        kinds = [TEXT if n in ("analyst", "privacy") else FLOAT8 for n in names]
+        return Outcome(tuple(_field(n, k) for n, k in zip(names, kinds, strict=True)), (row,), "SHOW")
 
     def _query(self, sql: str, params: Sequence[Any]) -> Outcome:
         digest = _provenance.statement_hash(sql, params)

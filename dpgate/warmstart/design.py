@@ -248,6 +248,8 @@ def _options(strategy: str, given: dict[str, Any]) -> dict[str, Any]:
 
 def _check_budget(gw: GatewaySeam, t: Table, epsilon: float, strategy: str) -> None:
     needed = t.max_rows_per_individual * epsilon
+    if getattr(gw, "privacy", "pure") == "zcdp":  # per cell Σ ε_i ≤ ε, so its ρ Σ ε_i²/2 ≤ ε²/2 (k² for units)
+        needed = needed**2 / 2
     spent = gw.spent
     if not fits(spent, needed, gw.budget):
         raise exhausted(needed, spent, gw.budget, what=f"This {strategy} warm start")

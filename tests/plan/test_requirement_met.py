@@ -48,3 +48,22 @@ def test_no_answer_is_wider_than_asked(policy: str, confidence: float,
             assert a.meets_requirement, (sql, a)
             if not a.components:  # AVG's own interval combines its components' (dpgate.answer.combine)
                 assert a.high - a.low <= 2 * accuracy * unit * (1 + 1e-6)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(policy=st.sampled_from(["minimal", "paper", "no_reuse"]),
+       confidence=st.sampled_from([0.5, 0.8, 0.95, 0.999]),
+       steps=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 199), st.integers(1, 200),
+                                st.floats(10.0, 200.0)), min_size=1, max_size=6),
+       seed=st.integers(0, 2**20))
+def test_no_answer_is_wider_than_asked_in_zcdp_mode(policy: str, confidence: float,
+                                                    steps: list[tuple[int, int, int, float]], seed: int) -> None:
+    """The same in ρ accounting (``privacy="zcdp"``): candidates are priced in ρ, never certified wider."""
+    gw = dpgate.Gateway(FRAME, SCHEMA, budget=1e9, seed=seed, policy=policy, privacy="zcdp")
+    for kind, lo, span, accuracy in steps:
+        sql, unit = statement(kind, lo, min(200, lo + span))
+        result = gw.query(sql, accuracy=accuracy * unit, confidence=confidence)
+        for a in result.answers:
+            assert a.meets_requirement, (sql, a)
+            if not a.components:
+                assert a.high - a.low <= 2 * accuracy * unit * (1 + 1e-6)
