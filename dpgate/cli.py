@@ -168,7 +168,13 @@ def _ledger_summary(meta: dict[str, str], recs: Any) -> dict[str, Any]:
     """:func:`_budget_summary` of a ledger read by :func:`_read_ledger` (spent = the last cumulative cost)."""
     # The last record's: costs only grow, and a ledger converted to zCDP kept ε before its ρ.
     budget = float(meta.get("converted_budget", meta["budget"]))
-    return _budget_summary(budget, recs[-1].cost_after if recs else 0.0, len(recs))
+    summary = _budget_summary(budget, recs[-1].cost_after if recs else 0.0, len(recs))
+    if meta.get("privacy") == "zcdp":  # budget and spent are ρ; beside them, as ε at δ = 1e-6
+        from dpgate.plan.zcdp import epsilon_of
+
+        summary.update(privacy="zcdp", delta=1e-06, epsilon_spent=epsilon_of(summary["spent"]),
+                       epsilon_budget=epsilon_of(budget))
+    return summary
 
 
 @cli.command()
@@ -451,8 +457,10 @@ def budget(ledger: str, as_json: bool) -> None:
     if as_json:
         _echo_json(summary)
     else:
+        zcdp = (f"   (zCDP, ρ; as ε at δ=1e-06: {summary['epsilon_spent']:.6g} of {summary['epsilon_budget']:.6g})"
+                if "privacy" in summary else "")
         click.echo(f"budget {summary['budget']:g}   spent {summary['spent']:.6g}   "
-                   f"remaining {summary['remaining']:.6g}   releases {summary['releases']}"
+                   f"remaining {summary['remaining']:.6g}   releases {summary['releases']}{zcdp}"
                    + (f" ({summary['insecure_releases']} with seeded, insecure noise)"
                       if summary["insecure_releases"] else ""))
 

@@ -543,7 +543,7 @@ class Gateway(Accounting, Extensions, Plots):
                 if allow_partial:
                     return [replace(s, kind="unavailable", increase=0.0) if s.kind == "fresh" else s for s in steps], before, False
                 raise refusal(state.blue, steps, needed, spent, self.budget, accuracy, confidence,
-                              secure=self._history.secure(state.table.name), rows=state.table.rows)
+                              secure=self._history.secure(state.table.name), rows=state.table.rows, unit=self.unit)
             charges = planned.recorded_charges()
             values, records = self._record(tx, state, planned.measurements, sql, "query", spent, charges)
         # Committed (fsync'd): only now may anything derived from the values leave.
@@ -630,7 +630,8 @@ class Gateway(Accounting, Extensions, Plots):
                 start, after = charges.before, charges.after
                 needed, spent = to_epsilon(after[-1] if after else start) - to_epsilon(start), self._history.spent()
                 if not fits(spent, needed, self.budget):
-                    raise exhausted(needed, spent, self.budget, what=f"Releasing these {len(parts)} measurements")
+                    raise exhausted(needed, spent, self.budget, what=f"Releasing these {len(parts)} measurements",
+                                    unit=self.unit)
                 values, records = self._record(tx, state, parts, label, kind, spent, charges)
             self._history.applied(Plan.of_releases(state, parts, charges), records, charges)
         return values

@@ -258,7 +258,7 @@ def charging(ledger: Ledger, analyst: str, cap: float, statement: str,
         spent, delta = to_epsilon(before), to_epsilon(after) - to_epsilon(before)
         if cap <= 0.0 or not fits(spent, delta, cap):
             raise exhausted(delta, spent, cap, what="Answering this statement", purpose=" more for its next release",
-                            analyst=analyst, hint=" Nothing was spent.")
+                            analyst=analyst, hint=" Nothing was spent.", unit="ρ" if ledger.privacy == "zcdp" else "ε")
         provenance.add(ProvenanceRow(analyst, "charge", record.id, delta, statement, "fresh", _now()), mac)
         carried.update(tx=provenance, costs=costs)
         charged.append(delta)

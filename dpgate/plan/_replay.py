@@ -112,7 +112,7 @@ def _answer(
 
 def refusal(
     blue: IncrementalBLUE, steps: Sequence[Step], needed: float, spent: float, budget: float, accuracy: float,
-    confidence: float, *, secure: bool, rows: int | None = None,
+    confidence: float, *, secure: bool, rows: int | None = None, unit: str = "ε",
 ) -> BudgetExhausted:
     """The refusal of a statement that needs ``needed`` more than ``budget − spent`` allows, with what
     history alone would give a single-output statement (its steps replayed with nothing paid).
@@ -130,4 +130,5 @@ def refusal(
     elif single is not None:
         hint = " History alone does not determine this query."
     return exhausted(needed, spent, budget, what="This query",
-                     purpose=f" to reach ±{accuracy:g} at {100 * confidence:.6g}%", hint=hint, estimate=single)
+                     purpose=f" to reach ±{accuracy:g} at {100 * confidence:.6g}%", hint=hint, estimate=single,
+                     unit=unit)

@@ -53,6 +53,7 @@ def exhausted(
     analyst: str | None = None,
     hint: str = "",
     estimate: object = None,
+    unit: str = "ε",
 ) -> BudgetExhausted:
     """The refusal of a charge that does not :func:`fit <fits>`: one sentence with the numbers.
 
@@ -68,11 +69,12 @@ def exhausted(
         analyst: the analyst whose cap ``budget`` is, or ``None`` for the gateway's budget.
         hint: further sentences, from a leading space.
         estimate: the best answer history alone gives, attached to the error.
+        unit: the budget's unit, ``"ε"`` or (a zCDP gateway's) ``"ρ"``.
     """
     left = remaining(spent, budget)
     if analyst is None:
         rest = f"{left:.4g} of {budget:g} remains.{hint}"
     else:
-        rest = f"analyst {analyst!r} has ε = {left:.4g} left of their cap {budget:g}.{hint} {_CAP_ADVICE}"
-    return BudgetExhausted(f"{what} needs ε = {needed:.4g}{purpose}; {rest}", needed=needed, remaining=left,
+        rest = f"analyst {analyst!r} has {unit} = {left:.4g} left of their cap {budget:g}.{hint} {_CAP_ADVICE}"
+    return BudgetExhausted(f"{what} needs {unit} = {needed:.4g}{purpose}; {rest}", needed=needed, remaining=left,
                            estimate=estimate)

@@ -431,7 +431,7 @@ class Session:
         spent, needed = _provenance.analyst_quote(gw.ledger, a.name, gw.schema, quote.statement.table, quote.releases)
         if a.budget <= 0.0 or not fits(spent, needed, a.budget):
             raise exhausted(needed, spent, a.budget, what="This statement", purpose=" of their cap",
-                            analyst=a.name, hint=" Nothing was spent and nothing was read.")
+                            analyst=a.name, hint=" Nothing was spent and nothing was read.", unit=gw.unit)
 
     def _log(self, sql: str, params: Any, kind: str, source: str, eps: float, digest: str | None = None) -> None:
         LOG.info("analyst=%s statement=%s kind=%s source=%s epsilon=%.6g", self.analyst.name,

@@ -252,7 +252,8 @@ def _check_budget(gw: GatewaySeam, t: Table, epsilon: float, strategy: str) -> N
         needed = needed**2 / 2
     spent = gw.spent
     if not fits(spent, needed, gw.budget):
-        raise exhausted(needed, spent, gw.budget, what=f"This {strategy} warm start")
+        raise exhausted(needed, spent, gw.budget, what=f"This {strategy} warm start",
+                        unit="ρ" if getattr(gw, "privacy", "pure") == "zcdp" else "ε")
 
 
 def _release(gw: GatewaySeam, t: Table, ms: list[tuple[LinearQuery, float]], label: str) -> list[float]:

@@ -275,3 +275,43 @@ def test_a_conversion_cannot_be_edited(tmp_path) -> None:
     con.close()
     with pytest.raises(LedgerError, match="conversion"):
         _gw(ledger=path, budget=3.0)
+
+
+def test_cli_budget_of_a_zcdp_ledger_states_rho_and_epsilon(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from dpgate.cli import cli
+
+    path = str(tmp_path / "z.db")
+    gw = _gw(ledger=path)
+    _ask(gw, "SELECT COUNT(*) FROM t", 30)
+    spent = gw.spent
+    gw.close()
+    out = CliRunner().invoke(cli, ["budget", "--ledger", path, "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert doc["privacy"] == "zcdp" and doc["spent"] == pytest.approx(spent)
+    assert doc["epsilon_spent"] == pytest.approx(epsilon_of(spent))
+    text = CliRunner().invoke(cli, ["budget", "--ledger", path]).output
+    assert "zCDP" in text
+
+
+def test_sqlalchemy_url_takes_privacy(tmp_path) -> None:
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    data = tmp_path / "t.csv"
+    _frame().to_csv(data, index=False)
+    schema = tmp_path / "s.yaml"
+    schema.write_text(json.dumps(SCHEMA))
+    engine = sqlalchemy.create_engine(f"dpgate:///{data}?schema={schema}&budget=0.5&privacy=zcdp&accuracy=30&seed=1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with engine.connect() as con:
+            assert con.exec_driver_sql("SELECT COUNT(*) FROM t").scalar() > 0
+            assert con.connection.dbapi_connection.gateway.privacy == "zcdp"
+    engine.dispose()
+
+
+def test_refusals_state_rho() -> None:
+    gw = _gw(budget=1e-4)
+    with pytest.raises(BudgetExhausted, match="needs ρ = "):
+        _ask(gw, "SELECT COUNT(*) FROM t", 5)
