@@ -44,7 +44,15 @@ runs through ``reader.execute`` and the odometer gets what SmartNoise recorded.
 
 Honest intervals: per dpgate mode, the share of answers whose ``[low, high]`` holds the
 true value (PUMS: DuckDB on the raw frame, ``bench_session``'s brute force; workload: the
-histogram), one seeded session per mode (``--seed``), beside the nominal confidence.
+histogram), pooled over seeded sessions (workload: ``--coverage-seeds``, 5; PUMS: ``--seed``
+only, it is the slow stream), checked against confidence − 3 SE (SE the larger of the
+binomial and the between-seed one).  Decisions and ε never depend on the noise, so the
+extra seeds only add intervals.
+
+``--max-gb`` caps the process's address space (10 GB; dpgate's memory grows along the PUMS
+session, which holds many sums of income, 500 001 weights each): a stream that hits the
+cap stops there and the table says so.  ``--pums-lengths`` runs the PUMS stream to fewer
+statements than the workload.
 
 Writes ``benchmarks/results/composition.json`` (``composition_quick.json`` with ``--quick``)
 and prints the table.
@@ -52,7 +60,8 @@ and prints the table.
 Usage::
 
     python benchmarks/bench_composition.py [--quick] [--seed 1] [--smartnoise-python PATH]
-        [--streams pums,workload] [--lengths 10,50,200,1000]
+        [--streams pums,workload] [--lengths 10,50,200,1000] [--pums-lengths ...]
+        [--coverage-seeds 5] [--max-gb 10] [--progress]
 """
 
 from __future__ import annotations
@@ -361,6 +370,22 @@ def smartnoise_columns(python: str, statements: Sequence[Statement], lengths: Se
             "versions": (lap.get("snsql_version"), lap.get("opendp_version"))}
 
 
+def coverage(per_seed: Sequence[tuple[int, int]], confidence: float) -> dict[str, Any]:
+    """Pooled share of intervals holding the truth over seeds, and its check against
+    ``confidence − 3 SE`` (SE the larger of the binomial one at the nominal confidence and the
+    between-seed one: answers of one session share history noise), as ``bench_workload`` does."""
+    covered, answers = sum(c for c, _ in per_seed), sum(n for _, n in per_seed)
+    pooled = covered / answers if answers else math.nan
+    se = math.sqrt(confidence * (1 - confidence) / answers) if answers else math.nan
+    shares = [c / n for c, n in per_seed if n]
+    if len(shares) > 1:
+        mean = sum(shares) / len(shares)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in shares) / (len(shares) - 1))
+        se = max(se, sd / math.sqrt(len(shares)))
+    return {"seeds": len(per_seed), "covered": covered, "answers": answers, "coverage": pooled, "se": se,
+            "per_seed": [list(x) for x in per_seed], "ok": bool(answers == 0 or pooled >= confidence - 3 * se)}
+
+
 # -- report -----------------------------------------------------------------------------------
 def _fmt(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
@@ -373,8 +398,12 @@ def table(results: dict[str, Any]) -> str:
     for stream, r in results.items():
         for n in r["lengths"]:
             key = str(n)
-            p = r["dpgate"]["pure"]["checkpoints"][key]
+            p = r["dpgate"]["pure"]["checkpoints"].get(key)
             z = r["dpgate"].get("zcdp", {}).get("checkpoints", {}).get(key)
+            if p is None:
+                lines.append(f"| {stream} | {n} | not reached (stopped: {r['dpgate']['pure']['stopped']}) |"
+                             + " |" * 6)
+                continue
             sn = r.get("smartnoise")
             lap = sn["laplace"][key] if sn else None
             gau = sn["gaussian"][key] if sn else None
@@ -382,9 +411,12 @@ def table(results: dict[str, Any]) -> str:
             zcell = f"{z['epsilon_at_delta']:.2f} ({z['spent']:.3f})" if z else "n/a (no zCDP in this dpgate)"
             lcell = f"{lap['odometer_epsilon']:.2f} ({lap['basic_epsilon']:.2f})" if lap else "n/a"
             gcell = f"{gau['odometer_epsilon']:.2f}" if gau else "n/a"
-            cov = f"{p['covered'] / p['answers']:.3f}" if p["answers"] else "n/a"
-            cov += f" / {z['covered'] / z['answers']:.3f}" if z and z["answers"] else " / n/a"
-            cov += f" ({r['confidence']})"
+            cells = []
+            for point in (p, z):
+                c = point.get("coverage") if point else None
+                cells.append("n/a" if c is None else
+                             f"{c['coverage']:.3f} ± {c['se']:.3f}{'' if c['ok'] else ' **LOW**'}")
+            cov = " / ".join(cells) + f" ({r['confidence']}; {p.get('coverage', {}).get('seeds', 1)} seed(s))"
             secs = f"{p['seconds']:.0f} / " + (f"{z['seconds']:.0f}" if z else "n/a")
             lines.append(f"| {stream} | {n} | {p['epsilon_at_delta']:.2f} | {zcell} | {_fmt(ratio, 3)} | {lcell} | "
                          f"{gcell} | {cov} | {secs} |")
@@ -395,14 +427,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="lengths 10 and 50 only")
     ap.add_argument("--lengths", default=None, help="comma-separated lengths (default 10,50,200,1000)")
+    ap.add_argument("--pums-lengths", default=None,
+                    help="lengths for the PUMS stream only (default: --lengths); its dpgate side is the slow one")
+    ap.add_argument("--max-gb", type=float, default=10.0,
+                    help="address-space cap of this process in GB (10): a stream that hits it stops, reported")
     ap.add_argument("--streams", default="pums,workload")
     ap.add_argument("--seed", type=int, default=1, help="dpgate's noise seed (1)")
+    ap.add_argument("--coverage-seeds", type=int, default=5,
+                    help="seeds pooled for the workload's interval check (5; PUMS: --seed only, it is slow)")
+    ap.add_argument("--progress", action="store_true", help="each dpgate statement's time and peak memory to stderr")
     ap.add_argument("--smartnoise-python", default=os.environ.get("SMARTNOISE_PYTHON", DEFAULT_SN_PYTHON),
                     help=f"interpreter of SmartNoise's virtualenv ({DEFAULT_SN_PYTHON}); missing: no SmartNoise column")
     args = ap.parse_args(argv)
     lengths = tuple(int(x) for x in args.lengths.split(",")) if args.lengths else (
         QUICK_LENGTHS if args.quick else LENGTHS)
-    n = max(lengths)
+    pums_lengths = tuple(int(x) for x in args.pums_lengths.split(",")) if args.pums_lengths else lengths
+    cap = int(args.max_gb * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, resource.getrlimit(resource.RLIMIT_AS)[1]))
     has_sn = os.path.exists(args.smartnoise_python)
     if not has_sn:
         print(f"SmartNoise's interpreter {args.smartnoise_python} is missing: no SmartNoise columns "
@@ -414,23 +455,34 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     versions = None
     for stream in args.streams.split(","):
+        stream_lengths = pums_lengths if stream == "pums" else lengths
+        n = max(stream_lengths)
         if stream == "pums":
             statements, loaded, confidence = pums_stream(n), None, PUMS_CONFIDENCE
         elif stream == "workload":
             (statements, loaded), confidence = workload_stream(n), WORKLOAD_CONFIDENCE
         else:
             ap.error(f"unknown stream {stream!r} (pums, workload)")
-        r: dict[str, Any] = {"lengths": list(lengths), "confidence": confidence, "dpgate": {},
+        r: dict[str, Any] = {"lengths": list(stream_lengths), "confidence": confidence, "dpgate": {},
                              "statements": [{"sql": s.sql, "accuracy": s.accuracy, "kind": s.kind} for s in statements]}
         for mode in modes:
-            run = run_dpgate(stream, statements, mode, args.seed, lengths, loaded)
+            run = run_dpgate(stream, statements, mode, args.seed, stream_lengths, loaded, args.progress)
+            # more seeds for the interval check only: ε and every decision are the same for any seed
+            extra = [run_dpgate(stream, statements, mode, args.seed + k, stream_lengths, loaded)["checkpoints"]
+                     for k in range(1, (args.coverage_seeds if stream == "workload" else 1))]
+            for length, point in run["checkpoints"].items():
+                seeds = [(point["covered"], point["answers"])]
+                seeds += [(e[length]["covered"], e[length]["answers"]) for e in extra if length in e]
+                point["coverage"] = coverage(seeds, confidence)
             run["checkpoints"] = {str(k): v for k, v in run["checkpoints"].items()}
             r["dpgate"][mode] = run
-            last = run["checkpoints"][str(n)]
-            print(f"{stream} {mode}: ε at δ=1e-6 {last['epsilon_at_delta']:.3f} after {n} statements "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            reached = max(int(k) for k in run["checkpoints"]) if run["checkpoints"] else 0
+            last = run["checkpoints"].get(str(reached), {"epsilon_at_delta": math.nan})
+            stop = f"; STOPPED at #{run['stopped']['statement']}: MemoryError" if run["stopped"] else ""
+            print(f"{stream} {mode}: ε at δ=1e-6 {last['epsilon_at_delta']:.3f} after {reached} statements, "
+                  f"max RSS {run['max_rss_gb']:.1f} GB{stop} ({time.perf_counter() - t0:.0f} s)", flush=True)
         if has_sn:
-            r["smartnoise"] = smartnoise_columns(args.smartnoise_python, statements, lengths)
+            r["smartnoise"] = smartnoise_columns(args.smartnoise_python, statements, stream_lengths)
             versions = r["smartnoise"]["versions"]
             print(f"{stream} SmartNoise: Laplace {r['smartnoise']['laplace'][n]['odometer_epsilon']:.3f}, Gaussian "
                   f"{r['smartnoise']['gaussian'][n]['odometer_epsilon']:.3f} ({time.perf_counter() - t0:.0f} s)",
@@ -449,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     suffix = "_quick" if args.quick else ""
     with open(os.path.join(RESULTS, f"composition{suffix}.json"), "w", encoding="utf-8") as f:
         json.dump({"machine": machine, "delta": DELTA, "seed": args.seed, "lengths": list(lengths),
+                   "pums_lengths": list(pums_lengths), "max_gb": args.max_gb,
                    "modes": list(modes), "workload": WORKLOAD, "streams": results}, f, indent=1)
     print(f"\n{wall:.0f} s wall")
     return 0
