@@ -54,8 +54,8 @@ session, which holds many sums of income, 500 001 weights each): a stream that h
 cap stops there and the table says so.  ``--pums-lengths`` runs the PUMS stream to fewer
 statements than the workload.
 
-Writes ``benchmarks/results/composition.json`` (``composition_quick.json`` with ``--quick``)
-and prints the table.
+Writes ``benchmarks/results/composition.json`` and ``composition.md`` (``composition_quick.*``
+with ``--quick``) and prints the table.
 
 Usage::
 
@@ -70,6 +70,7 @@ import argparse
 import inspect
 import json
 import math
+import multiprocessing
 import os
 import platform
 import random
@@ -80,6 +81,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
@@ -257,6 +259,18 @@ def workload_stream(n: int) -> tuple[list[Statement], Any]:
 
 
 # -- dpgate -----------------------------------------------------------------------------------
+def run_dpgate_apart(*args: Any, max_bytes: int) -> dict[str, Any]:
+    """:func:`run_dpgate` in a fresh process capped at ``max_bytes`` of address space: one run's
+    memory (dpgate's grows along the PUMS session) neither lingers into the next nor takes the machine."""
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=ctx, initializer=_cap_memory, initargs=(max_bytes,)) as ex:
+        return ex.submit(run_dpgate, *args).result()
+
+
+def _cap_memory(max_bytes: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (max_bytes, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
 def zcdp_available() -> bool:
     import dpgate
 
@@ -264,13 +278,13 @@ def zcdp_available() -> bool:
 
 
 def run_dpgate(stream: str, statements: Sequence[Statement], mode: str, seed: int, lengths: Sequence[int],
-               loaded: Any = None, progress: bool = False) -> dict[str, Any]:
+               progress: bool = False) -> dict[str, Any]:
     """One seeded gateway in ``mode`` ("pure" | "zcdp") through the statements; totals at each length."""
     import dpgate
     from dpgate.datasets import load_pums
 
     warnings.simplefilter("ignore")  # seeded noise warns; expected in a benchmark
-    df, schema = load_pums() if stream == "pums" else loaded[:2]
+    df, schema = load_pums() if stream == "pums" else W.load_histogram(WORKLOAD[0])[:2]
     con = _truth_connection() if stream == "pums" else None
     opts: dict[str, Any] = {"budget": PURE_BUDGET} if mode == "pure" else {"budget": ZCDP_BUDGET, "privacy": "zcdp"}
     warm = dpgate.Gateway(df, schema, seed=seed, **opts)  # warm-up on a throwaway gateway (imports, JIT)
@@ -443,7 +457,6 @@ def main(argv: list[str] | None = None) -> int:
         QUICK_LENGTHS if args.quick else LENGTHS)
     pums_lengths = tuple(int(x) for x in args.pums_lengths.split(",")) if args.pums_lengths else lengths
     cap = int(args.max_gb * 2**30)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, resource.getrlimit(resource.RLIMIT_AS)[1]))
     has_sn = os.path.exists(args.smartnoise_python)
     if not has_sn:
         print(f"SmartNoise's interpreter {args.smartnoise_python} is missing: no SmartNoise columns "
@@ -458,17 +471,18 @@ def main(argv: list[str] | None = None) -> int:
         stream_lengths = pums_lengths if stream == "pums" else lengths
         n = max(stream_lengths)
         if stream == "pums":
-            statements, loaded, confidence = pums_stream(n), None, PUMS_CONFIDENCE
+            statements, confidence = pums_stream(n), PUMS_CONFIDENCE
         elif stream == "workload":
-            (statements, loaded), confidence = workload_stream(n), WORKLOAD_CONFIDENCE
+            statements, confidence = workload_stream(n)[0], WORKLOAD_CONFIDENCE
         else:
             ap.error(f"unknown stream {stream!r} (pums, workload)")
         r: dict[str, Any] = {"lengths": list(stream_lengths), "confidence": confidence, "dpgate": {},
                              "statements": [{"sql": s.sql, "accuracy": s.accuracy, "kind": s.kind} for s in statements]}
         for mode in modes:
-            run = run_dpgate(stream, statements, mode, args.seed, stream_lengths, loaded, args.progress)
+            run = run_dpgate_apart(stream, statements, mode, args.seed, stream_lengths, args.progress, max_bytes=cap)
             # more seeds for the interval check only: ε and every decision are the same for any seed
-            extra = [run_dpgate(stream, statements, mode, args.seed + k, stream_lengths, loaded)["checkpoints"]
+            extra = [run_dpgate_apart(stream, statements, mode, args.seed + k, stream_lengths,
+                                      max_bytes=cap)["checkpoints"]
                      for k in range(1, (args.coverage_seeds if stream == "workload" else 1))]
             for length, point in run["checkpoints"].items():
                 seeds = [(point["covered"], point["answers"])]
@@ -503,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
         json.dump({"machine": machine, "delta": DELTA, "seed": args.seed, "lengths": list(lengths),
                    "pums_lengths": list(pums_lengths), "max_gb": args.max_gb,
                    "modes": list(modes), "workload": WORKLOAD, "streams": results}, f, indent=1)
+    with open(os.path.join(RESULTS, f"composition{suffix}.md"), "w", encoding="utf-8") as f:
+        f.write(f"Total ε at δ = 1e-6 against the number of statements (seed {args.seed}, {wall:.0f} s wall, load "
+                f"average at the end {machine['loadavg_at_end'][0]:.2f}).\n\n{text}\n")
     print(f"\n{wall:.0f} s wall")
     return 0
 
