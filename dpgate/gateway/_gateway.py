@@ -595,7 +595,8 @@ class Gateway(Accounting, Extensions, Plots):
           query's lattice ``γ`` with scale ``b = S/α`` (``dpgate.release.noise.release``), so
           each release is ``α``-DP for its query.
         * Cost charged: cell ``j`` is charged ``(α/S)|q_j|`` per release, and the
-          system cost rises to ``k · max_j B_j`` (Xiao & Xiong (2012), Theorem 5.5).
+          system cost rises to ``k · max_j B_j`` (Xiao & Xiong (2012), Theorem 5.5); with
+          ``privacy="zcdp"``, ``(α|q_j|/S)²/2`` and ``k² · max_j R_j`` in ρ (``dpgate.plan.zcdp``).
           The whole increase is checked against the budget before any data is read;
           the values are recorded in the ledger and returned only after it commits.
           They join the history that later queries answer from.
