@@ -53,14 +53,15 @@ class Plots:
         ids = history["id"].to_numpy(dtype=float)
         cost = history["cost_after"].to_numpy(dtype=float)
         ax = fig.subplots()
-        ax.plot(ids, cost, drawstyle="steps-post", color="#1f3b73", label="spent ε")
+        unit = "ρ" if self.ledger.privacy == "zcdp" else "ε"  # a zCDP gateway's costs are ρ
+        ax.plot(ids, cost, drawstyle="steps-post", color="#1f3b73", label=f"spent {unit}")
         ax.plot(ids, cost, linestyle="none", marker="o", markersize=3, color="#1f3b73", label="releases")
-        ax.axhline(self.budget, linestyle="--", color="#b03030", label=f"budget ε = {self.budget:g}")
+        ax.axhline(self.budget, linestyle="--", color="#b03030", label=f"budget {unit} = {self.budget:g}")
         from matplotlib.ticker import MaxNLocator
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # release numbers
         ax.set_xlabel("release")
-        ax.set_ylabel("privacy cost ε")
+        ax.set_ylabel(f"privacy cost {unit}")
         ax.set_ylim(0, self.budget * 1.05)
         ax.set_title("Budget over time")
         ax.legend(loc="center right")
@@ -89,7 +90,7 @@ class Plots:
         ax.set_xticks(range(len(rows)), labels, rotation=45 if len(rows) > 6 else 0,
                       ha="right" if len(rows) > 6 else "center", parse_math=False)
         ax.set_xlabel(f"{t.name}.{col.name}", parse_math=False)  # declared names are text, never TeX
-        ax.set_ylabel("spent budget ε of a row")
+        ax.set_ylabel("spent budget ρ of a row" if self.ledger.privacy == "zcdp" else "spent budget ε of a row")
         ax.set_title(f"Where the budget went: {col.name}", parse_math=False)
         return fig
 
