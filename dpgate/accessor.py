@@ -401,7 +401,7 @@ class DPAccessor:
         integers for counts (free post-processing, see :meth:`dpgate.Result.rounded`).
 
         Privacy: as :meth:`dpgate.Gateway.query` — add/remove-one-row DP; each fresh
-        measurement of a linear query with sensitivity ``S`` gets discrete Laplace
+        measurement of a linear query with sensitivity ``S`` gets discrete Laplace (zCDP: Gaussian)
         noise of scale ``S/α`` at the smallest α meeting the requirement; answers from
         history cost nothing.  ``confidence`` defaults to 0.95 (or a SQL hint).
         """

@@ -102,8 +102,8 @@ _QUIET = click.option("--quiet", "-q", is_flag=True, expose_value=False, callbac
 
 
 _PRIVACY = click.option("--privacy", type=click.Choice(["pure", "zcdp"]), default="pure", show_default=True,
-                        help="pure: ε-DP (Laplace, budget in ε); zcdp: ρ-zCDP, composing like √k (budget in ρ; "
-                        "fixed when the ledger is created).")
+                        help="pure: ε-DP (Laplace, budget in ε); zcdp: ρ-zCDP, Gaussian noise, composing like √k "
+                        "(budget in ρ; fixed when the ledger is created).")
 
 
 def _gateway_options(f: Any) -> Any:

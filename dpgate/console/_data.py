@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from scipy.special import erfinv
+
 from dpgate.errors import Error, InvalidArgument, LedgerError
 from dpgate.ledger import Ledger, LedgerRecord
 from dpgate.ledger._cell_spend import CellSpend, cell_spend
@@ -31,16 +33,20 @@ __all__ = ["AnalystRow", "LedgerReader", "ReleaseRow", "Snapshot", "interval_hal
 CONFIDENCE = 0.95
 
 
-def interval_halfwidth(scale: float, lattice: float, confidence: float = CONFIDENCE) -> float:
+def interval_halfwidth(scale: float, lattice: float, confidence: float = CONFIDENCE, noise: str = "") -> float:
     """The half-width ``m·γ`` of the smallest symmetric interval holding the release's noise
     ``Z·γ`` with probability ≥ ``confidence``: ``Z`` discrete Laplace of parameter ``t = b/γ``
     (:class:`~dpgate.release.noise.NoisyRelease`), ``P(|Z| > m) = 2e^{−(m+1)/t} / (1 + e^{−1/t})``.
+    A Gaussian release (``noise="discrete_gaussian"``, zCDP): the normal's ``σ z`` plus one step γ
+    (the quantile coupling of ``dpgate.release._gaussian``).
 
     >>> round(interval_halfwidth(10.0, 1.0), 6)
     30.0
     """
     if scale <= 0 or lattice <= 0:
         return 0.0
+    if noise == "discrete_gaussian":
+        return scale * math.sqrt(2.0) * float(erfinv(confidence)) + lattice
     t = scale / lattice
     m = math.ceil(t * math.log(2.0 / ((1.0 - confidence) * (1.0 + math.exp(-1.0 / t))))) - 1
     return max(0, m) * lattice
@@ -182,7 +188,7 @@ class LedgerReader:
                 measured = "(outside the schema)"
         analyst = snap.charged_to.get(r.id, "")
         return ReleaseRow(r.id, r.created_at, r.table, r.sql, measured, r.alpha, max(0.0, r.cost_after - previous),
-                          r.cost_after, r.value, interval_halfwidth(r.scale, r.lattice), analyst,
+                          r.cost_after, r.value, interval_halfwidth(r.scale, r.lattice, noise=r.noise), analyst,
                           "fresh" if analyst else "")
 
     # -- the pages' numbers ---------------------------------------------------------------------

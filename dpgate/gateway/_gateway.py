@@ -50,6 +50,7 @@ from dpgate.plan.decide import POLICIES, Measurement, Plan, Policy, Step, answer
 from dpgate.plan.explain import Explanation, Quote, quote, zero_valued
 from dpgate.plan.requirement import hinted, of_call, resolve_confidence
 from dpgate.plan.state import DEFAULT_MAX_ATOMS, RecordedCharges, TableState, TableView, isolation_key
+from dpgate.release._gaussian import GAUSSIAN_NOISE, release_gaussian_many
 from dpgate.release.cube import Cube
 from dpgate.release.noise import noise_source, release_many
 from dpgate.schema.domains import Schema
@@ -564,13 +565,15 @@ class Gateway(Accounting, Extensions, Plots):
         ``charges``: what recording ``parts`` in order charges (``Plan.recorded_charges``)."""
         truths = self._cube.true_numerators([m.query for m in parts])
         start, after = charges.before, charges.after
-        rels = release_many(
+        gaussian = any(m.gaussian for m in parts)  # a zCDP gateway's: σ = S/α, α²/2-zCDP (release._gaussian)
+        rels = (release_gaussian_many if gaussian else release_many)(
             [(truth, m.query.denominator, m.sensitivity, m.alpha) for m, truth in zip(parts, truths, strict=True)],
             self._noise,
         )
+        noise = GAUSSIAN_NOISE if gaussian else "discrete_laplace"
         records = tx.append_many([
             {"kind": kind, "table": state.table.name, "query": m.query.to_json(), "sql": sql, "alpha": m.alpha,
-             "sensitivity": m.sensitivity, "scale": rel.scale, "lattice": rel.lattice, "noise": "discrete_laplace",
+             "sensitivity": m.sensitivity, "scale": rel.scale, "lattice": rel.lattice, "noise": noise,
              "value": rel.value, "cost_after": spent - to_epsilon(start) + to_epsilon(charge), "secure": rel.secure}
             for m, rel, charge in _progress.track(zip(parts, rels, after, strict=True), len(parts), "releasing")
         ])  # fmt: skip
@@ -593,7 +596,9 @@ class Gateway(Accounting, Extensions, Plots):
           offset is public).
         * Noise law and scale: two-sided geometric (discrete Laplace) noise on the
           query's lattice ``γ`` with scale ``b = S/α`` (``dpgate.release.noise.release``), so
-          each release is ``α``-DP for its query.
+          each release is ``α``-DP for its query; with ``privacy="zcdp"``, discrete Gaussian
+          noise of deviation ``σ = S/α`` on the same lattice (``dpgate.release._gaussian``),
+          ``α²/2``-zCDP.
         * Cost charged: cell ``j`` is charged ``(α/S)|q_j|`` per release, and the
           system cost rises to ``k · max_j B_j`` (Xiao & Xiong (2012), Theorem 5.5); with
           ``privacy="zcdp"``, ``(α|q_j|/S)²/2`` and ``k² · max_j R_j`` in ρ (``dpgate.plan.zcdp``).

@@ -2,9 +2,10 @@
 
 ``Gateway(..., privacy="zcdp")`` keeps its budget, ``spent``, ``remaining`` and the ledger's
 ``cost_after`` in ρ (:mod:`dpgate.plan.zcdp`, whose docstring holds the proof of the per-cell
-charge); every release is still Laplace noise of scale ``S/α``, charged a row in cell ``j``
-``(α|h_j|/S)²/2`` (:mod:`dpgate.plan.accounting`), so intervals and their coverage are
-exactly those of pure mode.  ``spent_as(delta)`` states the spend as (ε, δ)-DP; an answer
+charge); every release is discrete Gaussian noise of deviation ``σ = S/α``
+(:mod:`dpgate.release._gaussian`), charged a row in cell ``j`` ``(α|h_j|/S)²/2``
+(:mod:`dpgate.plan.accounting`); intervals use its exact (normal, or mixed with a converted
+ledger's Laplace releases) error law (``dpgate.inference.ErrorLaw(..., gaussian=...)``).  ``spent_as(delta)`` states the spend as (ε, δ)-DP; an answer
 carries ``rho_spent`` (its ρ) and ``epsilon_spent`` (what it added to that ε at
 :data:`~dpgate.plan.zcdp.DEFAULT_DELTA`).  A pure gateway is unchanged: ``rho_spent`` is None.
 """

@@ -347,6 +347,7 @@ class BasisForm(Form):
         self._C, self._S = Rows(), Root(solve_triangular(L, np.eye(n), lower=True).T)
         self._C.add(C.toarray())
         self._y, self._b, self._g = y.astype(float).copy(), b.astype(float).copy(), g.astype(float).copy()
+        self._n = np.zeros(k)
         if self._H is not None:
             self._H = np.array(H, dtype=float) if isinstance(H, np.ndarray) else H.toarray()
         self._m, self._r, self._fresh = k, n, True
@@ -430,12 +431,13 @@ class BasisForm(Form):
         Cz, gram = self._C.times_and_gram(z, r)
         scale = np.abs(rhs).max(axis=0)
         solved = np.abs(rhs - gram).max(axis=0) <= _SOLVE_RTOL * scale
-        b, g, y = readonly(self._b[:m]), readonly(self._g[:m]), self._y[:m]
+        g, y = readonly(self._g[:m]), self._y[:m]
+        b, n = self.law_scales(m)
         for col in np.flatnonzero(solved).tolist():
             A = Cz[:, col] / self._b[:m]
             value = float(A @ y)
-            law = ErrorLaw(A, b, g, "exact")
-            out[int(rows[col])] = Estimate(value, readonly(A), law.variance, True, Posterior(value, law), b, g)
+            law = ErrorLaw(A, b, g, "exact", gaussian=n)
+            out[int(rows[col])] = Estimate(value, readonly(A), law.variance, True, Posterior(value, law), b, g, n)
         return out
 
     def _residuals(self, X: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -55,6 +55,7 @@ class Estimate:
         posterior: The posterior of θ, or ``None`` if not estimable.
         scales: The Laplace scales ``b_k`` of the history (read-only).
         lattice: The lattice steps ``γ_k`` of the history (read-only, 0 = continuous).
+        gaussian: Which rows' noise is Gaussian (their ``scales`` entry is σ); ``None``: none.
     """
 
     value: float
@@ -64,11 +65,13 @@ class Estimate:
     posterior: Posterior | None
     scales: NDArray[np.float64]
     lattice: NDArray[np.float64]
+    gaussian: NDArray[np.bool_] | None = None
 
     def _key(self) -> tuple[Any, ...]:
         # repr() makes nan equal to nan; the posterior is derived data.
         return (repr(self.value), self.weights.tobytes(), repr(self.variance), self.estimable,
-                self.scales.tobytes(), self.lattice.tobytes())
+                self.scales.tobytes(), self.lattice.tobytes(),
+                None if self.gaussian is None else self.gaussian.tobytes())
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Estimate) and self._key() == other._key()

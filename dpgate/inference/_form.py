@@ -9,7 +9,9 @@
   information matrix (``_information``).
 
 Both keep the released answers here (:class:`Form`): the rows H (when asked), values y,
-scales b and lattice steps γ, shared with a copy until either side writes them, and the
+scales b and lattice steps γ (and which rows are Gaussian: their b is ``σ/√2``, the Laplace
+scale of the same variance, so the BLUE's weights need nothing else; only the law reads the
+family), shared with a copy until either side writes them, and the
 recent projections, solves and estimates of this exact state.  A form says how a query's
 coordinates are found (:meth:`Form.coordinates`), how they become weights on the history
 (:meth:`Form.weights`), how rows enter and atoms split; the estimate itself is built
@@ -53,6 +55,13 @@ def frozen_pair(
     return readonly(pair[0]), readonly(pair[1])
 
 
+def _mask(n: NDArray[np.bool_]) -> NDArray[np.bool_]:
+    """A read-only boolean copy."""
+    out = np.array(n, dtype=bool)
+    out.setflags(write=False)
+    return out
+
+
 def grow(buf: NDArray[np.float64], rows: int, cols: int) -> NDArray[np.float64]:
     """Return ``buf`` or a copy with at least (rows, cols) capacity (doubling)."""
     r0, c0 = buf.shape
@@ -78,6 +87,7 @@ class Form(ABC):
         self._y = np.zeros(16)
         self._b = np.zeros(16)
         self._g = np.zeros(16)
+        self._n = np.zeros(16)  # 1 where the row's noise is Gaussian (b = σ/√2)
         self._owned = True  # H, y, b, γ are not shared with a copy
         # Recent projections, solves and estimates on this exact state (a decision asks for
         # the same ones several times); replaced, never cleared, on every change, so a copy may
@@ -88,6 +98,7 @@ class Form(ABC):
         """Take over ``other``'s released answers (it is given up: a change of form)."""
         self._d, self._m, self._H = other._d, other._m, other._H
         self._y, self._b, self._g, self._owned = other._y, other._b, other._g, other._owned
+        self._n = other.__dict__.get("_n", np.zeros(other._y.size))
         self._r = 0
         self._memo = {}
 
@@ -137,6 +148,33 @@ class Form(ABC):
     def lattice(self) -> NDArray[np.float64]:
         """Lattice steps γ (read-only copy; 0 = continuous)."""
         return readonly(self._g[: self._m])
+
+    @property
+    def gaussian(self) -> NDArray[np.bool_]:
+        """Which rows' noise is Gaussian (read-only)."""
+        return _mask(self._gauss()[: self._m] > 0)
+
+    def _gauss(self) -> NDArray[np.float64]:
+        """The Gaussian marks (a state pickled before them has none: all Laplace)."""
+        n = self.__dict__.get("_n")
+        if n is None or n.size < self._y.size:
+            n = np.zeros(self._y.size) if n is None else np.concatenate((n, np.zeros(self._y.size - n.size)))
+            self._n = n
+        return n
+
+    def mark_gaussian(self, start: int, mask: NDArray[np.bool_]) -> None:
+        """Rows ``start, start + 1, …`` (just appended, b = σ/√2) carry Gaussian noise where ``mask``."""
+        self._own()
+        self._gauss()[start: start + mask.size] = mask
+        self._memo = {}
+
+    def law_scales(self, m: int) -> tuple[NDArray[np.float64], NDArray[np.bool_] | None]:
+        """The first m rows' noise scales for the error law (σ = √2 b for a Gaussian row) and
+        Gaussian mask (``None``: all Laplace, the scales are b itself)."""
+        n = self._gauss()[:m] > 0
+        if not n.any():
+            return readonly(self._b[:m]), None
+        return readonly(np.where(n, self._b[:m] * math.sqrt(2.0), self._b[:m])), _mask(n)
 
     # ------------------------------------------------------------------ the representation
     @abstractmethod
@@ -232,7 +270,8 @@ class Form(ABC):
         """Pickled without spare capacity, remembered results or shared-buffer flags."""
         state = dict(self.__dict__)
         m = self._m
-        state.update(_y=self._y[:m].copy(), _b=self._b[:m].copy(), _g=self._g[:m].copy(), _memo={}, _owned=True)
+        state.update(_y=self._y[:m].copy(), _b=self._b[:m].copy(), _g=self._g[:m].copy(), _memo={}, _owned=True,
+                     _n=self._gauss()[:m].copy())
         if self._H is not None:
             state["_H"] = self._H[:m].copy()
         return state
@@ -240,8 +279,8 @@ class Form(ABC):
     def _own(self) -> None:
         """Copy the small arrays this state shares with a copy before writing to them."""
         if not self._owned:
-            for name in ("_y", "_b", "_g", "_H"):
-                v = getattr(self, name)
+            for name in ("_y", "_b", "_g", "_n", "_H"):
+                v = getattr(self, name, None)
                 if v is not None:
                     setattr(self, name, v.copy())
             self._owned = True
@@ -255,7 +294,8 @@ class Form(ABC):
             self._H = grow(self._H, m + k, self.n_atoms)
             self._H[m: m + k] = H if isinstance(H, np.ndarray) else H.toarray()
         while m + k > self._y.size:
-            for name in ("_y", "_b", "_g"):
+            self._gauss()
+            for name in ("_y", "_b", "_g", "_n"):
                 old = getattr(self, name)
                 setattr(self, name, np.concatenate((old, np.zeros(max(old.size, 16)))))
         self._y[m: m + k], self._b[m: m + k], self._g[m: m + k] = y, b, g
@@ -271,7 +311,8 @@ class Form(ABC):
             self._H = grow(self._H, m + 1, self.n_atoms)
             self._H[m] = h
         if m + 1 > self._y.size:
-            for name in ("_y", "_b", "_g"):
+            self._gauss()
+            for name in ("_y", "_b", "_g", "_n"):
                 old = getattr(self, name)
                 setattr(self, name, np.concatenate((old, np.zeros(max(old.size, 16)))))
         self._y[m], self._b[m], self._g[m] = value, scale, lattice
@@ -304,22 +345,23 @@ class Form(ABC):
 
     def _estimate_now(self, Qv: NDArray[np.float64], method: Method, law_options: dict[str, Any]) -> Estimate:
         m = self._m
-        b, g = readonly(self._b[:m]), readonly(self._g[:m])
+        g = readonly(self._g[:m])
+        b, n = self.law_scales(m)
         cQ, ok = self.coordinates(Qv)
         if not ok:
-            return Estimate(math.nan, readonly(np.full(m, np.nan)), math.nan, False, None, b, g)
+            return Estimate(math.nan, readonly(np.full(m, np.nan)), math.nan, False, None, b, g, n)
         u = self.weights(cQ)
         A = u / self._b[:m]
         value = float(A @ self._y[:m])
-        law = ErrorLaw(A, b, g, method, **law_options)
-        return Estimate(value, readonly(A), law.variance, True, Posterior(value, law), b, g)
+        law = ErrorLaw(A, b, g, method, gaussian=n, **law_options)
+        return Estimate(value, readonly(A), law.variance, True, Posterior(value, law), b, g, n)
 
     def estimate_many(self, Qm: NDArray[np.float64], rows: Sequence[int | None] | None) -> list[Estimate]:
         """:meth:`estimate` (exact law) of each row of Qm (see :meth:`IncrementalBLUE.estimate_many`)."""
         sure, known = self._screen(Qm, rows)
         m = self._m
         nan = readonly(np.full(m, np.nan))
-        none = Estimate(math.nan, nan, math.nan, False, None, readonly(self._b[:m]), readonly(self._g[:m]))
+        none = Estimate(math.nan, nan, math.nan, False, None, *self._law_scales_and_lattice(m))
         keys: list[tuple[object, ...]] = [("estimate", Q.tobytes(), "exact", "[]") for Q in Qm]
         todo = [k for k, (key, no) in enumerate(zip(keys, sure.tolist(), strict=True))
                 if not no and key not in self._memo]
@@ -328,6 +370,12 @@ class Form(ABC):
         found = self._together(Qm, todo, keys, known)
         return [self._remembered(key, lambda: none) if no else found[k] if k in found else self.estimate(Q)
                 for k, (Q, key, no) in enumerate(zip(Qm, keys, sure.tolist(), strict=True))]
+
+    def _law_scales_and_lattice(
+        self, m: int
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_] | None]:
+        b, n = self.law_scales(m)
+        return b, readonly(self._g[:m]), n
 
     def estimable(self, Q: NDArray[np.float64]) -> bool:
         """Whether Q is estimable from the history (one projection or solve)."""

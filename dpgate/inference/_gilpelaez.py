@@ -29,6 +29,13 @@ Error budget of :meth:`LaplaceSum.abs_cdf` (absolute, on ``P(|E| ≤ x)``):
 So the documented bound is ``|error| ≤ 1e-9`` (:data:`ABS_CDF_ERROR`), far
 inside the 1e-6 the design asks for.  Beyond the Chernoff point ``x_cut``
 where ``P(|E| > x_cut) ≤ 1e-12`` the CDF is returned as 1.
+
+Gaussian terms (zCDP releases) add up to one normal ``N(0, v)`` independent of the
+Laplace terms; its factor ``exp(−v t²/2)`` multiplies φ.  Every argument above still
+holds: ``v e^{2s}/2`` is convex in ``s`` (κ gains ``v T²``), the normal is log-concave
+and symmetric (Anderson's theorem, the concavity of F), its Chernoff factor is
+``exp(λ² v/2)``, and it is entire, growing by at most ``e^{v y²/2} ≤ e^2`` on the
+ellipses of panels no wider than ``2/sd``.
 """
 
 from __future__ import annotations
@@ -57,8 +64,8 @@ _CHERNOFF_TOP = 64  # terms treated exactly in the Chernoff bound
 _NEWTON_STEPS = 60  # safeguarded Newton: a handful in practice, bisection keeps the rest bounded
 
 
-def chernoff_halfwidth(a: NDArray[np.float64], tail: float) -> float:
-    """Rigorous upper bound on the ``1 - tail`` quantile of ``|Σ a_k L_k|``.
+def chernoff_halfwidth(a: NDArray[np.float64], tail: float, normal_var: float = 0.0) -> float:
+    """Rigorous upper bound on the ``1 - tail`` quantile of ``|Σ a_k L_k + N(0, normal_var)|``.
 
     Chernoff: ``P(|E| > x) ≤ 2 e^{-λx} Π 1/(1 - λ² a_k²)`` for ``0 < λ < 1/max a``,
     minimised over a geometric grid of λ.  The :data:`_CHERNOFF_TOP` largest
@@ -68,6 +75,7 @@ def chernoff_halfwidth(a: NDArray[np.float64], tail: float) -> float:
     Args:
         a: Positive term scales ``|c_k| b_k``.
         tail: Target tail probability in (0, 1).
+        normal_var: Variance of an independent normal part (its factor ``exp(λ² v/2)``).
 
     Returns:
         x with ``P(|E| > x) ≤ tail`` guaranteed.
@@ -86,6 +94,8 @@ def chernoff_halfwidth(a: NDArray[np.float64], tail: float) -> float:
     # −Σ log(1 − λ²a²) over the top terms, vectorised over the λ grid.
     t2 = (top / amax) ** 2
     logm = -np.log1p(-np.outer(u * u, t2)).sum(axis=1) + rest_term
+    if normal_var:
+        logm = logm + 0.5 * lam * lam * normal_var
     x = (math.log(2.0 / tail) + logm) / lam
     return float(x.min())
 
@@ -110,10 +120,14 @@ class _Grid:
         a, sd, amax = law.a, law.sd, law.amax
         # --- truncation point T (rigorous tail bound, see module docstring).
         T = 2.0 / sd
+        v = law.normal_var
         while True:
             at2 = (a * T) ** 2
             phi_T = math.exp(-float(np.log1p(at2).sum()))
             kappa = float((2.0 * at2 / (1.0 + at2)).sum())
+            if v:
+                phi_T *= math.exp(-0.5 * v * T * T)
+                kappa += v * T * T
             bound = phi_T / kappa
             if x_lo > 0:
                 bound = min(bound, 2.0 * phi_T / (T * x_lo))
@@ -146,18 +160,22 @@ class _Grid:
 
 
 class LaplaceSum:
-    """The law of ``E = Σ a_k L_k`` for positive scales ``a_k`` and standard Laplace ``L_k``.
+    """The law of ``E = Σ a_k L_k + N`` for positive scales ``a_k``, standard Laplace ``L_k``
+    and an independent normal ``N ~ N(0, normal_var)`` (absent when 0).
 
     ``L_k`` has density ``exp(-|x|)/2``, so ``a_k L_k`` is Laplace with scale ``a_k``.
 
     Args:
-        a: Positive, finite term scales (at least two; one term has a closed form).
+        a: Positive, finite term scales (at least two, or one with a normal part; one
+            term alone has a closed form).
+        normal_var: The variance of the normal part (the Gaussian releases), ≥ 0.
     """
 
-    def __init__(self, a: NDArray[np.float64]) -> None:
+    def __init__(self, a: NDArray[np.float64], normal_var: float = 0.0) -> None:
         self.a = np.sort(np.asarray(a, dtype=np.float64))[::-1]
         self.amax = float(self.a[0])
-        self.sd = math.sqrt(2.0 * float(np.dot(self.a, self.a)))
+        self.normal_var = float(normal_var)
+        self.sd = math.sqrt(2.0 * float(np.dot(self.a, self.a)) + self.normal_var)
         self._grids: dict[tuple[float, float], _Grid] = {}
         self._x_cut: float | None = None
         self.evaluations = 0
@@ -199,13 +217,15 @@ class LaplaceSum:
             v = (t * small[0]) ** 2
             V = np.cumprod(np.broadcast_to(v[:, None], (t.size, J)), axis=1)
             out -= (V * coefs).sum(axis=1)
+        if self.normal_var:
+            out -= 0.5 * self.normal_var * t * t
         return out
 
     # ------------------------------------------------------------------ grids
     def x_cut(self) -> float:
         """A point beyond which ``P(|E| > x) ≤ 1e-12`` (Chernoff)."""
         if self._x_cut is None:
-            self._x_cut = chernoff_halfwidth(self.a, _CUT_TAIL)
+            self._x_cut = chernoff_halfwidth(self.a, _CUT_TAIL, self.normal_var)
         return self._x_cut
 
     def _grid(self, x_lo: float, x_hi: float, exact: bool = False) -> _Grid:
@@ -285,7 +305,7 @@ class LaplaceSum:
             return math.inf
         lo = -self.amax * math.log1p(-target) * (1.0 - 1e-12)
         tail = 1.0 - target
-        chernoff = chernoff_halfwidth(self.a, 0.5 * tail)  # P(|E| > ·) ≤ tail/2
+        chernoff = chernoff_halfwidth(self.a, 0.5 * tail, self.normal_var)  # P(|E| > ·) ≤ tail/2
         hi = min(chernoff, self.sd / math.sqrt(tail))
         if not lo < hi:  # rounding at extreme levels: the rigorous upper end stands
             return hi

@@ -44,6 +44,7 @@ __all__ = ["EXTEND_RTOL", "IncrementalBLUE"]
 
 #: :meth:`IncrementalBLUE.extend` adds larger blocks in chunks of this many rows.
 _CHUNK = 256
+_SQRT2 = math.sqrt(2.0)
 
 
 class IncrementalBLUE:
@@ -121,6 +122,17 @@ class IncrementalBLUE:
         """Lattice steps γ (read-only copy; 0 = continuous)."""
         return self._form.lattice
 
+    @property
+    def gaussian(self) -> NDArray[np.bool_]:
+        """Which rows' noise is Gaussian (read-only); their :attr:`scales` entry is ``σ/√2``,
+        the Laplace scale of the same variance (the BLUE needs only variances)."""
+        return self._form.gaussian
+
+    def law_scales(self) -> tuple[NDArray[np.float64], NDArray[np.bool_] | None]:
+        """The history's noise scales as :class:`ErrorLaw` takes them (σ for a Gaussian row)
+        and its Gaussian mask (``None``: all Laplace)."""
+        return self._form.law_scales(self.n_rows)
+
     def twin_classes(self) -> NDArray[np.intp] | None:
         """For each atom, a class id: atoms of one class ("twins") have equal columns in the
         basis, so every vector of the history's row space — every estimable query — takes
@@ -164,14 +176,16 @@ class IncrementalBLUE:
         return finite_array(v, name, ndim=1, size=self.n_atoms)
 
     # ------------------------------------------------------------------ updates
-    def append(self, h: ArrayLike, scale: float, value: float, lattice: float = 0.0) -> None:
+    def append(self, h: ArrayLike, scale: float, value: float, lattice: float = 0.0, *,
+               gaussian: bool = False) -> None:
         """Add one released answer ``value = h·x + N`` with Laplace scale ``scale``.
 
         Args:
             h: Query vector over the current atoms.
-            scale: Laplace scale ``b = S/α > 0`` of its noise.
+            scale: Laplace scale ``b = S/α > 0`` of its noise (its deviation σ if Gaussian).
             value: The released noisy answer.
             lattice: Lattice step γ of discrete noise (0 = continuous).
+            gaussian: Its noise is (discrete) Gaussian of deviation ``scale``.
 
         Raises:
             InvalidArgument: On a wrong shape or non-finite / non-positive numbers.
@@ -180,11 +194,18 @@ class IncrementalBLUE:
         scale = positive_finite(scale, "scale")
         value = finite(value, "value")
         lattice = nonnegative_finite(lattice, "lattice")
-        self._form.append(hv, scale, value, lattice)
+        if not gaussian:
+            self._form.append(hv, scale, value, lattice)
+            return
+        m = self.n_rows
+        self._form.append(hv, scale / _SQRT2, value, lattice)  # the Laplace scale of variance σ²
+        self._form.mark_gaussian(m, np.ones(1, dtype=bool))
 
     def extend(self, rows: ArrayLike | sp.csr_matrix, scales: ArrayLike, values: ArrayLike,
-               lattice: ArrayLike | None = None) -> None:
+               lattice: ArrayLike | None = None, gaussian: ArrayLike | None = None) -> None:
         """Append many released answers at once: the same state as :meth:`append` row by row.
+
+        ``gaussian``: which rows' noise is Gaussian (their ``scales`` entry is σ).
 
         ``rows`` may be a scipy sparse matrix (a tree's thousands of nodes over thousands
         of atoms, few non-zeros each): it stays sparse into the information form.
@@ -216,6 +237,20 @@ class IncrementalBLUE:
             raise InvalidArgument(f"rows must have {self.n_atoms} columns (one per atom), got {H.shape[1]}.")
         if (b <= 0).any() or (g < 0).any():
             raise InvalidArgument("scales must be positive and lattice steps non-negative.")
+        n = None if gaussian is None else np.asarray(gaussian, dtype=bool).ravel()
+        if n is not None and n.size != k:
+            raise InvalidArgument(f"gaussian must have one entry per row ({k}); got {n.size}.")
+        if n is not None and n.any():
+            m = self.n_rows
+            self._extend(H, np.where(n, b / _SQRT2, b), y, g)
+            self._form.mark_gaussian(m, n)
+            return
+        self._extend(H, b, y, g)
+
+    def _extend(self, H: NDArray[np.float64] | sp.csr_matrix, b: NDArray[np.float64], y: NDArray[np.float64],
+                g: NDArray[np.float64]) -> None:
+        """:meth:`extend` of validated, Laplace-scaled rows."""
+        k = H.shape[0]
         if k > _CHUNK:
             if self._span(H, b, y, g) or (isinstance(self._form, BasisForm)
                                           and self._form.extend_orthogonal(H, b, y, g)):
@@ -223,7 +258,7 @@ class IncrementalBLUE:
             # In chunks: Gram–Schmidt inside a block is O(k² n); against the basis it is one
             # matrix product per chunk.
             for i in range(0, k, _CHUNK):
-                self.extend(H[i: i + _CHUNK], b[i: i + _CHUNK], y[i: i + _CHUNK], g[i: i + _CHUNK])
+                self._extend(H[i: i + _CHUNK], b[i: i + _CHUNK], y[i: i + _CHUNK], g[i: i + _CHUNK])
             return
         if not isinstance(H, np.ndarray):
             H = H.toarray()

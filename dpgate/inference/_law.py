@@ -1,5 +1,8 @@
 """The law of the estimation error ``E = Σ_k c_k N_k`` of a linear estimator.
 
+Why one module of about 540 lines: one law object whose three methods (exact, Monte Carlo,
+convolution) and two noise families answer the same questions (half-width, cdf, ppf, pdf).
+
 Noise model of one released answer ``y_k = h_k·x + N_k`` with Laplace scale
 ``b_k = S_k/α_k``:
 
@@ -16,6 +19,13 @@ lose coverage.  A single discrete term is treated exactly instead:
 ``P(|Z| ≤ k) = 1 − 2p^{k+1}/(1 + p)`` with ``p = exp(−γ/b)``.
 
 Guarantees by method (``two_sided_tail``, ``halfwidth`` and ``abs_cdf_bounds``):
+
+Gaussian terms (zCDP releases, ``gaussian=True``): ``scales`` holds their standard
+deviation ``σ_k = S_k/α_k``; continuous ``N(0, σ_k²)``, or discrete Gaussian on ``γ_k ℤ``,
+which the quantile coupling of :mod:`dpgate.release._gaussian` keeps within ``γ_k`` of
+a continuous normal — so the same widening ``w`` covers them.  All Gaussian terms add
+up to one normal of variance ``Σ (c_k σ_k)²``: closed form when there is no Laplace
+term, otherwise its factor ``exp(−v t²/2)`` enters the Gil-Pelaez inversion.
 
 ``"exact"``
     Gil-Pelaez inversion (:mod:`._gilpelaez`), absolute error ≤ 1e-9 on the
@@ -48,6 +58,7 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy.special import erf, erfinv
 
 from dpgate._validate import finite_array, points, probability, readonly
 from dpgate.errors import InvalidArgument
@@ -64,11 +75,12 @@ _CLOSED_FORM_ERROR = 1e-14
 
 
 class ErrorLaw:
-    """Law of ``E = Σ_k c_k N_k`` for independent Laplace (or discrete Laplace) noise.
+    """Law of ``E = Σ_k c_k N_k`` for independent Laplace or Gaussian (continuous or discrete) noise.
 
     Args:
         coefficients: The estimator weights ``c_k`` (the vector A), length m.
-        scales: Laplace scales ``b_k = S_k/α_k ≥ 0`` (0 only where ``c_k = 0``).
+        scales: Laplace scales ``b_k = S_k/α_k ≥ 0`` (0 only where ``c_k = 0``); for a
+            Gaussian term its standard deviation ``σ_k = S_k/α_k``.
         lattice: Lattice steps ``γ_k ≥ 0`` of discrete noise (0 = continuous);
             ``None`` means all continuous.
         method: ``"exact"`` (default), ``"montecarlo"`` or ``"convolution"``.
@@ -76,10 +88,11 @@ class ErrorLaw:
         rng: Seed or ``numpy.random.Generator`` for Monte Carlo.
         gamma: Probability mass Algorithm 2 may lose to truncation.
         step: Grid step of Algorithm 2 (``None``: automatic).
+        gaussian: Which terms are Gaussian (``None``: none); Algorithm 2 takes none.
 
     Raises:
         InvalidArgument: On mismatched lengths, non-finite values, negative scales,
-            or an unknown method.
+            an unknown method, or Gaussian terms with ``"convolution"``.
 
     Example:
         >>> law = ErrorLaw([1.0], [2.0])
@@ -98,14 +111,16 @@ class ErrorLaw:
         rng: int | np.random.Generator | None = None,
         gamma: float = 0.01,
         step: float | None = None,
+        gaussian: ArrayLike | None = None,
     ) -> None:
         c = np.atleast_1d(finite_array(coefficients, "coefficients")).ravel()
         b = np.atleast_1d(finite_array(scales, "scales")).ravel()
         g = np.zeros_like(c) if lattice is None else np.atleast_1d(finite_array(lattice, "lattice")).ravel()
-        if not (c.size == b.size == g.size):
+        n = np.zeros(c.size, dtype=bool) if gaussian is None else np.atleast_1d(np.asarray(gaussian, dtype=bool)).ravel()
+        if not (c.size == b.size == g.size == n.size):
             raise InvalidArgument(
-                f"coefficients, scales and lattice must have one entry per term; got lengths "
-                f"{c.size}, {b.size} and {g.size}."
+                f"coefficients, scales, lattice and gaussian must have one entry per term; got lengths "
+                f"{c.size}, {b.size}, {g.size} and {n.size}."
             )
         if (b < 0).any() or (g < 0).any():
             raise InvalidArgument("scales and lattice steps must be non-negative.")
@@ -116,12 +131,19 @@ class ErrorLaw:
         self.coefficients = readonly(c)
         self.scales = readonly(b)
         self.lattice = readonly(g)
+        self.gaussian = readonly(n)
         self.method: str = method
         a = np.abs(c) * b
-        self._live = np.flatnonzero(a > 0)
+        live = np.flatnonzero(a > 0)
+        self._live = live[~n[live]]  # the Laplace terms
+        self._glive = live[n[live]]  # the Gaussian terms: one normal of variance Σ (c_k σ_k)²
         self._a = a[self._live]
-        self.variance: float = 2.0 * float(np.dot(self._a, self._a))
-        """Variance of the continuous law, ``2 Σ (c_k b_k)²`` (lattice-free)."""
+        ga = a[self._glive]
+        self._normal_var = float(np.dot(ga, ga))
+        if self._glive.size and method == "convolution":
+            raise InvalidArgument("method 'convolution' takes Laplace terms only; use 'exact' for Gaussian terms.")
+        self.variance: float = 2.0 * float(np.dot(self._a, self._a)) + self._normal_var
+        """Variance of the continuous law, ``Σ 2(c_k b_k)² + Σ (c_k σ_k)²`` (lattice-free)."""
         self.lattice_width: float = float(np.dot(np.abs(c), g))
         """Certified bound ``Σ |c_k| γ_k`` on ``|E − Σ c_k L_k|``."""
         self._single_discrete: tuple[float, float] | None = None
@@ -130,7 +152,10 @@ class ErrorLaw:
         self._mc: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
         self._mc_args = (int(samples), rng)
         self._halfwidths: dict[float, float] = {}  # the law is immutable: one search per level
-        if method == "exact":
+        if method == "exact" and self._glive.size:
+            if self._a.size:
+                self._sum = LaplaceSum(self._a, self._normal_var)
+        elif method == "exact":
             if self._a.size == 1 and g[self._live[0]] > 0:
                 k = self._live[0]
                 # (lattice step of E, ratio p of the two-sided geometric)
@@ -152,7 +177,12 @@ class ErrorLaw:
     @property
     def n_terms(self) -> int:
         """Number of terms with a non-zero contribution."""
-        return int(self._a.size)
+        return int(self._a.size + self._glive.size)
+
+    @property
+    def _normal_only(self) -> bool:
+        """Only Gaussian terms: the continuous law is ``N(0, variance)``."""
+        return self._a.size == 0 and self._glive.size > 0
 
     @property
     def error_bound(self) -> float:
@@ -167,7 +197,7 @@ class ErrorLaw:
 
     def point_mass(self, e: float) -> float:
         """``P(E = e)``: non-zero only for an exact estimate or one exact discrete term."""
-        if self._a.size == 0:
+        if self.n_terms == 0:
             return 1.0 if e == 0.0 else 0.0
         if self._single_discrete is not None:
             s, p = self._single_discrete
@@ -191,6 +221,8 @@ class ErrorLaw:
                 else:
                     noise = gen.laplace(0.0, b, n)
                 total += c * noise
+            for k in self._glive:  # the continuous normal: within γ_k of the discrete one (coupling)
+                total += self.coefficients[k] * gen.normal(0.0, self.scales[k], n)
             self._mc = (np.sort(total), np.sort(np.abs(total)))
         return self._mc
 
@@ -200,8 +232,10 @@ class ErrorLaw:
         if self.method == "montecarlo":
             _, s = self._samples()
             return np.searchsorted(s, q, side="right") / s.size
-        if self._a.size == 0:
+        if self.n_terms == 0:
             return np.where(q >= 0, 1.0, 0.0)
+        if self._normal_only:
+            return np.where(q > 0, erf(np.maximum(q, 0.0) / math.sqrt(2.0 * self.variance)), 0.0)
         if self.method == "convolution":
             assert self._conv is not None
             return np.maximum(self._conv.cdf(q) - self._conv.cdf(-q), 0.0)
@@ -265,9 +299,11 @@ class ErrorLaw:
         if self.method == "montecarlo":
             _, s = self._samples()
             return float(s[max(math.ceil(conf * s.size) - 1, 0)])
-        if self._a.size == 0:
+        if self.n_terms == 0:
             return 0.0
         w = self.lattice_width
+        if self._normal_only:  # N(0, v): P(|E| ≤ q) = erf(q/√(2v)); nudged up for rounding
+            return math.sqrt(2.0 * self.variance) * float(erfinv(conf)) * (1.0 + 1e-12) + w
         if self.method == "convolution":
             assert self._conv is not None
             return float(self._conv.halfwidth(conf) + w)
@@ -284,9 +320,11 @@ class ErrorLaw:
 
     def _sum_halfwidth(self, conf: float) -> float:
         """Certified half-width of two or more terms (Gil-Pelaez, memoised by law)."""
-        a, w = self._a, self.lattice_width
+        a, w, v = self._a, self.lattice_width, self._normal_var
         if 1.0 - conf <= 100.0 * ABS_CDF_ERROR:
-            return float(chernoff_halfwidth(a, 1.0 - conf) + w)  # rigorous; wins only for extreme levels
+            return float(chernoff_halfwidth(a, 1.0 - conf, v) + w)  # rigorous; wins only for extreme levels
+        if v:  # sum_quantile bounds the negligible Laplace terms itself
+            return float(min(sum_quantile(a, conf, v), chernoff_halfwidth(a, 1.0 - conf, v)) + w)
         dominant = self._dominant_halfwidth(conf)
         if math.isfinite(dominant):
             return dominant
@@ -346,7 +384,7 @@ class ErrorLaw:
         else:
             # Symmetry: P(E ≤ x) = 1/2 + sign(x) P(|E| ≤ |x|)/2.
             out = 0.5 + 0.5 * np.sign(xx) * self._abs_cdf(np.abs(xx))
-            if self._a.size == 0:
+            if self.n_terms == 0:
                 out = np.where(xx >= 0, 1.0, 0.0)
         out = np.clip(out, 0.0, 1.0)
         return float(out[0]) if scalar else out
@@ -354,7 +392,7 @@ class ErrorLaw:
     def sf(self, x: ArrayLike) -> float | NDArray[np.float64]:
         """``P(E > x)`` (central estimate)."""
         xx, scalar = points(x)
-        if self.method == "exact" and self._single_discrete is None and self._a.size:
+        if self.method == "exact" and self._single_discrete is None and self.n_terms:
             out = np.asarray(self.cdf(-xx))  # symmetric and continuous: no cancellation in the tail
         else:
             out = 1.0 - np.asarray(self.cdf(xx))
@@ -367,13 +405,15 @@ class ErrorLaw:
             InvalidArgument: If x contains NaN or the law is a point mass.
         """
         xx, scalar = points(x)
-        if self._a.size == 0:
+        if self.n_terms == 0:
             raise InvalidArgument(
                 "The error is exactly 0: a point mass has no density; use cdf or ppf instead."
             )
         if self.method == "exact":
             if self._sum is not None:
                 out = self._sum.pdf(xx)
+            elif self._normal_only:
+                out = np.exp(-0.5 * xx * xx / self.variance) / math.sqrt(2.0 * math.pi * self.variance)
             else:
                 a = self._a[0]
                 out = np.exp(-np.abs(xx) / a) / (2.0 * a)
@@ -404,7 +444,7 @@ class ErrorLaw:
             return -math.inf
         if p >= 1.0:
             return math.inf
-        if self._a.size == 0:
+        if self.n_terms == 0:
             return 0.0
         if self.method == "montecarlo":
             srt, _ = self._samples()
@@ -429,6 +469,8 @@ class ErrorLaw:
             x = float(np.interp(r, self._abs_cdf(grid), grid))
         elif self._sum is not None:
             x = self._sum.abs_quantile(r)
+        elif self._normal_only:
+            x = math.sqrt(2.0 * self.variance) * float(erfinv(r))
         else:
             x = -self._a[0] * math.log1p(-r)
         return math.copysign(x, p - 0.5)
@@ -480,13 +522,18 @@ def halfwidths(laws: Sequence[ErrorLaw], confidence: float) -> NDArray[np.float6
     """
     conf = probability(confidence, "confidence")
     out = np.empty(len(laws))
-    seen: dict[tuple[bytes, bytes, bytes], float] = {}
+    seen: dict[tuple[bytes, ...], float] = {}
     for i, law in enumerate(laws):
         if law.method != "exact":
             out[i] = law.halfwidth(conf)
             continue
         live = law._live
-        key = (np.abs(law.coefficients[live]).tobytes(), law.scales[live].tobytes(), law.lattice[live].tobytes())
+        key: tuple[bytes, ...] = (np.abs(law.coefficients[live]).tobytes(), law.scales[live].tobytes(),
+                                  law.lattice[live].tobytes())
+        if law._glive.size:
+            glive = law._glive
+            key += (np.abs(law.coefficients[glive]).tobytes(), law.scales[glive].tobytes(),
+                    law.lattice[glive].tobytes())
         hw = seen.get(key)
         if hw is None:
             hw = seen[key] = law.halfwidth(conf)

@@ -18,6 +18,10 @@ in exact arithmetic.  Two rigorous reductions make them one memo entry:
   ``[−q, q]``: a quantile of the law with every ``a_k`` rounded *up* bounds the
   true one.  Rounding to 36 significant bits widens it by at most 1.5e-11
   relative and makes bit-level differences vanish from the memo key.
+
+A normal part ``N(0, v)`` (the Gaussian releases, one normal however many) is kept
+whole; its variance is rounded up too (``N(0, v') = N(0, v) + N(0, v' − v)``, the same
+argument), and the negligible terms are measured against ``max(max a, √v)``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import math
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.special import erfinv
 
 from dpgate.inference._gilpelaez import ABS_CDF_ERROR, LaplaceSum
 
@@ -39,25 +44,30 @@ _KEY_BITS = 36  # significant bits kept (rounding up) in the memo key
 _MEMO_SIZE = 4096
 
 
-def sum_quantile(a: NDArray[np.float64], conf: float) -> float:
-    """Certified upper bound on the ``conf`` quantile of ``|Σ a_k L_k|`` (Gil-Pelaez).
+def sum_quantile(a: NDArray[np.float64], conf: float, normal_var: float = 0.0) -> float:
+    """Certified upper bound on the ``conf`` quantile of ``|Σ a_k L_k + N(0, normal_var)|`` (Gil-Pelaez).
 
     Within 1e-10 relative of :meth:`LaplaceSum.abs_quantile` at
     ``margin = ABS_CDF_ERROR`` and never below it by more than its own search
     tolerance; memoised on the reduced law (see the module docs).
 
     Args:
-        a: Positive, finite term scales, at least two.
+        a: Positive, finite term scales, at least two (or at least one with a normal part).
         conf: The level, in (0, 1).
+        normal_var: Variance of the independent normal part, ≥ 0.
     """
     srt = np.sort(a)  # ascending: the negligible terms come first
-    n_rest = int(np.searchsorted(np.cumsum(srt), NEGLIGIBLE * srt[-1], side="right"))
+    top = float(srt[-1]) if not normal_var else max(float(srt[-1]), math.sqrt(normal_var))
+    n_rest = int(np.searchsorted(np.cumsum(srt), NEGLIGIBLE * top, side="right"))
     main, rest = srt[n_rest:], srt[:n_rest]
     eta, r = 0.0, 0.0
     if n_rest:
         eta = NEGLIGIBLE * (1.0 - conf)
         r = float(rest.sum()) * math.log(n_rest / eta) * (1.0 + 1e-12)
-    return _memo_quantile(_round_up(main).tobytes(), conf + eta) + r
+    if not normal_var:
+        return _memo_quantile(_round_up(main).tobytes(), conf + eta) + r
+    v = float(_round_up(np.array([normal_var]))[0])
+    return _memo_quantile(_round_up(main).tobytes(), conf + eta, v) + r
 
 
 def _round_up(a: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -67,8 +77,12 @@ def _round_up(a: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 @functools.lru_cache(maxsize=_MEMO_SIZE)
-def _memo_quantile(key: bytes, conf: float) -> float:
+def _memo_quantile(key: bytes, conf: float, normal_var: float = 0.0) -> float:
     a = np.frombuffer(key, dtype=np.float64)
+    if normal_var:
+        if a.size == 0:  # the normal alone: its closed form, nudged up for rounding
+            return math.sqrt(2.0 * normal_var) * float(erfinv(conf)) * (1.0 + 1e-12)
+        return LaplaceSum(a, normal_var).abs_quantile(conf, margin=ABS_CDF_ERROR)
     if a.size == 1:  # a single Laplace: P(|E| > q) = exp(−q/a), nudged up for rounding
         return float(a[0]) * -math.log1p(-conf) * (1.0 + 1e-12)
     return LaplaceSum(a).abs_quantile(conf, margin=ABS_CDF_ERROR)

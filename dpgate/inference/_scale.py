@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 from scipy.optimize import brentq
 
 from dpgate._validate import finite_array, positive_finite, probability, real
@@ -38,8 +38,9 @@ def minimal_scale(
     lattice: float | Callable[[float], float] = 0.0,
     method: Method = "exact",
     rel_tol: float = 1e-4,
+    gaussian: bool = False,
 ) -> float | None:
-    """Largest Laplace scale b for a new measurement ``h_new`` meeting the target.
+    """Largest Laplace scale b (Gaussian: deviation σ) for a new measurement ``h_new`` meeting the target.
 
     "Meeting the target" means the certified ``confidence`` half-width of the
     BLUE of Q from history plus the new answer is ≤ ``accuracy``.  The returned
@@ -60,6 +61,8 @@ def minimal_scale(
             float ratio (``γ = lattice · b``); 0 for continuous noise.
         method: Error-law method (``"exact"`` recommended).
         rel_tol: Relative precision of the search in b.
+        gaussian: The new release's noise is (discrete) Gaussian of deviation b (zCDP);
+            the law is then normal when the history's is, a Gil-Pelaez mixture otherwise.
 
     Returns:
         The scale b, or ``None`` if no scale can meet the target (Q not
@@ -80,7 +83,7 @@ def minimal_scale(
     if not pr.estimable:
         return None
     gamma: Callable[[float], float] = lattice if callable(lattice) else (lambda b: float(lattice) * b)
-    scales, steps = state.scales, state.lattice
+    fresh = _Fresh(state, gamma, gaussian)
 
     if pr.extends and pr.same:
         # Measuring Q itself extends the row space, so history alone cannot estimate Q
@@ -88,31 +91,46 @@ def minimal_scale(
         # release alone.  Its closed form answers the search; the full law confirms it.
         c = float(pr.ce_over_rho)
         if c != 0.0 and method == "exact":
-            b = _largest_meeting(_single_excess(c, acc, conf, gamma), acc, conf, max_scale, rel_tol)
-            if b is not None and _excess_at(pr, scales, steps, gamma, acc, conf, method, b) <= 0.0:
+            b = _largest_meeting(_single_excess(c, acc, conf, gamma, gaussian), acc, conf, max_scale, rel_tol)
+            if b is not None and _excess_at(pr, fresh, acc, conf, method, b) <= 0.0:
                 return b
     else:
         hist = state.estimate(Qv, method)
         if hist.estimable and hist.halfwidth(conf) <= acc:
             return float(max_scale)
-    return _largest_meeting(lambda b: _excess_at(pr, scales, steps, gamma, acc, conf, method, b),
+    return _largest_meeting(lambda b: _excess_at(pr, fresh, acc, conf, method, b),
                             acc, conf, max_scale, rel_tol)
 
 
-def _excess_at(pr: Pricer, scales: NDArray[np.float64], steps: NDArray[np.float64],
-               gamma: Callable[[float], float], acc: float, conf: float, method: Method, b: float) -> float:
-    """Certified half-width of the BLUE with the new row at scale b, minus the target
-    (``scales`` and ``steps``: the history's scales and lattice steps)."""
+class _Fresh:
+    """The history's noise and how a new release at scale b joins it: its BLUE weight scale
+    (``b/√2`` for a Gaussian release: the Laplace scale of variance b²), lattice and family."""
+
+    def __init__(self, state: IncrementalBLUE, gamma: Callable[[float], float], gaussian: bool) -> None:
+        self.weight_scales, self.steps = state.scales, state.lattice
+        self.scales, mask = state.law_scales()
+        self.gamma, self.gaussian = gamma, gaussian
+        self.mask = None if mask is None and not gaussian else np.append(
+            np.zeros(state.n_rows, dtype=bool) if mask is None else mask, gaussian)
+
+    def law(self, pr: Pricer, b: float, method: Method) -> ErrorLaw:
+        """The BLUE's error law with the new row at scale b."""
+        w = b / math.sqrt(2.0) if self.gaussian else b
+        u_hist, u_new = pr.at(w)
+        return ErrorLaw(
+            np.append(u_hist / self.weight_scales, u_new / w),
+            np.append(self.scales, b),
+            np.append(self.steps, self.gamma(b)),
+            method,
+            gaussian=self.mask,
+        )
+
+
+def _excess_at(pr: Pricer, fresh: _Fresh, acc: float, conf: float, method: Method, b: float) -> float:
+    """Certified half-width of the BLUE with the new row at scale b, minus the target."""
     if b < _MIN_SEARCH_SCALE:  # an extreme accuracy drives the bracket below any usable scale
         return math.inf
-    u_hist, u_new = pr.at(b)
-    law = ErrorLaw(
-        np.append(u_hist / scales, u_new / b),
-        np.append(scales, b),
-        np.append(steps, gamma(b)),
-        method,
-    )
-    return law.halfwidth(conf) - acc
+    return fresh.law(pr, b, method).halfwidth(conf) - acc
 
 
 def single_release_scale(
@@ -122,8 +140,10 @@ def single_release_scale(
     max_scale: float = math.inf,
     *,
     rel_tol: float = 1e-4,
+    gaussian: bool = False,
 ) -> float | None:
-    """Largest scale b at which one fresh release of the query certifies ``±accuracy``.
+    """Largest scale b at which one fresh release of the query certifies ``±accuracy``
+    (``gaussian``: its deviation σ, the law a (discrete) normal, closed form too).
 
     The law is a single (discrete, on its lattice ``γ(b)``) Laplace term with
     coefficient 1, whose certified half-width has a closed form, so the search
@@ -157,18 +177,20 @@ def single_release_scale(
         raise InvalidArgument(f"max_scale must be positive; got {max_scale!r}.")
     probability(rel_tol, "rel_tol")
     gamma: Callable[[float], float] = lattice if callable(lattice) else (lambda b: float(lattice) * b)
-    return _largest_meeting(_single_excess(1.0, acc, conf, gamma), acc, conf, max_scale, rel_tol)
+    return _largest_meeting(_single_excess(1.0, acc, conf, gamma, gaussian), acc, conf, max_scale, rel_tol)
 
 
-def _single_excess(c: float, acc: float, conf: float, gamma: Callable[[float], float]) -> Callable[[float], float]:
+def _single_excess(c: float, acc: float, conf: float, gamma: Callable[[float], float],
+                   gaussian: bool = False) -> Callable[[float], float]:
     """Excess of one fresh release with weight c: the law :func:`minimal_scale` builds on an
     empty history (a closed form, discrete or continuous)."""
     coef = np.array([c])
+    mask = np.ones(1, dtype=bool) if gaussian else None
 
     def excess(b: float) -> float:
         if b < _MIN_SEARCH_SCALE:
             return math.inf
-        return ErrorLaw(coef, np.array([b]), np.array([gamma(b)])).halfwidth(conf) - acc
+        return ErrorLaw(coef, np.array([b]), np.array([gamma(b)]), gaussian=mask).halfwidth(conf) - acc
 
     return excess
 

@@ -31,6 +31,7 @@ from dpgate._version import __version__
 from dpgate.compile.query import LinearQuery
 from dpgate.ledger import _checkpoint
 from dpgate.plan.state import RecordedCharges, RecordedRelease, TableState
+from dpgate.release._gaussian import GAUSSIAN_NOISE
 from dpgate.schema.domains import Schema
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ __all__ = ["LedgerHistory", "collector_paused"]
 #: (``dpgate.ledger._checkpoint``); closing it checkpoints whatever it added.
 CHECKPOINT_AFTER = 64
 #: Layout of the checkpointed inference state (a checkpoint of another layout is replayed).
-STATE_LAYOUT = 6  # 6: statement runs kept for local histories; 5: cost atoms in blocks (plan.cost_grid)
+STATE_LAYOUT = 7  # 7: Gaussian releases (zCDP) marked in the inference state; 6: statement runs kept for local histories; 5: cost atoms in blocks (plan.cost_grid)
 #: Local histories kept, the most recently used ones (:meth:`LedgerHistory.planning_state`).
 _LOCAL_KEPT = 4
 
@@ -184,7 +185,7 @@ class LedgerHistory:
     def _apply(self, recs: Sequence[LedgerRecord], queries: Sequence[LinearQuery]) -> None:
         """Apply one statement's records (:meth:`TableState.record_many`: one batched update)."""
         self._note_security(recs)
-        items = [RecordedRelease(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
+        items = [RecordedRelease(r.id, q, r.scale, r.value, r.lattice, r.alpha, r.sensitivity, r.noise == GAUSSIAN_NOISE)
                  for r, q in zip(recs, queries, strict=True)]
         self.state(recs[0].table).record_many(items)
         self._ran(recs[0].table, items)
@@ -201,7 +202,8 @@ class LedgerHistory:
         if records and records[0].id == self.last_id + 1 and plan.installable:
             self._note_security(records)
             state = plan.refined
-            items = [RecordedRelease(r.id, m.query, r.scale, r.value, r.lattice, r.alpha, r.sensitivity)
+            items = [RecordedRelease(r.id, m.query, r.scale, r.value, r.lattice, r.alpha, r.sensitivity,
+                                     r.noise == GAUSSIAN_NOISE)
                      for r, m in zip(records, parts, strict=True)]
             state.record_as_planned(items, charges.costs, [m.h for m in parts])
             self.tables[state.table.name.lower()] = state

@@ -33,11 +33,12 @@ def common_scale(
     """Largest common scale b (at most ``max_scale``) at which separate atom counts let the BLUE
     of ``h`` meet the target."""
     rows = [state.atoms.vector(aq) for aq in atom_qs]
+    gaussian = state.costs.zcdp  # a zCDP gateway releases Gaussian noise
 
     def enough(b: float) -> bool:
         trial = blue.copy()
         for r in rows:
-            trial.append(r, b, 0.0, lattice=lattice_for(b, 1)[0])
+            trial.append(r, b, 0.0, lattice=lattice_for(b, 1)[0], gaussian=gaussian)
         est = trial.estimate(h)
         return meets(est.halfwidth(confidence), accuracy)
 

@@ -75,19 +75,20 @@ _LONG_REPRS: dict[int, tuple[tuple[int, ...], str]] = {}
 @dataclass(frozen=True)
 class Repeats:
     """The releases of one query kept outside the atoms, and of its rescalings (one
-    :func:`isolation_key`): per release ``(factor, scale, value, lattice)``.  Its one-atom
+    :func:`isolation_key`): per release ``(factor, scale, value, lattice)``, and a fifth 1.0 for a
+    Gaussian release (scale = its deviation σ).  Its one-atom
     BLUE is built when first read — most such queries (a GROUP BY's isolated groups) are
     never asked again.  Immutable: :meth:`plus` returns a new one."""
 
-    rows: tuple[tuple[float, float, float, float], ...] = ()
+    rows: tuple[tuple[float, ...], ...] = ()
     _blue: list[IncrementalBLUE] = field(default_factory=list, repr=False, compare=False)
 
     def blue(self) -> IncrementalBLUE:
         """The BLUE over these releases (one atom: the key's query); copy it before appending."""
         if not self._blue:
             blue = IncrementalBLUE(_ONE)
-            for factor, scale, value, lattice in self.rows:
-                blue.append([factor], scale, value, lattice=lattice)
+            for factor, scale, value, lattice, *gaussian in self.rows:
+                blue.append([factor], scale, value, lattice=lattice, gaussian=bool(gaussian))
             self._blue.append(blue)
         return self._blue[0]
 
@@ -95,18 +96,27 @@ class Repeats:
         """The BLUE of ``factor`` times the key's query from these releases, in closed form
         (what :meth:`blue`'s ``estimate([factor])`` gives: one unknown, so each release
         ``(f, b)`` is weighted by ``f/b²``), without building the BLUE."""
+        if any(len(r) > 4 for r in self.rows):  # Gaussian releases: each weighted by f/Var
+            f, b, y, g = (np.array([r[k] for r in self.rows], dtype=float) for k in range(4))
+            n = np.array([len(r) > 4 for r in self.rows])
+            var = np.where(n, b**2, 2.0 * b**2)
+            A = factor * (f / var) / float(np.dot(f, f / var))
+            law = ErrorLaw(A, b, g, gaussian=n)
+            value = float(A @ y)
+            return Estimate(value, _frozen(A), law.variance, True, Posterior(value, law), _frozen(b), _frozen(g),
+                            _frozen(n))
         f, b, y, g = (np.array(col, dtype=float) for col in zip(*self.rows, strict=True))
         A = factor * (f / b**2) / float(np.dot(f, f / b**2))
         value = float(A @ y)
         law = ErrorLaw(A, b, g)
         return Estimate(value, _frozen(A), law.variance, True, Posterior(value, law), _frozen(b), _frozen(g))
 
-    def plus(self, factor: float, scale: float, value: float, lattice: float) -> Repeats:
-        """These releases and one more."""
-        out = Repeats((*self.rows, (factor, scale, value, lattice)))
+    def plus(self, factor: float, scale: float, value: float, lattice: float, gaussian: bool = False) -> Repeats:
+        """These releases and one more (``gaussian``: its noise is Gaussian of deviation ``scale``)."""
+        out = Repeats((*self.rows, (factor, scale, value, lattice, 1.0) if gaussian else (factor, scale, value, lattice)))
         if self._blue:  # already built: extend a copy rather than rebuild
             blue = self._blue[0].copy()
-            blue.append([factor], scale, value, lattice=lattice)
+            blue.append([factor], scale, value, lattice=lattice, gaussian=gaussian)
             out._blue.append(blue)
         return out
 

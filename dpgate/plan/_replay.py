@@ -51,13 +51,13 @@ def answers(
         last_reader = -1  # nothing to append
     replay = blue.copy() if any(steps[i].measurements for i in ordered[:last_reader + 1]) else blue
     out: list[Answer | None] = [None] * len(steps)
-    laws: dict[tuple[float, float], tuple[ErrorLaw, float]] = {}  # a GROUP BY's alone groups share one law
+    laws: dict[tuple[float, float, bool], tuple[ErrorLaw, float]] = {}  # a GROUP BY's alone groups share one law
     for k, i in enumerate(ordered):
         s = steps[i]
         if k <= last_reader and s.isolated is None:
             # An unpaid ("unavailable") step keeps its planned measurements but has no values.
             for m, v in zip(s.measurements, s.values, strict=False):
-                replay.append(m.h, m.scale, v, lattice=m.lattice)
+                replay.append(m.h, m.scale, v, lattice=m.lattice, gaussian=m.gaussian)
         if s.same_as is not None:  # planned earlier in the statement, so answered already
             first = out[s.same_as]
             assert first is not None
@@ -69,7 +69,7 @@ def answers(
 
 def _answer(
     blue: IncrementalBLUE, step: Step, accuracy: float, confidence: float, policy: str, secure: bool,
-    laws: dict[tuple[float, float], tuple[ErrorLaw, float]], rows: int | None = None,
+    laws: dict[tuple[float, float, bool], tuple[ErrorLaw, float]], rows: int | None = None,
 ) -> Answer:
     """``step``'s answer; ``laws``: the error laws (and half-widths at ``confidence``) of the alone
     releases answered so far, by scale and lattice (a GROUP BY's groups share one)."""
@@ -81,10 +81,10 @@ def _answer(
     if step.alone and step.kind == "fresh":
         # Its own release is the answer (the baseline's, or a query history says nothing about).
         (m,) = step.measurements
-        known = laws.get((m.scale, m.lattice))
+        known = laws.get((m.scale, m.lattice, m.gaussian))
         if known is None:
-            law = ErrorLaw([1.0], [m.scale], lattice=[m.lattice])
-            known = laws[m.scale, m.lattice] = (law, law.halfwidth(confidence))
+            law = ErrorLaw([1.0], [m.scale], lattice=[m.lattice], gaussian=[m.gaussian])
+            known = laws[m.scale, m.lattice, m.gaussian] = (law, law.halfwidth(confidence))
         law, width = known
         centre = step.values[0]
     else:
@@ -94,7 +94,7 @@ def _answer(
             if step.isolated is not None and step.h is not None:  # from its exact repeats and its own release
                 blue = step.isolated.copy()
                 for m, v in zip(step.measurements, step.values, strict=False):
-                    blue.append(step.h, m.scale, v, lattice=m.lattice)
+                    blue.append(step.h, m.scale, v, lattice=m.lattice, gaussian=m.gaussian)
             est = blue.estimate(step.h) if step.h is not None else None
         if est is None or est.posterior is None:
             return Answer._of(math.nan, -math.inf, math.inf, confidence, accuracy, "unavailable", 0.0, None, False,

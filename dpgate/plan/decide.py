@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, cast
 
 import numpy as np
+from scipy.special import ndtri
 
 from dpgate.compile.bounds import check_deadline
 from dpgate.compile.query import LinearQuery
@@ -111,14 +112,18 @@ MIN_SCALE = 2.0**-40
 MAX_SCALE = 2.0**40
 
 
-def paper_scale(accuracy: float, confidence: float) -> float:
+def paper_scale(accuracy: float, confidence: float, gaussian: bool = False) -> float:
     """Xiao & Xiong (2012)'s Theorem 5.3 scale ``ε/ln(1/δ)`` for dpgate's discrete noise.
 
     One Laplace release of scale ``b`` is within ``b·ln(1/δ)`` of the truth with
     probability ``1−δ``; the lattice noise adds at most ``γ ≤ b/1024`` (the
     coupling in ``dpgate.release.noise``), so ``b = ε/(ln(1/δ) + 1/1024)`` makes one fresh
     answer alone certifiably meet ``±ε`` (α is 0.1 % above the paper's at δ = 0.05).
+    ``gaussian`` (zCDP): the deviation ``σ = ε/(z + 1/1024)`` with ``z = Φ⁻¹(1 − δ/2)``, the
+    normal quantile, by the same argument (the discrete Gaussian's coupling, ``release._gaussian``).
     """
+    if gaussian:
+        return accuracy / (-float(ndtri((1.0 - confidence) / 2.0)) + 1.0 / 1024)
     return accuracy / (math.log(1.0 / (1.0 - confidence)) + 1.0 / 1024)
 
 
@@ -219,7 +224,8 @@ def plan(
             if h is None:  # outside the atoms
                 step = _isolated(state, q, accuracy, confidence, policy)
                 if step.measurements:  # never more per cell than no reuse (_guard)
-                    step = _guard.isolated(step, measurement(state, q, _paper(accuracy, confidence), h=step.h))
+                    step = _guard.isolated(step, measurement(state, q, _paper(accuracy, confidence, _gauss(state)),
+                                                             h=step.h))
                     flush()  # charged in the order of the outputs
                     (m,) = step.measurements
                     before = costs.charge
@@ -244,7 +250,8 @@ def plan(
             if not own_blue:
                 blue, own_blue = blue.copy(), True
             ms = [m for _, m, _ in alone]  # weights do not depend on the values (0 here)
-            blue.extend(np.array([m.h for m in ms]), [m.scale for m in ms], np.zeros(len(ms)), [m.lattice for m in ms])
+            blue.extend(np.array([m.h for m in ms]), [m.scale for m in ms], np.zeros(len(ms)), [m.lattice for m in ms],
+                        [m.gaussian for m in ms] if _gauss(state) else None)
         for i in later:
             q, h = queries[i], hs[i]
             assert h is not None
@@ -254,7 +261,7 @@ def plan(
             # BLUE), charges no cell more than no reuse would; else no reuse's release, alone (_guard).
             blue, parts, alone_ = _guard.choose(
                 _candidates(state, blue, costs, q, h, accuracy, confidence, policy),
-                measurement(state, q, _paper(accuracy, confidence), h=h),
+                measurement(state, q, _paper(accuracy, confidence, _gauss(state)), h=h),
                 functools.partial(_verified, state, blue, h, accuracy=accuracy, confidence=confidence, policy=policy),
                 functools.partial(_verified, state, blue, h, accuracy=accuracy, confidence=confidence, policy=policy,
                                   alone=True))
@@ -295,10 +302,10 @@ def _charge_alone(
     vectors = cast(list[np.ndarray], [h for _, _, h in outputs])  # alone outputs are held by the atoms
     for q, h, c in zip(linear, vectors, state.charge_many(linear, vectors), strict=True):
         if q.denominator not in scales:
-            scale = _alone_scale(q, accuracy, confidence, policy)
+            scale = _alone_scale(q, accuracy, confidence, policy, _gauss(state))
             scales[q.denominator] = scale, lattice_for(scale, q.denominator)[0]
         scale, lattice = scales[q.denominator]
-        ms.append(Measurement(q, h, q.sensitivity / scale, scale, lattice, c))
+        ms.append(Measurement(q, h, q.sensitivity / scale, scale, lattice, c, _gauss(state)))
     out: list[_AloneRelease] = []
     budgets = [(m.alpha, m.query.sensitivity) for m in ms]
     start = 0
@@ -328,7 +335,7 @@ def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: fl
     key, factor = isolation_key(q)
     repeats = state.isolated.get(key)
     if repeats is None:  # never released: its own release is its answer (at the single-release scale)
-        scale = _alone_scale(q, accuracy, confidence, "minimal" if policy == "minimal" else "paper")
+        scale = _alone_scale(q, accuracy, confidence, "minimal" if policy == "minimal" else "paper", _gauss(state))
         m = measurement(state, q, scale, h=np.array([factor]))
         return Step(q, "fresh", m.h, (m,), alone=True, isolated=_EMPTY_HISTORY)
     h = np.array([factor])
@@ -336,14 +343,14 @@ def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: fl
     if est is not None and meets(est.halfwidth(confidence), accuracy):
         return Step(q, "history", h, isolated=_EMPTY_HISTORY, estimate=est)  # answered by ``est``
     iso = repeats.blue().copy()
-    scale = _alone_scale(q, accuracy, confidence, "paper")
+    scale = _alone_scale(q, accuracy, confidence, "paper", _gauss(state))
     if policy == "minimal":
         if est is not None and est.estimable:
             found = minimal_scale(iso, h, h, accuracy, confidence, lattice=_lattice_step(q.denominator),
-                                  max_scale=MAX_SCALE)
+                                  max_scale=MAX_SCALE, gaussian=_gauss(state))
             scale = max(scale, found if found is not None else scale)
         else:
-            scale = _alone_scale(q, accuracy, confidence, policy)
+            scale = _alone_scale(q, accuracy, confidence, policy, _gauss(state))
     alone = est is None or not est.estimable  # its own release is the answer
     # Combined with its repeats, a release can have a wider certified half-width than alone
     # (at low confidence): checked, as every fresh step is.
@@ -449,25 +456,32 @@ _TWIN_PAIRS = 32
 _BATCH_CELLS = 1 << 21
 
 
-def _paper(accuracy: float, confidence: float) -> float:
+def _gauss(state: TableState) -> bool:
+    """Whether this table's releases are Gaussian: a zCDP gateway's (its costs count ρ)."""
+    return state.costs.zcdp
+
+
+def _paper(accuracy: float, confidence: float, gaussian: bool = False) -> float:
     """:func:`paper_scale` within [:data:`MIN_SCALE`, :data:`MAX_SCALE`]: what ``no_reuse`` measures at."""
-    return min(max(paper_scale(accuracy, confidence), MIN_SCALE), MAX_SCALE)
+    return min(max(paper_scale(accuracy, confidence, gaussian), MIN_SCALE), MAX_SCALE)
 
 
-def _alone_scale(q: LinearQuery, accuracy: float, confidence: float, policy: str) -> float:
+def _alone_scale(q: LinearQuery, accuracy: float, confidence: float, policy: str, gaussian: bool = False) -> float:
     """The scale of a measurement that is its own answer: the paper's, or for ``minimal``
     the largest at which one release on ``q``'s lattice certifies the requirement."""
-    paper = _paper(accuracy, confidence)
-    found = _single_release_scale(accuracy, confidence, q.denominator) if policy == "minimal" else None
+    paper = _paper(accuracy, confidence, gaussian)
+    found = _single_release_scale(accuracy, confidence, q.denominator, gaussian) if policy == "minimal" else None
     return paper if found is None else max(paper, found)
 
 
 @functools.lru_cache(maxsize=256)
-def _single_release_scale(accuracy: float, confidence: float, denominator: int) -> float | None:
-    """Largest scale at which one discrete-Laplace release alone meets ±accuracy at confidence
-    (``None`` for an accuracy so fine that no usable scale does: the paper's, floored at
-    :data:`MIN_SCALE`, is then charged — and refused by any real budget)."""
-    return single_release_scale(accuracy, confidence, lattice=_lattice_step(denominator), max_scale=MAX_SCALE)
+def _single_release_scale(accuracy: float, confidence: float, denominator: int,
+                          gaussian: bool = False) -> float | None:
+    """Largest scale at which one discrete-Laplace (``gaussian``: discrete Gaussian) release alone
+    meets ±accuracy at confidence (``None`` for an accuracy so fine that no usable scale does: the
+    paper's, floored at :data:`MIN_SCALE`, is then charged — and refused by any real budget)."""
+    return single_release_scale(accuracy, confidence, lattice=_lattice_step(denominator), max_scale=MAX_SCALE,
+                                gaussian=gaussian)
 
 
 _ONE = np.ones(1)
@@ -487,7 +501,8 @@ def measurement(state: TableState, query: LinearQuery, scale: float, *, h: np.nd
     if h is None:
         h = state.atoms.vector(query)
     c = state.charge(query, h)
-    return Measurement(query, h, query.sensitivity / scale, scale, lattice_for(scale, query.denominator)[0], c)
+    return Measurement(query, h, query.sensitivity / scale, scale, lattice_for(scale, query.denominator)[0], c,
+                       _gauss(state))
 
 
 def _verified(
@@ -518,11 +533,11 @@ def _verified(
     for _ in range(64):  # the shrink doubles from 2⁻⁹ to ½: far below any usable scale
         if alone:
             (m,) = parts
-            halfwidth = ErrorLaw([1.0], [m.scale], lattice=[m.lattice]).halfwidth(confidence)
+            halfwidth = ErrorLaw([1.0], [m.scale], lattice=[m.lattice], gaussian=[m.gaussian]).halfwidth(confidence)
         else:
             trial = blue.copy()
             for m in parts:
-                trial.append(m.h, m.scale, 0.0, lattice=m.lattice)  # weights do not depend on the value
+                trial.append(m.h, m.scale, 0.0, lattice=m.lattice, gaussian=m.gaussian)  # weights ignore the value
             halfwidth = trial.estimate(h).halfwidth(confidence)
         if policy == "no_reuse" or meets(halfwidth, accuracy):
             break
@@ -536,7 +551,7 @@ def _verified(
         trial = blue
         if followed:
             (m,) = parts
-            trial.append(m.h, m.scale, 0.0, lattice=m.lattice)
+            trial.append(m.h, m.scale, 0.0, lattice=m.lattice, gaussian=m.gaussian)
     return trial, parts
 
 
@@ -561,13 +576,14 @@ def _candidates(
     policy: str,
 ) -> list[tuple[float, int, list[Measurement]]]:
     """``(cost increase, tie rank, measurements)`` for every viable candidate."""
-    paper = scale = _paper(accuracy, confidence)
+    gaussian = _gauss(state)
+    paper = scale = _paper(accuracy, confidence, gaussian)
     if policy == "minimal":
         if blue.estimate(h).estimable:
             found = minimal_scale(blue, h, h, accuracy, confidence, lattice=_lattice_step(q.denominator),
-                                  max_scale=MAX_SCALE)
+                                  max_scale=MAX_SCALE, gaussian=gaussian)
         else:  # next to a measurement of Q itself, history gets zero weight: one release's scale
-            found = _single_release_scale(accuracy, confidence, q.denominator)
+            found = _single_release_scale(accuracy, confidence, q.denominator, gaussian)
         if found is not None:
             scale = max(scale, found)
     parts = [measurement(state, q, scale)]
@@ -591,7 +607,7 @@ def _candidates(
         h_keep = np.where(keep, h, 0.0)
         part_q = state.atom_query(q, keep)
         b = minimal_scale(blue, h, h_keep, accuracy, confidence,
-                          lattice=_lattice_step(part_q.denominator), max_scale=MAX_SCALE)
+                          lattice=_lattice_step(part_q.denominator), max_scale=MAX_SCALE, gaussian=gaussian)
         if b is not None and math.isfinite(b):
             parts = [measurement(state, part_q, b)]
             out.append((_price(costs, parts), _RESTRICTED, parts))

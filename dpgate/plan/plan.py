@@ -39,6 +39,8 @@ class Measurement:
     ``h`` is its vector for the inference (over the atoms, or its factor over its exact
     repeats' one-atom history when the atoms do not hold it); ``c`` is what it is charged
     as: the cost atoms it touches and its weight on each (:meth:`TableState.charge`).
+    ``gaussian``: its noise is (discrete) Gaussian of deviation ``scale`` (a zCDP gateway's),
+    else discrete Laplace of scale ``scale``; ``α = S/scale`` either way.
     """
 
     query: LinearQuery
@@ -47,6 +49,7 @@ class Measurement:
     scale: float
     lattice: float
     c: Charge = field(repr=False)
+    gaussian: bool = False
 
     @property
     def sensitivity(self) -> float:

@@ -107,8 +107,8 @@ def _charge_key(query: LinearQuery) -> tuple[object, ...]:
 @dataclass(frozen=True, slots=True)
 class RecordedRelease:
     """One release as a ledger record holds it, for :meth:`TableState.record_many`: the record's
-    id, the measured query (offset 0), its noise scale, released value and lattice step, and the
-    budget ``α`` and sensitivity ``S`` it was charged at."""
+    id, the measured query (offset 0), its noise scale, released value and lattice step, the budget
+    ``α`` and sensitivity ``S`` it was charged at, and whether its noise was Gaussian (deviation ``scale``)."""
 
     record_id: int
     query: LinearQuery
@@ -117,6 +117,7 @@ class RecordedRelease:
     lattice: float
     alpha: float
     sensitivity: float
+    gaussian: bool = False
 
 
 @dataclass(frozen=True)
@@ -506,7 +507,7 @@ class TableState:
         for i in sorted(outside):
             it = items[i]
             key, factor = isolation_key(it.query)
-            self.isolated[key] = self.isolated.get(key, _NO_REPEATS).plus(factor, it.scale, it.value, it.lattice)
+            self.isolated[key] = self.isolated.get(key, _NO_REPEATS).plus(factor, it.scale, it.value, it.lattice, it.gaussian)
         if held:
             rows = stacked_rows([self.atoms.vector(it.query) for it in held] if vectors is None else
                                 [v for i, v in enumerate(vectors) if i not in outside])
@@ -516,7 +517,8 @@ class TableState:
                 self.record_ids.append(it.record_id)
                 self.alphas.append(it.alpha)
                 self.sensitivities.append(it.sensitivity)
-            self.blue.extend(rows, [it.scale for it in held], [it.value for it in held], [it.lattice for it in held])
+            self.blue.extend(rows, [it.scale for it in held], [it.value for it in held], [it.lattice for it in held],
+                             [it.gaussian for it in held] if any(it.gaussian for it in held) else None)
         self._remember([q for i, q in enumerate(queries) if i not in outside], True)
         self._remember([queries[i] for i in outside], False)
 

@@ -1,8 +1,9 @@
-"""Exact discrete Gaussian noise on the Laplace releases' lattice: the sampler zCDP's Gaussian releases need.
+"""Exact discrete Gaussian noise on the Laplace releases' lattice: a zCDP gateway's release step.
 
-Not yet used by the gateway (issue 31: its inference and planning still model Laplace noise only, so
-a zCDP gateway releases discrete Laplace noise and charges it ``ε²/2`` per cell); this is the
-release step they will call, with its guarantee and its coupling, tested on its own.
+A gateway opened with ``privacy="zcdp"`` releases every measurement through
+:func:`release_gaussian_many` (the ledger records ``noise = "discrete_gaussian"``,
+:data:`GAUSSIAN_NOISE`); its inference models the noise as normal of deviation ``σ``
+(``dpgate.inference.ErrorLaw(..., gaussian=...)``), widened by the coupling below.
 
 Release.  The answer ``n / d`` of a linear counting query lies on the lattice ``γ = 1/(d·2^k)`` of
 :func:`dpgate.release.noise.lattice_for` (now for the deviation ``σ = S/α``); the release adds
@@ -37,6 +38,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -55,7 +57,10 @@ from dpgate.release.noise import (
     _released,
 )
 
-__all__ = ["discrete_gaussian_many", "release_gaussian_many", "quantile_coupling_holds"]
+__all__ = ["GAUSSIAN_NOISE", "discrete_gaussian_many", "release_gaussian_many", "quantile_coupling_holds"]
+
+GAUSSIAN_NOISE = "discrete_gaussian"
+"""The ledger's ``noise`` of a Gaussian release (a Laplace one's is ``"discrete_laplace"``)."""
 
 
 def discrete_gaussian_many(source: NoiseSource, s: float, n: int) -> list[int]:
@@ -108,11 +113,11 @@ def release_gaussian_many(items: Sequence[tuple[int, int, float, float]], source
         InvalidRequirement: an argument is out of range (before any draw).
     """
     params = _release_params(items, source)  # the same checks, lattice and parameter as the Laplace releases
-    out = []
-    for num, den, mult, s, scale, gamma in params:
-        (z,) = discrete_gaussian_many(source, s, 1)
-        out.append(_released(num, den, mult, z, scale, gamma, source))
-    return out
+    zs: list[int] = []
+    for s, run in itertools.groupby(p[3] for p in params):  # a GROUP BY's groups: one call per parameter
+        zs += discrete_gaussian_many(source, s, len(list(run)))
+    return [_released(num, den, mult, z, scale, gamma, source)
+            for (num, den, mult, _, scale, gamma), z in zip(params, zs, strict=True)]
 
 
 def quantile_coupling_holds(s: float, *, span: float = 30.0) -> bool:
