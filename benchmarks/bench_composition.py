@@ -75,9 +75,7 @@ import os
 import platform
 import random
 import resource
-import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -94,8 +92,8 @@ from bench_smartnoise import CONFIDENCE as PUMS_CONFIDENCE  # noqa: E402
 from bench_smartnoise import (  # noqa: E402
     DEFAULT_SN_PYTHON,
     PUMS200,
-    RUNNER,
     _smartnoise_sql,
+    run_runner,
     smartnoise_epsilon,
 )
 from bench_workload import CONFIDENCE as WORKLOAD_CONFIDENCE  # noqa: E402
@@ -341,12 +339,7 @@ def run_smartnoise(python: str, statements: Sequence[Statement], mechanism: str,
     where SmartNoise can express it.  ``mechanism="gaussian"``: per-mechanism δ and slack
     both ``delta``; accounted only, ``mechanisms_per_statement`` (from the Laplace run) each.
     """
-    from dpgate.datasets import load_pums
-
-    df, _ = load_pums()
-    with tempfile.TemporaryDirectory() as tmp:
-        csv = os.path.join(tmp, "PUMS.csv")
-        df.to_csv(csv, index=False)
+    def request(csv: str) -> dict[str, Any]:
         req: dict[str, Any] = {"csv": csv, "delta": delta if mechanism == "gaussian" else 0.0,
                                "mechanism": mechanism, "odometer_tol": delta, "checkpoints": list(lengths),
                                "statements": []}
@@ -359,12 +352,9 @@ def run_smartnoise(python: str, statements: Sequence[Statement], mechanism: str,
             if item["sql"] is None:
                 item["mechanisms"] = 1 if mechanisms_per_statement is None else mechanisms_per_statement[i]
             req["statements"].append(item)
-        proc = subprocess.run([python, RUNNER], input=json.dumps(req), capture_output=True, text=True, timeout=3600,
-                              check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"SmartNoise runner failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    out: dict[str, Any] = json.loads(proc.stdout)
-    return out
+        return req
+
+    return run_runner(python, request)
 
 
 def smartnoise_columns(python: str, statements: Sequence[Statement], lengths: Sequence[int]) -> dict[str, Any]:

@@ -62,6 +62,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -227,21 +228,26 @@ def _smartnoise_sql(sql: str) -> str:
     return re.sub(r"\bFROM\s+pums\b(?!\.)", "FROM PUMS.PUMS", sql, flags=re.IGNORECASE)
 
 
-def run_smartnoise(python: str, statements: tuple[tuple[str, float, str], ...]) -> dict[str, Any]:
+def run_runner(python: str, request: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """The SmartNoise runner's answer to ``request(csv)`` (``csv``: PUMS written to a temporary file),
+    run by the interpreter ``python`` of SmartNoise's own virtualenv."""
     from dpgate.datasets import load_pums
 
     df, _ = load_pums()
     with tempfile.TemporaryDirectory() as tmp:
         csv = os.path.join(tmp, "PUMS.csv")
         df.to_csv(csv, index=False)
-        req = {"csv": csv, "delta": 0.0, "statements": [
-            {"sql": _smartnoise_sql(q), "epsilon": smartnoise_epsilon(q, a)} for q, a, _ in statements]}
-        proc = subprocess.run([python, RUNNER], input=json.dumps(req), capture_output=True, text=True, timeout=3600,
-                              check=False)
+        proc = subprocess.run([python, RUNNER], input=json.dumps(request(csv)), capture_output=True, text=True,
+                              timeout=3600, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"SmartNoise runner failed ({proc.returncode}): {proc.stderr[-2000:]}")
     out: dict[str, Any] = json.loads(proc.stdout)
     return out
+
+
+def run_smartnoise(python: str, statements: tuple[tuple[str, float, str], ...]) -> dict[str, Any]:
+    return run_runner(python, lambda csv: {"csv": csv, "delta": 0.0, "statements": [
+        {"sql": _smartnoise_sql(q), "epsilon": smartnoise_epsilon(q, a)} for q, a, _ in statements]})
 
 
 # -- dpgate -----------------------------------------------------------------------------------

@@ -59,13 +59,15 @@ def thread_server(tmp: Path, *, budget: float = 1.0, caps: dict[str, float] | No
         server.shutdown(timeout=10)
 
 
-def spawn_server(tmp: Path, *, budget: float = 1.0, extra: tuple[str, ...] = (),
-                 ledger: str | None = None) -> tuple[subprocess.Popen[str], int]:
-    """``python -m dpgate.cli serve`` on a free port; returns the process and its port (``ledger``:
-    instead of a file in ``tmp``, e.g. a ``postgresql://`` URL, with ``--ledger-key`` in ``extra``)."""
+def spawn_server(tmp: Path, *, budget: float = 1.0, extra: tuple[str, ...] = (), ledger: str | None = None,
+                 data: Path = PUMS_CSV, schema: Path = PUMS_YAML) -> tuple[subprocess.Popen[str], int]:
+    """``python -m dpgate.cli serve`` on a free port, serving ``data`` as ``schema`` declares it
+    (PUMS by default) to the users of ``tmp/users.yaml``; returns the process and its port
+    (``ledger``: instead of a file in ``tmp``, e.g. a ``postgresql://`` URL, with ``--ledger-key``
+    in ``extra``)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dpgate.cli", "serve", "--data", str(PUMS_CSV), "--schema", str(PUMS_YAML),
+        [sys.executable, "-m", "dpgate.cli", "serve", "--data", str(data), "--schema", str(schema),
          "--ledger", ledger or str(tmp / "ledger.db"), "--budget", str(budget), "--users", str(tmp / "users.yaml"),
          "--port", "0", "--accuracy", "25", *extra],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)

@@ -3,17 +3,14 @@ history), and every refused join refused over the wire with nothing recorded."""
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pandas as pd
 import yaml
-from _dpserve import ROOT, ledger_records, psql, users_file
+from _dpserve import ledger_records, psql, spawn_server, users_file
 
 SCHEMA = {"tables": {
     "customers": {"privacy_unit": "id", "max_rows_per_unit": 1, "columns": {
@@ -43,18 +40,7 @@ def _serve(tmp: Path) -> tuple[subprocess.Popen[str], int]:
     con.close()
     (tmp / "shop.yaml").write_text(yaml.safe_dump(SCHEMA))
     users_file(tmp, {"alice": 5.0})
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dpgate.cli", "serve", "--data", str(db), "--schema", str(tmp / "shop.yaml"),
-         "--ledger", str(tmp / "ledger.db"), "--budget", "5", "--users", str(tmp / "users.yaml"),
-         "--port", "0", "--accuracy", "25"],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        m = re.search(r"listening on [\d.]+:(\d+)", line)
-        if m:
-            return proc, int(m.group(1))
-    raise RuntimeError(f"the server did not start (exit code {proc.wait(timeout=60)})")
+    return spawn_server(tmp, budget=5.0, data=db, schema=tmp / "shop.yaml")
 
 
 def test_joins_over_the_wire(tmp_path: Path) -> None:
