@@ -160,10 +160,8 @@ class LinearQuery:
     # -- canonical identity ----------------------------------------------------
     @functools.cached_property
     def key(self) -> tuple[Any, ...]:
-        """Hashable canonical form: equal keys mean equal weight functions and offsets.
-        Computed once per query (queries are dictionary keys).  The numerators enter as their
-        SHA-256 digest, not a copy of their bytes: a wide query's copy was 12 MB, kept for
-        the query's life (573 MB over a 200-statement PUMS session)."""
+        """Hashable canonical form: equal keys mean equal weight functions and offsets, computed
+        once per query; the numerators' SHA-256, not a copy of their bytes (12 MB for a wide query)."""
         return (
             self.table.lower(),
             tuple(c.lower() for c in self.columns),
