@@ -123,6 +123,7 @@ def _headers(response: Response) -> Response:
 
 def create_app(reader: LedgerReader, token: str | None = None) -> ASGIApp:
     """The console's ASGI application over ``reader``; every request needs ``token`` when one is given."""
+    unit = "ρ" if reader.ledger.privacy == "zcdp" else "ε"  # the ledger's accounting: every budget in its unit
 
     def page(build: Callable[[Request], str]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
@@ -146,7 +147,7 @@ def create_app(reader: LedgerReader, token: str | None = None) -> ASGIApp:
                 f'<span>spent <b id=spent>{snap.spent:.6g}</b></span>'
                 f'<span>left <b id=left>{max(0.0, snap.budget - snap.spent):.6g}</b></span>'
                 f'<span>releases <b id=releases>{len(snap.records)}</b> ({paid} raised the cost)</span></p>'
-                + chart("budget", _charts.budget_chart(points, caps), marks=len(points)))
+                + chart("budget", _charts.budget_chart(points, caps, unit), marks=len(points)))
         sources = reader.sources(snap)
         if sources:
             body += chart("sources", _charts.sources_chart(sources))
@@ -193,15 +194,15 @@ def create_app(reader: LedgerReader, token: str | None = None) -> ASGIApp:
                      f"more than a chart shows ({_MAX_CELLS}).</p>")
             columns = [*columns, "…"]  # the table of the top boxes below
         if len(columns) == 1:
-            body += chart("cells", _charts.cells_bar(spend.over(columns), columns[0]))
+            body += chart("cells", _charts.cells_bar(spend.over(columns), columns[0], unit))
         elif len(columns) == 2:
             over = spend.over(columns)
-            body += chart("cells", _charts.cells_heatmap(over, columns[0], columns[1]), marks=len(over))
+            body += chart("cells", _charts.cells_heatmap(over, columns[0], columns[1], unit), marks=len(over))
         else:
             top = spend.top(_TOP_CELLS)
             names = list(spend.columns)
             body += ("<p>The boxes of the grid charged most:</p>"
-                     + table([*names, "ε"], [[r[n] for n in names] + [f"{r['epsilon']:.6g}"] for r in top],
+                     + table([*names, unit], [[r[n] for n in names] + [f"{r['epsilon']:.6g}"] for r in top],
                              numeric=[len(names)], table_id="top-cells"))
         return layout("Where the budget went", "/cells", body)
 
@@ -226,7 +227,7 @@ def create_app(reader: LedgerReader, token: str | None = None) -> ASGIApp:
                          if 1 <= n <= pages and n != number)
         body = (form + f'<p class=summary><span><b id=matched>{len(rows)}</b> releases match</span>'
                 f'<span>page <b id=page>{number}</b> of <b id=pages>{pages}</b></span> {links}</p>'
-                + table(["id", "time", "analyst", "source", "table", "statement", "measured", "α", "ε charged",
+                + table(["id", "time", "analyst", "source", "table", "statement", "measured", "α", f"{unit} charged",
                          "released value", "95 % interval"],
                         [[r.id, r.created_at[:19], r.analyst or "–", r.source or "–", r.table, r.sql, r.measured,
                           f"{r.alpha:.4g}", f"{r.charged:.4g}", f"{r.value:.6g}",
@@ -243,12 +244,12 @@ def create_app(reader: LedgerReader, token: str | None = None) -> ASGIApp:
         if not rows:
             return layout("Analysts", "/analysts", "<p>No analyst: this ledger has no provenance and no users file "
                           "was given (<code>--users</code>).</p>", charts=False)
-        body = table(["analyst", "cap ε", "spent ε", "left ε", "statements", "answered free", "verified"],
+        body = table(["analyst", f"cap {unit}", f"spent {unit}", f"left {unit}", "statements", "answered free", "verified"],
                      [[a.name, "–" if a.cap is None else f"{a.cap:g}", f"{a.spent:.6g}",
                        "–" if a.left is None else f"{a.left:.6g}", a.statements, f"{a.free_share:.0%}",
                        "yes" if a.verified else "no"] for a in rows], numeric=[1, 2, 3, 4, 5], table_id="analysts")
         body += chart("analysts", _charts.analysts_chart(
-            [{"analyst": a.name, "spent": a.spent, "cap": a.cap} for a in rows]))
+            [{"analyst": a.name, "spent": a.spent, "cap": a.cap} for a in rows], unit))
         return layout("Analysts", "/analysts", body)
 
     app: ASGIApp = Starlette(routes=[

@@ -26,12 +26,13 @@ def _spec(chart: Any, **datasets: Sequence[Mapping[str, Any]]) -> dict[str, Any]
     return spec
 
 
-def budget_chart(points: Sequence[Mapping[str, Any]], caps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def budget_chart(points: Sequence[Mapping[str, Any]], caps: Sequence[Mapping[str, Any]], unit: str = "ε") -> dict[str, Any]:
     """Budget over time: per ``who`` (``global`` or an analyst), ``spent`` after each ``release``
-    (a line through the releases, drawn as points), with each cap as a dashed rule."""
+    (a line through the releases, drawn as points), with each cap as a dashed rule; ``unit``:
+    the ledger's (``ρ`` for a zCDP ledger)."""
     base = alt.Chart().encode(
         x=alt.X("release:Q", title="release (ledger record id)", axis=alt.Axis(format="d", tickMinStep=1)),
-        y=alt.Y("spent:Q", title="ε spent"),
+        y=alt.Y("spent:Q", title=f"{unit} spent"),
         color=alt.Color("who:N", title="who"),
     )
     line = base.mark_line(interpolate="step-after")
@@ -56,32 +57,32 @@ def sources_chart(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return _spec(chart.properties(width=_WIDTH, title="Free from history against paid"), sources=rows)
 
 
-def analysts_chart(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Per analyst, ε ``spent`` as a bar and the ``cap`` as a tick."""
+def analysts_chart(rows: Sequence[Mapping[str, Any]], unit: str = "ε") -> dict[str, Any]:
+    """Per analyst, the budget ``spent`` (in ``unit``) as a bar and the ``cap`` as a tick."""
     bars = alt.Chart().mark_bar().encode(
-        y=alt.Y("analyst:N", title="analyst"), x=alt.X("spent:Q", title="ε"),
+        y=alt.Y("analyst:N", title="analyst"), x=alt.X("spent:Q", title=unit),
         tooltip=["analyst:N", alt.Tooltip("spent:Q", format=".6g"), alt.Tooltip("cap:Q", format=".6g")])
     caps = alt.Chart().mark_tick(color="black", thickness=3, size=24).encode(y="analyst:N", x="cap:Q")
     chart = alt.layer(bars, caps, data=alt.NamedData("analysts"))
     return _spec(chart.properties(width=_WIDTH, title="Spent against cap, per analyst"), analysts=rows)
 
 
-def cells_bar(rows: Sequence[Mapping[str, Any]], column: str) -> dict[str, Any]:
-    """Spent budget per value (or range of cells) of ``column``."""
+def cells_bar(rows: Sequence[Mapping[str, Any]], column: str, unit: str = "ε") -> dict[str, Any]:
+    """Spent budget (in ``unit``) per value (or range of cells) of ``column``."""
     chart = alt.Chart(alt.NamedData("cells")).mark_bar().encode(
         x=alt.X(f"{_field(column)}:N", sort=alt.EncodingSortField(field="order"), title=column),
-        y=alt.Y("epsilon:Q", title="ε spent by a row here (most over the other columns)"),
+        y=alt.Y("epsilon:Q", title=f"{unit} spent by a row here (most over the other columns)"),
         tooltip=[alt.Tooltip(f"{_field(column)}:N", title=column), alt.Tooltip("epsilon:Q", format=".6g")],
     )
     return _spec(chart.properties(width=_WIDTH, height=300, title=f"Where the budget went: {column}"), cells=rows)
 
 
-def cells_heatmap(rows: Sequence[Mapping[str, Any]], first: str, second: str) -> dict[str, Any]:
-    """Spent budget per pair of values (or ranges of cells) of ``first`` and ``second``."""
+def cells_heatmap(rows: Sequence[Mapping[str, Any]], first: str, second: str, unit: str = "ε") -> dict[str, Any]:
+    """Spent budget (in ``unit``) per pair of values (or ranges of cells) of ``first`` and ``second``."""
     chart = alt.Chart(alt.NamedData("cells")).mark_rect().encode(
         x=alt.X(f"{_field(first)}:N", sort=None, title=first),
         y=alt.Y(f"{_field(second)}:N", sort=None, title=second),
-        color=alt.Color("epsilon:Q", title="ε", scale=alt.Scale(scheme="orangered")),
+        color=alt.Color("epsilon:Q", title=unit, scale=alt.Scale(scheme="orangered")),
         tooltip=[alt.Tooltip(f"{_field(first)}:N", title=first), alt.Tooltip(f"{_field(second)}:N", title=second),
                  alt.Tooltip("epsilon:Q", format=".6g")],
     )

@@ -96,16 +96,23 @@ def console(built: tuple[dpgate.Gateway, Path, Path]) -> Iterator[str]:
     from dpgate.console._serve import reader_for
 
     reader = reader_for(str(ledger), schema_path=str(ROOT / "dpgate" / "data" / "pums.yaml"), users_path=str(users))
+    with _serving(reader) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def _serving(reader: Any) -> Iterator[str]:
+    """The console over ``reader`` (uvicorn in a thread, with the token): its base URL; closes ``reader``."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(create_app(reader, TOKEN), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "the console did not start"
-        time.sleep(0.05)
     try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert time.monotonic() < deadline, "the console did not start"
+            time.sleep(0.05)
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
@@ -452,3 +459,22 @@ def _asgi_get(app: Any, path: str, query: str = "") -> tuple[int, str]:
     asyncio.run(app(scope, receive, send))
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return int(sent[0]["status"]), body.decode()
+
+
+def test_a_zcdp_ledger_is_shown_in_rho(tmp_path: Path) -> None:
+    df, schema = load_pums()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        gw = dpgate.Gateway(df, schema, budget=0.5, privacy="zcdp", ledger=str(tmp_path / "z.db"), seed=3)
+    gw.query("SELECT sex, COUNT(*) FROM pums GROUP BY sex", accuracy=25)
+    gw.close()
+    from dpgate.console._serve import reader_for
+
+    reader = reader_for(str(tmp_path / "z.db"), schema_path=str(ROOT / "dpgate" / "data" / "pums.yaml"))
+    with _serving(reader) as base:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        _, releases = _get(f"{base}/releases", auth)
+        assert "ρ charged" in releases and "ε charged" not in releases
+        for page in ("/", "/cells?columns=sex"):  # the charts' axis titles, in the page's JSON
+            status, body = _get(base + page, auth)
+            assert status == 200 and "\\u03c1 spent" in body and "\\u03b5" not in body, page
