@@ -112,13 +112,18 @@ def test_a_join_of_virtual_relations_obeys_the_statement_deadline() -> None:
     assert time.perf_counter() - start < LIMIT_S
 
 
+def _catalog_rows(schema: object, sql: str, *params: object) -> list[tuple[object, ...]]:
+    """The virtual catalogue's rows for ``sql`` (which must be a catalogue statement)."""
+    found = _catalog.answer(sql, params, schema, user="u", database="d")
+    assert found is not None
+    return list(found.rows)
+
+
 def test_the_virtual_catalogue_evaluates_what_clients_send() -> None:
     _, schema = dpgate.datasets.load_pums()
 
     def ask(sql: str, *params: object) -> list[tuple[object, ...]]:
-        found = _catalog.answer(sql, params, schema, user="u", database="d")
-        assert found is not None
-        return list(found.rows)
+        return _catalog_rows(schema, sql, *params)
 
     base = ("SELECT pg_catalog.pg_class.relname FROM pg_catalog.pg_class JOIN pg_catalog.pg_namespace ON "
             "pg_catalog.pg_namespace.oid = pg_catalog.pg_class.relnamespace WHERE pg_catalog.pg_class.relkind = ANY "
@@ -239,9 +244,7 @@ def test_declared_references_are_foreign_keys_in_the_virtual_catalogue() -> None
     oid = {t.name: _pg_catalog.FIRST_OID + i for i, t in enumerate(schema.tables)}
 
     def ask(sql: str, *params: object) -> list[tuple[object, ...]]:
-        found = _catalog.answer(sql, params, schema, user="u", database="d")
-        assert found is not None
-        return list(found.rows)
+        return _catalog_rows(schema, sql, *params)
 
     outgoing = ("SELECT true as sametable, conname, pg_catalog.pg_get_constraintdef(r.oid, true) as condef, "
                 "conrelid::pg_catalog.regclass AS ontable FROM pg_catalog.pg_constraint r "
