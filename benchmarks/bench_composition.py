@@ -395,10 +395,37 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
+def gaussian_share(confidence: float) -> float:
+    """``c``: the ρ of one Gaussian release over the ε² of the Laplace one with the same half-width at
+    ``confidence`` — the Laplace half-width is ``(S/ε)·ln(1/β)``, the Gaussian one ``z·σ`` with
+    ``ρ = S²/(2σ²)``, so ``ρ = c·ε²`` with ``c = z²/(2 ln²(1/β))`` (β = 1 − confidence)."""
+    beta = 1.0 - confidence
+    z = NormalDist().inv_cdf(1.0 - beta / 2.0)
+    return z * z / (2.0 * math.log(1.0 / beta) ** 2)
+
+
+def equal_releases(epsilon_pure: float, rho: float, confidence: float, delta: float) -> tuple[float, float]:
+    """``(k, k for ⅕)``: how many equally accurate releases on the most-charged cell would give both
+    modes' charges (``k = c·ε²/ρ``: pure ε = k·ε₁, ρ = k·c·ε₁²), and how many releases of that ε₁
+    would bring the zCDP / pure ratio to ⅕ under the tight conversion.  Unequal releases give a
+    larger ρ for the same pure sum (Cauchy–Schwarz), so equal ones are zCDP's best case: a stream
+    whose most-charged cell holds fewer than "k for ⅕" releases cannot reach ⅕ with Gaussian noise."""
+    from dpgate.plan.zcdp import epsilon_of
+
+    c = gaussian_share(confidence)
+    k = c * epsilon_pure * epsilon_pure / rho
+    e1 = epsilon_pure / k
+    fifth = k
+    while epsilon_of(fifth * c * e1 * e1, delta) / (fifth * e1) > 0.2 and fifth < 1e7:
+        fifth *= 1.01
+    return k, fifth
+
+
 def table(results: dict[str, Any]) -> str:
-    lines = ["| stream | statements | ε pure | ε zCDP at δ=1e-6 (ρ) | zCDP / pure | ε SmartNoise Laplace "
+    lines = ["| stream | statements | ε pure | ε zCDP at δ=1e-6 (ρ) | zCDP / pure | equivalent releases k "
+             "(k for ⅕) | ε SmartNoise Laplace "
              "(basic sum) | ε SmartNoise Gaussian | coverage pure / zCDP (nominal) | s pure / zCDP |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for stream, r in results.items():
         for n in r["lengths"]:
             key = str(n)
@@ -406,7 +433,7 @@ def table(results: dict[str, Any]) -> str:
             z = r["dpgate"].get("zcdp", {}).get("checkpoints", {}).get(key)
             if p is None:
                 lines.append(f"| {stream} | {n} | not reached (stopped: {r['dpgate']['pure']['stopped']}) |"
-                             + " |" * 6)
+                             + " |" * 7)
                 continue
             sn = r.get("smartnoise")
             lap = sn["laplace"][key] if sn else None
@@ -415,6 +442,10 @@ def table(results: dict[str, Any]) -> str:
             zcell = f"{z['epsilon_at_delta']:.2f} ({z['spent']:.3f})" if z else "n/a (no zCDP in this dpgate)"
             lcell = f"{lap['odometer_epsilon']:.2f} ({lap['basic_epsilon']:.2f})" if lap else "n/a"
             gcell = f"{gau['odometer_epsilon']:.2f}" if gau else "n/a"
+            kcell = "n/a"
+            if z and z["spent"] > 0 and p["epsilon_at_delta"] > 0:
+                k, fifth = equal_releases(p["epsilon_at_delta"], z["spent"], r["confidence"], DELTA)
+                kcell = f"{k:.0f} ({fifth:.0f})"
             cells = []
             for point in (p, z):
                 c = point.get("coverage") if point else None
@@ -422,7 +453,7 @@ def table(results: dict[str, Any]) -> str:
                              f"{c['coverage']:.3f} ± {c['se']:.3f}{'' if c['ok'] else ' **LOW**'}")
             cov = " / ".join(cells) + f" ({r['confidence']}; {p.get('coverage', {}).get('seeds', 1)} seed(s))"
             secs = f"{p['seconds']:.0f} / " + (f"{z['seconds']:.0f}" if z else "n/a")
-            lines.append(f"| {stream} | {n} | {p['epsilon_at_delta']:.2f} | {zcell} | {_fmt(ratio, 3)} | {lcell} | "
+            lines.append(f"| {stream} | {n} | {p['epsilon_at_delta']:.2f} | {zcell} | {_fmt(ratio, 3)} | {kcell} | {lcell} | "
                          f"{gcell} | {cov} | {secs} |")
     return "\n".join(lines)
 
