@@ -22,6 +22,10 @@ cell) has ``m_a = value·x_a``: the coordinates then treat ``m_a`` as free, whic
 "not estimable" where cells would say "estimable" — never the reverse; an estimate it gives is
 still unbiased with the exact error law of its weighted noises (reuse is lost, not coverage).
 Counts never enter it (they stay on the table's own atoms), so nothing of theirs changes.
+A zCDP gateway's (discrete Gaussian) releases enter with their deviation and family, as on the
+atoms: the BLUE weighs each release by its variance, and the law of an estimate is the exact
+normal one, or the mixed (Gil-Pelaez) one when the history also holds Laplace releases (a
+converted pure ledger).
 """
 
 from __future__ import annotations
@@ -185,13 +189,15 @@ class Moments:
     def estimate(self, h: np.ndarray) -> Estimate:
         return self.blue.estimate(h)
 
-    def plus(self, key: str, lifted: Lifted, scale: float, value: float, lattice: float) -> Moments | None:
-        """These releases and one more of ``lifted`` (None when the atoms cannot hold it)."""
+    def plus(self, key: str, lifted: Lifted, scale: float, value: float, lattice: float,
+             gaussian: bool = False) -> Moments | None:
+        """These releases and one more of ``lifted`` (None when the atoms cannot hold it);
+        ``gaussian``: its noise is (discrete) Gaussian of deviation ``scale``."""
         out = self.refined(lifted)
         if out is None:
             return None
         blue = out.blue.copy()
-        blue.append(out.vector(lifted), scale, value, lattice=lattice)
+        blue.append(out.vector(lifted), scale, value, lattice=lattice, gaussian=gaussian)
         return Moments(out.atoms, blue, self.keys | {key})
 
 
@@ -212,7 +218,7 @@ def moment_history(table: Table, moments: dict[str, Moments], isolated: Mapping[
 
 
 def record_moments(table: Table, moments: dict[str, Moments], isolated: Mapping[str, object], key: str,
-                   query: LinearQuery, scale: float, value: float, lattice: float) -> None:
+                   query: LinearQuery, scale: float, value: float, lattice: float, gaussian: bool = False) -> None:
     """Add a release of a wide query the atoms do not hold to ``moments`` (in place), when it is
     linear on slabs of one column and every earlier release of its key (in ``isolated``, before
     this one is added there) is there too; else it and its repeats keep their exact repeats only."""
@@ -222,6 +228,6 @@ def record_moments(table: Table, moments: dict[str, Moments], isolated: Mapping[
     held = moments.get(lifted.column) or Moments.new(table)
     if key in isolated and key not in held.keys:
         return
-    found = held.plus(key, lifted, scale, value, lattice)
+    found = held.plus(key, lifted, scale, value, lattice, gaussian)
     if found is not None:
         moments[lifted.column] = found

@@ -338,7 +338,7 @@ def _isolated(state: TableState, q: LinearQuery, accuracy: float, confidence: fl
     key, factor = isolation_key(q)
     repeats = state.isolated.get(key)
     moments = moment_history(state.table, state.moments, state.isolated, q, key) \
-        if policy != "no_reuse" and _wide(q) and not state.costs.zcdp else None
+        if policy != "no_reuse" and _wide(q) else None
     h = np.array([factor])
     est: Estimate | None = None
     history: IncrementalBLUE | None = None

@@ -502,8 +502,8 @@ class TableState:
         for i in sorted(outside):
             it = items[i]
             key, factor = isolation_key(it.query)
-            if _wide(it.query) and not it.gaussian:  # linear on slabs of one column: (atom, moment) coordinates too
-                record_moments(self.table, self.moments, self.isolated, key, it.query, it.scale, it.value, it.lattice)
+            if _wide(it.query):  # linear on slabs of one column: (atom, moment) coordinates too
+                record_moments(self.table, self.moments, self.isolated, key, it.query, it.scale, it.value, it.lattice, it.gaussian)
             self.isolated[key] = self.isolated.get(key, _NO_REPEATS).plus(factor, it.scale, it.value, it.lattice, it.gaussian)
         if held:
             rows = stacked_rows([self.atoms.vector(it.query) for it in held] if vectors is None else
