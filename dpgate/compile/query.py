@@ -243,7 +243,7 @@ class LinearQuery:
         denominator): what an atom refinement by it depends on.  Computed once per query.
         Its breakpoints hash once (a :class:`HashOnceTuple`, equal to the plain tuple): planning
         looks the pattern up in several dictionaries, and a wide column has 500 000 breakpoints."""
-        digest = hashlib.sha256(np.ascontiguousarray(self.numerators, dtype=np.int64).tobytes()).digest()
+        digest = hashlib.sha256(np.ascontiguousarray(self.numerators, dtype=np.int64).data).digest()
         return (tuple(c.lower() for c in self.columns), HashOnceTuple(self.breakpoints), digest)
 
     def expand(self, table: Table, columns: Sequence[str], breakpoints: Sequence[Sequence[int]]) -> np.ndarray:

@@ -38,7 +38,7 @@ def _sql(agg: str, group: list[str], where: str | None) -> str:
 
 
 def _truth(df, agg: str, group: list[str], where: str | None) -> dict[tuple, float]:
-    frame = df.query(where) if where else df
+    frame = df.query("married == 1" if where == "married" else where) if where else df  # pandas: the int column
     grouped = frame.groupby(group)["income"]
     values = grouped.sum() if agg == "SUM" else grouped.mean()
     return {tuple(int(x) for x in (k if isinstance(k, tuple) else (k,))): float(v) for k, v in values.items()}
