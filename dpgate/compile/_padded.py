@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from dpgate.compile.bounds import reserve_memory
-from dpgate.compile.query import LinearQuery, _as_fraction, _int_tuple, _rationalise
+from dpgate.compile.query import LinearQuery, as_fraction, int_tuple, rationalise
 from dpgate.errors import UnsupportedQuery
 from dpgate.schema.domains import Table
 
@@ -50,7 +50,7 @@ def padded_query(
     axes = [position[c.lower()] if c.lower() in position else table.axis(c) for c in columns]
     order = sorted(range(len(axes)), key=axes.__getitem__)
     cols = [table.column(columns[i]).name for i in order]
-    bps = [_int_tuple(breakpoints[i]) for i in order]
+    bps = [int_tuple(breakpoints[i]) for i in order]
     shape = [shape[i] for i in order]
     start = [int(origin[i]) for i in order]
     w = np.transpose(w, order) if w.ndim else w
@@ -73,7 +73,7 @@ def padded_query(
         reserve_memory(16 * w.size, "a query's weights", transient=True)
     # The padded array's distinct values are the block's and 0: rationalise exactly those (from_grid's
     # denominator is found on its distinct values).
-    flat, den = _rationalise(np.append(w.ravel(), np.zeros(1, dtype=w.dtype)))
+    flat, den = rationalise(np.append(w.ravel(), np.zeros(1, dtype=w.dtype)))
     num = flat[:-1].reshape(w.shape)
     new_bps: list[tuple[int, ...]] = []
     for ax in range(num.ndim):
@@ -89,7 +89,7 @@ def padded_query(
                 num = num.take(idx, axis=ax)
                 inner = tuple(inner[i] for i in idx)
         # A whole axis unmerged keeps its tuple (a wide column's shared unit slabs).
-        new_bps.append(inner if whole else _int_tuple(((bps[ax][0],) if first[ax] > 0 else ()) + tuple(inner)
+        new_bps.append(inner if whole else int_tuple(((bps[ax][0],) if first[ax] > 0 else ()) + tuple(inner)
                                                       + ((bps[ax][last[ax]],) if last[ax] < shape[ax] else ())))
     keep = [ax for ax in range(num.ndim) if len(new_bps[ax]) > 1]
     out = np.zeros([len(new_bps[ax]) for ax in keep], dtype=np.int64)
@@ -97,7 +97,7 @@ def padded_query(
         num.reshape([num.shape[ax] for ax in keep])
     out.setflags(write=False)
     query = LinearQuery(table.name, tuple(cols[ax] for ax in keep), tuple(new_bps[ax] for ax in keep),
-                        out, den, _as_fraction(offset), label=label, group=group)
+                        out, den, as_fraction(offset), label=label, group=group)
     return query, int(num.size)
 
 

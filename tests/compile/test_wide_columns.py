@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import dpgate
 from dpgate.compile.query import LinearQuery, decode_runs, encode_runs
 
-#: Numerators are below 2⁶² in absolute value (``_rationalise`` refuses larger weights).
+#: Numerators are below 2⁶² in absolute value (``rationalise`` refuses larger weights).
 BIG = 2**62 - 1
 
 
