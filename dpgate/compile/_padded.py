@@ -25,7 +25,10 @@ from dpgate.compile.query import LinearQuery, as_fraction, int_tuple, rationalis
 from dpgate.errors import UnsupportedQuery
 from dpgate.schema.domains import Table
 
-__all__ = ["padded_query"]
+__all__ = ["HELD_WEIGHTS", "divided", "nonzero_box", "padded_query", "support_query"]
+
+#: Key, in a padded query's ``__dict__``, of the numerators it holds in memory (its block's).
+HELD_WEIGHTS = "_held_weights"
 
 
 def padded_query(
@@ -98,6 +101,7 @@ def padded_query(
     out.setflags(write=False)
     query = LinearQuery(table.name, tuple(cols[ax] for ax in keep), tuple(new_bps[ax] for ax in keep),
                         out, den, as_fraction(offset), label=label, group=group)
+    query.__dict__[HELD_WEIGHTS] = int(num.size)  # what the compiled-statement cache counts
     return query, int(num.size)
 
 

@@ -139,11 +139,13 @@ def test_statements_beyond_the_bound_are_refused_fast(pums) -> None:
     """384 groups × 500 002 weights each: refused after its first group, nothing spent."""
     df, schema = pums
     gw = dpgate.Gateway(df, schema, budget=1e9, seed=0)
-    for sql in ("SELECT SUM(income) FROM pums GROUP BY educ, race, sex, married",
-                "SELECT AVG(income) FROM pums WHERE age > 20 GROUP BY educ, race, sex, married",
-                "SELECT educ, race, age, SUM(income) FROM pums WHERE age BETWEEN 30 AND 33 GROUP BY educ, race, age"):
+    # AVG's COUNT(income) component is evaluated group by group first (its 384 groups: ~3 s, as before).
+    for sql, seconds in (("SELECT SUM(income) FROM pums GROUP BY educ, race, sex, married", 2.0),
+                         ("SELECT AVG(income) FROM pums WHERE age > 20 GROUP BY educ, race, sex, married", 15.0),
+                         ("SELECT educ, race, age, SUM(income) FROM pums WHERE age BETWEEN 30 AND 33 "
+                          "GROUP BY educ, race, age", 2.0)):
         started = time.process_time()
         with pytest.raises(dpgate.UnsupportedQuery, match=f"more than {MAX_WIDE_BOXES} weights"):
             gw.query(sql, accuracy=20)
-        assert time.process_time() - started < 5.0
+        assert time.process_time() - started < seconds, sql
     assert gw.spent == 0
