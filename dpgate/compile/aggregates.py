@@ -290,8 +290,9 @@ def group_columns(select: exp.Select, items: Sequence[SelectItem], ev: Evaluator
 
 
 # -- weights -------------------------------------------------------------------------------------------
-#: Largest number of weights (numerators) the per-group queries of one statement may hold when
-#: its grid is too large to evaluate at once (512 MiB of int64): :func:`_weights_by_group`.
+#: Largest number of weights (numerators) the per-group queries of one statement may hold in memory
+#: (their groups' blocks, :mod:`~dpgate.compile._padded`) when its grid is too large to evaluate at
+#: once (512 MiB of int64): :func:`_weights_by_group`.
 MAX_WIDE_BOXES = 2**26
 
 
