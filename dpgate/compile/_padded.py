@@ -149,5 +149,8 @@ def divided(query: LinearQuery, divisor: int, denominator: int) -> LinearQuery:
         out = np.zeros(num.shape, dtype=np.int64)
         out[box] = num[box] // divisor
     out.setflags(write=False)
-    return LinearQuery(query.table, query.columns, query.breakpoints, out, denominator, query.offset,
-                       label=query.label, group=query.group)
+    found = LinearQuery(query.table, query.columns, query.breakpoints, out, denominator, query.offset,
+                        label=query.label, group=query.group)
+    if divisor == 1 and "_digest" in query.__dict__:  # the same numerators: the same digest
+        found.__dict__["_digest"] = query.__dict__["_digest"]
+    return found

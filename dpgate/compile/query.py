@@ -18,7 +18,6 @@ key) are metadata and not part of equality.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import threading
@@ -30,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dpgate.compile._runs import decode_numerators, decode_runs, encode_runs, numerator_runs, runs_or
-from dpgate.compile._wide import HashOnceTuple, more_distinct_than, unit_breakpoints
+from dpgate.compile._wide import HashOnceTuple, more_distinct_than, numerators_digest, unit_breakpoints
 from dpgate.compile.bounds import reserve_memory
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema.domains import Table
@@ -39,7 +38,7 @@ __all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "breakpoint_array
            "expand_grid", "slab_starts", "union_grid"]
 
 #: Cached properties of a :class:`LinearQuery` that depend only on its grid and weights.
-_WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern", "_more_weights_than")
+_WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern", "_more_weights_than", "_digest")
 
 #: Largest denominator of a weight (SQL constants of six decimals): true answers must be exact integers.
 MAX_DENOMINATOR = 10**6
@@ -167,7 +166,7 @@ class LinearQuery:
             tuple(c.lower() for c in self.columns),
             self.breakpoints,
             self.numerators.shape,
-            hashlib.sha256(np.ascontiguousarray(self.numerators).data).digest(),
+            numerators_digest(self, self.numerators),
             self.denominator,
             self.offset,
         )
@@ -243,7 +242,7 @@ class LinearQuery:
         denominator): what an atom refinement by it depends on.  Computed once per query.
         Its breakpoints hash once (a :class:`HashOnceTuple`, equal to the plain tuple): planning
         looks the pattern up in several dictionaries, and a wide column has 500 000 breakpoints."""
-        digest = hashlib.sha256(np.ascontiguousarray(self.numerators, dtype=np.int64).data).digest()
+        digest = numerators_digest(self, self.numerators)
         return (tuple(c.lower() for c in self.columns), HashOnceTuple(self.breakpoints), digest)
 
     def expand(self, table: Table, columns: Sequence[str], breakpoints: Sequence[Sequence[int]]) -> np.ndarray:
