@@ -14,7 +14,8 @@ Measured in one run, on the embedded PUMS data (1 000 rows):
 * **ledger text**: the length of a wide query's ledger JSON (``LinearQuery.to_json``) and of the
   plain-list form that ledgers held before.
 * **statements a COUNT accepts**: SUM / AVG(income) with ``GROUP BY educ``, ``GROUP BY sex,
-  married``, ``WHERE age > 30 GROUP BY race`` (refused before by the compiler's grid limit):
+  married``, ``WHERE age > 30 GROUP BY race`` (refused before by the compiler's grid limit),
+  ``WHERE age >= 30 GROUP BY sex, race`` (refused before by ``MAX_WIDE_BOXES``):
   each in a child process on a new gateway: time, answered or refused, ε, how many intervals hold
   the true value (pandas on the frame; groups without rows skipped), the repeat's time (from
   history) and the child's peak RSS.  AVG at ±20 rows, SUM at ±2 000 000.
@@ -55,6 +56,7 @@ WIDE = [
     ("SUM", ["educ"], None), ("AVG", ["educ"], None),
     ("SUM", ["sex", "married"], None), ("AVG", ["sex", "married"], None),
     ("SUM", ["race"], "age > 30"), ("AVG", ["race"], "age > 30"),
+    ("SUM", ["sex", "race"], "age >= 30"), ("AVG", ["sex", "race"], "age >= 30"),  # refused before 2026-11-28
 ]
 
 

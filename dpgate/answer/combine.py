@@ -49,6 +49,7 @@ import numpy as np
 
 from dpgate.answer.result import Answer, Source
 from dpgate.compile import CompiledStatement
+from dpgate.compile._padded import divided
 from dpgate.compile.aggregates import Derivation
 from dpgate.compile.query import LinearQuery
 
@@ -69,8 +70,7 @@ def _normalized(q: LinearQuery) -> LinearQuery:
     if top == 0:
         return q
     g = math.gcd(int(np.gcd.reduce(q.numerators.ravel())), top)
-    found = q.__dict__["_normalized"] = LinearQuery(
-        q.table, q.columns, q.breakpoints, q.numerators // g, top // g, q.offset, label=q.label, group=q.group)
+    found = q.__dict__["_normalized"] = divided(q, g, top // g)
     return found
 
 

@@ -11,7 +11,8 @@ weights), :mod:`~dpgate.compile.evaluate` and :mod:`~dpgate.compile.nodes`
 :mod:`~dpgate.compile.post` (ORDER BY / LIMIT / HAVING on released rows) and
 :mod:`~dpgate.compile.bounds` (numbers, parameters and messages bounded on their text, first);
 :mod:`~dpgate.compile.query` holds the result, with :mod:`~dpgate.compile._runs` (its compact
-ledger JSON) and :mod:`~dpgate.compile._wide` (helpers that keep 500 000-cell columns cheap).
+ledger JSON), :mod:`~dpgate.compile._wide` (helpers that keep 500 000-cell columns cheap) and
+:mod:`~dpgate.compile._padded` (a wide GROUP BY's group queries held as their groups' blocks).
 
 The compiler reads SQL with sqlglot (DuckDB dialect by default) and turns each
 output column of each group into a linear query ``θ = Σ_cells w(cell)·count(cell) + c``

@@ -16,6 +16,7 @@ from typing import Any, Literal, NamedTuple, cast
 import numpy as np
 from sqlglot import exp
 
+from dpgate.compile._padded import padded_query
 from dpgate.compile.bounds import check_deadline
 from dpgate.compile.cells import NULL, NUM, Val, constant, walk
 from dpgate.compile.evaluate import Evaluator
@@ -289,8 +290,9 @@ def group_columns(select: exp.Select, items: Sequence[SelectItem], ev: Evaluator
 
 
 # -- weights -------------------------------------------------------------------------------------------
-#: Largest number of weights (numerators) the per-group queries of one statement may hold when
-#: its grid is too large to evaluate at once (512 MiB of int64): :func:`_weights_by_group`.
+#: Largest number of weights (numerators) the per-group queries of one statement may hold in memory
+#: (their groups' blocks, :mod:`~dpgate.compile._padded`) when its grid is too large to evaluate at
+#: once (512 MiB of int64): :func:`_weights_by_group`.
 MAX_WIDE_BOXES = 2**26
 
 
@@ -342,28 +344,49 @@ def _weights_by_group(
     """:func:`group_weights` one group at a time: the grid with the group columns held at the
     group's cells (each a one-slab axis), so its weights are that group's slice of the full grid.
 
-    Each group's query is still dense on its grid (up to three slabs per group column times the
-    other columns' slabs), so the statement's queries together are bounded by
-    :data:`MAX_WIDE_BOXES` — a clean refusal before memory runs out, not after."""
+    Each group's query is dense on its grid (up to three slabs per group column times the other
+    columns' slabs) but holds in memory only its group's block (:func:`_padded_group_query`);
+    the blocks of the statement's queries together are bounded by :data:`MAX_WIDE_BOXES` — a
+    clean refusal before memory runs out, not after."""
     key_list = list(keys if keys is not None else itertools.product(*[range(c.n_cells) for c in group_cols]))
     out: list[LinearQuery] = []
     labels = [c.labels() for c in group_cols]
+    smallest = 0  # the fewest weights a group of this output held so far
     for key in key_list:
-        if ev.wide_boxes > MAX_WIDE_BOXES:
+        # The groups left are projected at the smallest so far: a huge GROUP BY is refused after one group.
+        if ev.wide_boxes + (len(key_list) - len(out)) * smallest > MAX_WIDE_BOXES:
             raise UnsupportedQuery(
                 f"this statement's queries would hold more than {MAX_WIDE_BOXES} weights ({len(out)} of the "
-                f"{len(key_list)} groups of GROUP BY {', '.join(c.name for c in group_cols)} hold {ev.wide_boxes}), "
-                "more than the limit; group by fewer columns, filter on fewer columns, or split the statement by "
-                "group (WHERE col = …)."
+                f"{len(key_list)} groups of GROUP BY {', '.join(c.name for c in group_cols)} hold {ev.wide_boxes}, "
+                f"the other {len(key_list) - len(out)} about {smallest} each), more than the limit; group by fewer "
+                "columns, filter on fewer columns, or split the statement by group (WHERE col = …)."
             )
         check_deadline()
         cols, bps = ev.set_grid(used, fixed={c.name: k for c, k in zip(group_cols, key, strict=True)})
         w = np.broadcast_to(_weights(ev, where, terms), ev.shape)
         full_bps = [ev.grid_breakpoints(c) for c in cols]
         gax = [cols.index(c.name) for c in group_cols]
-        out.append(_group_query(table, cols, full_bps, gax, key, group_cols, labels, w, offset, label))
-        ev.wide_boxes += out[-1].numerators.size
+        query, held = _padded_group_query(table, cols, full_bps, gax, key, group_cols, labels, w, offset, label)
+        smallest = held if not out else min(smallest, held)
+        out.append(query)
+        ev.wide_boxes += held
     return out
+
+
+def _padded_group_query(
+    table: Table, cols: list[str], bps: list[np.ndarray], gax: list[int], key: tuple[int, ...],
+    group_cols: Sequence[Column], labels: list[list[Any]], slab: np.ndarray, offset: Fraction, label: str,
+) -> tuple[LinearQuery, int]:
+    """:func:`_group_query` without its padding in memory (:func:`~dpgate.compile._padded.padded_query`:
+    the same query), and the numerators it holds (its block's)."""
+    new_bps = list(bps)
+    origin = [0] * len(cols)
+    for ax, k, c in zip(gax, key, group_cols, strict=True):
+        small = sorted({0, k, k + 1} - {c.n_cells})
+        new_bps[ax] = np.array(small)
+        origin[ax] = small.index(k)
+    group = tuple((c.name, names[k]) for c, names, k in zip(group_cols, labels, key, strict=True))
+    return padded_query(table, cols, _ints(new_bps), slab, origin, offset, label=label, group=group)
 
 
 def _group_query(

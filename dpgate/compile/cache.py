@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dpgate.compile import CompiledStatement, SetOption, compile_statement
+from dpgate.compile._padded import HELD_WEIGHTS
 from dpgate.schema.domains import Schema
 
 __all__ = ["compiled"]
@@ -52,7 +53,7 @@ def compiled(sql: str, params: Sequence[Any] | Mapping[str, Any] | None, schema:
         return found
     stmt = compile_statement(sql, schema, dialect=dialect, params=params, max_outputs=max_outputs)
     if isinstance(stmt, CompiledStatement) and key is not None:
-        weights = sum(q.numerators.size for q in stmt.queries)
+        weights = sum(q.__dict__.get(HELD_WEIGHTS, q.numerators.size) for q in stmt.queries)  # a padded query: its block
         if len(_COMPILED) >= KEPT or _KEPT_WEIGHTS[0] + weights > KEPT_WEIGHTS:
             _COMPILED.clear()
             _KEPT_WEIGHTS[0] = 0

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from dpgate.compile._padded import nonzero_box, padded_query
 from dpgate.compile.aggregates import DERIVED_KINDS, Derivation, derived_kind, unparen
 from dpgate.compile.bounds import check_deadline
 from dpgate.compile.cells import walk
@@ -45,6 +46,8 @@ __all__ = ["compile_derived", "has_derived", "refuse_derived"]
 _PARTS = {"avg": ("n", "s"), "var_samp": ("n", "s", "q"), "var_pop": ("n", "s", "q"),
           "stddev_samp": ("n", "s", "q"), "stddev_pop": ("n", "s", "q")}
 _PREFIX = "__dpgate_part"
+#: Grids (boxes) from which a group's centred components are built from their non-zero box alone.
+_PADDED_FROM = 2**16
 
 
 def has_derived(tree: exp.Expr) -> bool:
@@ -152,17 +155,18 @@ def _centred(
         groups = range(len(out) // n)
         # Each group's components on their common grid, expanded once for the range and the shift.
         grids = [_expanded(table, [out[g * n + p] for p in d.parts]) for g in groups]
-        ranges = [_value_range(comps, w) for comps, _, _, w in grids]
+        ranges = [_value_range(comps, w) for comps, _, _, w, _ in grids]
         found = [r for r in ranges if r is not None]
         c = math.floor((min(r[0] for r in found) + max(r[1] for r in found)) / 2) if found else 0
         shifted_ranges = tuple(None if r is None else (r[0] - c, r[1] - c) for r in ranges)
         if c:
-            for g, (comps, cols, bps, expanded) in zip(groups, grids, strict=True):
+            for g, (comps, cols, bps, expanded, origin) in zip(groups, grids, strict=True):
                 w: list[np.ndarray] = [e / q.denominator for q, e in zip(comps, expanded, strict=True)] \
                     if not _integral(comps, expanded, c) else list(expanded)
                 shifted = [w[0], w[1] - c * w[0], *([w[2] - 2 * c * w[1] + c * c * w[0]] if len(w) > 2 else [])]
                 for p, q, wi in zip(d.parts, comps, shifted, strict=True):
-                    out[g * n + p] = LinearQuery.from_grid(table, cols, bps, wi, label=q.label, group=q.group)
+                    out[g * n + p] = LinearQuery.from_grid(table, cols, bps, wi, label=q.label, group=q.group) \
+                        if origin is None else padded_query(table, cols, bps, wi, origin, label=q.label, group=q.group)[0]
         centred.append(Derivation(d.kind, d.parts, c, shifted_ranges))
     return tuple(out), tuple(centred)
 
@@ -180,10 +184,16 @@ def _integral(comps: list[LinearQuery], expanded: list[np.ndarray], c: int) -> b
 
 def _expanded(
     table: Table, comps: list[LinearQuery]
-) -> tuple[list[LinearQuery], list[str], list[tuple[int, ...]], list[np.ndarray]]:
-    """``comps``, their coarsest common grid, and each one's numerators on it (read-only views)."""
+) -> tuple[list[LinearQuery], list[str], list[tuple[int, ...]], list[np.ndarray], list[int] | None]:
+    """``comps``, their coarsest common grid, and each one's numerators on it (read-only views),
+    with None; on a large grid (a wide group's), only on the box holding their non-zero weights
+    (copies: every group's are kept until the centre is known), with the box's first slabs."""
     cols, bps = union_grid(table, comps)
-    return comps, cols, bps, [q.expand(table, cols, bps) for q in comps]
+    expanded = [q.expand(table, cols, bps) for q in comps]
+    box = nonzero_box(expanded) if expanded and expanded[0].size > _PADDED_FROM else None
+    if box is None:
+        return comps, cols, bps, expanded, None
+    return comps, cols, bps, [np.array(e[box]) for e in expanded], [s.start for s in box]
 
 
 def _value_range(comps: list[LinearQuery], expanded: list[np.ndarray]) -> tuple[float, float] | None:

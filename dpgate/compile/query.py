@@ -18,7 +18,6 @@ key) are metadata and not part of equality.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import threading
@@ -30,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dpgate.compile._runs import decode_numerators, decode_runs, encode_runs, numerator_runs, runs_or
-from dpgate.compile._wide import HashOnceTuple, more_distinct_than, unit_breakpoints
+from dpgate.compile._wide import HashOnceTuple, more_distinct_than, numerators_digest, unit_breakpoints
 from dpgate.compile.bounds import reserve_memory
 from dpgate.errors import DPGateInternalError, UnsupportedQuery
 from dpgate.schema.domains import Table
@@ -39,7 +38,7 @@ __all__ = ["LinearQuery", "MAX_DENOMINATOR", "MAX_GRID_BOXES", "breakpoint_array
            "expand_grid", "slab_starts", "union_grid"]
 
 #: Cached properties of a :class:`LinearQuery` that depend only on its grid and weights.
-_WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern", "_more_weights_than")
+_WEIGHT_PROPERTIES = ("sensitivity", "weight_sign", "is_zero", "pattern", "_more_weights_than", "_digest")
 
 #: Largest denominator of a weight (SQL constants of six decimals): true answers must be exact integers.
 MAX_DENOMINATOR = 10**6
@@ -124,9 +123,9 @@ class LinearQuery:
         axes = [position[c.lower()] if c.lower() in position else table.axis(c) for c in columns]
         order = sorted(range(len(axes)), key=axes.__getitem__)
         cols = [table.columns[axes[i]].name for i in order]
-        bps = [_int_tuple(breakpoints[i]) for i in order]
+        bps = [int_tuple(breakpoints[i]) for i in order]
         w = np.transpose(w, order) if w.ndim else w
-        num, den = _rationalise(w)
+        num, den = rationalise(w)
         # Merge adjacent slabs with identical slices, then drop constant axes.
         nd = num.ndim
         for ax in range(nd):
@@ -152,7 +151,7 @@ class LinearQuery:
         if not num.flags.c_contiguous:
             num = num.copy()
         num.setflags(write=False)
-        off = _as_fraction(offset)
+        off = as_fraction(offset)
         return cls(
             table.name, tuple(keep_cols), tuple(keep_bps), num, den, off, label=label, group=group
         )
@@ -167,7 +166,7 @@ class LinearQuery:
             tuple(c.lower() for c in self.columns),
             self.breakpoints,
             self.numerators.shape,
-            hashlib.sha256(np.ascontiguousarray(self.numerators).data).digest(),
+            numerators_digest(self, self.numerators),
             self.denominator,
             self.offset,
         )
@@ -243,7 +242,7 @@ class LinearQuery:
         denominator): what an atom refinement by it depends on.  Computed once per query.
         Its breakpoints hash once (a :class:`HashOnceTuple`, equal to the plain tuple): planning
         looks the pattern up in several dictionaries, and a wide column has 500 000 breakpoints."""
-        digest = hashlib.sha256(np.ascontiguousarray(self.numerators, dtype=np.int64).tobytes()).digest()
+        digest = numerators_digest(self, self.numerators)
         return (tuple(c.lower() for c in self.columns), HashOnceTuple(self.breakpoints), digest)
 
     def expand(self, table: Table, columns: Sequence[str], breakpoints: Sequence[Sequence[int]]) -> np.ndarray:
@@ -287,7 +286,7 @@ class LinearQuery:
         """Inverse of :meth:`to_json`; also reads the plain lists that ledgers written before the
         run encoding (:func:`encode_runs`) hold."""
         d = json.loads(text)
-        bps = tuple(_int_tuple(decode_runs(b)) for b in d["breakpoints"])
+        bps = tuple(int_tuple(decode_runs(b)) for b in d["breakpoints"])
         return cls(
             d["table"],
             tuple(d["columns"]),
@@ -307,7 +306,7 @@ class LinearQuery:
         return f"<LinearQuery{lab} on {self.table} [{grid}] S={self.sensitivity:g}{extra}{grp}>"
 
 
-def _int_tuple(bp: Sequence[int] | np.ndarray) -> tuple[int, ...]:
+def int_tuple(bp: Sequence[int] | np.ndarray) -> tuple[int, ...]:
     """Breakpoints as a tuple of Python ints (``tolist`` is the fast path for integer arrays, and for
     sequences of integers: a wide column has hundreds of thousands of breakpoints).  Unit slabs
     ``0, 1, …, n − 1`` (a wide column's usual grid) are one shared tuple per ``n``."""
@@ -322,7 +321,7 @@ def _int_tuple(bp: Sequence[int] | np.ndarray) -> tuple[int, ...]:
     return tuple(int(b) for b in bp)
 
 
-def _as_fraction(x: Fraction | int | float) -> Fraction:
+def as_fraction(x: Fraction | int | float) -> Fraction:
     if isinstance(x, Fraction):
         return x
     if isinstance(x, int):
@@ -332,7 +331,7 @@ def _as_fraction(x: Fraction | int | float) -> Fraction:
     return Fraction(x).limit_denominator(MAX_DENOMINATOR)
 
 
-def _rationalise(w: np.ndarray) -> tuple[np.ndarray, int]:
+def rationalise(w: np.ndarray) -> tuple[np.ndarray, int]:
     """Exact integer numerators and a common denominator for float weights.
 
     Weights come from SQL decimal constants, so each is close to a rational with a
@@ -385,7 +384,7 @@ def _rationalise(w: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def _rationalise_fast(uniq: np.ndarray) -> tuple[np.ndarray, int] | None:
-    """Vectorised :func:`_rationalise` for many distinct weights (e.g. ``SUM(income)``).
+    """Vectorised :func:`rationalise` for many distinct weights (e.g. ``SUM(income)``).
 
     Guesses the common denominator from a sample of the values (each recovered
     exactly as in the slow path) and accepts it only if every value times it is

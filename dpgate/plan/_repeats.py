@@ -52,8 +52,9 @@ def _isolation_key(query: LinearQuery) -> tuple[str, float]:
     # tuple written once per tuple (the key is unchanged: ledgers' checkpoints hold it).
     bps = ", ".join(map(_long_repr, query.breakpoints)) + ("," if len(query.breakpoints) == 1 else "")
     head = f"({query.table.lower()!r}, {query.columns!r}, ({bps}), {query.numerators.shape!r})"
-    digest = hashlib.sha256(head.encode() + (nums if g == 1 else nums // g).tobytes()).hexdigest()
-    return digest, g / query.denominator
+    digest = hashlib.sha256(head.encode())  # then the numerators' bytes, read in place (no copy of a wide query's)
+    digest.update(np.ascontiguousarray(nums if g == 1 else nums // g).data)
+    return digest.hexdigest(), g / query.denominator
 
 
 def _gcd(nums: np.ndarray) -> int:

@@ -23,6 +23,7 @@ from typing import cast
 
 import numpy as np
 
+from dpgate.compile._padded import support_query
 from dpgate.compile.bounds import reserve_memory
 from dpgate.compile.query import LinearQuery
 from dpgate.errors import UnsupportedQuery
@@ -61,9 +62,7 @@ def _support(table: Table, query: LinearQuery) -> LinearQuery:
     kept on it: a lookup by equality would compare a wide query's 500 002 weights)."""
     found = query.__dict__.get("_support_query")
     if found is None:
-        found = query.__dict__["_support_query"] = LinearQuery.from_grid(
-            table, query.columns, query.breakpoints, (np.asarray(query.numerators) != 0).astype(float)
-        )
+        found = query.__dict__["_support_query"] = support_query(table, query)
     return cast(LinearQuery, found)
 
 

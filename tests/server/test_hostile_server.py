@@ -205,3 +205,17 @@ def test_another_analyst_is_answered_while_hostile_statements_arrive(server) -> 
         done.set()
         thread.join(timeout=30)
     assert not thread.is_alive()
+
+
+def test_a_wide_group_by_beyond_the_compilers_bound_is_refused_fast(server) -> None:
+    """SUM(income) over 384 groups (500 000 weights each): refused after its first group, and the
+    session answers next; a wide GROUP BY over two columns and a WHERE is answered."""
+    with psycopg.connect(dsn(server.port), autocommit=True) as con:
+        err, seconds = failure(lambda: con.execute(
+            "SELECT SUM(income) FROM pums GROUP BY educ, race, sex, married").fetchall())
+        assert seconds < LIMIT_S and err.sqlstate, (seconds, str(err)[:200])
+        assert "weights" in str(err) and "more than the limit" in str(err), str(err)[:300]
+        still_serving(con)
+        rows = con.execute("SELECT sex, race, SUM(income) /*+ dpgate accuracy=8000000 */ FROM pums "
+                           "WHERE age >= 30 GROUP BY sex, race").fetchall()
+        assert len(rows) == 12
