@@ -21,9 +21,9 @@ import pytest
 import dpgate
 
 
-def _truth(df, where=None):  # type: ignore[no-untyped-def]
-    income = df["income"].clip(0, 500_000)
-    return float(income[where].sum() if where is not None else income.sum())
+def _truth(df, where=None, column="income"):  # type: ignore[no-untyped-def]
+    values = df[column].clip(0, 500_000)
+    return float(values[where].sum() if where is not None else values.sum())
 
 
 def _covers(hits: dict[str, list[bool]], conf: float) -> None:
@@ -86,7 +86,8 @@ def test_coverage_of_zcdp_wide_answers_from_history(pums) -> None:  # type: igno
 
 
 def test_coverage_of_wide_answers_from_a_mixed_moment_history(pums, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """200 sessions: a pure gateway releases SUM(income) by race (discrete Laplace); a zCDP gateway
+    """200 sessions: a pure gateway releases SUM(age) by race (discrete Laplace; age's 76 weights are
+    wide too, and 4× quicker per session than income's 500 002); a zCDP gateway
     on its converted ledger then answers the union of two groups (history: Laplace only) and the
     union of three, which tops the Laplace groups up with a Gaussian release (a mixed law)."""
     df, schema = pums
@@ -99,17 +100,17 @@ def test_coverage_of_wide_answers_from_a_mixed_moment_history(pums, tmp_path) ->
     for seed in range(200):
         path = str(tmp_path / f"l{seed}.db")
         pure = dpgate.Gateway(df, schema, budget=1e9, seed=4000 + seed, ledger=path)
-        pure.query("SELECT race, SUM(income) FROM pums GROUP BY race", accuracy=3e6, confidence=conf)
+        pure.query("SELECT race, SUM(age) FROM pums GROUP BY race", accuracy=300, confidence=conf)
         pure.close()
         gw = dpgate.Gateway(df, schema, budget=1e9, seed=8000 + seed, privacy="zcdp", convert_ledger=True,
                             ledger=path)
-        (u,) = gw.query("SELECT SUM(income) FROM pums WHERE race IN ('1', '2')", accuracy=6e6,
+        (u,) = gw.query("SELECT SUM(age) FROM pums WHERE race IN ('1', '2')", accuracy=600,
                         confidence=conf).answers
-        assert u.source == "history"
-        hits["union"].append(u.low <= _truth(df, union_where) <= u.high)
-        (t,) = gw.query("SELECT SUM(income) FROM pums WHERE race IN ('1', '2', '3')", accuracy=3e6,
+        assert u.source == "history" and not u.isolated
+        hits["union"].append(u.low <= _truth(df, union_where, "age") <= u.high)
+        (t,) = gw.query("SELECT SUM(age) FROM pums WHERE race IN ('1', '2', '3')", accuracy=300,
                         confidence=conf).answers
-        hits["three"].append(t.low <= _truth(df, three_where) <= t.high)
+        hits["three"].append(t.low <= _truth(df, three_where, "age") <= t.high)
         live = t.posterior.law.gaussian[np.abs(t.posterior.law.coefficients) > 0]
         mixed += bool(live.any() and not live.all())
         gw.close()
