@@ -70,7 +70,8 @@ def _normalized(q: LinearQuery) -> LinearQuery:
         return q
     g = math.gcd(int(np.gcd.reduce(q.numerators.ravel())), top)
     found = q.__dict__["_normalized"] = LinearQuery(
-        q.table, q.columns, q.breakpoints, q.numerators // g, top // g, q.offset, label=q.label, group=q.group)
+        q.table, q.columns, q.breakpoints, q.numerators if g == 1 else q.numerators // g, top // g, q.offset,
+        label=q.label, group=q.group)  # g == 1 (SUM(income)): the same read-only weights, not a copy
     return found
 
 
