@@ -272,7 +272,7 @@ class TableState:
         for q in todo:
             if _charge_key(q) not in found:
                 found[_charge_key(q)] = self._charge_one(q)
-        memo.update(found)
+        memo.update(found, evictable={_charge_key(q) for q in set(todo) - set(exact)})  # each located by _charge_one
         return [_NO_CHARGE if q.is_zero else found[_charge_key(q)] for q in queries]
 
     def _split_charges(self, split: LinearQuery, queries: Sequence[LinearQuery]) -> list[Charge]:

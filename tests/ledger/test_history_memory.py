@@ -1,0 +1,108 @@
+"""Memory of a long session (issue 28): what a gateway keeps per release is bounded and compact.
+
+* the history's runs (for local histories) keep a wide release by its ledger JSON
+  (``dpgate.ledger._runs``), and a local history replayed from them decides and answers as one
+  replayed from the queries themselves;
+* the re-ask counter keeps a previous answer without its query (a wide one's weights);
+* the charges located on the cost grids (``CostGrid.located``) keep at most ``LOCATED_BYTES``,
+  and charge the same whatever they dropped.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import pytest
+
+import dpgate
+import dpgate.datasets
+import dpgate.ledger._runs as runs_module
+import dpgate.plan.cost_grid as cost_grid
+from dpgate.ledger._runs import KeptRelease, kept, released
+
+#: Wide sums and averages of income (500 001 weights each) between counts over their columns: the
+#: later statements are planned on local histories that replay the wide releases.
+SESSION = [
+    ("SELECT sex, SUM(income) FROM pums GROUP BY sex", 2e6),
+    ("SELECT AVG(income) FROM pums WHERE educ BETWEEN 1 AND 8", 30.0),
+    ("SELECT sex, COUNT(*) FROM pums WHERE income > 30000 GROUP BY sex", 20.0),
+    ("SELECT SUM(income) FROM pums WHERE sex = '1'", 2e6),
+    ("SELECT SUM(income) FROM pums WHERE sex = '0'", 2e6),
+    ("SELECT sex, SUM(income) FROM pums GROUP BY sex", 3e6),
+    ("SELECT AVG(income) FROM pums WHERE educ BETWEEN 1 AND 8", 30.0),
+]
+
+
+def _session(compact: int, monkeypatch: pytest.MonkeyPatch) -> tuple[dpgate.Gateway, list[tuple[object, ...]]]:
+    monkeypatch.setattr(runs_module, "COMPACT_WEIGHTS", compact)
+    df, schema = dpgate.datasets.load_pums()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        gw = dpgate.Gateway(df, schema, budget=1e6, seed=8)
+        out = []
+        for sql, accuracy in SESSION:
+            gw._history._local.clear()  # every local history made afresh: replayed from the runs
+            res = gw.query(sql, accuracy=accuracy)
+            out.append((gw.spent, *((a.value, a.low, a.high, a.source) for a in res.answers)))
+    return gw, out
+
+
+def test_wide_runs_are_kept_by_json_and_replay_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    decoded: list[int] = []
+    release = KeptRelease.release
+    monkeypatch.setattr(KeptRelease, "release", lambda self: decoded.append(1) or release(self))
+    gw, compact = _session(runs_module.COMPACT_WEIGHTS, monkeypatch)
+    assert len(decoded) >= 3  # local histories replayed wide releases from their JSON
+    items = [it for _, run in gw._history.runs["pums"] for it in run]
+    wide = [it for it in items if isinstance(it, KeptRelease)]
+    assert wide and all(len(it.query_json) < 4096 for it in wide)
+    # Decoded: the query as released (its key), its memoised values carried over.
+    for it, again in zip(wide, released(wide), strict=True):
+        assert again.query.to_json() == it.query_json and "pattern" in again.query.__dict__
+        restored = pickle.loads(pickle.dumps(it))  # checkpointed without them
+        assert restored.derived == {} and restored.release().query.key == again.query.key
+        assert kept(again).query_json == it.query_json  # type: ignore[union-attr]
+    _, full = _session(10**12, monkeypatch)  # nothing compacted: the queries themselves
+    assert compact == full
+
+
+def test_reasks_keep_answers_without_their_query() -> None:
+    df, schema = dpgate.datasets.load_pums()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        gw = dpgate.Gateway(df, schema, budget=1e6, seed=9)
+        first = gw.query("SELECT SUM(income) FROM pums WHERE age > 40", accuracy=2e6).answer
+        seen = [s for s in gw._asks._seen.values() if s.answer is not None]
+        assert seen and all(s.answer.query is None for s in seen)  # type: ignore[union-attr]
+        again = gw.query("SELECT SUM(income) FROM pums WHERE age > 40", accuracy=3e6).answer
+    assert (again.source, again.value, again.low, again.high) == ("history", first.value, first.low, first.high)
+    assert again.query is not None and again.query.key == first.query.key  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("budget", [0, 2**12])
+def test_located_charges_stay_within_their_bytes_and_charge_the_same(monkeypatch: pytest.MonkeyPatch,
+                                                                     budget: int) -> None:
+    df, schema = dpgate.datasets.load_pums()
+    statements = [("SELECT sex, COUNT(*) FROM pums WHERE age < 40 GROUP BY sex", 20.0),
+                  ("SELECT race, COUNT(*) FROM pums WHERE educ >= 9 GROUP BY race", 20.0),
+                  ("SELECT COUNT(*) FROM pums WHERE age BETWEEN 20 AND 29 AND married", 15.0),
+                  ("SELECT sex, COUNT(*) FROM pums WHERE age < 40 GROUP BY sex", 30.0)]
+
+    def session() -> list[tuple[object, ...]]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dpgate.Warning)
+            gw = dpgate.Gateway(df, schema, budget=1e4, seed=10)
+            out = []
+            for sql, accuracy in statements:
+                res = gw.query(sql, accuracy=accuracy)
+                assert cost_grid._LOCATED_BYTES[0] <= cost_grid.LOCATED_BYTES
+                out.append((gw.spent, *((a.value, a.low, a.high) for a in res.answers)))
+            return out
+
+    unbounded = session()
+    monkeypatch.setattr(cost_grid, "LOCATED_BYTES", budget)
+    with cost_grid._LOCATED_LOCK:
+        cost_grid._LOCATED.clear()
+        cost_grid._LOCATED_BYTES[0] = 0
+    assert session() == unbounded
