@@ -4,13 +4,15 @@
   (``dpgate.ledger._runs``), and a local history replayed from them decides and answers as one
   replayed from the queries themselves;
 * the re-ask counter keeps a previous answer without its query (a wide one's weights);
-* the charges located on the cost grids (``CostGrid.located``) keep at most ``LOCATED_BYTES``,
-  and charge the same whatever they dropped.
+* the charges located on the cost grids (``CostGrid.located``) that are always located one at a
+  time (a wide query's, on its support) keep at most ``LOCATED_BYTES``, and charge the same
+  whatever they dropped: ε, values and intervals bit for bit.
 """
 
 from __future__ import annotations
 
 import pickle
+import shutil
 import warnings
 
 import pytest
@@ -85,8 +87,11 @@ def test_located_charges_stay_within_their_bytes_and_charge_the_same(monkeypatch
                                                                      budget: int) -> None:
     df, schema = dpgate.datasets.load_pums()
     statements = [("SELECT sex, COUNT(*) FROM pums WHERE age < 40 GROUP BY sex", 20.0),
+                  ("SELECT SUM(income) FROM pums WHERE age > 30", 2e6),
                   ("SELECT race, COUNT(*) FROM pums WHERE educ >= 9 GROUP BY race", 20.0),
+                  ("SELECT sex, AVG(income) FROM pums WHERE educ >= 9 GROUP BY sex", 30.0),
                   ("SELECT COUNT(*) FROM pums WHERE age BETWEEN 20 AND 29 AND married", 15.0),
+                  ("SELECT SUM(income) FROM pums WHERE age > 30", 3e6),
                   ("SELECT sex, COUNT(*) FROM pums WHERE age < 40 GROUP BY sex", 30.0)]
 
     def session() -> list[tuple[object, ...]]:
@@ -106,3 +111,30 @@ def test_located_charges_stay_within_their_bytes_and_charge_the_same(monkeypatch
         cost_grid._LOCATED.clear()
         cost_grid._LOCATED_BYTES[0] = 0
     assert session() == unbounded
+
+
+def test_a_checkpoint_keeps_wide_runs_by_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Re-opened from its checkpoint (which holds the runs), a gateway plans the next statements —
+    on local histories replaying the wide releases — as the live one does."""
+    df, schema = dpgate.datasets.load_pums()
+    (tmp_path / "live").mkdir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dpgate.Warning)
+        live = dpgate.Gateway(df, schema, budget=1e6, seed=2, ledger=str(tmp_path / "live" / "l.db"),
+                              reasks="independent")
+        for sql, accuracy in SESSION[:4]:
+            live.query(sql, accuracy=accuracy)
+        live._history.save_checkpoint(live._ledger.records())
+        shutil.copytree(tmp_path / "live", tmp_path / "copy")
+        reopened = dpgate.Gateway(df, schema, budget=1e6, seed=3, ledger=str(tmp_path / "copy" / "l.db"),
+                                  reasks="independent")
+        assert reopened._history.checkpointed and reopened.spent == live.spent
+        assert any(isinstance(it, KeptRelease) for _, run in reopened._history.runs["pums"] for it in run)
+        for gw in (live, reopened):
+            gw._history._local.clear()
+        for sql, accuracy in SESSION[4:]:
+            a, b = (gw.query(sql, accuracy=accuracy).answers for gw in (live, reopened))
+            assert [(x.source, x.epsilon_spent) for x in a] == [(x.source, x.epsilon_spent) for x in b]
+        assert reopened.spent == pytest.approx(live.spent, rel=1e-12)
+        live.close()
+        reopened.close()
