@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -33,7 +33,7 @@ from dpgate.errors import UnsupportedQuery
 from dpgate.plan.atoms import BoxGrid, GridVersion
 from dpgate.schema.domains import Table
 
-__all__ = ["COST_MAX_BOXES", "LOCATED_BYTES", "CostGrid", "LocatedCharges"]
+__all__ = ["COST_MAX_BOXES", "CostGrid"]
 
 #: Limit on the main grid and on each side grid (boxes; 32 MiB of int64 costs): per-cell
 #: accounting is cheap per box, but a planning copy, the map onto the inference atoms and
@@ -167,66 +167,22 @@ class CostGrid:
 
         return len(self.sides), (regrid, self.starts)
 
-    def located(self) -> LocatedCharges:
+    def located(self) -> dict[tuple[object, ...], tuple[np.ndarray, np.ndarray]]:
         """The charges located on these grids as they are now, by query (a planning copy's
         charges hold for the live state once it is refined alike; ``dpgate.plan.state``)."""
         with _LOCATED_LOCK:
             found = _LOCATED.get(self.version)
             if found is None:
                 while len(_LOCATED) >= _LOCATED_MAX:
-                    _LOCATED_BYTES[0] -= _LOCATED.pop(next(iter(_LOCATED))).nbytes
-                found = _LOCATED[self.version] = LocatedCharges()
+                    del _LOCATED[next(iter(_LOCATED))]
+                found = _LOCATED[self.version] = {}
             return found
 
     def __repr__(self) -> str:
         return f"<CostGrid {self.table.name} main={self.main!r} sides={len(self.sides)}>"
 
 
-class LocatedCharges:
-    """Charges located on one version of the grids, by query.  Those a caller marks *evictable* —
-    located one query at a time and always so (a wide query's charge on its support, up to a few
-    million cost atoms) — may go at any time beyond :data:`LOCATED_BYTES`: located again they are
-    the same arrays.  The others (a query a GROUP BY's joint split may locate: located again alone
-    its atoms would come in another order) stay while their grids' version is kept.  A caller
-    keeps what it read (:meth:`found`) while it needs it."""
-
-    def __init__(self) -> None:
-        self._charges: dict[object, tuple[np.ndarray, np.ndarray]] = {}
-        self._evictable: dict[object, int] = {}  # key → bytes, oldest first
-        self.nbytes = 0  # of the evictable ones
-
-    def found(self, keys: Iterable[object]) -> dict[object, tuple[np.ndarray, np.ndarray]]:
-        """The charges of ``keys`` located so far."""
-        with _LOCATED_LOCK:
-            return {k: c for k in keys if (c := self._charges.get(k)) is not None}
-
-    def update(self, charges: Mapping[object, tuple[np.ndarray, np.ndarray]], evictable: Set[object]) -> None:
-        """Keep ``charges``; the oldest of the ``evictable`` ones kept (of older grids first) go beyond
-        :data:`LOCATED_BYTES`."""
-        with _LOCATED_LOCK:
-            for key, charge in charges.items():
-                if key in self._charges:
-                    continue
-                self._charges[key] = charge
-                if key in evictable:
-                    size = self._evictable[key] = charge[0].nbytes + charge[1].nbytes
-                    self.nbytes += size
-                    _LOCATED_BYTES[0] += size
-            for memo in list(_LOCATED.values()):  # oldest grids first, and each one's oldest charges
-                while _LOCATED_BYTES[0] > LOCATED_BYTES and memo._evictable:
-                    key = next(iter(memo._evictable))
-                    size = memo._evictable.pop(key)
-                    del memo._charges[key]
-                    memo.nbytes -= size
-                    _LOCATED_BYTES[0] -= size
-
-
 #: :meth:`CostGrid.located` of the most recent grids.
-_LOCATED: dict[tuple[GridVersion, ...], LocatedCharges] = {}
+_LOCATED: dict[tuple[GridVersion, ...], dict[tuple[object, ...], tuple[np.ndarray, np.ndarray]]] = {}
 _LOCATED_MAX = 4
-#: Most bytes the evictable located charges of all grids keep together (128 MiB): a wide release's
-#: charge on its support spans up to a few million cost atoms (16 bytes each).  Beyond it the oldest
-#: go (:class:`LocatedCharges`).
-LOCATED_BYTES = 2**27
-_LOCATED_BYTES = [0]  # what they keep now
 _LOCATED_LOCK = threading.Lock()

@@ -261,19 +261,19 @@ class TableState:
         atoms it touches and its weight on each — its weights when the cost atoms hold it;
         else ``S`` on those its support meets (``|q_j|/S ≤ 1`` bounds the true per-cell
         cost); on a side grid beyond the main one's limit.  The queries must have been refined into the cost atoms
-        (:meth:`_charge_refine`); disjoint ones are located by one pass over the cost atoms."""
-        memo = self.cost_atoms.located()  # bounded: what it still holds is read once, into `found`
-        found = memo.found(_charge_key(q) for q in queries if not q.is_zero)
-        todo = [q for q in queries if not q.is_zero and _charge_key(q) not in found]
+        (:meth:`_charge_refine`); disjoint ones are located by one pass over the cost atoms.
+        """
+        memo = self.cost_atoms.located()
+        todo = [q for q in queries if not q.is_zero and _charge_key(q) not in memo]
         exact = [q for q in todo if _held(q) and self._cost_kind.get(_held_key(q)) == "exact"]
         split, run = joint_split(self.table, exact) if len(exact) > 1 else (None, 0)
         if split is not None:  # each query constant on the cost atoms, so their joint split is too
-            found.update(zip([_charge_key(q) for q in exact[:run]], self._split_charges(split, exact[:run]), strict=True))
+            memo.update(zip([_charge_key(q) for q in exact[:run]], self._split_charges(split, exact[:run]), strict=True))
         for q in todo:
-            if _charge_key(q) not in found:
-                found[_charge_key(q)] = self._charge_one(q)
-        memo.update(found, evictable={_charge_key(q) for q in set(todo) - set(exact)})  # each located by _charge_one
-        return [_NO_CHARGE if q.is_zero else found[_charge_key(q)] for q in queries]
+            key = _charge_key(q)
+            if key not in memo:
+                memo[key] = self._charge_one(q)
+        return [_NO_CHARGE if q.is_zero else memo[_charge_key(q)] for q in queries]
 
     def _split_charges(self, split: LinearQuery, queries: Sequence[LinearQuery]) -> list[Charge]:
         """:meth:`charges` of disjoint ``queries`` from the codes of their joint split

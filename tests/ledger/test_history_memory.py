@@ -3,10 +3,7 @@
 * the history's runs (for local histories) keep a wide release by its ledger JSON
   (``dpgate.ledger._runs``), and a local history replayed from them decides and answers as one
   replayed from the queries themselves;
-* the re-ask counter keeps a previous answer without its query (a wide one's weights);
-* the charges located on the cost grids (``CostGrid.located``) that are always located one at a
-  time (a wide query's, on its support) keep at most ``LOCATED_BYTES``, and charge the same
-  whatever they dropped: ε, values and intervals bit for bit.
+* the re-ask counter keeps a previous answer without its query (a wide one's weights).
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ import pytest
 import dpgate
 import dpgate.datasets
 import dpgate.ledger._runs as runs_module
-import dpgate.plan.cost_grid as cost_grid
 from dpgate.ledger._runs import KeptRelease, kept, released
 
 #: Wide sums and averages of income (500 001 weights each) between counts over their columns: the
@@ -80,37 +76,6 @@ def test_reasks_keep_answers_without_their_query() -> None:
         again = gw.query("SELECT SUM(income) FROM pums WHERE age > 40", accuracy=3e6).answer
     assert (again.source, again.value, again.low, again.high) == ("history", first.value, first.low, first.high)
     assert again.query is not None and again.query.key == first.query.key  # type: ignore[union-attr]
-
-
-@pytest.mark.parametrize("budget", [0, 2**12])
-def test_located_charges_stay_within_their_bytes_and_charge_the_same(monkeypatch: pytest.MonkeyPatch,
-                                                                     budget: int) -> None:
-    df, schema = dpgate.datasets.load_pums()
-    statements = [("SELECT sex, COUNT(*) FROM pums WHERE age < 40 GROUP BY sex", 20.0),
-                  ("SELECT SUM(income) FROM pums WHERE age > 30", 2e6),
-                  ("SELECT race, COUNT(*) FROM pums WHERE educ >= 9 GROUP BY race", 20.0),
-                  ("SELECT sex, AVG(income) FROM pums WHERE educ >= 9 GROUP BY sex", 30.0),
-                  ("SELECT COUNT(*) FROM pums WHERE age BETWEEN 20 AND 29 AND married", 15.0),
-                  ("SELECT SUM(income) FROM pums WHERE age > 30", 3e6),
-                  ("SELECT sex, COUNT(*) FROM pums WHERE age < 40 GROUP BY sex", 30.0)]
-
-    def session() -> list[tuple[object, ...]]:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", dpgate.Warning)
-            gw = dpgate.Gateway(df, schema, budget=1e4, seed=10)
-            out = []
-            for sql, accuracy in statements:
-                res = gw.query(sql, accuracy=accuracy)
-                assert cost_grid._LOCATED_BYTES[0] <= cost_grid.LOCATED_BYTES
-                out.append((gw.spent, *((a.value, a.low, a.high) for a in res.answers)))
-            return out
-
-    unbounded = session()
-    monkeypatch.setattr(cost_grid, "LOCATED_BYTES", budget)
-    with cost_grid._LOCATED_LOCK:
-        cost_grid._LOCATED.clear()
-        cost_grid._LOCATED_BYTES[0] = 0
-    assert session() == unbounded
 
 
 def test_a_checkpoint_keeps_wide_runs_by_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
