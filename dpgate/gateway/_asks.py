@@ -75,13 +75,16 @@ class Asked:
 @dataclass(frozen=True)
 class _Seen:
     """A query's latest distinct interval: its level, the table version it was computed on, for a plain
-    linear output the answer given (to give it again), and the accuracy and confidence it was asked at."""
+    linear output the answer given (to give it again; without its query, which a wide one's weights
+    would keep for the gateway's life: the query's :attr:`~LinearQuery.key` instead), and the accuracy
+    and confidence it was asked at."""
 
     level: int
     version: int
     answer: Answer | None
     accuracy: float = math.inf
     stated: float = 1.0
+    query_key: tuple[object, ...] | None = None
 
 
 class Asks:
@@ -158,7 +161,7 @@ class Asks:
         for q, key in zip(asked.queries, asked.keys, strict=True):
             seen = self._seen.get(key)
             a = seen.answer if seen is not None else None
-            if (seen is None or a is None or a.query is None or a.query.key != q.key
+            if (seen is None or a is None or seen.query_key is None or seen.query_key != q.key
                     or a.interval_confidence < ask_confidence(asked.stated, seen.level) or not meets(a.certified_halfwidth, accuracy)):
                 return None
             out.append(replace(a, source="history", epsilon_spent=0.0, accuracy=accuracy, label=q.label, group=q.group,
@@ -183,10 +186,14 @@ class Asks:
             seen = self._seen.get(key)
             new = seen is None or seen.version != asked.version or now != asked.version
             answer = out[i] if keep and out[i].source in ("fresh", "history") and out[i].meets_requirement else None
+            query_key = None if answer is None or answer.query is None else answer.query.key
+            if answer is not None:
+                answer = _without_query(answer)
             if new:
-                self._seen[key] = shared if answer is None else _Seen(level, now, answer, asked.accuracy, asked.stated)
+                self._seen[key] = shared if answer is None else _Seen(level, now, answer, asked.accuracy, asked.stated,
+                                                                      query_key)
             elif seen is not None and seen.answer is None and answer is not None:
-                self._seen[key] = replace(seen, answer=answer)  # the same estimate, at a level ≥ its own
+                self._seen[key] = replace(seen, answer=answer, query_key=query_key)  # the same estimate, at a level ≥ its own
         return out
 
     def quoted(self, asked: Asked, spent: float, budget: float, stmt: CompiledStatement) -> Explanation:
@@ -195,6 +202,14 @@ class Asks:
         quotes = tuple(Quote(a.label, a.group, "history", 0.0, a.certified_halfwidth, a.interval_confidence, budget - spent)
                        for a in asked.again)
         return Explanation(quotes, 0.0, spent, budget, stmt)
+
+
+def _without_query(a: Answer) -> Answer:
+    """``a`` without its query (the frozen fields copied as they are; :meth:`Asks._again` sets the
+    asking statement's query again)."""
+    out = object.__new__(Answer)
+    out.__dict__.update(a.__dict__, query=None)
+    return out
 
 
 def _stated(a: Answer, confidence: float) -> Answer:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from dpgate._version import __version__
 from dpgate.compile.query import LinearQuery
 from dpgate.ledger import _checkpoint
+from dpgate.ledger._runs import KeptRelease, kept, released
 from dpgate.plan.state import RecordedCharges, RecordedRelease, TableState
 from dpgate.release._gaussian import GAUSSIAN_NOISE
 from dpgate.schema.domains import Schema
@@ -44,7 +45,7 @@ __all__ = ["LedgerHistory", "collector_paused"]
 #: (``dpgate.ledger._checkpoint``); closing it checkpoints whatever it added.
 CHECKPOINT_AFTER = 64
 #: Layout of the checkpointed inference state (a checkpoint of another layout is replayed).
-STATE_LAYOUT = 7  # 7: Gaussian releases (zCDP) marked in the inference state; 6: statement runs kept for local histories; 5: cost atoms in blocks (plan.cost_grid)
+STATE_LAYOUT = 8  # 8: wide releases of the runs kept by their JSON (ledger._runs); 7: Gaussian releases (zCDP) marked in the inference state; 6: statement runs kept for local histories; 5: cost atoms in blocks (plan.cost_grid)
 #: Local histories kept, the most recently used ones (:meth:`LedgerHistory.planning_state`).
 _LOCAL_KEPT = 4
 
@@ -64,8 +65,9 @@ class LedgerHistory:
     def __init__(self, schema: Schema, ledger: Ledger, max_atoms: int, *, zcdp: bool = False) -> None:
         self.schema, self.ledger, self.max_atoms, self.zcdp = schema, ledger, max_atoms, zcdp
         self.tables: dict[str, TableState] = {}
-        #: Per table, each recorded statement's columns (lower-cased) and releases, in ledger order.
-        self.runs: dict[str, list[tuple[frozenset[str], tuple[RecordedRelease, ...]]]] = {}
+        #: Per table, each recorded statement's columns (lower-cased) and releases, in ledger order
+        #: (wide ones by their ledger JSON: :mod:`dpgate.ledger._runs`).
+        self.runs: dict[str, list[tuple[frozenset[str], tuple[RecordedRelease | KeptRelease, ...]]]] = {}
         #: Per table, the columns of each recorded statement some of whose releases the table's
         #: atoms left outside (only a local history combines those with others).
         self.outside: dict[str, list[frozenset[str]]] = {}
@@ -121,7 +123,7 @@ class LedgerHistory:
         state, seen = found
         for cols, items in runs[seen:]:
             if cols <= columns:
-                state.record_inference(items)
+                state.record_inference(released(items))
         state.adopt_costs(self.state(table))
         while len(self._local) >= _LOCAL_KEPT:
             del self._local[next(iter(self._local))]
@@ -132,7 +134,7 @@ class LedgerHistory:
         """Note a recorded statement's releases (for local histories)."""
         cols = frozenset(c.lower() for it in items for c in it.query.columns)
         key = self.schema.table(table).name.lower()
-        self.runs.setdefault(key, []).append((cols, tuple(items)))
+        self.runs.setdefault(key, []).append((cols, tuple(kept(it) for it in items)))
         if any(self.tables[key].left_outside(it.query) for it in items):
             self.outside.setdefault(key, []).append(cols)
 
