@@ -18,9 +18,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["PgServer", "start_server"]
+__all__ = ["PgServer", "load_database", "plain_rows", "start_server"]
 
 
 def _bindir() -> str:
@@ -116,3 +118,39 @@ def start_server(settings: dict[str, str] | None = None) -> PgServer:
     log = server.log_text() if os.path.exists(server.log) else ""
     shutil.rmtree(root, ignore_errors=True)
     raise RuntimeError(f"PostgreSQL did not start: {res.stdout}\n{res.stderr}\n{log[-2000:]}")
+
+
+def plain_rows(df: Any) -> list[tuple[Any, ...]]:
+    """A pandas frame's rows as plain Python values, as psycopg's COPY and Spark's
+    ``createDataFrame`` take them: missing values None, numpy scalars Python ones, timestamps
+    ``datetime`` (dates and strings as they are)."""
+    import datetime as dt
+
+    import numpy as np
+    import pandas as pd
+
+    def value(v: Any) -> Any:
+        if isinstance(v, pd.Timestamp):
+            return v.to_pydatetime()
+        if v is None or (not isinstance(v, (dt.date, str)) and pd.isna(v)):
+            return None
+        return v.item() if isinstance(v, np.generic) else v
+
+    return [tuple(value(v) for v in r) for r in df.astype(object).itertuples(index=False)]
+
+
+def load_database(server: PgServer, database: str, tables: Mapping[str, tuple[str, Any]]) -> str:
+    """``database`` created afresh on ``server`` with each table ``name: (column types, frame)``
+    copied in; its URL."""
+    import psycopg
+
+    with psycopg.connect(server.url(), autocommit=True) as con:
+        con.execute(f"DROP DATABASE IF EXISTS {database}")
+        con.execute(f"CREATE DATABASE {database}")
+    with psycopg.connect(server.url(database)) as con:
+        for name, (types, df) in tables.items():
+            con.execute(f"CREATE TABLE {name} ({types})")
+            with con.cursor().copy(f"COPY {name} FROM STDIN") as copy:
+                for row in plain_rows(df):
+                    copy.write_row(row)
+    return str(server.url(database))

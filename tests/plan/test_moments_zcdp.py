@@ -17,6 +17,7 @@ import warnings
 
 import numpy as np
 import pytest
+from _coverage import assert_covers
 
 import dpgate
 
@@ -24,13 +25,6 @@ import dpgate
 def _truth(df, where=None, column="income"):  # type: ignore[no-untyped-def]
     values = df[column].clip(0, 500_000)
     return float(values[where].sum() if where is not None else values.sum())
-
-
-def _covers(hits: dict[str, list[bool]], conf: float) -> None:
-    for kind, got in hits.items():
-        n = len(got)
-        se = math.sqrt(conf * (1 - conf) / n)
-        assert sum(got) / n >= conf - 3 * se, (kind, sum(got) / n, n)
 
 
 def test_zcdp_history_answers_a_wide_query_from_other_wide_releases(pums) -> None:  # type: ignore[no-untyped-def]
@@ -82,7 +76,7 @@ def test_coverage_of_zcdp_wide_answers_from_history(pums) -> None:  # type: igno
         assert np.count_nonzero(t.posterior.law.coefficients) > 1  # the groups' releases count too
         gw.close()
     assert sources["union"] == {"history"} and sources["three"] == {"fresh"}
-    _covers(hits, conf)
+    assert_covers(hits, conf)
 
 
 def test_coverage_of_wide_answers_from_a_mixed_moment_history(pums, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -115,4 +109,4 @@ def test_coverage_of_wide_answers_from_a_mixed_moment_history(pums, tmp_path) ->
         mixed += bool(live.any() and not live.all())
         gw.close()
     assert mixed == 200
-    _covers(hits, conf)
+    assert_covers(hits, conf)

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import psycopg
 import pytest
+from _pgserver import load_database, plain_rows
 
 import dpgate
 from dpgate.compile.query import LinearQuery
@@ -172,22 +172,10 @@ def test_a_missing_unit_column_is_refused_at_open() -> None:
 
 
 # -- PostgreSQL and Spark: the same rows kept -------------------------------------------------
-def _rows(df: pd.DataFrame) -> list[tuple[Any, ...]]:
-    return [tuple(None if pd.isna(v) else v for v in r) for r in df.astype(object).itertuples(index=False)]
-
-
 @pytest.fixture(scope="module")
 def pg_units(pg_server: Any) -> str:
     """``make_orders(4)`` in PostgreSQL (database ``units``, table ``orders``)."""
-    with psycopg.connect(pg_server.url(), autocommit=True) as con:
-        con.execute("DROP DATABASE IF EXISTS units")
-        con.execute("CREATE DATABASE units")
-    with psycopg.connect(pg_server.url("units")) as con:
-        con.execute(f"CREATE TABLE orders ({PG_TYPES})")
-        with con.cursor().copy("COPY orders FROM STDIN") as copy:
-            for row in _rows(make_orders(4)):
-                copy.write_row(row)
-    return str(pg_server.url("units"))
+    return load_database(pg_server, "units", {"orders": (PG_TYPES, make_orders(4))})
 
 
 def test_postgres_and_spark_keep_the_same_rows(pg_units: str, spark: Any) -> None:
@@ -196,7 +184,7 @@ def test_postgres_and_spark_keep_the_same_rows(pg_units: str, spark: Any) -> Non
         duck = check(cube, df, 4)
     with Cube(pg_units, SCHEMA, row_order=SECRET) as cube:
         assert np.array_equal(check(cube, df, 4), duck)
-    with Cube(spark.createDataFrame(_rows(df), SPARK_TYPES), SCHEMA, row_order=SECRET) as cube:
+    with Cube(spark.createDataFrame(plain_rows(df), SPARK_TYPES), SCHEMA, row_order=SECRET) as cube:
         assert np.array_equal(check(cube, df, 4), duck)
 
 
@@ -204,7 +192,7 @@ def test_gateways_with_one_ledger_key_give_the_same_answers_on_every_backend(pg_
     """The whole stack (fingerprint, ledger, planning, noise) on the bounded table: with the same
     ledger key and seed, DuckDB, PostgreSQL and Spark release the same numbers."""
     df = make_orders(4)
-    sources = {"duckdb": df, "postgres": pg_units, "spark": spark.createDataFrame(_rows(df), SPARK_TYPES)}
+    sources = {"duckdb": df, "postgres": pg_units, "spark": spark.createDataFrame(plain_rows(df), SPARK_TYPES)}
     corpus = ["SELECT status, COUNT(*) FROM orders GROUP BY status", "SELECT COUNT(*) FROM orders WHERE amount < 5",
               "SELECT paid, SUM(amount) FROM orders WHERE band IS NOT NULL GROUP BY paid",
               "SELECT COUNT(*) FROM orders WHERE amount >= 0 AND amount <= 4"]

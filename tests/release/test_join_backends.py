@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import psycopg
 import pytest
+from _pgserver import load_database, plain_rows
 
 import dpgate
 from dpgate.compile import compile_statement
@@ -204,24 +204,10 @@ SPARK_TYPES = {"customers": "id int, age int, tier string",
                "shops": "shop string, region string"}
 
 
-def _rows(df: pd.DataFrame) -> list[tuple[Any, ...]]:
-    return [tuple(None if v is None or (not isinstance(v, dt.date) and pd.isna(v)) else v for v in r)
-            for r in df.astype(object).itertuples(index=False)]
-
-
 @pytest.fixture(scope="module")
 def pg_joins(pg_server: Any) -> str:
     """``make_data(4)`` in PostgreSQL (database ``joins``)."""
-    with psycopg.connect(pg_server.url(), autocommit=True) as con:
-        con.execute("DROP DATABASE IF EXISTS joins")
-        con.execute("CREATE DATABASE joins")
-    with psycopg.connect(pg_server.url("joins")) as con:
-        for name, df in make_data(4).items():
-            con.execute(f"CREATE TABLE {name} ({PG_TYPES[name]})")
-            with con.cursor().copy(f"COPY {name} FROM STDIN") as copy:
-                for row in _rows(df):
-                    copy.write_row(row)
-    return str(pg_server.url("joins"))
+    return load_database(pg_server, "joins", {name: (PG_TYPES[name], df) for name, df in make_data(4).items()})
 
 
 def test_postgres_and_spark_join_the_same_rows(pg_joins: str, spark: Any) -> None:
@@ -230,7 +216,7 @@ def test_postgres_and_spark_join_the_same_rows(pg_joins: str, spark: Any) -> Non
         check(cube, data)
     with Cube(pg_joins, SCHEMA, row_order=SECRET) as cube:
         check(cube, data)
-    frames = {n: spark.createDataFrame(_rows(df), SPARK_TYPES[n]) for n, df in data.items()}
+    frames = {n: spark.createDataFrame(plain_rows(df), SPARK_TYPES[n]) for n, df in data.items()}
     with Cube(frames, SCHEMA, row_order=SECRET) as cube:
         check(cube, data)
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from _pgserver import load_database
 
 import dpgate
 import dpgate.accessor  # noqa: F401  (registers df.dp)
@@ -295,38 +296,18 @@ FLIGHT_TYPES = ("tailnum text, time_hour timestamp, carrier text, origin text, d
                 "arr_delay integer, air_time integer, distance integer")
 
 
-def _rows(df: pd.DataFrame) -> list[tuple[Any, ...]]:
-    def value(v: Any) -> Any:
-        if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and np.isnan(v)):
-            return None
-        if isinstance(v, pd.Timestamp):
-            return v.to_pydatetime()
-        return int(v) if isinstance(v, (int, np.integer)) else v
-
-    return [tuple(value(v) for v in r) for r in df.itertuples(index=False)]
-
-
 def test_postgres_keeps_the_same_flights(subset, pg_server: Any) -> None:
-    import psycopg
-
     frames, schema = subset
     few = frames["flights"][frames["flights"]["tailnum"].isin(frames["planes"]["tailnum"].head(10))
                             | (frames["flights"]["tailnum"] == frames["flights"]["tailnum"].value_counts().idxmax())]
     few = few.reset_index(drop=True)
     flights_only = Schema.from_dict({"tables": {"flights": {k: v for k, v in schema.to_dict()["tables"]["flights"].items()
                                                             if k != "references"}}})
-    with psycopg.connect(pg_server.url(), autocommit=True) as con:
-        con.execute(f"DROP DATABASE IF EXISTS {PG_DB}")
-        con.execute(f"CREATE DATABASE {PG_DB}")
-    with psycopg.connect(pg_server.url(PG_DB)) as con:
-        con.execute(f"CREATE TABLE flights ({FLIGHT_TYPES})")
-        with con.cursor().copy("COPY flights FROM STDIN") as copy:
-            for row in _rows(few):
-                copy.write_row(row)
+    url = load_database(pg_server, PG_DB, {"flights": (FLIGHT_TYPES, few)})
     secret = b"f" * 32
     want = bounded(few, flights_only, secret)
     assert few.groupby("tailnum").size().max() > K
-    sources = {"duckdb": few, "postgres": str(pg_server.url(PG_DB))}
+    sources = {"duckdb": few, "postgres": url}
     for name, data in sources.items():
         with dpgate.release.cube.Cube(data, flights_only, row_order=secret) as cube:
             by_origin = cube.histogram("flights", ["origin"]).tolist()

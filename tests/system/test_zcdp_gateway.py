@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from _coverage import assert_covers
 
 import dpgate
 from dpgate.compile.query import LinearQuery
@@ -237,12 +238,7 @@ def test_coverage_of_fresh_and_history_intervals_over_200_gateways(confidence: f
             e = gw.query("SELECT COUNT(*) FROM t", accuracy=60, confidence=confidence).answer
         for ans, key in ((a, "lo"), (b, "hi"), (c, "all"), (d, "lo"), (e, "all")):
             hits[ans.source].append(ans.low <= truth[key] <= ans.high)
-    for source, h in hits.items():
-        if len(h) < 50:
-            continue
-        n = len(h)
-        se = math.sqrt(confidence * (1 - confidence) / n)
-        assert sum(h) / n >= confidence - 3 * se, (source, sum(h) / n, n)
+    assert_covers(hits, confidence, at_least=50)
     assert len(hits["history"]) >= 200  # the re-asks came from history
 
 

@@ -4,12 +4,12 @@ answers and answers that combine both families, at 0.8/0.95/0.99 over 200 seeded
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
+from _coverage import assert_covers
 
 import dpgate
 
@@ -55,9 +55,4 @@ def test_coverage_with_mixed_laplace_and_gaussian_history(confidence: float, tmp
                 mixed += 1
             hits[ans.source].append(ans.low <= truth[key] <= ans.high)
     assert mixed >= 200  # the tighter re-ask of x < 2 combines a Laplace and a Gaussian release
-    for source, h in hits.items():
-        if len(h) < 50:
-            continue
-        n = len(h)
-        se = math.sqrt(confidence * (1 - confidence) / n)
-        assert sum(h) / n >= confidence - 3 * se, (source, sum(h) / n, n)
+    assert_covers(hits, confidence, at_least=50)
