@@ -58,18 +58,12 @@ def padded_query(
     start = [int(origin[i]) for i in order]
     w = np.transpose(w, order) if w.ndim else w
     # The tightest box holding every non-zero weight (its edge slabs are not zero: they stay slabs).
-    nonzero = w != 0
-    lo, hi = [], []
-    for ax in range(w.ndim):
-        along = nonzero.any(axis=tuple(a for a in range(w.ndim) if a != ax)) if w.ndim > 1 else nonzero
-        hit = np.flatnonzero(along)
-        if not hit.size:  # no weight: the zero query, as from_grid makes it
-            return LinearQuery.from_grid(table, [], [], np.zeros(()), offset, label=label, group=group), 0
-        lo.append(int(hit[0]))
-        hi.append(int(hit[-1]) + 1)
-    w = w[tuple(slice(a, b) for a, b in zip(lo, hi, strict=True))]
-    first = [s + a for s, a in zip(start, lo, strict=True)]
-    last = [s + b for s, b in zip(start, hi, strict=True)]
+    box = _tightest_box(w != 0)
+    if box is None:  # no weight: the zero query, as from_grid makes it
+        return LinearQuery.from_grid(table, [], [], np.zeros(()), offset, label=label, group=group), 0
+    w = w[box]
+    first = [s + b.start for s, b in zip(start, box, strict=True)]
+    last = [s + b.stop for s, b in zip(start, box, strict=True)]
     if all(f == 0 for f in first) and last == shape:  # no padding: the plain construction
         return LinearQuery.from_grid(table, cols, bps, w, offset, label=label, group=group), w.size
     if w.size > 4096:
@@ -113,15 +107,25 @@ def nonzero_box(arrays: Sequence[np.ndarray]) -> tuple[slice, ...] | None:
     nonzero = np.zeros(arrays[0].shape, dtype=bool)
     for a in arrays:
         nonzero |= a != 0
+    box = _tightest_box(nonzero)
+    if box is None:
+        return None
+    sizes: tuple[int, ...] = nonzero.shape
+    whole = all(s.stop - s.start == n for s, n in zip(box, sizes, strict=True))
+    return None if whole else box
+
+
+def _tightest_box(nonzero: np.ndarray) -> tuple[slice, ...] | None:
+    """Per axis, the slice from the first to the last index where ``nonzero`` holds; None when it
+    holds nowhere."""
     box: list[slice] = []
     for ax in range(nonzero.ndim):
-        hit = np.flatnonzero(nonzero.any(axis=tuple(a for a in range(nonzero.ndim) if a != ax)))
+        along = nonzero.any(axis=tuple(a for a in range(nonzero.ndim) if a != ax)) if nonzero.ndim > 1 else nonzero
+        hit = np.flatnonzero(along)
         if not hit.size:
             return None
         box.append(slice(int(hit[0]), int(hit[-1]) + 1))
-    sizes: tuple[int, ...] = nonzero.shape
-    whole = all(s.stop - s.start == n for s, n in zip(box, sizes, strict=True))
-    return None if whole else tuple(box)
+    return tuple(box)
 
 
 def support_query(table: Table, query: LinearQuery) -> LinearQuery:
