@@ -213,5 +213,7 @@ def test_a_well_behaved_analyst_keeps_its_latency_beside_a_hostile_one(tmp_path:
     # while another session's statement is being refused; the 2× needs worker processes.
     # The ratio moves with the host: on 2026-11-27 evening the same VM, idle (load < 1), measured
     # 5.3–5.4× for the code of the morning and 6.0× for the evening's (0.63 ms alone, 3.5–3.8 ms
-    # beside).  The bound guards against stalls (hundreds of × once), with room for that drift.
-    assert beside <= 8 * alone, (alone, beside)
+    # beside).  On 2026-11-28 at 05:30, idle, it measured 8.4–11× (0.65–0.75 ms alone, 5.5–7.2 ms
+    # beside) for both the code of 9c95e07 and the code after it, failing the former bound of 8× on
+    # both.  The bound guards against stalls (hundreds of × once), with room for that drift.
+    assert beside <= 16 * alone, (alone, beside)
